@@ -1,0 +1,13 @@
+"""schedlang: declarative memory scheduling for neural-network training.
+
+    import schedlang
+    prob = schedlang.load("examples/chain.sched", budget="80%")
+    result = prob.solve(backend="cvxpy", solver="highs")
+    print(result.status, result.objective, result.simulated.peak_bytes)
+"""
+from .errors import SchedError
+from .problem import Problem, Result, load
+from .simulate import simulate
+
+__version__ = "0.1.0"
+__all__ = ["load", "simulate", "Problem", "Result", "SchedError", "__version__"]

@@ -1,0 +1,284 @@
+"""The AST of a `.sched` file. Every node carries the `Loc` of the text it came from."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import Loc
+
+
+@dataclass
+class Node:
+    loc: Loc = field(repr=False, compare=False)
+
+
+# ----------------------------------------------------------------------- expressions
+@dataclass
+class Num(Node):
+    value: float
+    unit: str = ""  # "" or one of units.UNITS
+    text: str = ""
+
+
+@dataclass
+class Str(Node):
+    value: str
+
+
+@dataclass
+class Name(Node):
+    id: str
+
+
+@dataclass
+class Subscript(Node):  # x[a, b]
+    name: str
+    args: list
+
+
+@dataclass
+class Call(Node):  # f(a, b)
+    func: str
+    args: list
+
+
+@dataclass
+class Aggregate(Node):  # sum(i in I where c) body
+    op: str
+    items: list
+    where: object | None
+    body: object
+
+
+@dataclass
+class BinOp(Node):  # + - * / union diff inter
+    op: str
+    left: object
+    right: object
+
+
+@dataclass
+class Neg(Node):
+    operand: object
+
+
+@dataclass
+class Compare(Node):
+    op: str
+    left: object
+    right: object
+
+
+@dataclass
+class Member(Node):  # x in S / x not in S
+    element: object
+    set: object
+    negated: bool = False
+
+
+@dataclass
+class Logic(Node):  # and / or / implies / iff
+    op: str
+    left: object
+    right: object
+
+
+@dataclass
+class Not(Node):
+    operand: object
+
+
+@dataclass
+class Tuple(Node):
+    items: list
+
+
+@dataclass
+class Range(Node):
+    lo: object
+    hi: object
+
+
+@dataclass
+class SetLit(Node):  # {a, b} or {i in I where c} (a builder when items are bindings)
+    items: list
+    where: object | None
+
+
+@dataclass
+class SetFor(Node):  # {expr for i in I where c}
+    expr: object
+    items: list
+    where: object | None
+
+
+@dataclass
+class Table(Node):  # {key: value, ...}
+    pairs: list  # [(key expr, value expr)]
+
+
+@dataclass
+class Cond(Node):  # if c then a else b
+    cond: object
+    then: object
+    other: object
+
+
+# ----------------------------------------------------------------------- declarations
+@dataclass
+class Index(Node):
+    """A declaration's or aggregate's domain: `[items where cond]`."""
+
+    items: list
+    where: object | None = None
+
+
+@dataclass
+class ModelDecl(Node):
+    name: str
+    doc: str = ""
+
+
+@dataclass
+class UseDecl(Node):
+    target: str
+    is_path: bool = False
+
+
+@dataclass
+class DropDecl(Node):
+    name: str
+
+
+@dataclass
+class DecodeDecl(Node):
+    decoder: str
+    roles: dict  # role -> variable/expr name
+    role_locs: dict = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass
+class SetDecl(Node):
+    name: str
+    index: Index | None
+    value: object
+
+
+@dataclass
+class ParamDecl(Node):
+    name: str
+    index: Index | None
+    value: object | None
+    is_default: bool = False
+
+
+@dataclass
+class VarDecl(Node):
+    name: str
+    index: Index | None
+    kind: str  # binary / integer / continuous
+    lb: object | None = None
+    ub: object | None = None
+    doc: str = ""
+
+
+@dataclass
+class ExprDecl(Node):
+    name: str
+    index: Index | None
+    value: object
+
+
+@dataclass
+class ConstraintDecl(Node):
+    name: str
+    index: Index | None
+    body: object
+    doc: str = ""
+
+
+@dataclass
+class ObjectiveDecl(Node):
+    sense: str  # min / max
+    name: str
+    body: object
+    extend: bool = False  # `minimize name += expr` adds terms to an inherited objective
+
+
+# ----------------------------------------------------------------------- graph data
+@dataclass
+class Value(Node):
+    """A number in graph data, with its unit ('' when none)."""
+
+    value: float
+    unit: str = ""
+    text: str = ""
+
+
+@dataclass
+class NodeStmt(Node):
+    name: str
+    kind: str
+    time: Value | None
+    size: Value | None
+
+
+@dataclass
+class EdgeStmt(Node):
+    source: str
+    targets: list  # [(name, Loc)]
+
+
+@dataclass
+class DataStmt(Node):
+    name: str
+    size: Value
+    role: str = ""
+
+
+@dataclass
+class OptionStmt(Node):
+    name: str
+    fwd: Value | None = None
+    fwd_overhead: Value | None = None
+    bwd: Value | None = None
+    bwd_overhead: Value | None = None
+    phantom: Value | None = None
+    needs: list = field(default_factory=list)
+
+
+@dataclass
+class LayerStmt(Node):
+    name: str
+    inputs: list
+    outputs: list
+    grad_inputs: list
+    grad_outputs: list
+    options: list
+
+
+@dataclass
+class LossStmt(Node):
+    inputs: list
+    outputs: list
+    time: Value | None
+
+
+@dataclass
+class GraphDecl(Node):
+    name: str
+    title: str
+    items: list
+
+
+@dataclass
+class BudgetDecl(Node):
+    kind: str
+    value: Value
+
+
+@dataclass
+class Module(Node):
+    """One parsed file."""
+
+    path: str
+    items: list

@@ -1,0 +1,435 @@
+"""Static checks of a formulation, before any data is bound.
+
+Every expression gets a static type:
+  num (a constant number, with a dimension: '', 'size' or 'time'), bool (a constant truth
+  value), elem (a set element), set, tuple, lin (linear in the variables), formula (a truth
+  value that depends on variables: comparisons of linear forms, binary literals, logic).
+Errors: unknown names (with did-you-mean), arity, non-linear products, variables where a
+constant is required, unit mismatches, bindings that are not `name in set`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import ast
+from .errors import CheckError, ErrorList, did_you_mean
+from .program import Program
+
+# Names the graph data provides (see docs/language.md).
+BUILTIN_SETS = {"nodes": 1, "edges": 2, "forward_nodes": 1, "backward_nodes": 1}
+BUILTIN_SCALARS = {"budget.peak": "size", "budget.save": "size", "inf": ""}
+# function -> (min args, max args, result type, result dim)
+FUNCTIONS = {
+    "size": (1, 1, "num", "size"), "time": (1, 1, "num", "time"),
+    "next": (1, 2, "elem", ""), "prev": (1, 2, "elem", ""),
+    "first": (1, 1, "elem", ""), "last": (1, 1, "elem", ""),
+    "ord": (1, 1, "num", ""), "card": (1, 1, "num", ""),
+    "preds": (1, 1, "set", ""), "succs": (1, 1, "set", ""),
+    "is_backward": (1, 1, "bool", ""),
+    "abs": (1, 1, "num", None), "floor": (1, 1, "num", None), "ceil": (1, 1, "num", None),
+}
+
+
+@dataclass
+class T:
+    kind: str  # num bool elem set tuple lin formula
+    dim: str = ""
+    binary_literal: bool = False  # a binary variable, or `not` of one
+
+
+NUM, BOOL, ELEM, SET = T("num"), T("bool"), T("elem"), T("set")
+
+
+class Checker:
+    def __init__(self, program: Program):
+        self.p = program
+        self.errors: list[CheckError] = []
+        self.expr_types: dict[str, T] = {}
+        self.in_progress: set[str] = set()
+        self.param_dims: dict[str, str] = {}
+
+    # --- entry point
+    def run(self) -> None:
+        for decl in self.p.decls.values():
+            try:
+                self.declaration(decl)
+            except CheckError as e:
+                self.errors.append(e)
+        for obj in [self.p.objective] + self.p.objective_terms:
+            if obj is None:
+                continue
+            try:
+                t = self.expr(obj.body, {})
+                if t.kind not in ("num", "lin"):
+                    raise CheckError(f"the objective must be a number or a linear expression, not a {_describe(t)}", obj.body.loc)
+            except CheckError as e:
+                self.errors.append(e)
+        if self.p.has_formulation and self.p.objective is None:
+            loc = self.p.model.loc if self.p.model else None
+            self.errors.append(CheckError("the formulation has no objective: add `minimize NAME: ...`", loc))
+        if self.p.decode is not None:
+            for role, target in self.p.decode.roles.items():
+                if isinstance(target, ast.Num):
+                    continue
+                d = self.p.decls.get(target)
+                if not isinstance(d, (ast.VarDecl, ast.ExprDecl)):
+                    self.errors.append(CheckError(
+                        f"decode role '{role}' names '{target}', which is not a variable or expression"
+                        f"{did_you_mean(target, self.names())}", self.p.decode.role_locs.get(role, self.p.decode.loc)))
+        unique = {}
+        for err in self.errors:
+            unique.setdefault((err.loc, err.message), err)
+        self.errors = list(unique.values())
+        if self.errors:
+            raise ErrorList(self.errors) if len(self.errors) > 1 else self.errors[0]
+
+    def names(self):
+        return list(self.p.decls) + list(BUILTIN_SETS) + list(BUILTIN_SCALARS)
+
+    # --- declarations
+    def declaration(self, d) -> None:
+        scope = self.index(d.index) if d.index else {}
+        if isinstance(d, ast.SetDecl):
+            t = self.expr(d.value, scope)
+            if t.kind != "set":
+                raise CheckError(f"set '{d.name}' must be defined by a set, not a {_describe(t)}", d.value.loc)
+        elif isinstance(d, ast.ParamDecl):
+            if d.value is None:
+                raise CheckError(f"param '{d.name}' has no value: give `= expression` or `default expression`", d.loc)
+            if isinstance(d.value, ast.Table):
+                for key, val in d.value.pairs:
+                    self.constant(val, {}, f"a value of param '{d.name}'")
+                return
+            t = self.expr(d.value, scope)
+            self.require_constant(t, d.value, f"param '{d.name}'")
+            if t.kind not in ("num", "bool"):
+                raise CheckError(f"param '{d.name}' must be a number, not a {_describe(t)}", d.value.loc)
+            self.param_dims[d.name] = t.dim
+        elif isinstance(d, ast.VarDecl):
+            for b in (d.lb, d.ub):
+                if b is not None:
+                    t = self.expr(b, scope)
+                    self.require_constant(t, b, f"a bound of variable '{d.name}'")
+        elif isinstance(d, ast.ExprDecl):
+            self.expr_type(d.name)
+        elif isinstance(d, ast.ConstraintDecl):
+            t = self.expr(d.body, scope)
+            if t.kind not in ("formula", "bool"):
+                raise CheckError(f"constraint '{d.name}' must be a comparison or a logical formula, not a "
+                                 f"{_describe(t)}", d.body.loc)
+
+    def expr_type(self, name: str) -> T:
+        if name in self.expr_types:
+            return self.expr_types[name]
+        if name in self.in_progress:  # a recursive expression: linear by construction
+            return T("lin")
+        d = self.p.decls[name]
+        self.in_progress.add(name)
+        try:
+            scope = self.index(d.index) if d.index else {}
+            t = self.expr(d.value, scope)
+            if t.kind not in ("num", "lin"):
+                raise CheckError(f"expression '{name}' must be numeric, not a {_describe(t)}", d.value.loc)
+        finally:
+            self.in_progress.discard(name)
+        self.expr_types[name] = t
+        return t
+
+    def index(self, index: ast.Index, outer: dict | None = None) -> dict:
+        scope = dict(outer or {})
+        for item in index.items:
+            names, set_type = self.binding(item, scope)
+            for n, loc in names:
+                scope[n] = ELEM
+        if index.where is not None:
+            self.constant(index.where, scope, "a 'where' filter", want="bool")
+        return scope
+
+    def binding(self, item, scope) -> tuple[list, T]:
+        if not isinstance(item, ast.Member) or item.negated:
+            raise CheckError("expected a binding 'name in set' or '(a, b) in set'", item.loc)
+        el = item.element
+        if isinstance(el, ast.Name):
+            names = [(el.id, el.loc)]
+        elif isinstance(el, ast.Tuple) and all(isinstance(x, ast.Name) for x in el.items):
+            names = [(x.id, x.loc) for x in el.items]
+        else:
+            raise CheckError("the left side of a binding must be a name or a tuple of names", el.loc)
+        t = self.expr(item.set, scope)
+        if t.kind != "set":
+            raise CheckError(f"a binding ranges over a set, not a {_describe(t)}", item.set.loc)
+        for n, loc in names:
+            if n in self.p.decls or n in BUILTIN_SETS or n in BUILTIN_SCALARS:
+                raise CheckError(f"index name '{n}' hides the declaration of '{n}'; pick another name", loc)
+        return names, t
+
+    def constant(self, e, scope, what: str, want: str | None = None) -> T:
+        t = self.expr(e, scope)
+        self.require_constant(t, e, what)
+        if want == "bool" and t.kind != "bool":
+            raise CheckError(f"{what} must be a condition, not a {_describe(t)}", e.loc)
+        return t
+
+    def require_constant(self, t: T, e, what: str) -> None:
+        if t.kind in ("lin", "formula"):
+            raise CheckError(f"{what} must be a constant, but it depends on variables", e.loc)
+
+    # --- expressions
+    def expr(self, e, scope: dict) -> T:
+        method = getattr(self, "e_" + type(e).__name__)
+        return method(e, scope)
+
+    def e_Num(self, e, s):
+        from .units import dimension
+
+        return T("num", dimension(e.unit))
+
+    def e_Str(self, e, s):
+        return ELEM
+
+    def e_Name(self, e, s):
+        if e.id in s:
+            return s[e.id]
+        if e.id in BUILTIN_SETS:
+            return SET
+        if e.id in BUILTIN_SCALARS:
+            return T("num", BUILTIN_SCALARS[e.id])
+        d = self.p.decls.get(e.id)
+        if d is None:
+            if e.id.startswith("budget."):
+                raise CheckError(f"unknown budget '{e.id}'; budgets are budget.peak and budget.save", e.loc)
+            raise CheckError(f"unknown name '{e.id}'{did_you_mean(e.id, list(s) + self.names())}", e.loc)
+        if d.index is not None and not isinstance(d, ast.ConstraintDecl):
+            n = index_arity(d.index)
+            raise CheckError(f"'{e.id}' is indexed by {n} index{'es' if n > 1 else ''}; write {e.id}[...]", e.loc)
+        return self._decl_type(d, e)
+
+    def _decl_type(self, d, e) -> T:
+        if isinstance(d, ast.SetDecl):
+            return SET
+        if isinstance(d, ast.ParamDecl):
+            if d.name not in self.param_dims and d.value is not None and not isinstance(d.value, ast.Table):
+                try:
+                    self.declaration(d)
+                except CheckError:
+                    pass
+            return T("num", self.param_dims.get(d.name, ""))
+        if isinstance(d, ast.VarDecl):
+            return T("lin", binary_literal=(d.kind == "binary"))
+        if isinstance(d, ast.ExprDecl):
+            return self.expr_type(d.name)
+        raise CheckError(f"constraint '{d.name}' cannot be used in an expression", e.loc)
+
+    def e_Subscript(self, e, s):
+        d = self.p.decls.get(e.name)
+        if d is None:
+            if e.name in BUILTIN_SETS or e.name in BUILTIN_SCALARS:
+                raise CheckError(f"'{e.name}' is not indexed", e.loc)
+            raise CheckError(f"unknown name '{e.name}'{did_you_mean(e.name, list(s) + self.names())}", e.loc)
+        if isinstance(d, ast.ConstraintDecl):
+            raise CheckError(f"constraint '{e.name}' cannot be used in an expression", e.loc)
+        want = index_arity(d.index) if d.index else 0
+        if isinstance(d, ast.ParamDecl) and d.index is None and isinstance(d.value, ast.Table):
+            want = None  # a table param takes the arity of its keys
+        if want is not None and len(e.args) != want:
+            raise CheckError(f"'{e.name}' takes {want} index{'es' if want != 1 else ''}, got {len(e.args)}", e.loc)
+        for a in e.args:
+            t = self.expr(a, s)
+            if t.kind in ("lin", "formula"):
+                raise CheckError(f"an index of '{e.name}' depends on variables; indices must be constants", a.loc)
+            if t.kind == "set":
+                raise CheckError(f"an index of '{e.name}' is a set; indices are elements", a.loc)
+        return self._decl_type(d, e)
+
+    def e_Call(self, e, s):
+        sig = FUNCTIONS.get(e.func)
+        if sig is None:
+            if e.func in self.p.decls:
+                raise CheckError(f"'{e.func}' is not a function; write {e.func}[...] to index it", e.loc)
+            raise CheckError(f"unknown function '{e.func}'{did_you_mean(e.func, FUNCTIONS)}", e.loc)
+        lo, hi, kind, dim = sig
+        if not lo <= len(e.args) <= hi:
+            want = str(lo) if lo == hi else f"{lo} or {hi}"
+            raise CheckError(f"{e.func}() takes {want} argument{'s' if hi > 1 else ''}, got {len(e.args)}", e.loc)
+        ts = [self.expr(a, s) for a in e.args]
+        for a, t in zip(e.args, ts):
+            if t.kind in ("lin", "formula"):
+                raise CheckError(f"{e.func}() needs constants, but its argument depends on variables", a.loc)
+        if e.func in ("first", "last", "card") and ts[0].kind != "set":
+            raise CheckError(f"{e.func}() takes a set, not a {_describe(ts[0])}", e.args[0].loc)
+        if e.func in ("size", "time", "next", "prev", "ord", "preds", "succs", "is_backward") and ts[0].kind != "elem":
+            raise CheckError(f"{e.func}() takes an element, not a {_describe(ts[0])}", e.args[0].loc)
+        if dim is None:
+            dim = ts[0].dim
+        return T(kind, dim)
+
+    def e_Aggregate(self, e, s):
+        inner = self.index(ast.Index(e.loc, e.items, e.where), s)
+        t = self.expr(e.body, inner)
+        if e.op == "sum":
+            if t.kind not in ("num", "lin"):
+                raise CheckError(f"sum() adds numbers, not a {_describe(t)}", e.body.loc)
+            return T(t.kind, t.dim)
+        if e.op in ("max", "min"):
+            if t.kind == "lin":
+                raise CheckError(f"{e.op}() over variables is not linear; {e.op}() takes constants "
+                                 "(bound it with a variable and constraints instead)", e.body.loc)
+            if t.kind != "num":
+                raise CheckError(f"{e.op}() takes numbers, not a {_describe(t)}", e.body.loc)
+            return T("num", t.dim)
+        # any / all
+        return self._logic_operand(t, e.body, e.op)
+
+    def _logic_operand(self, t: T, e, op: str) -> T:
+        if t.kind == "bool":
+            return BOOL
+        if t.kind == "formula":
+            return T("formula")
+        if t.kind == "lin" and t.binary_literal:
+            return T("formula", binary_literal=True)
+        if t.kind == "lin":
+            raise CheckError(f"'{op}' takes conditions; this linear expression is not a binary variable "
+                             "(compare it with a number, e.g. x >= 1)", e.loc)
+        raise CheckError(f"'{op}' takes conditions, not a {_describe(t)}", e.loc)
+
+    def e_BinOp(self, e, s):
+        a, b = self.expr(e.left, s), self.expr(e.right, s)
+        op = e.op
+        if op in ("union", "diff", "inter"):
+            for x, side in ((a, e.left), (b, e.right)):
+                if x.kind != "set":
+                    raise CheckError(f"'{op}' combines sets, not a {_describe(x)}", side.loc)
+            return SET
+        if a.kind == "elem" and op in "+-" and b.kind == "num":
+            return ELEM  # t + 1: the next element of t's ordered set
+        for x, side in ((a, e.left), (b, e.right)):
+            if x.kind not in ("num", "lin"):
+                raise CheckError(f"'{op}' needs numbers, not a {_describe(x)}", side.loc)
+        if op in "+-":
+            if a.dim and b.dim and a.dim != b.dim:
+                raise CheckError(f"unit mismatch: '{op}' between a {a.dim} and a {b.dim}", e.loc)
+            return T("lin" if "lin" in (a.kind, b.kind) else "num", a.dim or b.dim)
+        if op == "*":
+            if a.kind == "lin" and b.kind == "lin":
+                raise CheckError("non-linear product of variables: one side of '*' must be a constant", e.loc)
+            dim = a.dim if not b.dim else (b.dim if not a.dim else "")
+            return T("lin" if "lin" in (a.kind, b.kind) else "num", dim)
+        # division
+        if b.kind == "lin":
+            raise CheckError("division by an expression with variables is not linear", e.right.loc)
+        dim = "" if a.dim == b.dim else (a.dim if not b.dim else "")
+        return T(a.kind, dim)
+
+    def e_Neg(self, e, s):
+        t = self.expr(e.operand, s)
+        if t.kind not in ("num", "lin"):
+            raise CheckError(f"'-' needs a number, not a {_describe(t)}", e.loc)
+        return T(t.kind, t.dim)
+
+    def e_Compare(self, e, s):
+        a, b = self.expr(e.left, s), self.expr(e.right, s)
+        if a.kind == "elem" or b.kind == "elem":
+            if not (a.kind == "elem" and b.kind == "elem"):
+                bad = b if a.kind == "elem" else a
+                raise CheckError(f"cannot compare an element with a {_describe(bad)}", e.loc)
+            return BOOL
+        for x, side in ((a, e.left), (b, e.right)):
+            if x.kind not in ("num", "lin"):
+                raise CheckError(f"'{e.op}' compares numbers, not a {_describe(x)}", side.loc)
+        if a.dim and b.dim and a.dim != b.dim:
+            raise CheckError(f"unit mismatch: comparing a {a.dim} with a {b.dim}", e.loc)
+        if "lin" in (a.kind, b.kind):
+            if e.op == "!=":
+                raise CheckError("'!=' between expressions with variables is not supported; use two "
+                                 "inequalities with a binary variable", e.loc)
+            return T("formula")
+        return BOOL
+
+    def e_Member(self, e, s):
+        a, b = self.expr(e.element, s), self.expr(e.set, s)
+        if b.kind != "set":
+            raise CheckError(f"'in' needs a set on its right, not a {_describe(b)}", e.set.loc)
+        if a.kind not in ("elem", "tuple", "num"):
+            raise CheckError(f"'in' needs an element on its left, not a {_describe(a)}", e.element.loc)
+        return BOOL
+
+    def e_Logic(self, e, s):
+        a = self._logic_operand(self.expr(e.left, s), e.left, e.op)
+        b = self._logic_operand(self.expr(e.right, s), e.right, e.op)
+        return BOOL if a.kind == b.kind == "bool" else T("formula")
+
+    def e_Not(self, e, s):
+        t = self._logic_operand(self.expr(e.operand, s), e.operand, "not")
+        return t if t.kind == "bool" else T("formula", binary_literal=t.binary_literal)
+
+    def e_Tuple(self, e, s):
+        for x in e.items:
+            t = self.expr(x, s)
+            if t.kind not in ("elem", "num"):
+                raise CheckError(f"a tuple holds elements, not a {_describe(t)}", x.loc)
+        return T("tuple")
+
+    def e_Range(self, e, s):
+        for x in (e.lo, e.hi):
+            t = self.constant(x, s, "a range bound")
+            if t.kind != "num":
+                raise CheckError(f"a range bound must be a number, not a {_describe(t)}", x.loc)
+        return SET
+
+    def e_SetLit(self, e, s):
+        if e.items and all(isinstance(x, ast.Member) and not x.negated for x in e.items) and (
+                e.where is not None or _is_binding(e.items[0])):
+            self.index(ast.Index(e.loc, e.items, e.where), s)
+            return SET
+        if e.where is not None:
+            raise CheckError("a set with 'where' needs bindings: {x in S where ...}", e.loc)
+        for x in e.items:
+            t = self.expr(x, s)
+            if t.kind not in ("elem", "num", "tuple"):
+                raise CheckError(f"a set holds elements, not a {_describe(t)}", x.loc)
+        return SET
+
+    def e_SetFor(self, e, s):
+        inner = self.index(ast.Index(e.loc, e.items, e.where), s)
+        t = self.expr(e.expr, inner)
+        if t.kind not in ("elem", "num", "tuple"):
+            raise CheckError(f"a set holds elements, not a {_describe(t)}", e.expr.loc)
+        return SET
+
+    def e_Table(self, e, s):
+        raise CheckError("a table {key: value, ...} can only define a param", e.loc)
+
+    def e_Cond(self, e, s):
+        self.constant(e.cond, s, "the condition of 'if'", want="bool")
+        a, b = self.expr(e.then, s), self.expr(e.other, s)
+        kinds = {a.kind, b.kind}
+        if kinds <= {"num", "lin"}:
+            return T("lin" if "lin" in kinds else "num", a.dim or b.dim)
+        if kinds <= {"bool", "formula"}:
+            return T("formula" if "formula" in kinds else "bool")
+        if a.kind == b.kind:
+            return a
+        raise CheckError(f"the branches of 'if' differ: a {_describe(a)} and a {_describe(b)}", e.loc)
+
+
+def index_arity(index: ast.Index) -> int:
+    """How many indices a declaration takes: one per name bound by its domain."""
+    n = 0
+    for item in index.items:
+        el = item.element if isinstance(item, ast.Member) else None
+        n += len(el.items) if isinstance(el, ast.Tuple) else 1
+    return n
+
+
+def _is_binding(item) -> bool:
+    el = item.element
+    return isinstance(el, ast.Name) or (isinstance(el, ast.Tuple) and all(isinstance(x, ast.Name) for x in el.items))
+
+
+def _describe(t: T) -> str:
+    return {"num": "number", "bool": "condition", "elem": "element", "set": "set", "tuple": "tuple",
+            "lin": "linear expression", "formula": "formula with variables"}[t.kind]
+
+
+def check_program(program: Program) -> None:
+    Checker(program).run()

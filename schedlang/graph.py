@@ -1,0 +1,101 @@
+"""Graph data: the instance a formulation is solved on.
+
+Two vocabularies share one type:
+
+* the Checkmate view — compute nodes in topological order, each producing one output whose
+  data name is the node's name, with a time and an output size, and edges (producer, consumer);
+* the layered view of the H-Rockmate issue — data nodes, layers (forward/backward pairs) with
+  options and phantoms, and a loss. It is parsed and checked now and fully used by
+  `models/rockmate.sched`.
+
+Times are floats in the graph's time unit (seconds when the data gave units, the data's own
+abstract units otherwise); sizes are bytes. Nothing here knows about formulations.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import Loc
+
+NODE_KINDS = ("forward", "backward", "loss")
+
+
+@dataclass
+class Node:
+    name: str
+    time: float
+    size: int
+    kind: str = "forward"
+    loc: Loc | None = None
+
+
+@dataclass
+class DataNode:
+    name: str
+    size: int
+    role: str = ""  # "", "input" or "output" (must be alive at the end)
+    loc: Loc | None = None
+
+
+@dataclass
+class Option:
+    name: str
+    fwd_time: float
+    fwd_overhead: int
+    bwd_time: float
+    bwd_overhead: int
+    phantom: int
+    needs: list[str] = field(default_factory=list)  # extra backward deps on forward outputs
+    loc: Loc | None = None
+
+
+@dataclass
+class Layer:
+    name: str
+    inputs: list[str]
+    outputs: list[str]
+    grad_inputs: list[str]  # gradients the backward consumes
+    grad_outputs: list[str]  # gradients the backward produces
+    options: list[Option]
+    loc: Loc | None = None
+
+
+@dataclass
+class Loss:
+    inputs: list[str]
+    outputs: list[str]
+    time: float
+    loc: Loc | None = None
+
+
+@dataclass
+class Graph:
+    name: str
+    title: str = ""
+    nodes: list[Node] = field(default_factory=list)  # topological order
+    edges: list[tuple[str, str]] = field(default_factory=list)  # (producer, consumer)
+    data: list[DataNode] = field(default_factory=list)
+    layers: list[Layer] = field(default_factory=list)
+    loss: Loss | None = None
+    budgets: dict[str, int] = field(default_factory=dict)  # "peak", "save" -> bytes
+    time_unit: str = ""  # "s" when the data gave time units, "" for abstract units
+    loc: Loc | None = None
+
+    # --- derived views (cheap; recomputed on demand) -------------------------------------
+    def node(self, name: str) -> Node:
+        return self._node_index()[name]
+
+    def _node_index(self) -> dict[str, Node]:
+        return {n.name: n for n in self.nodes}
+
+    def predecessors(self) -> dict[str, list[str]]:
+        preds: dict[str, list[str]] = {n.name: [] for n in self.nodes}
+        for u, v in self.edges:
+            preds[v].append(u)
+        return preds
+
+    def successors(self) -> dict[str, list[str]]:
+        succs: dict[str, list[str]] = {n.name: [] for n in self.nodes}
+        for u, v in self.edges:
+            succs[u].append(v)
+        return succs

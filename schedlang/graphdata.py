@@ -1,0 +1,169 @@
+"""Graph data declarations (AST) -> `Graph`, with every data check located in the source.
+
+Checks: duplicate and unknown names (with did-you-mean), units (a time where a size is due
+and the reverse; one time convention per graph), negative sizes/times, cycles, budgets.
+"""
+from __future__ import annotations
+
+import networkx as nx
+
+from . import ast
+from .errors import DataError, Loc, did_you_mean
+from .graph import DataNode, Graph, Layer, Loss, Node, Option
+from .parser import name_loc
+from .units import SIZE_UNITS, TIME_UNITS, dimension, format_size
+
+
+def _size(v: ast.Value | None, what: str, default: int | None = None) -> int:
+    if v is None:
+        if default is None:
+            raise DataError(f"{what} needs a size", None)
+        return default
+    if v.unit and v.unit not in SIZE_UNITS:
+        raise DataError(f"{what} must be a size (B, KiB, MiB, GiB, ...), not a {dimension(v.unit)} "
+                        f"('{v.text}')", v.loc)
+    nbytes = v.value * SIZE_UNITS.get(v.unit, 1)
+    if nbytes < 0:
+        raise DataError(f"{what} cannot be negative ('{v.text}')", v.loc)
+    return int(round(nbytes))
+
+
+class _Times:
+    """All times of a graph follow one convention: with units (-> seconds) or without."""
+
+    def __init__(self):
+        self.first: ast.Value | None = None
+
+    def __call__(self, v: ast.Value | None, what: str) -> float:
+        if v is None:
+            return 0.0
+        if v.unit and v.unit not in TIME_UNITS:
+            raise DataError(f"{what} must be a time (s, ms, us), not a {dimension(v.unit)} ('{v.text}')", v.loc)
+        if v.value < 0:
+            raise DataError(f"{what} cannot be negative ('{v.text}')", v.loc)
+        if self.first is None:
+            self.first = v
+        elif bool(self.first.unit) != bool(v.unit):
+            raise DataError(f"{what} '{v.text}' mixes times with and without units; the first time in "
+                            f"this graph, '{self.first.text}' at {self.first.loc}, "
+                            f"{'has' if self.first.unit else 'has no'} unit", v.loc)
+        return v.value * TIME_UNITS.get(v.unit, 1.0)
+
+    @property
+    def unit(self) -> str:
+        return "s" if self.first is not None and self.first.unit else ""
+
+
+def build_graph(decl: ast.GraphDecl) -> Graph:
+    g = Graph(name=decl.name, title=decl.title, loc=decl.loc)
+    times = _Times()
+    seen: dict[str, Loc] = {}
+
+    def declare(name: str, loc: Loc, what: str):
+        if name in seen:
+            raise DataError(f"{what} '{name}' is declared twice (first at {seen[name]})", loc)
+        seen[name] = loc
+
+    edges: list[ast.EdgeStmt] = []
+    for item in decl.items:
+        if isinstance(item, ast.NodeStmt):
+            loc = name_loc(item.name, item.loc)
+            declare(item.name, loc, "node")
+            g.nodes.append(Node(str(item.name), times(item.time, f"time of node '{item.name}'"),
+                                _size(item.size, f"size of node '{item.name}'", 0), item.kind, loc))
+        elif isinstance(item, ast.EdgeStmt):
+            edges.append(item)
+        elif isinstance(item, ast.DataStmt):
+            loc = name_loc(item.name, item.loc)
+            declare(item.name, loc, "data")
+            g.data.append(DataNode(str(item.name), _size(item.size, f"size of data '{item.name}'"), item.role, loc))
+        elif isinstance(item, ast.LayerStmt):
+            g.layers.append(_layer(item, times))
+        elif isinstance(item, ast.LossStmt):
+            if g.loss is not None:
+                raise DataError("a graph has one loss (first at %s)" % g.loss.loc, item.loc)
+            g.loss = Loss([str(n) for n in item.inputs], [str(n) for n in item.outputs],
+                          times(item.time, "time of the loss"), item.loc)
+
+    known = {n.name for n in g.nodes}
+    for e in edges:
+        src_loc = name_loc(e.source, e.loc)
+        if e.source not in known:
+            raise DataError(f"edge from unknown node '{e.source}'{did_you_mean(e.source, known)}", src_loc)
+        for t in e.targets:
+            if t not in known:
+                raise DataError(f"edge to unknown node '{t}'{did_you_mean(t, known)}", name_loc(t, e.loc))
+            if t == e.source:
+                raise DataError(f"edge from '{t}' to itself: the graph must be acyclic", name_loc(t, e.loc))
+            g.edges.append((str(e.source), str(t)))
+    _check_layers(g)
+    _check_order(g, edges)
+    g.time_unit = times.unit
+    return g
+
+
+def _layer(item: ast.LayerStmt, times: _Times) -> Layer:
+    options = []
+    seen: dict[str, Loc] = {}
+    for o in item.options:
+        if o.name in seen:
+            raise DataError(f"option '{o.name}' of layer '{item.name}' is declared twice", o.loc)
+        seen[o.name] = o.loc
+        what = f"option '{o.name}' of layer '{item.name}'"
+        options.append(Option(
+            str(o.name), times(o.fwd, f"forward time of {what}"), _size(o.fwd_overhead, "", 0),
+            times(o.bwd, f"backward time of {what}"), _size(o.bwd_overhead, "", 0),
+            _size(o.phantom, f"phantom of {what}", 0), [str(n) for n in o.needs], o.loc))
+    if not options:
+        raise DataError(f"layer '{item.name}' has no option", name_loc(item.name, item.loc))
+    return Layer(str(item.name), [str(n) for n in item.inputs], [str(n) for n in item.outputs],
+                 [str(n) for n in item.grad_inputs], [str(n) for n in item.grad_outputs], options,
+                 name_loc(item.name, item.loc))
+
+
+def _check_layers(g: Graph) -> None:
+    """Every data name a layer or the loss mentions must be declared."""
+    data = {d.name for d in g.data}
+    uses = []
+    for layer in g.layers:
+        for n in layer.inputs + layer.outputs + layer.grad_inputs + layer.grad_outputs:
+            uses.append((n, layer.loc, f"layer '{layer.name}'"))
+        for o in layer.options:
+            uses += [(n, o.loc, f"option '{o.name}' of layer '{layer.name}'") for n in o.needs]
+    if g.loss is not None:
+        uses += [(n, g.loss.loc, "the loss") for n in g.loss.inputs + g.loss.outputs]
+    for name, loc, who in uses:
+        if name not in data:
+            raise DataError(f"{who} uses undeclared data '{name}'{did_you_mean(name, data)}", loc)
+
+
+def _check_order(g: Graph, edges: list[ast.EdgeStmt]) -> None:
+    """Nodes must be listed in a topological order, which the formulations take as stage order."""
+    digraph = nx.DiGraph()
+    digraph.add_nodes_from(n.name for n in g.nodes)
+    digraph.add_edges_from(g.edges)
+    try:
+        cycle = nx.find_cycle(digraph)
+    except nx.NetworkXNoCycle:
+        cycle = None
+    by_name = {n.name: n for n in g.nodes}
+    if cycle:
+        path = " -> ".join([u for u, _ in cycle] + [cycle[0][0]])
+        raise DataError(f"graph '{g.name}' has a cycle: {path}", by_name[cycle[0][0]].loc)
+    position = {n.name: i for i, n in enumerate(g.nodes)}
+    for e in edges:
+        for t in e.targets:
+            if position[t] < position[e.source]:
+                raise DataError(f"edge {e.source} -> {t} goes backwards: nodes must be declared in a "
+                                f"topological order ('{t}' is declared before '{e.source}')",
+                                name_loc(t, e.loc))
+
+
+def budget_value(b: ast.BudgetDecl) -> int:
+    if b.kind not in ("peak", "save"):
+        raise DataError(f"unknown budget '{b.kind}'{did_you_mean(b.kind, ['peak', 'save'])}; "
+                        "budgets are 'peak' and 'save'", b.loc)
+    nbytes = _size(b.value, f"budget {b.kind}")
+    if nbytes <= 0:
+        raise DataError(f"budget {b.kind} must be positive, got {format_size(nbytes)}", b.value.loc)
+    return nbytes

@@ -1,0 +1,1092 @@
+"""Instantiate a checked Program on its graph data and lower it to the IR.
+
+Evaluation is column-wise over binding tables (`relational.Table`): every declaration's index
+domain is generated once by joins, and each expression evaluates to a whole column for all the
+rows at once. Rules that users rely on (docs/language.md):
+
+* A variable or expression referenced outside its declared domain is 0 (S[t-1, v] at the first
+  t, R[t, v] with v after t); a param referenced outside its domain is an error unless it has
+  a default.
+* A recursive expression (U[t, k] defined from U[t, prev(k)]) becomes an auxiliary continuous
+  variable per element with a defining equality, so the model stays linear in size.
+* Logic (and, or, not, implies, iff, any, all) over binary literals and linear comparisons is
+  lowered to linear rows; big-M values come from variable bounds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+import scipy.sparse as sp
+
+from . import ast
+from .errors import CheckError, DataError, Loc, did_you_mean
+from .graph import Graph
+from .ir import ConstraintBlock, IRModel, Objective, VarFamily
+from .program import Program
+from .relational import (INVALID, Const, Elem, KeyIndex, Lin, SetVal, Table, Universe, cross_rows,
+                         expand_ranges, unique_rows)
+from .units import UNITS, dimension
+
+TOL = 1e-9
+
+
+@dataclass
+class SetRel:
+    """A set that depends on the rows of a table: row `rows[i]` contains element `cols[i]`."""
+
+    rows: np.ndarray
+    cols: np.ndarray  # (n, arity)
+
+
+@dataclass
+class Family:
+    """An instantiated indexed declaration: its domain rows and their key index."""
+
+    keys: np.ndarray  # (n, arity) codes
+    index: KeyIndex
+    table: Table
+
+
+class Lowering:
+    def __init__(self, program: Program, graph: Graph | None, budgets: dict[str, int]):
+        self.p = program
+        self.g = graph
+        self.budgets = budgets
+        self.u = Universe()
+        self.sets: dict[str, SetVal] = {}
+        self.indexed_sets: dict[str, tuple[Family, SetRel]] = {}
+        self.params: dict[str, tuple[Family | None, np.ndarray, np.ndarray | None]] = {}
+        self.vars: dict[str, tuple[Family, int]] = {}  # name -> (family, first column)
+        self.var_families: list[VarFamily] = []
+        self.exprs: dict[str, tuple[Family, object]] = {}
+        self.recursive: set[str] = set()
+        self.blocks: list[ConstraintBlock] = []
+        self.lb: list[np.ndarray] = []
+        self.ub: list[np.ndarray] = []
+        self.int_cols: list[np.ndarray] = []
+        self.n_cols = 0
+        self._bind_graph()
+
+    # ================================================================== graph binding
+    def _bind_graph(self):
+        g = self.g
+        if g is None:
+            return
+        codes = self.u.codes_of([n.name for n in g.nodes])  # topological order = code order
+        self.node_size = np.zeros(len(self.u))
+        self.node_time = np.zeros(len(self.u))
+        self.node_backward = np.zeros(len(self.u), dtype=bool)
+        self.node_size[codes] = [n.size for n in g.nodes]
+        self.node_time[codes] = [n.time for n in g.nodes]
+        self.node_backward[codes] = [n.kind == "backward" for n in g.nodes]
+        self.sets["nodes"] = SetVal(codes.reshape(-1, 1), "nodes")
+        self.sets["forward_nodes"] = SetVal(codes[~self.node_backward[codes]].reshape(-1, 1), "forward_nodes")
+        self.sets["backward_nodes"] = SetVal(codes[self.node_backward[codes]].reshape(-1, 1), "backward_nodes")
+        if g.edges:
+            e = np.array([[self.u.code(a), self.u.code(b)] for a, b in g.edges], dtype=np.int64)
+        else:
+            e = np.zeros((0, 2), dtype=np.int64)
+        self.sets["edges"] = SetVal(e, "edges")
+
+    def _graph_attr(self, arr_name: str, codes: np.ndarray, loc: Loc, what: str) -> np.ndarray:
+        if self.g is None:
+            raise DataError(f"{what}() needs graph data, and no graph was given", loc)
+        arr = getattr(self, arr_name)
+        ok = (codes >= 0) & (codes < len(arr))
+        if not ok.all():
+            bad = self.u.value(int(codes[~ok][0]))
+            raise DataError(f"{what}({bad!r}): not a node of graph '{self.g.name}'", loc)
+        return arr[codes]
+
+    # ================================================================== entry point
+    def run(self) -> IRModel:
+        self._find_recursive_exprs()
+        for d in self.p.decls.values():
+            if isinstance(d, ast.VarDecl):
+                self._declare_var(d)
+        for name in sorted(self.recursive, key=list(self.p.decls).index):
+            self._declare_aux(self.p.decls[name])
+        for name in sorted(self.recursive, key=list(self.p.decls).index):
+            self._define_aux(self.p.decls[name])
+        for d in self.p.decls.values():
+            if isinstance(d, ast.ConstraintDecl):
+                self._constraint(d)
+        ir = IRModel(self.p.name, self.var_families, self.blocks, self._objective())
+        return ir
+
+    def _find_recursive_exprs(self):
+        graph = nx.DiGraph()
+        exprs = {d.name for d in self.p.by_kind(ast.ExprDecl)}
+        for d in self.p.by_kind(ast.ExprDecl):
+            graph.add_node(d.name)
+            for ref in _references(d.value):
+                if ref in exprs:
+                    graph.add_edge(d.name, ref)
+        for comp in nx.strongly_connected_components(graph):
+            if len(comp) > 1 or any(graph.has_edge(n, n) for n in comp):
+                self.recursive |= comp
+
+    # ================================================================== domains
+    def domain(self, index: ast.Index | None, outer: Table | None = None) -> Table:
+        """The binding table of an index domain, grown from `outer` (default: one empty row)."""
+        t = outer if outer is not None else Table.unit()
+        if index is None:
+            return t
+        conjuncts = _conjuncts(index.where) if index.where is not None else []
+        for item in index.items:
+            names = _pattern(item.element)
+            t = self._bind(t, names, item.set, conjuncts)
+            t = self._filter_ready(t, conjuncts)
+        for c in conjuncts:  # anything left (e.g. no-variable conditions)
+            t = t.take(np.flatnonzero(self._bool(c, t)))
+        conjuncts.clear()
+        return t
+
+    def _filter_ready(self, t: Table, conjuncts: list) -> Table:
+        """Apply each `where` conjunct as soon as all the names it uses are bound."""
+        for c in list(conjuncts):
+            if _free_names(c) <= set(t.cols) | self._global_names():
+                t = t.take(np.flatnonzero(self._bool(c, t)))
+                conjuncts.remove(c)
+        return t
+
+    def _global_names(self) -> set:
+        return set(self.p.decls) | {"nodes", "edges", "forward_nodes", "backward_nodes", "inf",
+                                    "budget.peak", "budget.save"}
+
+    def _bind(self, t: Table, names: list[str], set_expr, conjuncts: list) -> Table:
+        sv = self.set_value(set_expr, t)
+        arity = sv.cols.shape[1] if isinstance(sv, SetRel) else sv.arity
+        if arity != len(names):
+            raise CheckError(f"binding {len(names)} name{'s' if len(names) > 1 else ''} to a set of "
+                             f"{arity}-tuples", set_expr.loc)
+        home = sv if isinstance(sv, SetVal) and sv.arity == 1 else None
+        if isinstance(sv, SetRel):
+            t2 = t.take(sv.rows)
+            keep = np.ones(t2.m, dtype=bool)
+            for j, n in enumerate(names):
+                if n == "_":
+                    continue
+                if n in t2.cols:
+                    keep &= t2.cols[n] == sv.cols[:, j]
+                else:
+                    t2 = t2.with_col(n, sv.cols[:, j], None)
+            return t2.take(np.flatnonzero(keep)) if not keep.all() else t2
+        # A constant set: join on the names already bound and on `new == bound` conjuncts.
+        keys_t, keys_s = [], []
+        for j, n in enumerate(names):
+            if n in t.cols:
+                keys_t.append(t.cols[n])
+                keys_s.append(j)
+        for c in list(conjuncts):
+            pair = _equality(c)
+            if pair is None:
+                continue
+            a, b = pair
+            for new, old in ((a, b), (b, a)):
+                if new in names and new not in t.cols and old in t.cols and names.count(new) == 1:
+                    keys_t.append(t.cols[old])
+                    keys_s.append(names.index(new))
+                    conjuncts.remove(c)
+                    break
+            else:
+                continue
+        if keys_t:
+            idx = KeyIndex(sv.cols[:, keys_s], len(self.u))
+            trows, srows = idx.join(keys_t)
+        else:
+            trows, srows = cross_rows(t.m, len(sv))
+        t2 = t.take(trows)
+        seen = set(t.cols)
+        for j, n in enumerate(names):
+            if n == "_" or n in seen:
+                continue
+            seen.add(n)
+            t2 = t2.with_col(n, sv.cols[srows, j], home)
+        # a name repeated inside one pattern, e.g. (v, v) in E, must match itself
+        for j, n in enumerate(names):
+            first = names.index(n)
+            if n != "_" and first != j:
+                t2 = t2.take(np.flatnonzero(sv.cols[srows, first] == sv.cols[srows, j]))
+                srows = srows[np.flatnonzero(sv.cols[srows, first] == sv.cols[srows, j])]
+        return t2
+
+    # ================================================================== sets
+    def set_value(self, e, t: Table):
+        """A constant SetVal, or a SetRel when the set depends on the table's names."""
+        if isinstance(e, ast.Name):
+            if e.id in self.sets:
+                return self.sets[e.id]
+            d = self.p.decls.get(e.id)
+            if isinstance(d, ast.SetDecl) and d.index is None:
+                return self._set_decl(d)
+            raise CheckError(f"'{e.id}' is not a set", e.loc)
+        if isinstance(e, ast.Subscript):
+            fam, rel = self._indexed_set(e)
+            args = [self._elem_codes(a, t) for a in e.args]
+            trows, frows = fam.index.join(args)
+            # rel rows point at family rows; expand each table row by its family row's elements
+            order = np.argsort(rel.rows, kind="stable")
+            starts = np.searchsorted(rel.rows[order], np.arange(len(fam.keys)), "left")
+            ends = np.searchsorted(rel.rows[order], np.arange(len(fam.keys)), "right")
+            counts = ends[frows] - starts[frows]
+            rows = np.repeat(trows, counts)
+            offs = np.arange(counts.sum(), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+            pick = order[np.repeat(starts[frows], counts) + offs]
+            return SetRel(rows, rel.cols[pick])
+        if isinstance(e, ast.Call) and e.func in ("preds", "succs"):
+            v = self._elem_codes(e.args[0], t)
+            edges = self.sets["edges"].cols
+            key, other = (1, 0) if e.func == "preds" else (0, 1)
+            idx = KeyIndex(edges[:, [key]], len(self.u))
+            trows, erows = idx.join([v])
+            return SetRel(trows, edges[erows][:, [other]])
+        if isinstance(e, ast.Range):
+            lo = self._num(e.lo, t)
+            hi = self._num(e.hi, t)
+            if not (np.all(lo == np.round(lo)) and np.all(hi == np.round(hi))):
+                raise DataError("range bounds must be integers", e.loc)
+            rows, vals = expand_ranges(lo.astype(np.int64), hi.astype(np.int64))
+            codes = self.u.codes_of(vals.tolist()).reshape(-1, 1)
+            return self._maybe_const(SetRel(rows, codes), t)
+        if isinstance(e, ast.BinOp) and e.op in ("union", "diff", "inter"):
+            a = self._as_rel(self.set_value(e.left, t), t)
+            b = self._as_rel(self.set_value(e.right, t), t)
+            if a.cols.shape[1] != b.cols.shape[1]:
+                raise CheckError(f"'{e.op}' of sets of {a.cols.shape[1]}- and {b.cols.shape[1]}-tuples", e.loc)
+            return self._maybe_const(_combine(e.op, a, b, len(self.u)), t)
+        if isinstance(e, ast.SetLit):
+            if e.items and (e.where is not None or all(isinstance(x, ast.Member) and _is_pattern(x.element) for x in e.items)):
+                inner = self.domain(ast.Index(e.loc, e.items, e.where), _with_row_id(t))
+                names = [n for x in e.items for n in _pattern(x.element) if n != "_"]
+                names = list(dict.fromkeys(names))
+                cols = np.stack([inner.cols[n] for n in names], axis=1) if names else np.zeros((inner.m, 0), np.int64)
+                return self._maybe_const(SetRel(inner.cols["__row"], cols), t)
+            cols = [self._tuple_codes(x, t) for x in e.items]
+            if not cols:
+                return SetVal(np.zeros((0, 1), dtype=np.int64))
+            width = {c.shape[1] for c in cols}
+            if len(width) > 1:
+                raise CheckError("a set literal mixes tuples of different lengths", e.loc)
+            rows = np.concatenate([np.arange(t.m, dtype=np.int64)] * len(cols))
+            data = np.concatenate(cols)
+            order = np.argsort(rows, kind="stable")
+            return self._maybe_const(SetRel(rows[order], data[order]), t)
+        if isinstance(e, ast.SetFor):
+            inner = self.domain(ast.Index(e.loc, e.items, e.where), _with_row_id(t))
+            cols = self._tuple_codes(e.expr, inner)
+            return self._maybe_const(SetRel(inner.cols["__row"], cols), t)
+        if isinstance(e, ast.Cond):
+            raise CheckError("'if' cannot choose between sets", e.loc)
+        raise CheckError("expected a set", e.loc)
+
+    def _maybe_const(self, rel: SetRel, t: Table):
+        """A set that does not depend on the rows of a one-row table is a constant SetVal."""
+        if t.m == 1:
+            return SetVal(unique_rows(rel.cols))
+        return rel
+
+    def _as_rel(self, sv, t: Table) -> SetRel:
+        if isinstance(sv, SetRel):
+            return sv
+        rows, srows = cross_rows(t.m, len(sv))
+        return SetRel(rows, sv.cols[srows])
+
+    def _set_decl(self, d: ast.SetDecl) -> SetVal:
+        if d.name not in self.sets:
+            self.sets[d.name] = SetVal(np.zeros((0, 1), np.int64), d.name)  # guards recursion
+            sv = self.set_value(d.value, Table.unit())
+            if isinstance(sv, SetRel):
+                sv = SetVal(unique_rows(sv.cols))
+            sv.name = d.name
+            self.sets[d.name] = sv
+        return self.sets[d.name]
+
+    def _indexed_set(self, e: ast.Subscript) -> tuple[Family, SetRel]:
+        if e.name in self.indexed_sets:
+            return self.indexed_sets[e.name]
+        d = self.p.decls.get(e.name)
+        if not isinstance(d, ast.SetDecl) or d.index is None:
+            raise CheckError(f"'{e.name}' is not an indexed set", e.loc)
+        fam = self._family(d.index)
+        rel = self._as_rel(self.set_value(d.value, _with_row_id(fam.table)), fam.table)
+        # distinct elements per row, first occurrence kept
+        both = np.concatenate([rel.rows.reshape(-1, 1), rel.cols], axis=1)
+        both = unique_rows(both)
+        order = np.argsort(both[:, 0], kind="stable")
+        both = both[order]
+        self.indexed_sets[e.name] = (fam, SetRel(both[:, 0], both[:, 1:]))
+        return self.indexed_sets[e.name]
+
+    def _family(self, index: ast.Index | None) -> Family:
+        table = self.domain(index)
+        names = _index_names(index)
+        keys = np.stack([table.cols[n] for n in names], axis=1) if names else np.zeros((table.m, 0), np.int64)
+        if names and len(unique_rows(keys)) != len(keys):
+            raise CheckError("this index domain lists an element twice", index.loc)
+        return Family(keys, KeyIndex(keys, len(self.u) + 1), table)
+
+    # ================================================================== element and tuple values
+    def _elem_codes(self, e, t: Table) -> np.ndarray:
+        v = self.value(e, t)
+        if isinstance(v, Elem):
+            return v.codes
+        if isinstance(v, Const) and v.v.dtype != bool:
+            vals = v.v
+            if not np.all(vals == np.round(vals)):
+                raise DataError("an index must be an element or an integer", e.loc)
+            return self.u.codes_of(vals.astype(np.int64).tolist())
+        raise CheckError("expected an element", e.loc)
+
+    def _tuple_codes(self, e, t: Table) -> np.ndarray:
+        if isinstance(e, ast.Tuple):
+            return np.stack([self._elem_codes(x, t) for x in e.items], axis=1)
+        return self._elem_codes(e, t).reshape(-1, 1)
+
+    # ================================================================== expression values
+    def value(self, e, t: Table):
+        return getattr(self, "v_" + type(e).__name__)(e, t)
+
+    def _num(self, e, t: Table) -> np.ndarray:
+        v = self.value(e, t)
+        if isinstance(v, Const):
+            return np.broadcast_to(v.v.astype(np.float64), (t.m,)).copy()
+        if isinstance(v, Lin):
+            raise CheckError("expected a constant, but this depends on variables", e.loc)
+        raise CheckError("expected a number", e.loc)
+
+    def _bool(self, e, t: Table) -> np.ndarray:
+        v = self.value(e, t)
+        if isinstance(v, Const) and v.v.dtype == bool:
+            return np.broadcast_to(v.v, (t.m,)).copy()
+        raise CheckError("expected a condition", e.loc)
+
+    def _lin(self, e, t: Table) -> Lin:
+        v = self.value(e, t)
+        if isinstance(v, Lin):
+            return v
+        if isinstance(v, Const) and v.v.dtype != bool:
+            return Lin.constant(np.broadcast_to(v.v.astype(np.float64), (t.m,)))
+        if isinstance(v, Const):
+            return Lin.constant(np.broadcast_to(v.v.astype(np.float64), (t.m,)))
+        raise CheckError("expected a number or a linear expression", e.loc)
+
+    def v_Num(self, e, t):
+        return Const(np.full(t.m, e.value * UNITS.get(e.unit, 1.0)), dimension(e.unit))
+
+    def v_Str(self, e, t):
+        return Elem(np.full(t.m, self.u.code(e.value), dtype=np.int64))
+
+    def v_Name(self, e, t):
+        if e.id in t.cols:
+            return Elem(t.cols[e.id], t.homes.get(e.id))
+        if e.id == "inf":
+            return Const(np.full(t.m, np.inf))
+        if e.id.startswith("budget."):
+            kind = e.id.split(".", 1)[1]
+            if kind not in self.budgets:
+                where = f" for graph '{self.g.name}'" if self.g else ""
+                raise DataError(f"missing budget: the model uses {e.id}, and no {kind} budget was given"
+                                f"{where}; add `budget {kind} SIZE` to the data or pass --budget", e.loc)
+            return Const(np.full(t.m, float(self.budgets[kind])), "size")
+        d = self.p.decls.get(e.id)
+        if isinstance(d, ast.ParamDecl):
+            return self._param_lookup(d, [], t, e.loc)
+        if isinstance(d, ast.VarDecl):
+            return self._var_lookup(d.name, [], t)
+        if isinstance(d, ast.ExprDecl):
+            return self._expr_lookup(d, [], t)
+        if e.id in self.sets or isinstance(d, ast.SetDecl):
+            raise CheckError(f"'{e.id}' is a set; a number or element is expected here", e.loc)
+        raise CheckError(f"unknown name '{e.id}'", e.loc)
+
+    def v_Subscript(self, e, t):
+        d = self.p.decls.get(e.name)
+        args = [self._elem_codes(a, t) for a in e.args]
+        if isinstance(d, ast.ParamDecl):
+            return self._param_lookup(d, args, t, e.loc)
+        if isinstance(d, ast.VarDecl):
+            return self._var_lookup(d.name, args, t)
+        if isinstance(d, ast.ExprDecl):
+            return self._expr_lookup(d, args, t)
+        raise CheckError(f"'{e.name}' cannot be used as a number here", e.loc)
+
+    # --- params
+    def _param(self, d: ast.ParamDecl):
+        if d.name in self.params:
+            return self.params[d.name]
+        if isinstance(d.value, ast.Table):
+            entry = self._table_param(d)
+        elif d.index is None:
+            entry = (None, self._num_or_bool(d.value, Table.unit()), None)
+        else:
+            fam = self._family(d.index)
+            entry = (fam, self._num_or_bool(d.value, fam.table), None)
+        self.params[d.name] = entry
+        return entry
+
+    def _num_or_bool(self, e, t):
+        v = self.value(e, t)
+        if isinstance(v, Const):
+            return np.broadcast_to(v.v, (t.m,)).copy()
+        raise CheckError("a param must be a constant number", e.loc)
+
+    def _table_param(self, d: ast.ParamDecl):
+        """`param w = {a: 1, b: 2}` (a value per key), optionally over a declared domain."""
+        keys, vals = [], []
+        one = Table.unit()
+        for k, v in d.value.pairs:
+            keys.append(self._tuple_codes(k, one)[0])
+            vals.append(self._num(v, one)[0])
+        arity = {len(k) for k in keys}
+        if len(arity) > 1:
+            raise CheckError(f"the keys of param '{d.name}' have different lengths", d.value.loc)
+        keys_arr = np.array(keys, dtype=np.int64).reshape(len(keys), -1)
+        for k in range(len(keys_arr)):
+            for j in range(k):
+                if np.array_equal(keys_arr[k], keys_arr[j]):
+                    raise DataError(f"param '{d.name}' gives a value twice for "
+                                    f"{self._fmt_key(keys_arr[k])}", d.value.pairs[k][0].loc)
+        return (Family(keys_arr, KeyIndex(keys_arr, len(self.u) + 1), Table(len(keys))), np.array(vals), None)
+
+    def _param_lookup(self, d: ast.ParamDecl, args, t: Table, loc: Loc):
+        fam, values, _ = self._param(d)
+        if fam is None:
+            if args:
+                raise CheckError(f"param '{d.name}' is not indexed", loc)
+            v = np.broadcast_to(values, (t.m,)) if values.shape == (1,) else values
+            return Const(np.broadcast_to(v, (t.m,)).copy())
+        if len(args) != fam.keys.shape[1]:
+            raise CheckError(f"'{d.name}' takes {fam.keys.shape[1]} indices, got {len(args)}", loc)
+        rows = fam.index.lookup(args, t.m)
+        missing = rows < 0
+        if missing.any():
+            default = self._default_of(d.name)
+            if default is None:
+                i = int(np.flatnonzero(missing)[0])
+                key = self._fmt_key(np.array([a[i] for a in args]))
+                raise DataError(f"param '{d.name}' has no value for {key} (outside its declared domain)", loc)
+            out = np.where(missing, default, values[np.maximum(rows, 0)])
+            return Const(out)
+        return Const(values[rows])
+
+    def _default_of(self, name: str):
+        """Only used for table params declared elsewhere with `default`: not supported yet."""
+        return None
+
+    def _fmt_key(self, codes) -> str:
+        vals = [self.u.value(int(c)) for c in codes]
+        return "[" + ", ".join(str(v) for v in vals) + "]"
+
+    # --- variables
+    def _declare_var(self, d: ast.VarDecl):
+        fam = self._family(d.index)
+        n = len(fam.keys)
+        lb = np.zeros(n) if d.kind == "binary" else np.full(n, -np.inf)
+        ub = np.ones(n) if d.kind == "binary" else np.full(n, np.inf)
+        if d.lb is not None:
+            lb = self._num(d.lb, fam.table)
+        if d.ub is not None:
+            ub = self._num(d.ub, fam.table)
+        if d.kind == "integer":
+            lb, ub = np.ceil(lb - 1e-9), np.floor(ub + 1e-9)
+        if d.kind == "binary" and (d.lb is not None or d.ub is not None):
+            lb, ub = np.maximum(lb, 0), np.minimum(ub, 1)
+        bad = lb > ub + TOL
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DataError(f"variable {d.name}{self._fmt_key(fam.keys[i]) if fam.keys.shape[1] else ''} has "
+                            f"lower bound {lb[i]:g} above its upper bound {ub[i]:g}", d.loc)
+        self._add_family(d.name, fam, d.kind, lb, ub, d.loc, d.doc)
+
+    def _add_family(self, name, fam: Family, kind, lb, ub, loc, doc=""):
+        offset = self.n_cols
+        self.vars[name] = (fam, offset)
+        keys = [tuple(self.u.value(int(c)) for c in row) for row in fam.keys]
+        self.var_families.append(VarFamily(name, keys, kind, lb.astype(float), ub.astype(float), offset, loc, doc))
+        self.lb.append(lb.astype(float))
+        self.ub.append(ub.astype(float))
+        self.n_cols += len(fam.keys)
+
+    def _var_lookup(self, name: str, args, t: Table) -> Lin:
+        fam, offset = self.vars[name]
+        if fam.keys.shape[1] == 0:
+            rows = np.zeros(t.m, dtype=np.int64) if len(fam.keys) else np.full(t.m, -1)
+        else:
+            rows = fam.index.lookup(args, t.m)
+        hit = np.flatnonzero(rows >= 0)  # outside the declared domain: 0
+        return Lin(t.m, hit, offset + rows[hit], np.ones(len(hit)), np.zeros(t.m))
+
+    def is_binary(self, name: str) -> bool:
+        d = self.p.decls.get(name)
+        return isinstance(d, ast.VarDecl) and d.kind == "binary"
+
+    def column_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        if not self.lb:
+            return np.zeros(0), np.zeros(0)
+        return np.concatenate(self.lb), np.concatenate(self.ub)
+
+    # --- expressions
+    def _declare_aux(self, d: ast.ExprDecl):
+        fam = self._family(d.index)
+        n = len(fam.keys)
+        self._add_family(d.name, fam, "continuous", np.full(n, -np.inf), np.full(n, np.inf), d.loc,
+                         "auxiliary variable of the recursive expression")
+
+    def _define_aux(self, d: ast.ExprDecl):
+        fam, offset = self.vars[d.name]
+        body = self._lin(d.value, fam.table)
+        m = fam.table.m
+        aux = Lin(m, np.arange(m), offset + np.arange(m), np.ones(m), np.zeros(m))
+        self._emit(f"{d.name}.definition", fam, aux + body.scale(-np.ones(m)), "==", d.loc)
+
+    def _expr_lookup(self, d: ast.ExprDecl, args, t: Table):
+        if d.name in self.recursive:
+            return self._var_lookup(d.name, args, t)
+        if d.name not in self.exprs:
+            fam = self._family(d.index)
+            self.exprs[d.name] = (fam, self.value(d.value, fam.table))
+        fam, val = self.exprs[d.name]
+        if fam.keys.shape[1] == 0:
+            rows = np.zeros(t.m, dtype=np.int64)
+        else:
+            rows = fam.index.lookup(args, t.m)
+        if isinstance(val, Const):
+            out = np.zeros(t.m)
+            ok = rows >= 0
+            out[ok] = np.broadcast_to(val.v, (fam.table.m,))[rows[ok]]
+            return Const(out, val.dim)
+        return val.gather(rows)
+
+    # --- operators
+    def v_BinOp(self, e, t):
+        if e.op in ("union", "diff", "inter"):
+            raise CheckError("a set is not a number", e.loc)
+        a = self.value(e.left, t)
+        if isinstance(a, Elem) and e.op in "+-":
+            k = self._num(e.right, t)
+            return self._shift(a, k if e.op == "+" else -k, e.loc)
+        b = self.value(e.right, t)
+        if isinstance(a, Const) and isinstance(b, Const):
+            x, y = a.v.astype(float), b.v.astype(float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}[e.op](x, y)
+            if e.op == "/" and np.any(y == 0):
+                raise DataError("division by zero", e.loc)
+            return Const(np.broadcast_to(out, (t.m,)).copy())
+        if e.op in "+-":
+            la, lb = self._lin(e.left, t) if not isinstance(a, Lin) else a, self._lin(e.right, t) if not isinstance(b, Lin) else b
+            return la + (lb.scale(-np.ones(t.m)) if e.op == "-" else lb)
+        if e.op == "*":
+            if isinstance(a, Const):
+                return self._lin_of(b, t).scale(a.v.astype(float))
+            if isinstance(b, Const):
+                return self._lin_of(a, t).scale(b.v.astype(float))
+            raise CheckError("non-linear product of variables: one side of '*' must be a constant", e.loc)
+        if e.op == "/" and isinstance(b, Const):
+            if np.any(b.v == 0):
+                raise DataError("division by zero", e.loc)
+            return self._lin_of(a, t).scale(1.0 / b.v.astype(float))
+        raise CheckError("division by an expression with variables is not linear", e.loc)
+
+    def _lin_of(self, v, t) -> Lin:
+        if isinstance(v, Lin):
+            return v
+        return Lin.constant(np.broadcast_to(v.v.astype(float), (t.m,)))
+
+    def _shift(self, a: Elem, k: np.ndarray, loc) -> Elem:
+        if not np.all(k == np.round(k)):
+            raise DataError("an element can only be shifted by an integer", loc)
+        k = k.astype(np.int64)
+        num = self.u.numeric()
+        valid = a.codes >= 0
+        if a.home is None and valid.any() and np.all(~np.isnan(num[a.codes[valid]])):
+            vals = num[np.maximum(a.codes, 0)] + k
+            codes = self.u.codes_of(vals.astype(np.int64).tolist())
+            return Elem(np.where(valid, codes, INVALID))
+        if a.home is None:
+            raise CheckError("'+'/'-' on an element needs an ordered set: the element must come from "
+                             "a binding over a set of single elements (or use next(v, S))", loc)
+        pos = a.home.positions(len(self.u))
+        p = np.where(valid, pos[np.maximum(a.codes, 0)], -1)
+        q = p + k
+        ok = (p >= 0) & (q >= 0) & (q < len(a.home))
+        out = np.full(len(a.codes), INVALID, dtype=np.int64)
+        out[ok] = a.home.cols[q[ok], 0]
+        return Elem(out, a.home)
+
+    def v_Neg(self, e, t):
+        v = self.value(e.operand, t)
+        if isinstance(v, Const):
+            return Const(-v.v.astype(float), v.dim)
+        return v.scale(-np.ones(t.m))
+
+    def v_Compare(self, e, t):
+        a, b = self.value(e.left, t), self.value(e.right, t)
+        if isinstance(a, Elem) or isinstance(b, Elem):
+            if not (isinstance(a, Elem) and isinstance(b, Elem)):
+                raise CheckError("cannot compare an element with a number", e.loc)
+            x, y = self._elem_order(a.codes), self._elem_order(b.codes)
+            invalid = (a.codes < 0) | (b.codes < 0)
+            res = _COMPARE[e.op](x, y)
+            return Const(np.where(invalid, e.op == "!=", res))
+        if isinstance(a, Const) and isinstance(b, Const):
+            return Const(_COMPARE[e.op](a.v.astype(float), b.v.astype(float)))
+        raise _NeedsLowering()
+
+    def _elem_order(self, codes: np.ndarray) -> np.ndarray:
+        num = self.u.numeric()
+        c = np.maximum(codes, 0)
+        vals = num[c]
+        return np.where(np.isnan(vals), c.astype(float), vals)
+
+    def v_Member(self, e, t):
+        tup = self._tuple_codes(e.element, t)
+        sv = self.set_value(e.set, _with_row_id(t) if not isinstance(e.set, ast.Name) else t)
+        base = len(self.u) + 1
+        if isinstance(sv, SetVal):
+            if sv.arity != tup.shape[1]:
+                raise CheckError(f"'in' tests a {tup.shape[1]}-tuple against a set of {sv.arity}-tuples", e.loc)
+            hit = KeyIndex(sv.cols, base).lookup([tup[:, j] for j in range(tup.shape[1])]) >= 0
+        else:
+            both = np.concatenate([sv.rows.reshape(-1, 1), sv.cols], axis=1)
+            q = [np.arange(t.m, dtype=np.int64)] + [tup[:, j] for j in range(tup.shape[1])]
+            hit = KeyIndex(both, max(base, t.m + 1)).lookup(q) >= 0
+        return Const(hit != e.negated)
+
+    def v_Logic(self, e, t):
+        a, b = self.value(e.left, t), self.value(e.right, t)
+        if isinstance(a, Const) and isinstance(b, Const) and a.v.dtype == bool and b.v.dtype == bool:
+            x, y = a.v, b.v
+            return Const({"and": x & y, "or": x | y, "implies": ~x | y, "iff": x == y}[e.op])
+        raise _NeedsLowering()
+
+    def v_Not(self, e, t):
+        a = self.value(e.operand, t)
+        if isinstance(a, Const) and a.v.dtype == bool:
+            return Const(~a.v)
+        raise _NeedsLowering()
+
+    def v_Cond(self, e, t):
+        c = self._bool(e.cond, t)
+        a, b = self.value(e.then, t), self.value(e.other, t)
+        if isinstance(a, Const) and isinstance(b, Const):
+            return Const(np.where(c, np.broadcast_to(a.v, (t.m,)), np.broadcast_to(b.v, (t.m,))))
+        if isinstance(a, Elem) and isinstance(b, Elem):
+            return Elem(np.where(c, a.codes, b.codes))
+        la, lb = self._lin_of(a, t), self._lin_of(b, t)
+        return _select(la, lb, c)
+
+    def v_Tuple(self, e, t):
+        raise CheckError("a tuple is not a number", e.loc)
+
+    def v_Aggregate(self, e, t):
+        inner = self.domain(ast.Index(e.loc, e.items, e.where), _with_row_id(t))
+        group = inner.cols["__row"]
+        if e.op in ("any", "all"):
+            v = self.value(e.body, inner)
+            if isinstance(v, Const) and v.v.dtype == bool:
+                count = np.bincount(group, v.v.astype(float), minlength=t.m)[: t.m]
+                total = np.bincount(group, minlength=t.m)[: t.m]
+                return Const(count > 0 if e.op == "any" else count == total)
+            raise _NeedsLowering()
+        v = self.value(e.body, inner)
+        if e.op == "sum":
+            if isinstance(v, Const):
+                return Const(np.bincount(group, np.broadcast_to(v.v.astype(float), (inner.m,)), minlength=t.m)[: t.m], v.dim)
+            return v.reduce(group, t.m)
+        if not isinstance(v, Const):
+            raise CheckError(f"{e.op}() over variables is not linear", e.loc)
+        vals = np.broadcast_to(v.v.astype(float), (inner.m,))
+        out = np.full(t.m, -np.inf if e.op == "max" else np.inf)
+        (np.maximum if e.op == "max" else np.minimum).at(out, group, vals)
+        if inner.m == 0 or len(np.unique(group)) < t.m:
+            empty = np.setdiff1d(np.arange(t.m), group)
+            raise DataError(f"{e.op}() over an empty set", e.loc) if len(empty) else None
+        return Const(out, v.dim)
+
+    def v_Call(self, e, t):
+        f = e.func
+        if f in ("size", "time", "is_backward"):
+            codes = self._elem_codes(e.args[0], t)
+            arr = {"size": "node_size", "time": "node_time", "is_backward": "node_backward"}[f]
+            return Const(self._graph_attr(arr, codes, e.loc, f), {"size": "size", "time": "time"}.get(f, ""))
+        if f in ("next", "prev"):
+            a = self.value(e.args[0], t)
+            if not isinstance(a, Elem):
+                raise CheckError(f"{f}() takes an element", e.args[0].loc)
+            if len(e.args) == 2:
+                sv = self.set_value(e.args[1], t)
+                if not isinstance(sv, SetVal) or sv.arity != 1:
+                    raise CheckError(f"{f}(v, S) needs a constant set of single elements", e.args[1].loc)
+                a = Elem(a.codes, sv)
+            return self._shift(a, np.full(t.m, 1 if f == "next" else -1), e.loc)
+        if f in ("first", "last"):
+            sv = self.set_value(e.args[0], t)
+            if isinstance(sv, SetVal):
+                if len(sv) == 0:
+                    raise DataError(f"{f}() of an empty set", e.loc)
+                return Elem(np.full(t.m, sv.cols[0 if f == "first" else -1, 0]), sv)
+            raise CheckError(f"{f}() needs a set that does not depend on the index", e.loc)
+        if f == "ord":
+            a = self.value(e.args[0], t)
+            if not isinstance(a, Elem) or a.home is None:
+                raise CheckError("ord() needs an element of an ordered set", e.args[0].loc)
+            return Const(a.home.positions(len(self.u))[np.maximum(a.codes, 0)].astype(float) + 1)
+        if f == "card":
+            sv = self.set_value(e.args[0], _with_row_id(t))
+            if isinstance(sv, SetVal):
+                return Const(np.full(t.m, float(len(sv))))
+            return Const(np.bincount(sv.rows, minlength=t.m)[: t.m].astype(float))
+        if f in ("abs", "floor", "ceil"):
+            x = self._num(e.args[0], t)
+            return Const({"abs": np.abs, "floor": np.floor, "ceil": np.ceil}[f](x))
+        if f in ("preds", "succs"):
+            raise CheckError(f"{f}() is a set; use it after 'in'", e.loc)
+        raise CheckError(f"unknown function '{f}'", e.loc)
+
+    def v_SetLit(self, e, t):
+        raise CheckError("a set is not a number", e.loc)
+
+    v_SetFor = v_Range = v_SetLit
+
+    # ================================================================== constraints and logic
+    def _constraint(self, d: ast.ConstraintDecl):
+        fam = self._family(d.index)
+        rows = _Rows(fam.table.m)
+        self._enforce(d.body, fam.table, np.arange(fam.table.m), [], rows, d.name)
+        self._emit_rows(d.name, fam, rows, d.loc)
+
+    def _enforce(self, f, t: Table, origin: np.ndarray, guards: list[Lin], rows: "_Rows", name: str):
+        """Require formula f on every row of t whenever all guard literals are 1.
+
+        `origin` maps each row of t to the constraint's own row (for keys), guards are Lins over t.
+        """
+        f = _push_not(f)
+        if isinstance(f, ast.Logic) and f.op == "and":
+            self._enforce(f.left, t, origin, guards, rows, name)
+            self._enforce(f.right, t, origin, guards, rows, name)
+            return
+        if isinstance(f, ast.Logic) and f.op == "iff":
+            self._enforce(ast.Logic(f.loc, "implies", f.left, f.right), t, origin, guards, rows, name)
+            self._enforce(ast.Logic(f.loc, "implies", f.right, f.left), t, origin, guards, rows, name)
+            return
+        if isinstance(f, ast.Logic) and f.op == "implies":
+            lits = self._conj_literals(f.left, t)
+            if lits is not None:
+                self._enforce(f.right, t, origin, guards + lits, rows, name)
+            else:
+                self._enforce(ast.Logic(f.loc, "or", ast.Not(f.loc, f.left), f.right), t, origin, guards, rows, name)
+            return
+        if isinstance(f, ast.Aggregate) and f.op == "all":
+            inner = self.domain(ast.Index(f.loc, f.items, f.where), _with_row_id(t))
+            src = inner.cols["__row"]
+            self._enforce(f.body, inner, origin[src], [g.gather(src) for g in guards], rows, name)
+            return
+        if isinstance(f, ast.Logic) and f.op == "or" or isinstance(f, ast.Aggregate) and f.op == "any":
+            total = self._disjunction(f, t, origin, rows, name)
+            self._relation(total + Lin.constant(np.full(t.m, -1.0)), ">=", t, origin, guards, rows, f.loc)
+            return
+        if isinstance(f, ast.Compare):
+            a, b = self._lin(f.left, t), self._lin(f.right, t)
+            diff = a + b.scale(-np.ones(t.m))
+            op = f.op
+            if op in ("<", ">"):
+                if not self._integral(diff):
+                    raise CheckError(f"strict '{op}' between expressions with continuous variables cannot be "
+                                     f"modelled; use '{op}='", f.loc)
+                diff = diff + Lin.constant(np.full(t.m, 1.0 if op == "<" else -1.0))
+                op = op + "="
+            if op == "!=":
+                raise CheckError("'!=' between expressions with variables is not supported", f.loc)
+            self._relation(diff, op, t, origin, guards, rows, f.loc)
+            return
+        lit = self._literal(f, t)
+        if lit is not None:  # a binary literal on its own: it must be 1
+            self._relation(lit + Lin.constant(np.full(t.m, -1.0)), ">=", t, origin, guards, rows, f.loc)
+            return
+        raise CheckError("this formula cannot be lowered to linear constraints", f.loc)
+
+    def _disjunction(self, f, t: Table, origin, rows: "_Rows", name: str) -> Lin:
+        """Sum of 0/1 indicators, one per disjunct, each implying its disjunct."""
+        if isinstance(f, ast.Aggregate):  # any(i in I) body
+            lit_body = self._literal_expr(f.body)
+            if not lit_body:
+                raise CheckError("any() over variables takes a binary literal as its body", f.body.loc)
+            inner = self.domain(ast.Index(f.loc, f.items, f.where), _with_row_id(t))
+            return self._literal(f.body, inner).reduce(inner.cols["__row"], t.m)
+        total = Lin.constant(np.zeros(t.m))
+        for part in _flatten(f, "or"):
+            part = _push_not(part)
+            lit = self._literal(part, t)
+            if lit is not None:
+                total = total + lit
+            elif isinstance(part, ast.Aggregate) and part.op == "any":
+                total = total + self._disjunction(part, t, origin, rows, name)
+            else:  # an indicator variable z with z -> part
+                z = self._indicator(name, t, origin)
+                self._enforce(part, t, origin, [z], rows, name)
+                total = total + z
+        return total
+
+    def _indicator(self, name: str, t: Table, origin) -> Lin:
+        k = sum(1 for f in self.var_families if f.name.startswith(f"{name}.or"))
+        fam = Family(np.arange(t.m).reshape(-1, 1), KeyIndex(np.arange(t.m).reshape(-1, 1), t.m + 1), t)
+        offset = self.n_cols
+        self.vars[f"{name}.or{k}"] = (fam, offset)
+        self.var_families.append(VarFamily(f"{name}.or{k}", [(int(i),) for i in range(t.m)], "binary",
+                                           np.zeros(t.m), np.ones(t.m), offset, None, "indicator of a disjunct"))
+        self.lb.append(np.zeros(t.m))
+        self.ub.append(np.ones(t.m))
+        self.n_cols += t.m
+        return Lin(t.m, np.arange(t.m), offset + np.arange(t.m), np.ones(t.m), np.zeros(t.m))
+
+    def _relation(self, diff: Lin, op: str, t, origin, guards: list[Lin], rows: "_Rows", loc):
+        """diff op 0, enforced only when all guards are 1 (big-M from the column bounds)."""
+        if op == ">=":
+            self._relation(diff.scale(-np.ones(diff.m)), "<=", t, origin, guards, rows, loc)
+            return
+        if op == "==":
+            if not guards:
+                rows.add(diff, origin, "==")
+                return
+            self._relation(diff, "<=", t, origin, guards, rows, loc)
+            self._relation(diff.scale(-np.ones(diff.m)), "<=", t, origin, guards, rows, loc)
+            return
+        if not guards:
+            rows.add(diff, origin, "<=")
+            return
+        lb, ub = self.column_bounds()
+        _, big = diff.activity_bounds(lb, ub)
+        keep = big > TOL  # rows where the relation could fail
+        if np.isinf(big[keep]).any():
+            raise CheckError("cannot derive a big-M for this condition: give the variables in it finite "
+                             "bounds (e.g. `in [0, B]`)", loc)
+        slack = Lin.constant(np.full(diff.m, float(len(guards))))
+        for g in guards:
+            slack = slack + g.scale(-np.ones(diff.m))
+        out = diff + slack.scale(-np.where(keep, big, 0.0))
+        rows.add(out.take_rows(keep), origin[keep], "<=")
+
+    def _integral(self, lin: Lin) -> bool:
+        ints = np.concatenate([np.full(f.size, f.kind != "continuous") for f in self.var_families]) \
+            if self.var_families else np.zeros(0, bool)
+        return bool(np.all(ints[lin.cols]) and np.all(lin.coefs == np.round(lin.coefs))
+                    and np.all(lin.const == np.round(lin.const)))
+
+    def _literal_expr(self, f) -> bool:
+        """Statically: a binary variable reference, or `not` of one."""
+        if isinstance(f, ast.Not):
+            return self._literal_expr(f.operand)
+        if isinstance(f, (ast.Name, ast.Subscript)):
+            name = f.id if isinstance(f, ast.Name) else f.name
+            return self.is_binary(name)
+        return False
+
+    def _literal(self, f, t: Table) -> Lin | None:
+        """The 0/1 value of a literal as a Lin (constants too), or None if f is not one."""
+        if isinstance(f, ast.Not):
+            inner = self._literal(f.operand, t)
+            return None if inner is None else Lin.constant(np.ones(t.m)) + inner.scale(-np.ones(t.m))
+        if self._literal_expr(f):
+            return self._lin(f, t)
+        try:
+            v = self.value(f, t)
+        except _NeedsLowering:
+            return None
+        if isinstance(v, Const) and v.v.dtype == bool:
+            return Lin.constant(np.broadcast_to(v.v, (t.m,)).astype(float))
+        return None
+
+    def _conj_literals(self, f, t) -> list[Lin] | None:
+        out = []
+        for part in _flatten(_push_not(f), "and"):
+            lit = self._literal(part, t)
+            if lit is None:
+                return None
+            out.append(lit)
+        return out
+
+    def _emit(self, name, fam: Family, lin: Lin, op: str, loc):
+        rows = _Rows(fam.table.m)
+        rows.add(lin, np.arange(fam.table.m), op)
+        self._emit_rows(name, fam, rows, loc)
+
+    def _emit_rows(self, name: str, fam: Family, rows: "_Rows", loc):
+        if not rows.parts:
+            return
+        A_rows, A_cols, A_vals, lo, hi, origin = [], [], [], [], [], []
+        base = 0
+        for lin, orig, op in rows.parts:
+            A_rows.append(lin.rows + base)
+            A_cols.append(lin.cols)
+            A_vals.append(lin.coefs)
+            rhs = -lin.const
+            lo.append(rhs if op == "==" else np.full(lin.m, -np.inf))
+            hi.append(rhs)
+            origin.append(orig)
+            base += lin.m
+        A = sp.csr_matrix((np.concatenate(A_vals), (np.concatenate(A_rows), np.concatenate(A_cols))),
+                          shape=(base, self.n_cols))
+        A.sum_duplicates()
+        A.eliminate_zeros()
+        origin = np.concatenate(origin)
+        keys = [tuple(self.u.value(int(c)) for c in fam.keys[i]) for i in origin]
+        self.blocks.append(ConstraintBlock(name, keys, A, np.concatenate(lo), np.concatenate(hi), loc))
+
+    # ================================================================== objective
+    def _objective(self) -> Objective | None:
+        obj = self.p.objective
+        if obj is None:
+            return None
+        one = Table.unit()
+        lin = self._lin(obj.body, one)
+        for extra in self.p.objective_terms:
+            lin = lin + self._lin(extra.body, one)
+        c = np.bincount(lin.cols, lin.coefs, minlength=self.n_cols)[: self.n_cols] if self.n_cols else np.zeros(0)
+        return Objective(obj.name, obj.sense, c.astype(float), float(lin.const[0]), obj.loc)
+
+    def finish_blocks(self):
+        """Constraint matrices were built while columns were still being added: pad them."""
+        for b in self.blocks:
+            if b.A.shape[1] != self.n_cols:
+                b.A = sp.csr_matrix((b.A.data, b.A.indices, b.A.indptr), shape=(b.A.shape[0], self.n_cols))
+
+
+class _NeedsLowering(Exception):
+    """A logical or comparison expression over variables met where a value was expected."""
+
+
+class _Rows:
+    def __init__(self, m: int):
+        self.m = m
+        self.parts: list[tuple[Lin, np.ndarray, str]] = []
+
+    def add(self, lin: Lin, origin: np.ndarray, op: str):
+        if lin.m:
+            self.parts.append((lin, origin, op))
+
+
+_COMPARE = {"<=": np.less_equal, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
+            "<": np.less, ">": np.greater}
+
+
+def _select(a: Lin, b: Lin, c: np.ndarray) -> Lin:
+    ta, tb = c[a.rows], ~c[b.rows]
+    return Lin(a.m, np.concatenate([a.rows[ta], b.rows[tb]]), np.concatenate([a.cols[ta], b.cols[tb]]),
+               np.concatenate([a.coefs[ta], b.coefs[tb]]), np.where(c, a.const, b.const))
+
+
+def _combine(op: str, a: SetRel, b: SetRel, base: int) -> SetRel:
+    """union / diff / inter of two row-dependent sets, row by row, order kept."""
+    ka = np.concatenate([a.rows.reshape(-1, 1), a.cols], axis=1)
+    kb = np.concatenate([b.rows.reshape(-1, 1), b.cols], axis=1)
+    width = max(base, int(ka[:, 0].max(initial=0)) + 1, int(kb[:, 0].max(initial=0)) + 1)
+    if op == "union":
+        both = np.concatenate([ka, kb])
+        both = unique_rows(both)
+        both = both[np.argsort(both[:, 0], kind="stable")]
+        return SetRel(both[:, 0], both[:, 1:])
+    in_b = KeyIndex(kb, width).lookup([ka[:, j] for j in range(ka.shape[1])]) >= 0
+    keep = in_b if op == "inter" else ~in_b
+    return SetRel(a.rows[keep], a.cols[keep])
+
+
+def _with_row_id(t: Table) -> Table:
+    return t.with_col("__row", np.arange(t.m, dtype=np.int64))
+
+
+def _pattern(el) -> list[str]:
+    if isinstance(el, ast.Name):
+        return [el.id]
+    return [x.id for x in el.items]
+
+
+def _is_pattern(el) -> bool:
+    return isinstance(el, ast.Name) or (isinstance(el, ast.Tuple) and all(isinstance(x, ast.Name) for x in el.items))
+
+
+def _index_names(index: ast.Index | None) -> list[str]:
+    if index is None:
+        return []
+    out = []
+    for item in index.items:
+        for n in _pattern(item.element):
+            if n != "_" and n not in out:
+                out.append(n)
+    return out
+
+
+def _conjuncts(e) -> list:
+    return _flatten(e, "and")
+
+
+def _flatten(e, op: str) -> list:
+    if isinstance(e, ast.Logic) and e.op == op:
+        return _flatten(e.left, op) + _flatten(e.right, op)
+    return [e]
+
+
+def _equality(c):
+    if isinstance(c, ast.Compare) and c.op == "==" and isinstance(c.left, ast.Name) and isinstance(c.right, ast.Name):
+        return c.left.id, c.right.id
+    return None
+
+
+def _push_not(f):
+    """Move `not` inwards (De Morgan); comparisons flip; literals keep their `not`."""
+    if not isinstance(f, ast.Not):
+        return f
+    g = f.operand
+    L = f.loc
+    if isinstance(g, ast.Not):
+        return _push_not(g.operand)
+    if isinstance(g, ast.Logic):
+        if g.op == "and":
+            return ast.Logic(L, "or", ast.Not(L, g.left), ast.Not(L, g.right))
+        if g.op == "or":
+            return ast.Logic(L, "and", ast.Not(L, g.left), ast.Not(L, g.right))
+        if g.op == "implies":
+            return ast.Logic(L, "and", g.left, ast.Not(L, g.right))
+        if g.op == "iff":
+            return ast.Logic(L, "or", ast.Logic(L, "and", g.left, ast.Not(L, g.right)),
+                             ast.Logic(L, "and", ast.Not(L, g.left), g.right))
+    if isinstance(g, ast.Aggregate) and g.op in ("any", "all"):
+        return ast.Aggregate(g.loc, "all" if g.op == "any" else "any", g.items, g.where, ast.Not(L, g.body))
+    if isinstance(g, ast.Compare):
+        flip = {"<=": ">", "<": ">=", ">=": "<", ">": "<=", "==": "!=", "!=": "=="}[g.op]
+        return ast.Compare(g.loc, flip, g.left, g.right)
+    return f
+
+
+def _references(e) -> set[str]:
+    out = set()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, ast.Name):
+            out.add(x.id)
+        elif isinstance(x, ast.Subscript):
+            out.add(x.name)
+        if isinstance(x, ast.Node):
+            for v in vars(x).values():
+                if isinstance(v, ast.Node):
+                    stack.append(v)
+                elif isinstance(v, list):
+                    stack.extend(i for i in v if isinstance(i, ast.Node))
+                    stack.extend(j for i in v if isinstance(i, tuple) for j in i if isinstance(j, ast.Node))
+    return out
+
+
+def _free_names(e) -> set[str]:
+    return _references(e)
+
+
+def lower_program(program: Program, graph: Graph | None, budgets: dict[str, int]) -> IRModel:
+    low = Lowering(program, graph, budgets)
+    ir = low.run()
+    low.finish_blocks()
+    ir.universe = low.u  # kept for decoders that want codes
+    return ir

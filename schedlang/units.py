@@ -1,0 +1,48 @@
+"""Units of sizes (bytes) and times (seconds), and parsing of user-given quantities."""
+from __future__ import annotations
+
+import re
+
+SIZE_UNITS = {
+    "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+}
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+UNITS = {**SIZE_UNITS, **TIME_UNITS}
+
+
+def dimension(unit: str) -> str:
+    """'size', 'time' or '' (a plain number)."""
+    if unit in SIZE_UNITS:
+        return "size"
+    if unit in TIME_UNITS:
+        return "time"
+    return ""
+
+
+def scale(value: float, unit: str) -> float:
+    """The value in base units (bytes or seconds)."""
+    return value * UNITS.get(unit, 1)
+
+
+_QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """'14GiB', '1.5e9', '3221225472B' -> bytes. Raises ValueError with a readable reason."""
+    m = _QUANTITY.match(text)
+    if not m:
+        raise ValueError(f"'{text}' is not a size (expected e.g. 14GiB, 900MiB, 1e9)")
+    number, unit = m.groups()
+    if unit and unit not in SIZE_UNITS:
+        kind = "a time" if unit in TIME_UNITS else "an unknown unit"
+        raise ValueError(f"'{text}' is not a size: '{unit}' is {kind}; "
+                         f"use one of {', '.join(SIZE_UNITS)}")
+    return int(round(float(number) * SIZE_UNITS.get(unit, 1)))
+
+
+def format_size(nbytes: float) -> str:
+    for unit in ("GiB", "MiB", "KiB"):
+        if abs(nbytes) >= SIZE_UNITS[unit]:
+            return f"{nbytes / SIZE_UNITS[unit]:.2f} {unit}"
+    return f"{nbytes:.0f} B"

@@ -1,0 +1,149 @@
+"""Write a `Graph` (Checkmate view) as ``.sched`` graph data text.
+
+The output looks like::
+
+    # schedlang graph data: 45 nodes, 87 edges
+    graph vgg16_train "VGG16 (MLSys)_256_(224, 224, 3)_train" {
+      node block1_conv1 time 385 size 3288334336B
+      node block1_conv1_grad backward time 385 size 3288334336B
+      node "odd/name:0" time 12.5 size 4B
+      edge block1_conv1 -> block1_conv2, block1_conv1_grad
+    }
+    budget peak 14242598093B
+
+Names are written bare when they match ``[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z0-9_]+)*`` and are
+not a word of the language, else as a double-quoted string with ``\\"`` and ``\\\\`` escapes.
+The kind is written only when it is not ``forward``. Times carry no unit when the graph's time
+unit is abstract (``time_unit == ""``), else the unit among ``s``, ``ms``, ``us`` that writes the
+value best. Sizes are whole bytes followed by ``B``. Edges are grouped by producer, producers
+and consumers in node order. The output depends only on the graph (it is deterministic).
+"""
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal
+
+from .errors import DataError
+from .graph import NODE_KINDS, Graph
+
+_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
+
+#: words of the language (keywords and units) that a bare name must not spell; quoting them
+#: costs nothing and keeps the data readable whatever the lexer does with keywords
+RESERVED = frozenset("""
+    graph node edge budget peak save time size forward backward loss data layer option grad
+    input output fwd bwd overhead phantom needs use model set param var expr constraint
+    minimize maximize forall sum where in and or not implies max min first next prev last
+    binary integer continuous bandwidth true false
+    B KB MB GB KiB MiB GiB TiB s ms us ns
+""".split())
+
+#: seconds per unit
+_UNITS = {"s": 0, "ms": -3, "us": -6}
+
+
+def quote_name(name: str) -> str:
+    """A name as it appears in `.sched` text: bare when possible, else quoted."""
+    if not isinstance(name, str) or not name:
+        raise DataError(f"cannot write an empty or non-string name ({name!r})")
+    if _BARE.fullmatch(name) and name not in RESERVED:
+        return name
+    return quote_string(name, what="name")
+
+
+def quote_string(text: str, what: str = "string") -> str:
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise DataError(f"cannot write {what} {text!r}: it holds a control character")
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def format_number(value: float) -> str:
+    """Shortest text that reads back as the same float, never in exponent notation."""
+    value = float(value)
+    if not math.isfinite(value):
+        raise DataError(f"cannot write the non-finite number {value!r}")
+    if value == 0:
+        return "0"
+    if value.is_integer() and abs(value) < 2**63:
+        return str(int(value))
+    return _plain(Decimal(repr(value)))
+
+
+def _plain(d: Decimal) -> str:
+    text = format(d, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text or "0"
+
+
+def format_time(value: float, time_unit: str) -> str:
+    """A time as `.sched` text: bare in abstract units, else with the best of s/ms/us."""
+    if time_unit == "":
+        return format_number(value)
+    if time_unit not in _UNITS:
+        raise DataError(f"cannot write times in unit {time_unit!r} (expected s, ms or us)")
+    value = float(value)
+    if not math.isfinite(value):
+        raise DataError(f"cannot write the non-finite time {value!r}")
+    if value == 0:
+        return "0" + time_unit
+    seconds = Decimal(repr(value)).scaleb(_UNITS[time_unit])
+    # the largest unit in which the value is at least 1 (us for anything smaller)
+    for unit in ("s", "ms", "us"):
+        scaled = seconds.scaleb(-_UNITS[unit])
+        if abs(scaled) >= 1 or unit == "us":
+            return _plain(scaled.normalize()) + unit
+    raise AssertionError("unreachable")
+
+
+def format_size(value: int) -> str:
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise DataError(f"cannot write the fractional size {value!r} bytes")
+        value = int(value)
+    return f"{int(value)}B"
+
+
+def write_graph(graph: Graph) -> str:
+    """The `.sched` graph data text of `graph` (Checkmate view: nodes, edges, budgets)."""
+    if graph.layers or graph.data or graph.loss is not None:
+        raise DataError(f"graph '{graph.name}': writing layered graph data (data nodes, layers, "
+                        "loss) is not supported yet", graph.loc)
+    names = [n.name for n in graph.nodes]
+    position: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in position:
+            raise DataError(f"graph '{graph.name}' has two nodes named '{name}'", graph.loc)
+        position[name] = i
+    quoted = [quote_name(name) for name in names]
+
+    consumers: list[set[int]] = [set() for _ in names]
+    for u, v in graph.edges:
+        if u not in position or v not in position:
+            missing = u if u not in position else v
+            raise DataError(f"graph '{graph.name}': edge {u} -> {v} names an unknown node "
+                            f"'{missing}'", graph.loc)
+        consumers[position[u]].add(position[v])
+
+    n_edges = sum(len(c) for c in consumers)
+    lines = [f"# schedlang graph data: {len(names)} nodes, {n_edges} edges"]
+    header = f"graph {quote_name(graph.name)}"
+    if graph.title:
+        header += " " + quote_string(re.sub(r"[\x00-\x1f\x7f]", " ", graph.title),
+                                    what="title")
+    lines.append(header + " {")
+    for node, qname in zip(graph.nodes, quoted):
+        if node.kind not in NODE_KINDS:
+            raise DataError(f"node '{node.name}' has unknown kind {node.kind!r}", node.loc)
+        kind = "" if node.kind == "forward" else f" {node.kind}"
+        lines.append(f"  node {qname}{kind} time {format_time(node.time, graph.time_unit)} "
+                     f"size {format_size(node.size)}")
+    for i, targets in enumerate(consumers):
+        if targets:
+            lines.append(f"  edge {quoted[i]} -> " + ", ".join(quoted[j] for j in sorted(targets)))
+    lines.append("}")
+    for kind in ("peak", "save"):
+        if graph.budgets.get(kind) is not None:
+            lines.append(f"budget {kind} {format_size(graph.budgets[kind])}")
+    return "\n".join(lines) + "\n"
