@@ -136,3 +136,42 @@ def write_sched(graph: Graph, directory: str | os.PathLike) -> Path:
     path = Path(directory) / f"{graph.name}.sched"
     path.write_text(write_graph(graph))
     return path
+
+
+# --- the schedlang API the benchmarks code against ----------------------------------------------
+DSL_CONTRACT = """\
+    import schedlang
+    prob = schedlang.load(sched_path, model="checkmate", budget=<bytes>)
+    ir = prob.lower()                  # parse/check/instantiate/lower; prob.timings: parse, check, lower
+    from schedlang.backends import build_model
+    native = build_model(ir, "pyomo")  # or "cvxpy"; builds without solving
+    res = prob.solve(backend="pyomo", solver="highs", time_limit=None)
+    # res.status, res.objective, res.timings, res.simulated.peak_bytes / .time / .valid
+    from schedlang.writer import write_graph   # Graph -> .sched text"""
+
+
+def dsl_missing(need_build: bool = True) -> list[str]:
+    """The parts of the schedlang API contract (DSL_CONTRACT) that cannot be imported yet."""
+    missing = []
+    try:
+        import schedlang
+    except ImportError:
+        return ["schedlang"]
+    if not callable(getattr(schedlang, "load", None)):
+        missing.append("schedlang.load")
+    try:
+        from schedlang.writer import write_graph  # noqa: F401
+    except ImportError:
+        missing.append("schedlang.writer.write_graph")
+    if need_build:
+        try:
+            from schedlang.backends import build_model  # noqa: F401
+        except ImportError:
+            missing.append("schedlang.backends.build_model")
+    return missing
+
+
+def dsl_unavailable_message(missing: list[str]) -> str:
+    return ("schedlang's DSL path is not available yet (missing: " + ", ".join(missing) + ").\n"
+            "Only the hand-written references are measured. The benchmark codes against:\n"
+            + DSL_CONTRACT)

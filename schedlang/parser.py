@@ -13,8 +13,10 @@ from .resources import grammar_path
 
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
+    # cache=True keeps the LALR tables in a temp file keyed by the grammar's hash: startup
+    # drops from ~0.5 s to a few ms after the first run.
     return Lark(grammar_path().read_text(), parser="lalr", strict=True,
-                propagate_positions=True, maybe_placeholders=True)
+                propagate_positions=True, maybe_placeholders=True, cache=True)
 
 
 # Terminal names as a user would read them.

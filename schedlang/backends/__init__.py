@@ -236,10 +236,6 @@ def _normalize(ir: IRModel, model: IRModel, post: Postsolve, raw: RawResult,
         status = Status.OPTIMAL
         if bound is None and not model.integrality().any():
             bound = _objective_value(ir, x)  # an LP optimum: the dual bound is the objective
-        if bound is None and at_limit:
-            status = Status.FEASIBLE
-            notes.append("the solver reported optimal at the time limit without a bound; "
-                         "reported as feasible")
     elif term in (OPTIMAL, LIMIT, UNKNOWN):
         if x is not None and feasible:
             status = Status.FEASIBLE
@@ -263,6 +259,10 @@ def _normalize(ir: IRModel, model: IRModel, post: Postsolve, raw: RawResult,
 
     x = _round_integers(ir, x)
     obj = _objective_value(ir, x)
+    if bound is not None and _signed_diff(ir, bound, obj) > 1e-6 * (1.0 + abs(obj)):
+        notes.append(f"the solver's bound {bound:.10g} is on the wrong side of the "
+                     f"objective {obj:.10g}; ignored")
+        bound = None
     rel_gap = None
     if bound is not None:
         rel_gap = _relative_gap(ir, obj, bound)

@@ -14,6 +14,7 @@ limit without a solution to INFEASIBLE_INACCURATE (Gurobi) or SOLVER_ERROR (SCIP
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 
@@ -93,7 +94,9 @@ def solve(ir: IRModel, run: SolveRun) -> RawResult:
     status = None
     unpack_error = ""
     try:
-        prob.unpack_results(raw, chain, inverse)
+        with warnings.catch_warnings():  # inaccurate/limit warnings: we report the status
+            warnings.simplefilter("ignore")
+            prob.unpack_results(raw, chain, inverse)
         status = prob.status
     except Exception as exc:  # cvxpy raises SolverError for its error statuses
         unpack_error = f"{type(exc).__name__}: {exc}"

@@ -225,16 +225,31 @@ def _solve_classic(model, cols, interface: str, run: SolveRun) -> RawResult:
     x = None
     if len(res.solution) > 0 and res.solution(0).status in (
             SolutionStatus.optimal, SolutionStatus.feasible, SolutionStatus.bestSoFar,
-            SolutionStatus.locallyOptimal, SolutionStatus.globallyOptimal):
+            SolutionStatus.locallyOptimal, SolutionStatus.globallyOptimal,
+            SolutionStatus.stoppedByLimit):
         model.solutions.load_from(res)
         x = _values(cols)
     sense_min = _is_min(model)
     lower, upper = res.problem.lower_bound, res.problem.upper_bound
     bound = lower if sense_min else upper
     incumbent = upper if sense_min else lower
-    bound = _finite(bound)
-    return RawResult(term, x=x, objective=_finite(incumbent), bound=bound,
-                     detail=f"{interface} {tc}")
+    bound, incumbent = _finite(bound), _finite(incumbent)
+    if interface == "cbc" and bound is not None:
+        bound = _cbc_bound(bound, incumbent, sense_min)
+    return RawResult(term, x=x, objective=incumbent, bound=bound, detail=f"{interface} {tc}")
+
+
+def _cbc_bound(bound: float, incumbent: float | None, sense_min: bool) -> float | None:
+    """Pyomo reads CBC's 'best possible' from the log, where CBC 2.10 prints it in its
+    internal minimisation sense: for a maximisation it can come with the wrong sign. Keep
+    the reading only when it is consistent with the incumbent (a bound is never worse)."""
+    if incumbent is None:
+        return bound if sense_min else None
+    tol = 1e-6 * (1.0 + abs(incumbent))
+    for cand in (bound, -bound):
+        if (sense_min and cand <= incumbent + tol) or (not sense_min and cand >= incumbent - tol):
+            return cand
+    return None
 
 
 def _is_min(model) -> bool:

@@ -1,0 +1,200 @@
+"""The `schedlang` command line: a thin layer over schedlang.problem (architecture.md contract).
+
+Exit codes: 0 ok / solved (optimal or feasible at a limit), 2 bad input, 3 infeasible (or an
+invalid plan for `simulate`), 4 no solution within the limit, 5 solver unavailable or failed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import SchedError
+from .solution import EXIT_CODES, Status
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="schedlang", description="Declarative memory scheduling for "
+                                 "neural-network training.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("check", help="parse and check .sched files")
+    c.add_argument("files", nargs="+")
+    c.add_argument("--model", help="a shipped model name or a .sched path to check the files against")
+
+    s = sub.add_parser("solve", help="compile, solve, decode and simulate")
+    s.add_argument("file")
+    s.add_argument("--model", help="shipped model name or .sched path (default: what FILE uses, "
+                   "else checkmate)")
+    s.add_argument("--backend", default="pyomo", help="pyomo (default) or cvxpy")
+    s.add_argument("--solver", default="highs", help="highs (default), gurobi, scip, cbc, glpk")
+    s.add_argument("--budget", help="peak budget: a size (14GiB) or a percent of the "
+                   "no-recomputation peak (90%%); overrides the data's `budget peak`")
+    s.add_argument("--time-limit", type=float, help="seconds")
+    s.add_argument("--gap", type=float, help="relative MIP gap at which to stop")
+    s.add_argument("--threads", type=int)
+    s.add_argument("--no-presolve", action="store_true", help="give the solver the model as lowered")
+    s.add_argument("--plan-out", help="write the plan (schedlang.plan/1 JSON) here")
+    s.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    s.add_argument("--verbose", action="store_true", help="show the solver's log")
+
+    m = sub.add_parser("simulate", help="replay a plan on its graph")
+    m.add_argument("plan")
+    m.add_argument("--graph", required=True, help="graph data (.sched or checkmate-nx .json)")
+    m.add_argument("--budget", help="peak budget to check against (size or percent)")
+    m.add_argument("--json", action="store_true")
+
+    i = sub.add_parser("import", help="convert graph data from other tools to .sched")
+    i.add_argument("file")
+    i.add_argument("--format", required=True, choices=["checkmate-nx"])
+    i.add_argument("-o", "--output", required=True)
+    i.add_argument("--budget", help="also write `budget peak` (size or percent)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"check": cmd_check, "solve": cmd_solve, "simulate": cmd_simulate,
+                "import": cmd_import}[args.command](args)
+    except SchedError as e:
+        print(str(e), file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("schedlang: interrupted", file=sys.stderr)
+        return 130
+
+
+def cmd_check(args) -> int:
+    from .check import check_program
+    from .program import load_program
+
+    failed = 0
+    for f in args.files:
+        try:
+            program = load_program([Path(f)], [args.model] if args.model else None)
+            check_program(program)
+        except SchedError as e:
+            print(str(e), file=sys.stderr)
+            failed = max(failed, e.exit_code)
+    if not failed:
+        print(f"ok: {len(args.files)} file{'s' if len(args.files) > 1 else ''} checked")
+    return failed
+
+
+def cmd_solve(args) -> int:
+    from .problem import load
+
+    prob = load(args.file, model=args.model, budget=args.budget)
+    prob.check()
+    prob.lower()
+    result = prob.solve(backend=args.backend, solver=args.solver, time_limit=args.time_limit,
+                        gap=args.gap, threads=args.threads, presolve=not args.no_presolve,
+                        verbose=args.verbose)
+    if args.plan_out and result.plan is not None:
+        result.plan.save(args.plan_out)
+        result.plan_path = args.plan_out
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        _print_result(prob, result)
+    code = EXIT_CODES[result.status]
+    if code == 0 and result.simulated is not None and not result.simulated.valid:
+        print("error: the decoded plan does not replay in the simulator; this is a bug in "
+              "schedlang or in the model's decoder declaration", file=sys.stderr)
+        return 5
+    return code
+
+
+def _print_result(prob, r) -> None:
+    from .units import format_size
+
+    g = prob.graph
+    print(f"model     {prob.program.name}  on graph {g.name if g else '-'}"
+          f"  ({r.model_size.get('variables')} variables, {r.model_size.get('constraints')} "
+          f"constraints, {r.model_size.get('nonzeros')} nonzeros after presolve)")
+    print(f"solver    {r.solver} via {r.backend}")
+    if r.budget_bytes is not None:
+        print(f"budget    {format_size(r.budget_bytes)} ({r.budget_bytes} B)")
+    line = f"status    {r.status.value}"
+    if r.objective is not None:
+        line += f"  objective {r.objective:.6g}"
+    if r.bound is not None:
+        line += f"  bound {r.bound:.6g}"
+    if r.gap is not None:
+        line += f"  gap {100 * r.gap:.3g}%"
+    print(line)
+    if r.message:
+        print(f"message   {r.message}")
+    if r.plan is not None:
+        n_comp = sum(op.op == "compute" for op in r.plan.ops)
+        print(f"plan      {len(r.plan.ops)} ops, {n_comp} computes"
+              + (f" ({n_comp - len(g.nodes)} recomputations)" if g is not None else ""))
+        if r.plan.predicted_peak is not None:
+            print(f"predicted peak {format_size(r.plan.predicted_peak)}, time {r.plan.predicted_time:.6g}")
+    if r.simulated is not None:
+        s = r.simulated
+        print(f"simulated {'valid' if s.valid else 'INVALID'}: peak {format_size(s.peak_bytes)}, "
+              f"time {s.time:.6g}")
+        for err in s.errors[:5]:
+            print(f"  {err}")
+    if r.plan_path:
+        print(f"plan written to {r.plan_path}")
+    print("timings   " + ", ".join(f"{k} {v:.3f}s" for k, v in r.timings.items()))
+
+
+def load_graph(path: str):
+    """Graph data from a .sched file or a checkmate-nx JSON file."""
+    from .errors import DataError, Loc
+    from .program import load_program
+
+    if path.endswith(".json"):
+        from .importers.checkmate_nx import load_checkmate_nx
+
+        return load_checkmate_nx(path), {}
+    program = load_program([Path(path)])
+    if program.graph is None:
+        raise DataError("this file has no graph data", Loc(path))
+    return program.graph, program.budgets
+
+
+def cmd_simulate(args) -> int:
+    from .plan import Plan
+    from .problem import resolve_budget
+    from .simulate import simulate
+
+    plan = Plan.load(args.plan)
+    graph, budgets = load_graph(args.graph)
+    budget = resolve_budget(args.budget, graph) if args.budget else None
+    res = simulate(plan, graph, budget=budget)
+    if args.json:
+        print(json.dumps(res.to_json()))
+    else:
+        from .units import format_size
+
+        print(f"{'valid' if res.valid else 'invalid'}: peak {format_size(res.peak_bytes)} "
+              f"({res.peak_bytes} B), time {res.time:.6g}, {res.computes} computes")
+        for e in res.errors:
+            print(f"  error: {e}")
+        for w in res.warnings:
+            print(f"  warning: {w}")
+    return 0 if res.valid else 3
+
+
+def cmd_import(args) -> int:
+    from .importers.checkmate_nx import load_checkmate_nx
+    from .problem import resolve_budget
+    from .writer import write_graph
+
+    graph = load_checkmate_nx(args.file)
+    if args.budget:
+        graph.budgets["peak"] = resolve_budget(args.budget, graph)
+    text = write_graph(graph)
+    Path(args.output).write_text(text)
+    print(f"wrote {args.output}: graph {graph.name}, {len(graph.nodes)} nodes, {len(graph.edges)} edges")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""End-to-end: .sched text -> both backends -> plan -> simulator, against brute force."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+import schedlang
+from schedlang.backends import BACKENDS
+from schedlang.graph import Graph, Node
+from schedlang.simulate import no_recompute_peak, simulate
+from schedlang.solution import Status
+from schedlang.solvers import available_solvers
+from schedlang.writer import write_graph
+
+from .bruteforce import best_checkmate_schedule
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def _graph(name: str, nodes: list[tuple], edges: list[tuple]) -> Graph:
+    return Graph(name, nodes=[Node(n, t, s) for n, t, s in nodes], edges=edges)
+
+
+def tiny_graphs() -> list[Graph]:
+    """Chains, a diamond, a skip connection and random DAGs, all with <= 6 nodes."""
+    M = 2**20
+    graphs = [
+        _graph("chain4", [("a", 1, 4 * M), ("b", 2, 4 * M), ("gb", 1, 4 * M), ("ga", 1, 4 * M)],
+               [("a", "b"), ("b", "gb"), ("a", "ga"), ("gb", "ga")]),
+        _graph("diamond", [("a", 3, 2 * M), ("b", 1, 6 * M), ("c", 2, 4 * M), ("d", 1, 2 * M), ("e", 1, 2 * M)],
+               [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d"), ("d", "e"), ("a", "e")]),
+        _graph("train6", [("f1", 2, 8 * M), ("f2", 3, 8 * M), ("f3", 1, 8 * M), ("g3", 1, 8 * M),
+                          ("g2", 1, 8 * M), ("g1", 1, 8 * M)],
+               [("f1", "f2"), ("f2", "f3"), ("f3", "g3"), ("f2", "g3"), ("g3", "g2"), ("f1", "g2"),
+                ("g2", "g1")]),
+    ]
+    rng = random.Random(7)
+    for k in range(3):
+        n = 6
+        names = [f"n{i}" for i in range(n)]
+        nodes = [(x, rng.randint(1, 5), rng.randint(1, 6) * M) for x in names]
+        edges = [(names[i], names[i + 1]) for i in range(n - 1)]
+        edges += [(names[i], names[j]) for i in range(n) for j in range(i + 2, n) if rng.random() < 0.3]
+        graphs.append(_graph(f"random{k}", nodes, edges))
+    return graphs
+
+
+def _problem(graph: Graph, budget: int):
+    graph.budgets = {"peak": budget}
+    return schedlang.load(text="use checkmate\n" + write_graph(graph))
+
+
+CASES = [(g, frac) for g in tiny_graphs() for frac in (0.6, 0.75, 0.9, 1.0)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("graph,frac", CASES, ids=[f"{g.name}-{f}" for g, f in CASES])
+def test_checkmate_matches_brute_force(graph, frac, backend):
+    budget = int(no_recompute_peak(graph) * frac)
+    expected, _ = best_checkmate_schedule(graph, budget)
+    result = _problem(graph, budget).solve(backend=backend, solver="highs")
+    if expected is None:
+        assert result.status == Status.INFEASIBLE
+        return
+    assert result.status == Status.OPTIMAL
+    assert result.objective == pytest.approx(expected)
+    # the plan is replayed independently: valid, within the budget, time equal to the objective
+    sim = simulate(result.plan, graph, budget=budget)
+    assert sim.valid, sim.errors
+    assert sim.peak_bytes <= budget
+    assert sim.time == pytest.approx(result.objective)
+    assert result.plan.predicted_peak == pytest.approx(sim.peak_bytes, abs=1)
+
+
+def test_backends_agree_on_examples():
+    for path in sorted(EXAMPLES.glob("*.sched")):
+        if "vgg16" in path.name:
+            continue
+        objs = {be: schedlang.load(path).solve(backend=be).objective for be in BACKENDS}
+        assert objs["pyomo"] == pytest.approx(objs["cvxpy"]), path.name
+
+
+SOLVER_CASES = [(be, s) for be in BACKENDS for s in available_solvers(be)]
+
+
+@pytest.mark.parametrize("backend,solver", SOLVER_CASES, ids=[f"{b}-{s}" for b, s in SOLVER_CASES])
+def test_every_installed_solver_solves_the_example(backend, solver):
+    result = schedlang.load(EXAMPLES / "chain.sched").solve(backend=backend, solver=solver, time_limit=60)
+    assert result.status == Status.OPTIMAL, result.message
+    assert result.objective == pytest.approx(50)
+    assert result.simulated.valid and result.simulated.peak_bytes <= 120 * 2**20
+
+
+def test_user_constraint_changes_the_plan():
+    base = schedlang.load(EXAMPLES / "chain.sched").solve()
+    keep = schedlang.load(EXAMPLES / "keep_f3.sched").solve()
+    recomputed = lambda r: [op.node for op in r.plan.ops if op.op == "compute"]  # noqa: E731
+    assert recomputed(base).count("f3") == 2  # the plain optimum recomputes f3 ...
+    assert recomputed(keep).count("f3") == 1  # ... the user's constraint forbids it
+    assert keep.objective >= base.objective
+    assert keep.simulated.valid and keep.simulated.time == pytest.approx(keep.objective)
+
+
+def test_budget_below_largest_node_is_infeasible():
+    result = schedlang.load(EXAMPLES / "chain.sched", budget="20MiB").solve()
+    assert result.status == Status.INFEASIBLE
+    assert result.plan is None
+
+
+def test_time_limited_run_is_not_reported_optimal():
+    prob = schedlang.load(EXAMPLES / "vgg16_train.sched", budget="80%")
+    result = prob.solve(backend="cvxpy", time_limit=0.05)
+    assert result.status in (Status.FEASIBLE, Status.NO_SOLUTION)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_vgg16_at_90_percent_is_solved_to_optimality(backend):
+    prob = schedlang.load(EXAMPLES / "vgg16_train.sched")
+    assert prob.budgets["peak"] == 14242598093  # 90% of the no-recomputation peak
+    result = prob.solve(backend=backend, solver="highs")
+    assert result.status == Status.OPTIMAL
+    assert result.objective == pytest.approx(15805)
+    assert result.simulated.valid
+    assert result.simulated.peak_bytes <= prob.budgets["peak"]
+    assert result.simulated.time == pytest.approx(result.objective)
