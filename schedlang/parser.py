@@ -24,7 +24,7 @@ _PRETTY = {
     "NAME": "a name", "NUMBER": "a number", "QUANTITY": "a quantity with a unit", "STRING": "a string",
     "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'", "LBRACE": "'{'", "RBRACE": "'}'",
     "COMMA": "','", "COLON": "':'", "EQUAL": "'='", "MINUS": "'-'", "PLUS": "'+'", "STAR": "'*'",
-    "SLASH": "'/'", "$END": "end of file", "__ANON_0": "'->'",
+    "SLASH": "'/'", "$END": "end of file",
 }
 
 
@@ -65,6 +65,10 @@ class _Builder(Transformer):
     def L(self, meta) -> Loc:  # noqa: N802 - short on purpose, used everywhere below
         return _loc(self.path, meta)
 
+    def at(self, tok) -> "_GName":
+        """A token's text that remembers where it was written (for errors that point at it)."""
+        return _GName(str(tok), Loc(self.path, tok.line, tok.column))
+
     # --- top level
     @v_args(meta=True)
     def start(self, meta, items):
@@ -72,18 +76,18 @@ class _Builder(Transformer):
 
     @v_args(meta=True)
     def model_decl(self, meta, c):
-        return ast.ModelDecl(self.L(meta), str(c[0]), _unescape(c[1]) if c[1] else "")
+        return ast.ModelDecl(self.L(meta), self.at(c[0]), _unescape(c[1]) if c[1] else "")
 
     @v_args(meta=True)
     def use_decl(self, meta, c):
         tok = c[0]
         if tok.type == "STRING":
-            return ast.UseDecl(self.L(meta), _unescape(tok), True)
-        return ast.UseDecl(self.L(meta), str(tok), False)
+            return ast.UseDecl(self.L(meta), _GName(_unescape(tok), self.at(tok).loc), True)
+        return ast.UseDecl(self.L(meta), self.at(tok), False)
 
     @v_args(meta=True)
     def drop_decl(self, meta, c):
-        return ast.DropDecl(self.L(meta), str(c[0]))
+        return ast.DropDecl(self.L(meta), self.at(c[0]))
 
     @v_args(meta=True)
     def decode_decl(self, meta, c):
@@ -108,15 +112,15 @@ class _Builder(Transformer):
 
     @v_args(meta=True)
     def set_decl(self, meta, c):
-        return ast.SetDecl(self.L(meta), str(c[0]), c[1], c[2])
+        return ast.SetDecl(self.L(meta), self.at(c[0]), c[1], c[2])
 
     @v_args(meta=True)
     def param_decl(self, meta, c):
         value = c[2]
         if value is None:
-            return ast.ParamDecl(self.L(meta), str(c[0]), c[1], None, False)
+            return ast.ParamDecl(self.L(meta), self.at(c[0]), c[1], None, False)
         kind, expr = value
-        return ast.ParamDecl(self.L(meta), str(c[0]), c[1], expr, kind == "default")
+        return ast.ParamDecl(self.L(meta), self.at(c[0]), c[1], expr, kind == "default")
 
     def param_is(self, c):
         return ("is", c[0])
@@ -127,7 +131,7 @@ class _Builder(Transformer):
     @v_args(meta=True)
     def var_decl(self, meta, c):
         name, index, (kind, lb, ub), doc = c
-        return ast.VarDecl(self.L(meta), str(name), index, kind, lb, ub,
+        return ast.VarDecl(self.L(meta), self.at(name), index, kind, lb, ub,
                            _unescape(doc) if doc else "")
 
     def vt_binary(self, c):
@@ -147,23 +151,23 @@ class _Builder(Transformer):
 
     @v_args(meta=True)
     def expr_decl(self, meta, c):
-        return ast.ExprDecl(self.L(meta), str(c[0]), c[1], c[2])
+        return ast.ExprDecl(self.L(meta), self.at(c[0]), c[1], c[2])
 
     @v_args(meta=True)
     def constraint_decl(self, meta, c):
-        return ast.ConstraintDecl(self.L(meta), str(c[0]), c[1], c[2], _unescape(c[3]) if c[3] else "")
+        return ast.ConstraintDecl(self.L(meta), self.at(c[0]), c[1], c[2], _unescape(c[3]) if c[3] else "")
 
     @v_args(meta=True)
     def objective_decl(self, meta, c):
         sense, name, op, body = c
         return ast.ObjectiveDecl(self.L(meta), "min" if sense == "minimize" else "max",
-                                 str(name), body, extend=(op == "+="))
+                                 self.at(name), body, extend=(op == "+="))
 
     def sense(self, c):
         return str(c[0])
 
     def obj_op(self, c):
-        return str(c[0])
+        return self.at(c[0])
 
     @v_args(meta=True)
     def index(self, meta, c):
@@ -200,7 +204,7 @@ class _Builder(Transformer):
         return ast.Compare(self.L(meta), c[1], c[0], c[2])
 
     def comp(self, c):
-        return str(c[0])
+        return self.at(c[0])
 
     @v_args(meta=True)
     def member(self, meta, c):
@@ -219,10 +223,10 @@ class _Builder(Transformer):
         return ast.BinOp(self.L(meta), c[1], c[0], c[2])
 
     def addop(self, c):
-        return str(c[0])
+        return self.at(c[0])
 
     def mulop(self, c):
-        return str(c[0])
+        return self.at(c[0])
 
     @v_args(meta=True)
     def neg_(self, meta, c):
@@ -396,7 +400,7 @@ class _Builder(Transformer):
 
     @v_args(meta=True)
     def budget_decl(self, meta, c):
-        return ast.BudgetDecl(self.L(meta), str(c[0]), self._value(c[1]))
+        return ast.BudgetDecl(self.L(meta), self.at(c[0]), self._value(c[1]))
 
 
 class _Where:
@@ -405,16 +409,23 @@ class _Where:
 
 
 class _GName(str):
-    """A graph-data name that remembers where it was written."""
+    """A name (or an operator) that remembers where it was written: a plain str everywhere else.
 
-    def __new__(cls, value: str, loc: Loc):
+    Declaration names, graph-data names and binary operators carry one, so that an error can
+    point at the offending token rather than at the start of its declaration or expression.
+    """
+
+    def __new__(cls, value: str, loc: Loc | None = None):
         obj = super().__new__(cls, value)
         obj.loc = loc
         return obj
 
+    def __reduce__(self):
+        return (_GName, (str(self), self.loc))
+
 
 def name_loc(name, default: Loc) -> Loc:
-    return getattr(name, "loc", default)
+    return getattr(name, "loc", None) or default
 
 
 def parse_text(text: str, path: str = "<input>") -> ast.Module:
@@ -442,27 +453,89 @@ def _syntax_error(exc: UnexpectedInput, text: str, path: str) -> SyntaxProblem:
     loc = Loc(path, getattr(exc, "line", 0) or 0, getattr(exc, "column", 0) or 0)
     if isinstance(exc, UnexpectedToken):
         tok = exc.token
+        expected_terms = set(exc.accepts or exc.expected)
         if tok.type == "$END":
             got = "end of file"
             lines = text.splitlines() or [""]
             loc = Loc(path, len(lines), len(lines[-1]) + 1)
+            pos = len(text)
         else:
             got = f"'{tok}'"
-        expected = sorted({_pretty(t) for t in exc.accepts or exc.expected})
-        return SyntaxProblem(f"unexpected {got}; expected {_one_of(expected)}", loc)
+            pos = tok.start_pos if tok.start_pos is not None else len(text)
+        if tok.type == "MINUS" and expected_terms <= {"NUMBER", "QUANTITY"}:
+            return SyntaxProblem("a value in graph data cannot be negative: sizes, times and budgets "
+                                 "are written without a sign", loc)
+        message = f"unexpected {got}; expected {_one_of(_expected(expected_terms))}"
+        opened = _unclosed_bracket(text, pos)
+        if opened is not None and _CLOSER[opened[0]] in expected_terms:
+            char, line, col = opened
+            message += f" (the '{char}' at {line}:{col} is not closed)"
+        return SyntaxProblem(message, loc)
     if isinstance(exc, UnexpectedCharacters):
         char = text[exc.pos_in_stream] if 0 <= exc.pos_in_stream < len(text) else "?"
         if char == '"':
-            return SyntaxProblem("unterminated string", loc)
-        return SyntaxProblem(f"unexpected character '{char}'", loc)
+            return SyntaxProblem('unterminated string: a string must end with \'"\' on the same line', loc)
+        return SyntaxProblem(f"unexpected character '{char}'{_CHAR_HINTS.get(char, '')}", loc)
     if isinstance(exc, UnexpectedEOF):
         return SyntaxProblem("unexpected end of file", loc)
     return SyntaxProblem(str(exc).splitlines()[0], loc)
 
 
-def _one_of(items: list[str]) -> str:
-    if len(items) <= 1:
-        return items[0] if items else "something else"
-    if len(items) > 8:
-        return ", ".join(items[:8]) + ", ..."
-    return ", ".join(items[:-1]) + " or " + items[-1]
+_CHAR_HINTS = {
+    "'": "; strings are written in double quotes", "&": "; write 'and'", "|": "; write 'or'",
+    "!": "; write 'not', or '!=' for 'not equal'", ";": "; statements need no separator",
+}
+_CLOSER = {"(": "RPAR", "[": "RSQB", "{": "RBRACE"}
+# What may start an expression, and the binary operators: listed one by one, they drown the
+# part of an "expected ..." list that tells the user what is missing.
+_EXPR_START = {"NAME", "NUMBER", "QUANTITY", "STRING", "LPAR", "LBRACE", "MINUS", "NOT", "IF",
+               "SUM", "ANY", "ALL", "MAX", "MIN"}
+_OPERATORS = {"+", "-", "*", "/", "union", "diff", "inter", "and", "or", "implies", "iff",
+              "<=", ">=", "==", "!=", "<", ">", "..", "in", "not"}
+
+
+def _expected(terms: set[str]) -> list[str]:
+    """The expected terminals as a user would read them: closing brackets and separators first."""
+    terms = set(terms)
+    tail = []
+    if {"NAME", "NUMBER", "LPAR"} <= terms:
+        terms -= _EXPR_START
+        tail.append("an expression")
+    ops = {t for t in terms if _pretty(t).strip("'") in _OPERATORS}
+    if len(ops) >= 3:
+        terms -= ops
+        tail.append("an operator")
+    first = ["RPAR", "RSQB", "RBRACE", "COMMA", "COLON"]
+    head = [_pretty(t) for t in first if t in terms]
+    rest = sorted(_pretty(t) for t in terms if t not in first)
+    return head + rest + tail
+
+
+def _unclosed_bracket(text: str, end: int) -> tuple[str, int, int] | None:
+    """The innermost bracket opened before `end` and not closed by then (strings and comments
+    skipped), as (char, line, column)."""
+    stack: list[tuple[str, int, int]] = []
+    line, col, i = 1, 1, 0
+    while i < min(end, len(text)):
+        ch = text[i]
+        if ch == "#":
+            while i < len(text) and text[i] != "\n":
+                i += 1
+            continue
+        if ch == '"':
+            j = i + 1
+            while j < len(text) and text[j] not in '"\n':
+                j += 2 if text[j] == "\\" else 1
+            col += j + 1 - i
+            i = j + 1
+            continue
+        if ch in "([{":
+            stack.append((ch, line, col))
+        elif ch in ")]}" and stack:
+            stack.pop()
+        if ch == "\n":
+            line, col = line + 1, 1
+        else:
+            col += 1
+        i += 1
+    return stack[-1] if stack else None

@@ -1,26 +1,26 @@
 """Where the shipped grammar and models are: inside the installed package, or in a checkout."""
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
+_HERE = Path(__file__).resolve().parent
 
-def _dir(package: str, checkout_name: str) -> Path:
-    try:
-        path = Path(str(resources.files(package)))
-        if path.is_dir():
-            return path
-    except (ModuleNotFoundError, TypeError):
-        pass
-    return Path(__file__).resolve().parent.parent / checkout_name
+
+def _dir(checkout_name: str) -> Path:
+    # Installed (wheel): the data sits inside the package, schedlang/<name>/ (see pyproject's
+    # package-dir). In a checkout or an editable install it is at the repository's top level.
+    installed = _HERE / checkout_name
+    if installed.is_dir():
+        return installed
+    return _HERE.parent / checkout_name
 
 
 def grammar_path() -> Path:
-    return _dir("schedlang.grammar", "grammar") / "schedlang.lark"
+    return _dir("grammar") / "schedlang.lark"
 
 
 def models_dir() -> Path:
-    return _dir("schedlang.models", "models")
+    return _dir("models")
 
 
 def shipped_models() -> list[str]:
