@@ -501,6 +501,69 @@ def brute_force(graph, budget: float, tol: float = 1e-9):
     return st.time[0] + cost, plan
 
 
+def same_matrix(graph, budget: float) -> tuple[bool, str]:
+    """Whether build_highspy and build_pyomo (as appsi_highs hands it to HiGHS) give the same
+    model: same costs, bounds, integrality and rows (in the same row order), columns matched
+    by name. appsi numbers columns by first appearance in the constraints, so the column
+    order differs; a row may be negated (Pyomo's normal form). Uses appsi's private
+    var -> column map (bench code only)."""
+    import highspy
+    import numpy as np
+    import pyomo.environ as pyo
+    import scipy.sparse as sp
+    from pyomo.contrib.appsi.solvers import Highs
+
+    def csr(lp):
+        a = lp.a_matrix_
+        arrs = (np.asarray(a.value_), np.asarray(a.index_), np.asarray(a.start_))
+        if a.format_ == highspy.MatrixFormat.kColwise:
+            return sp.csc_matrix(arrs, shape=(lp.num_row_, lp.num_col_)).tocsr()
+        return sp.csr_matrix(arrs, shape=(lp.num_row_, lp.num_col_))
+
+    def rows(lp, names):
+        a, out = csr(lp), []
+        for r in range(lp.num_row_):
+            lo_, hi_ = a.indptr[r], a.indptr[r + 1]
+            terms = sorted((names[c], round(float(v), 9)) for c, v in
+                           zip(a.indices[lo_:hi_], a.data[lo_:hi_]))
+            lo = None if lp.row_lower_[r] <= -1e20 else round(lp.row_lower_[r], 9)
+            hi = None if lp.row_upper_[r] >= 1e20 else round(lp.row_upper_[r], 9)
+            if terms and terms[0][1] < 0:  # normalize the sign
+                terms = [(nm, -v) for nm, v in terms]
+                lo, hi = (None if hi is None else -hi), (None if lo is None else -lo)
+            out.append((tuple(terms), lo, hi))
+        return out
+
+    def cols(lp, names):
+        return {names[c]: (round(lp.col_cost_[c], 9), lp.col_lower_[c], lp.col_upper_[c],
+                           int(lp.integrality_[c])) for c in range(lp.num_col_)}
+
+    h, cmap = build_highspy(graph, budget)
+    lp1 = h.getLp()
+    names1 = [""] * lp1.num_col_
+    for fam, d in cmap.items():
+        for key, c in d.items():
+            names1[c] = f"{fam}[{','.join(map(str, key))}]"
+    m = build_pyomo(graph, budget)
+    opt = Highs()
+    opt.set_instance(m)
+    lp2 = opt._solver_model.getLp()
+    by_id = {id(v): v.name.replace(" ", "") for v in m.component_data_objects(pyo.Var)}
+    names2 = [""] * lp2.num_col_
+    for vid, c in opt._pyomo_var_to_solver_var_map.items():
+        names2[c] = by_id[vid]
+    if (lp1.num_row_, lp1.num_col_) != (lp2.num_row_, lp2.num_col_):
+        return False, (f"sizes differ: {lp1.num_row_}x{lp1.num_col_} vs "
+                       f"{lp2.num_row_}x{lp2.num_col_}")
+    if cols(lp1, names1) != cols(lp2, names2):
+        return False, "columns (cost, bounds, integrality) differ"
+    r1, r2 = rows(lp1, names1), rows(lp2, names2)
+    if r1 != r2:
+        first = next(i for i, (a, b) in enumerate(zip(r1, r2)) if a != b)
+        return False, f"row {first} differs: {r1[first]} vs {r2[first]}"
+    return True, f"identical: {lp1.num_row_} rows, {lp1.num_col_} cols, {h.getNumNz()} nnz"
+
+
 # --------------------------------------------------------------------------------------------
 # Self-test on tiny graphs
 # --------------------------------------------------------------------------------------------
@@ -572,6 +635,19 @@ def self_test(n_random: int = 30, seed: int = 1, verbose: bool = True) -> int:
                   f"highspy={hs}/{ho}  pyomo={ps}/{po}")
     print(f"{len(cases) - failures}/{len(cases)} cases agree "
           f"({n_recompute} feasible cases need recomputation)")
+
+    # the two builders must hand HiGHS the same matrix, also on graphs too big to enumerate
+    from graphs import load_shared
+
+    bigger = [graphs[0], chain_graph(8), chain_graph(16)]
+    try:
+        bigger.append(load_shared("vgg16_train"))
+    except OSError:
+        pass
+    for g in bigger:
+        same, msg = same_matrix(g, int(0.9 * no_recompute_peak(g)))
+        failures += not same
+        print(f"[{'ok' if same else 'FAIL'}] highspy vs Pyomo matrix, {g.name}: {msg}")
     return failures
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import ast
-from .errors import CheckError, ErrorList, did_you_mean
+from .errors import CheckError, ErrorList, Loc, did_you_mean
+from .parser import name_loc
 from .program import Program
 
 # Names the graph data provides (see docs/language.md).
@@ -35,6 +36,7 @@ class T:
     kind: str  # num bool elem set tuple lin formula
     dim: str = ""
     binary_literal: bool = False  # a binary variable, or `not` of one
+    arity: int | None = None  # of a set: the length of its tuples, when known statically
 
 
 NUM, BOOL, ELEM, SET = T("num"), T("bool"), T("elem"), T("set")
@@ -47,6 +49,7 @@ class Checker:
         self.expr_types: dict[str, T] = {}
         self.in_progress: set[str] = set()
         self.param_dims: dict[str, str] = {}
+        self.set_arities: dict[str, int | None] = {}
 
     # --- entry point
     def run(self) -> None:
@@ -61,12 +64,15 @@ class Checker:
             try:
                 t = self.expr(obj.body, {})
                 if t.kind not in ("num", "lin"):
-                    raise CheckError(f"the objective must be a number or a linear expression, not a {_describe(t)}", obj.body.loc)
+                    raise CheckError(f"the objective must be a number or a linear expression, not {_describe(t)}", obj.body.loc)
             except CheckError as e:
                 self.errors.append(e)
         if self.p.has_formulation and self.p.objective is None:
-            loc = self.p.model.loc if self.p.model else None
-            self.errors.append(CheckError("the formulation has no objective: add `minimize NAME: ...`", loc))
+            first_var = next((d for d in self.p.decls.values() if isinstance(d, ast.VarDecl)), None)
+            loc = (name_loc(self.p.model.name, self.p.model.loc) if self.p.model else
+                   name_loc(first_var.name, first_var.loc) if first_var else None)
+            self.errors.append(CheckError("the formulation has no objective: add `minimize NAME: ...` or "
+                                          "`maximize NAME: ...`", loc))
         if self.p.decode is not None:
             for role, target in self.p.decode.roles.items():
                 if isinstance(target, ast.Num):
@@ -92,31 +98,56 @@ class Checker:
         if isinstance(d, ast.SetDecl):
             t = self.expr(d.value, scope)
             if t.kind != "set":
-                raise CheckError(f"set '{d.name}' must be defined by a set, not a {_describe(t)}", d.value.loc)
+                raise CheckError(f"set '{d.name}' must be defined by a set, not {_describe(t)}", d.value.loc)
         elif isinstance(d, ast.ParamDecl):
             if d.value is None:
-                raise CheckError(f"param '{d.name}' has no value: give `= expression` or `default expression`", d.loc)
+                raise CheckError(f"param '{d.name}' has no value: give `= expression` or `default expression`",
+                                 name_loc(d.name, d.loc))
             if isinstance(d.value, ast.Table):
                 for key, val in d.value.pairs:
+                    for k in key.items if isinstance(key, ast.Tuple) else [key]:
+                        if isinstance(k, ast.Name) and k.id not in self.p.decls and k.id not in BUILTIN_SCALARS:
+                            raise CheckError(f"unknown name '{k.id}' in a key of param '{d.name}'; a key is an "
+                                             f"element: write \"{k.id}\" for the element named {k.id}", k.loc)
+                        t = self.constant(k, {}, f"a key of param '{d.name}'")
+                        if t.kind not in ("elem", "num"):
+                            raise CheckError(f"a key of param '{d.name}' must be an element, not {_describe(t)}",
+                                             k.loc)
                     self.constant(val, {}, f"a value of param '{d.name}'")
                 return
             t = self.expr(d.value, scope)
-            self.require_constant(t, d.value, f"param '{d.name}'")
+            self.require_constant(t, d.value, f"param '{d.name}'",
+                                  f"; declare it as `expr {d.name} = ...` to name an expression over variables")
             if t.kind not in ("num", "bool"):
-                raise CheckError(f"param '{d.name}' must be a number, not a {_describe(t)}", d.value.loc)
+                raise CheckError(f"param '{d.name}' must be a number, not {_describe(t)}", d.value.loc)
             self.param_dims[d.name] = t.dim
         elif isinstance(d, ast.VarDecl):
             for b in (d.lb, d.ub):
                 if b is not None:
                     t = self.expr(b, scope)
-                    self.require_constant(t, b, f"a bound of variable '{d.name}'")
+                    self.require_constant(t, b, f"a bound of variable '{d.name}'",
+                                          "; bound it with a constraint instead")
+                    if t.kind != "num":
+                        raise CheckError(f"a bound of variable '{d.name}' must be a number, not {_describe(t)}",
+                                         b.loc)
         elif isinstance(d, ast.ExprDecl):
             self.expr_type(d.name)
         elif isinstance(d, ast.ConstraintDecl):
             t = self.expr(d.body, scope)
             if t.kind not in ("formula", "bool"):
-                raise CheckError(f"constraint '{d.name}' must be a comparison or a logical formula, not a "
-                                 f"{_describe(t)}", d.body.loc)
+                raise CheckError(f"constraint '{d.name}' must be a comparison (==, <=, >=) or a logical "
+                                 f"formula, not {_describe(t)}", d.body.loc)
+
+    def set_arity(self, d: ast.SetDecl) -> int | None:
+        """The tuple length of a declared set, or None when it cannot be told (or is wrong)."""
+        if d.name not in self.set_arities:
+            self.set_arities[d.name] = None  # guards recursion
+            try:
+                scope = self.index(d.index) if d.index else {}
+                self.set_arities[d.name] = self.expr(d.value, scope).arity
+            except CheckError:
+                pass  # reported with the declaration itself
+        return self.set_arities[d.name]
 
     def expr_type(self, name: str) -> T:
         if name in self.expr_types:
@@ -129,7 +160,7 @@ class Checker:
             scope = self.index(d.index) if d.index else {}
             t = self.expr(d.value, scope)
             if t.kind not in ("num", "lin"):
-                raise CheckError(f"expression '{name}' must be numeric, not a {_describe(t)}", d.value.loc)
+                raise CheckError(f"expression '{name}' must be numeric, not {_describe(t)}", d.value.loc)
         finally:
             self.in_progress.discard(name)
         self.expr_types[name] = t
@@ -142,7 +173,9 @@ class Checker:
             for n, loc in names:
                 scope[n] = ELEM
         if index.where is not None:
-            self.constant(index.where, scope, "a 'where' filter", want="bool")
+            self.constant(index.where, scope, "a 'where' filter", want="bool",
+                          hint="; it selects index elements before solving: move the condition into the "
+                               "constraint (e.g. with 'implies')")
         return scope
 
     def binding(self, item, scope) -> tuple[list, T]:
@@ -157,22 +190,27 @@ class Checker:
             raise CheckError("the left side of a binding must be a name or a tuple of names", el.loc)
         t = self.expr(item.set, scope)
         if t.kind != "set":
-            raise CheckError(f"a binding ranges over a set, not a {_describe(t)}", item.set.loc)
+            raise CheckError(f"a binding ranges over a set, not {_describe(t)}", item.set.loc)
+        if t.arity is not None and t.arity != len(names):
+            n = len(names)
+            example = "v" if t.arity == 1 else "(" + ", ".join("abcdefgh"[:t.arity]) + ")"
+            raise CheckError(f"binding {n} name{'s' if n > 1 else ''} to a set of {_tuples(t.arity)}; "
+                             f"write {example} in {_set_text(item.set)}", el.loc)
         for n, loc in names:
             if n in self.p.decls or n in BUILTIN_SETS or n in BUILTIN_SCALARS:
                 raise CheckError(f"index name '{n}' hides the declaration of '{n}'; pick another name", loc)
         return names, t
 
-    def constant(self, e, scope, what: str, want: str | None = None) -> T:
+    def constant(self, e, scope, what: str, want: str | None = None, hint: str = "") -> T:
         t = self.expr(e, scope)
-        self.require_constant(t, e, what)
+        self.require_constant(t, e, what, hint)
         if want == "bool" and t.kind != "bool":
-            raise CheckError(f"{what} must be a condition, not a {_describe(t)}", e.loc)
+            raise CheckError(f"{what} must be a condition, not {_describe(t)}", e.loc)
         return t
 
-    def require_constant(self, t: T, e, what: str) -> None:
+    def require_constant(self, t: T, e, what: str, hint: str = "") -> None:
         if t.kind in ("lin", "formula"):
-            raise CheckError(f"{what} must be a constant, but it depends on variables", e.loc)
+            raise CheckError(f"{what} must be a constant, but it depends on variables{hint}", e.loc)
 
     # --- expressions
     def expr(self, e, scope: dict) -> T:
@@ -191,13 +229,14 @@ class Checker:
         if e.id in s:
             return s[e.id]
         if e.id in BUILTIN_SETS:
-            return SET
+            return T("set", arity=BUILTIN_SETS[e.id])
         if e.id in BUILTIN_SCALARS:
             return T("num", BUILTIN_SCALARS[e.id])
         d = self.p.decls.get(e.id)
         if d is None:
             if e.id.startswith("budget."):
-                raise CheckError(f"unknown budget '{e.id}'; budgets are budget.peak and budget.save", e.loc)
+                raise CheckError(f"unknown budget '{e.id}'{did_you_mean(e.id, ['budget.peak', 'budget.save'])}; "
+                                 "budgets are budget.peak and budget.save", e.loc)
             raise CheckError(f"unknown name '{e.id}'{did_you_mean(e.id, list(s) + self.names())}", e.loc)
         if d.index is not None and not isinstance(d, ast.ConstraintDecl):
             n = index_arity(d.index)
@@ -206,7 +245,7 @@ class Checker:
 
     def _decl_type(self, d, e) -> T:
         if isinstance(d, ast.SetDecl):
-            return SET
+            return T("set", arity=self.set_arity(d))
         if isinstance(d, ast.ParamDecl):
             if d.name not in self.param_dims and d.value is not None and not isinstance(d.value, ast.Table):
                 try:
@@ -256,26 +295,26 @@ class Checker:
             if t.kind in ("lin", "formula"):
                 raise CheckError(f"{e.func}() needs constants, but its argument depends on variables", a.loc)
         if e.func in ("first", "last", "card") and ts[0].kind != "set":
-            raise CheckError(f"{e.func}() takes a set, not a {_describe(ts[0])}", e.args[0].loc)
+            raise CheckError(f"{e.func}() takes a set, not {_describe(ts[0])}", e.args[0].loc)
         if e.func in ("size", "time", "next", "prev", "ord", "preds", "succs", "is_backward") and ts[0].kind != "elem":
-            raise CheckError(f"{e.func}() takes an element, not a {_describe(ts[0])}", e.args[0].loc)
+            raise CheckError(f"{e.func}() takes an element, not {_describe(ts[0])}", e.args[0].loc)
         if dim is None:
             dim = ts[0].dim
-        return T(kind, dim)
+        return T(kind, dim, arity=1 if kind == "set" else None)
 
     def e_Aggregate(self, e, s):
         inner = self.index(ast.Index(e.loc, e.items, e.where), s)
         t = self.expr(e.body, inner)
         if e.op == "sum":
             if t.kind not in ("num", "lin"):
-                raise CheckError(f"sum() adds numbers, not a {_describe(t)}", e.body.loc)
+                raise CheckError(f"sum() adds numbers, not {_describe(t)}", e.body.loc)
             return T(t.kind, t.dim)
         if e.op in ("max", "min"):
             if t.kind == "lin":
                 raise CheckError(f"{e.op}() over variables is not linear; {e.op}() takes constants "
                                  "(bound it with a variable and constraints instead)", e.body.loc)
             if t.kind != "num":
-                raise CheckError(f"{e.op}() takes numbers, not a {_describe(t)}", e.body.loc)
+                raise CheckError(f"{e.op}() takes numbers, not {_describe(t)}", e.body.loc)
             return T("num", t.dim)
         # any / all
         return self._logic_operand(t, e.body, e.op)
@@ -290,7 +329,7 @@ class Checker:
         if t.kind == "lin":
             raise CheckError(f"'{op}' takes conditions; this linear expression is not a binary variable "
                              "(compare it with a number, e.g. x >= 1)", e.loc)
-        raise CheckError(f"'{op}' takes conditions, not a {_describe(t)}", e.loc)
+        raise CheckError(f"'{op}' takes conditions, not {_describe(t)}", e.loc)
 
     def e_BinOp(self, e, s):
         a, b = self.expr(e.left, s), self.expr(e.right, s)
@@ -298,32 +337,39 @@ class Checker:
         if op in ("union", "diff", "inter"):
             for x, side in ((a, e.left), (b, e.right)):
                 if x.kind != "set":
-                    raise CheckError(f"'{op}' combines sets, not a {_describe(x)}", side.loc)
-            return SET
+                    raise CheckError(f"'{op}' combines sets, not {_describe(x)}", side.loc)
+            if a.arity is not None and b.arity is not None and a.arity != b.arity:
+                raise CheckError(f"'{op}' of a set of {_tuples(a.arity)} and a set of {_tuples(b.arity)}",
+                                 _op_loc(e))
+            return T("set", arity=a.arity if a.arity is not None else b.arity)
         if a.kind == "elem" and op in "+-" and b.kind == "num":
             return ELEM  # t + 1: the next element of t's ordered set
         for x, side in ((a, e.left), (b, e.right)):
             if x.kind not in ("num", "lin"):
-                raise CheckError(f"'{op}' needs numbers, not a {_describe(x)}", side.loc)
+                raise CheckError(f"'{op}' needs numbers, not {_describe(x)}", side.loc)
         if op in "+-":
             if a.dim and b.dim and a.dim != b.dim:
-                raise CheckError(f"unit mismatch: '{op}' between a {a.dim} and a {b.dim}", e.loc)
+                raise CheckError(f"unit mismatch: '{op}' between a {a.dim} (left) and a {b.dim} (right); "
+                                 "divide by a unit (e.g. / 1MiB, / 1ms) to get a plain number", _op_loc(e))
             return T("lin" if "lin" in (a.kind, b.kind) else "num", a.dim or b.dim)
         if op == "*":
             if a.kind == "lin" and b.kind == "lin":
-                raise CheckError("non-linear product of variables: one side of '*' must be a constant", e.loc)
+                raise CheckError("non-linear product of variables: one side of '*' must be a constant "
+                                 "(for a product of binaries, introduce a binary variable and constraints)",
+                                 _op_loc(e))
             dim = a.dim if not b.dim else (b.dim if not a.dim else "")
             return T("lin" if "lin" in (a.kind, b.kind) else "num", dim)
         # division
         if b.kind == "lin":
-            raise CheckError("division by an expression with variables is not linear", e.right.loc)
+            raise CheckError("division by an expression with variables is not linear; divide by a constant",
+                             e.right.loc)
         dim = "" if a.dim == b.dim else (a.dim if not b.dim else "")
         return T(a.kind, dim)
 
     def e_Neg(self, e, s):
         t = self.expr(e.operand, s)
         if t.kind not in ("num", "lin"):
-            raise CheckError(f"'-' needs a number, not a {_describe(t)}", e.loc)
+            raise CheckError(f"'-' needs a number, not {_describe(t)}", e.loc)
         return T(t.kind, t.dim)
 
     def e_Compare(self, e, s):
@@ -331,26 +377,31 @@ class Checker:
         if a.kind == "elem" or b.kind == "elem":
             if not (a.kind == "elem" and b.kind == "elem"):
                 bad = b if a.kind == "elem" else a
-                raise CheckError(f"cannot compare an element with a {_describe(bad)}", e.loc)
+                hint = "; compare an element's position with ord(...)" if bad.kind == "num" else ""
+                raise CheckError(f"cannot compare an element with {_describe(bad)}{hint}", _op_loc(e))
             return BOOL
         for x, side in ((a, e.left), (b, e.right)):
             if x.kind not in ("num", "lin"):
-                raise CheckError(f"'{e.op}' compares numbers, not a {_describe(x)}", side.loc)
+                raise CheckError(f"'{e.op}' compares numbers, not {_describe(x)}", side.loc)
         if a.dim and b.dim and a.dim != b.dim:
-            raise CheckError(f"unit mismatch: comparing a {a.dim} with a {b.dim}", e.loc)
+            raise CheckError(f"unit mismatch: '{e.op}' compares a {a.dim} (left) with a {b.dim} (right); "
+                             "divide by a unit (e.g. / 1MiB, / 1ms) to get a plain number", _op_loc(e))
         if "lin" in (a.kind, b.kind):
             if e.op == "!=":
-                raise CheckError("'!=' between expressions with variables is not supported; use two "
-                                 "inequalities with a binary variable", e.loc)
+                raise CheckError("'!=' between expressions with variables is not supported; write "
+                                 "`a <= b - 1 or a >= b + 1` (integers) or use a binary variable", _op_loc(e))
             return T("formula")
         return BOOL
 
     def e_Member(self, e, s):
         a, b = self.expr(e.element, s), self.expr(e.set, s)
         if b.kind != "set":
-            raise CheckError(f"'in' needs a set on its right, not a {_describe(b)}", e.set.loc)
+            raise CheckError(f"'in' needs a set on its right, not {_describe(b)}", e.set.loc)
         if a.kind not in ("elem", "tuple", "num"):
-            raise CheckError(f"'in' needs an element on its left, not a {_describe(a)}", e.element.loc)
+            raise CheckError(f"'in' needs an element on its left, not {_describe(a)}", e.element.loc)
+        if b.arity is not None and _width(e.element) != b.arity:
+            raise CheckError(f"'in' tests {_tuples(_width(e.element), one=True)} against a set of "
+                             f"{_tuples(b.arity)}", e.element.loc)
         return BOOL
 
     def e_Logic(self, e, s):
@@ -366,35 +417,37 @@ class Checker:
         for x in e.items:
             t = self.expr(x, s)
             if t.kind not in ("elem", "num"):
-                raise CheckError(f"a tuple holds elements, not a {_describe(t)}", x.loc)
+                raise CheckError(f"a tuple holds elements, not {_describe(t)}", x.loc)
         return T("tuple")
 
     def e_Range(self, e, s):
         for x in (e.lo, e.hi):
             t = self.constant(x, s, "a range bound")
             if t.kind != "num":
-                raise CheckError(f"a range bound must be a number, not a {_describe(t)}", x.loc)
-        return SET
+                raise CheckError(f"a range bound must be a number, not {_describe(t)}", x.loc)
+        return T("set", arity=1)
 
     def e_SetLit(self, e, s):
         if e.items and all(isinstance(x, ast.Member) and not x.negated for x in e.items) and (
                 e.where is not None or _is_binding(e.items[0])):
             self.index(ast.Index(e.loc, e.items, e.where), s)
-            return SET
+            names = {n for x in e.items for n in _pattern_names(x.element)} - {"_"}
+            return T("set", arity=len(names))
         if e.where is not None:
             raise CheckError("a set with 'where' needs bindings: {x in S where ...}", e.loc)
         for x in e.items:
             t = self.expr(x, s)
             if t.kind not in ("elem", "num", "tuple"):
-                raise CheckError(f"a set holds elements, not a {_describe(t)}", x.loc)
-        return SET
+                raise CheckError(f"a set holds elements, not {_describe(t)}", x.loc)
+        widths = {_width(x) for x in e.items}
+        return T("set", arity=widths.pop() if len(widths) == 1 else None)
 
     def e_SetFor(self, e, s):
         inner = self.index(ast.Index(e.loc, e.items, e.where), s)
         t = self.expr(e.expr, inner)
         if t.kind not in ("elem", "num", "tuple"):
-            raise CheckError(f"a set holds elements, not a {_describe(t)}", e.expr.loc)
-        return SET
+            raise CheckError(f"a set holds elements, not {_describe(t)}", e.expr.loc)
+        return T("set", arity=_width(e.expr))
 
     def e_Table(self, e, s):
         raise CheckError("a table {key: value, ...} can only define a param", e.loc)
@@ -409,7 +462,7 @@ class Checker:
             return T("formula" if "formula" in kinds else "bool")
         if a.kind == b.kind:
             return a
-        raise CheckError(f"the branches of 'if' differ: a {_describe(a)} and a {_describe(b)}", e.loc)
+        raise CheckError(f"the branches of 'if' differ: {_describe(a)} and {_describe(b)}", e.loc)
 
 
 def index_arity(index: ast.Index) -> int:
@@ -427,8 +480,40 @@ def _is_binding(item) -> bool:
 
 
 def _describe(t: T) -> str:
-    return {"num": "number", "bool": "condition", "elem": "element", "set": "set", "tuple": "tuple",
-            "lin": "linear expression", "formula": "formula with variables"}[t.kind]
+    """The kind of a value, with its article: 'a number', 'an element', ..."""
+    return {"num": "a number", "bool": "a condition", "elem": "an element", "set": "a set",
+            "tuple": "a tuple", "lin": "a linear expression",
+            "formula": "a formula with variables"}[t.kind]
+
+
+def _width(e) -> int:
+    """How many elements a set item or a binding pattern stands for."""
+    return len(e.items) if isinstance(e, ast.Tuple) else 1
+
+
+def _pattern_names(el) -> list[str]:
+    return [x.id for x in el.items] if isinstance(el, ast.Tuple) else [el.id]
+
+
+def _tuples(k: int, one: bool = False) -> str:
+    """'single elements', 'pairs', 'triples', '4-tuples' (or 'a single element', 'a pair', ...)."""
+    if one:
+        return {1: "a single element", 2: "a pair", 3: "a triple"}.get(k, f"a {k}-tuple")
+    return {1: "single elements", 2: "pairs", 3: "triples"}.get(k, f"{k}-tuples")
+
+
+def _set_text(e) -> str:
+    """A short rendering of a set expression for a message: its name, or '...'."""
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.Subscript) and all(isinstance(a, ast.Name) for a in e.args):
+        return f"{e.name}[{', '.join(a.id for a in e.args)}]"
+    return "..."
+
+
+def _op_loc(e) -> "Loc":
+    """Where a binary expression's operator is written (the start of the expression if unknown)."""
+    return name_loc(e.op, e.loc)
 
 
 def check_program(program: Program) -> None:

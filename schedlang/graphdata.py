@@ -44,9 +44,11 @@ class _Times:
         if self.first is None:
             self.first = v
         elif bool(self.first.unit) != bool(v.unit):
-            raise DataError(f"{what} '{v.text}' mixes times with and without units; the first time in "
-                            f"this graph, '{self.first.text}' at {self.first.loc}, "
-                            f"{'has' if self.first.unit else 'has no'} unit", v.loc)
+            this = "has a unit" if v.unit else "has no unit"
+            first = "has one" if self.first.unit else "has none"
+            raise DataError(f"the {what}, '{v.text}', {this}, but the first time in this graph ('{self.first.text}' "
+                            f"at {self.first.loc}) {first}: give every time with a unit (s, ms, us), or "
+                            "none", v.loc)
         return v.value * TIME_UNITS.get(v.unit, 1.0)
 
     @property
@@ -96,7 +98,7 @@ def build_graph(decl: ast.GraphDecl) -> Graph:
             if t == e.source:
                 raise DataError(f"edge from '{t}' to itself: the graph must be acyclic", name_loc(t, e.loc))
             g.edges.append((str(e.source), str(t)))
-    _check_layers(g)
+    _check_layers(g, [item for item in decl.items if isinstance(item, (ast.LayerStmt, ast.LossStmt))])
     _check_order(g, edges)
     g.time_unit = times.unit
     return g
@@ -111,8 +113,9 @@ def _layer(item: ast.LayerStmt, times: _Times) -> Layer:
         seen[o.name] = o.loc
         what = f"option '{o.name}' of layer '{item.name}'"
         options.append(Option(
-            str(o.name), times(o.fwd, f"forward time of {what}"), _size(o.fwd_overhead, "", 0),
-            times(o.bwd, f"backward time of {what}"), _size(o.bwd_overhead, "", 0),
+            str(o.name), times(o.fwd, f"forward time of {what}"),
+            _size(o.fwd_overhead, f"forward overhead of {what}", 0),
+            times(o.bwd, f"backward time of {what}"), _size(o.bwd_overhead, f"backward overhead of {what}", 0),
             _size(o.phantom, f"phantom of {what}", 0), [str(n) for n in o.needs], o.loc))
     if not options:
         raise DataError(f"layer '{item.name}' has no option", name_loc(item.name, item.loc))
@@ -121,20 +124,23 @@ def _layer(item: ast.LayerStmt, times: _Times) -> Layer:
                  name_loc(item.name, item.loc))
 
 
-def _check_layers(g: Graph) -> None:
-    """Every data name a layer or the loss mentions must be declared."""
+def _check_layers(g: Graph, items: list) -> None:
+    """Every data name a layer or the loss mentions must be declared (`items`: their AST, whose
+    names remember where they are written)."""
     data = {d.name for d in g.data}
     uses = []
-    for layer in g.layers:
-        for n in layer.inputs + layer.outputs + layer.grad_inputs + layer.grad_outputs:
-            uses.append((n, layer.loc, f"layer '{layer.name}'"))
-        for o in layer.options:
-            uses += [(n, o.loc, f"option '{o.name}' of layer '{layer.name}'") for n in o.needs]
-    if g.loss is not None:
-        uses += [(n, g.loss.loc, "the loss") for n in g.loss.inputs + g.loss.outputs]
+    for item in items:
+        if isinstance(item, ast.LayerStmt):
+            for n in item.inputs + item.outputs + item.grad_inputs + item.grad_outputs:
+                uses.append((n, item.loc, f"layer '{item.name}'"))
+            for o in item.options:
+                uses += [(n, o.loc, f"option '{o.name}' of layer '{item.name}'") for n in o.needs]
+        else:
+            uses += [(n, item.loc, "the loss") for n in item.inputs + item.outputs]
     for name, loc, who in uses:
         if name not in data:
-            raise DataError(f"{who} uses undeclared data '{name}'{did_you_mean(name, data)}", loc)
+            raise DataError(f"{who} uses undeclared data '{name}'{did_you_mean(name, data)}; declare it "
+                            f"with `data {name} SIZE`", name_loc(name, loc))
 
 
 def _check_order(g: Graph, edges: list[ast.EdgeStmt]) -> None:
@@ -146,23 +152,29 @@ def _check_order(g: Graph, edges: list[ast.EdgeStmt]) -> None:
         cycle = nx.find_cycle(digraph)
     except nx.NetworkXNoCycle:
         cycle = None
-    by_name = {n.name: n for n in g.nodes}
-    if cycle:
-        path = " -> ".join([u for u, _ in cycle] + [cycle[0][0]])
-        raise DataError(f"graph '{g.name}' has a cycle: {path}", by_name[cycle[0][0]].loc)
     position = {n.name: i for i, n in enumerate(g.nodes)}
+    if cycle:
+        # Point at the edge that closes the cycle: one that goes back to an earlier node (a cycle
+        # has at least one), written last in the path.
+        k = next(i for i, (u, v) in enumerate(cycle) if position[v] <= position[u])
+        cycle = cycle[k + 1:] + cycle[:k + 1]
+        path = " -> ".join([u for u, _ in cycle] + [cycle[-1][1]])
+        u, v = cycle[-1]
+        where = next((name_loc(t, e.loc) for e in edges if e.source == u for t in e.targets if t == v),
+                     g.loc)
+        raise DataError(f"graph '{g.name}' has a cycle: {path}; the graph must be acyclic", where)
     for e in edges:
         for t in e.targets:
             if position[t] < position[e.source]:
-                raise DataError(f"edge {e.source} -> {t} goes backwards: nodes must be declared in a "
-                                f"topological order ('{t}' is declared before '{e.source}')",
-                                name_loc(t, e.loc))
+                raise DataError(f"edge {e.source} -> {t} goes backwards: '{t}' is declared before "
+                                f"'{e.source}'; nodes must be declared in a topological order, so declare "
+                                f"'{t}' after '{e.source}'", name_loc(t, e.loc))
 
 
 def budget_value(b: ast.BudgetDecl) -> int:
     if b.kind not in ("peak", "save"):
         raise DataError(f"unknown budget '{b.kind}'{did_you_mean(b.kind, ['peak', 'save'])}; "
-                        "budgets are 'peak' and 'save'", b.loc)
+                        "budgets are 'peak' and 'save'", name_loc(b.kind, b.loc))
     nbytes = _size(b.value, f"budget {b.kind}")
     if nbytes <= 0:
         raise DataError(f"budget {b.kind} must be positive, got {format_size(nbytes)}", b.value.loc)

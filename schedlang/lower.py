@@ -181,18 +181,20 @@ class Lowering:
                 keys_t.append(t.cols[n])
                 keys_s.append(j)
         for c in list(conjuncts):
-            pair = _equality(c)
-            if pair is None:
+            if not (isinstance(c, ast.Compare) and c.op == "=="):
                 continue
-            a, b = pair
-            for new, old in ((a, b), (b, a)):
-                if new in names and new not in t.cols and old in t.cols and names.count(new) == 1:
-                    keys_t.append(t.cols[old])
-                    keys_s.append(names.index(new))
+            # `new == e` where e uses only names bound already: a join key, not a filter
+            for side, other in ((c.left, c.right), (c.right, c.left)):
+                if (isinstance(side, ast.Name) and side.id in names and side.id not in t.cols
+                        and names.count(side.id) == 1
+                        and _free_names(other) <= set(t.cols) | self._global_names()):
+                    key = self.value(other, t)
+                    if not isinstance(key, Elem):
+                        key = Elem(self._elem_codes(other, t))
+                    keys_t.append(key.codes)
+                    keys_s.append(names.index(side.id))
                     conjuncts.remove(c)
                     break
-            else:
-                continue
         if keys_t:
             idx = KeyIndex(sv.cols[:, keys_s], len(self.u))
             trows, srows = idx.join(keys_t)
@@ -423,9 +425,27 @@ class Lowering:
             entry = (None, self._num_or_bool(d.value, Table.unit()), None)
         else:
             fam = self._family(d.index)
-            entry = (fam, self._num_or_bool(d.value, fam.table), None)
+            values = self._num_or_bool(d.value, fam.table).astype(float)
+            table = self.p.param_tables.get(d.name)
+            if table is not None:
+                self._apply_table(d, table, fam, values)
+            entry = (fam, values, None)
         self.params[d.name] = entry
         return entry
+
+    def _apply_table(self, d: ast.ParamDecl, table: ast.ParamDecl, fam: Family, values: np.ndarray):
+        """Values given as data replace the declared ones; a key outside the domain is an error."""
+        one = Table.unit()
+        for key_expr, value_expr in table.value.pairs:
+            key = self._key_codes(key_expr)
+            if len(key) != fam.keys.shape[1]:
+                raise DataError(f"param '{d.name}' takes {fam.keys.shape[1]} indices, this key has "
+                                f"{len(key)}", key_expr.loc)
+            row = fam.index.lookup([np.array([c]) for c in key])[0]
+            if row < 0:
+                raise DataError(f"param '{d.name}': {self._fmt_key(key)} is outside its declared "
+                                f"domain (declared at {d.loc})", key_expr.loc)
+            values[row] = self._num(value_expr, one)[0]
 
     def _num_or_bool(self, e, t):
         v = self.value(e, t)
@@ -438,7 +458,7 @@ class Lowering:
         keys, vals = [], []
         one = Table.unit()
         for k, v in d.value.pairs:
-            keys.append(self._tuple_codes(k, one)[0])
+            keys.append(self._key_codes(k))
             vals.append(self._num(v, one)[0])
         arity = {len(k) for k in keys}
         if len(arity) > 1:
@@ -450,6 +470,17 @@ class Lowering:
                     raise DataError(f"param '{d.name}' gives a value twice for "
                                     f"{self._fmt_key(keys_arr[k])}", d.value.pairs[k][0].loc)
         return (Family(keys_arr, KeyIndex(keys_arr, len(self.u) + 1), Table(len(keys))), np.array(vals), None)
+
+    def _key_codes(self, e) -> np.ndarray:
+        """A table key: element names may be written bare ({a: 1}) or quoted ({"a": 1})."""
+        items = e.items if isinstance(e, ast.Tuple) else [e]
+        out = []
+        for x in items:
+            if isinstance(x, ast.Name) and x.id not in self.p.decls and x.id not in self._global_names():
+                out.append(self.u.code(x.id))
+            else:
+                out.append(int(self._elem_codes(x, Table.unit())[0]))
+        return np.array(out, dtype=np.int64)
 
     def _param_lookup(self, d: ast.ParamDecl, args, t: Table, loc: Loc):
         fam, values, _ = self._param(d)
@@ -463,18 +494,10 @@ class Lowering:
         rows = fam.index.lookup(args, t.m)
         missing = rows < 0
         if missing.any():
-            default = self._default_of(d.name)
-            if default is None:
-                i = int(np.flatnonzero(missing)[0])
-                key = self._fmt_key(np.array([a[i] for a in args]))
-                raise DataError(f"param '{d.name}' has no value for {key} (outside its declared domain)", loc)
-            out = np.where(missing, default, values[np.maximum(rows, 0)])
-            return Const(out)
+            i = int(np.flatnonzero(missing)[0])
+            key = self._fmt_key(np.array([a[i] for a in args]))
+            raise DataError(f"param '{d.name}' has no value for {key} (outside its declared domain)", loc)
         return Const(values[rows])
-
-    def _default_of(self, name: str):
-        """Only used for table params declared elsewhere with `default`: not supported yet."""
-        return None
 
     def _fmt_key(self, codes) -> str:
         vals = [self.u.value(int(c)) for c in codes]
@@ -1029,12 +1052,6 @@ def _flatten(e, op: str) -> list:
     return [e]
 
 
-def _equality(c):
-    if isinstance(c, ast.Compare) and c.op == "==" and isinstance(c.left, ast.Name) and isinstance(c.right, ast.Name):
-        return c.left.id, c.right.id
-    return None
-
-
 def _push_not(f):
     """Move `not` inwards (De Morgan); comparisons flip; literals keep their `not`."""
     if not isinstance(f, ast.Not):
@@ -1088,5 +1105,4 @@ def lower_program(program: Program, graph: Graph | None, budgets: dict[str, int]
     low = Lowering(program, graph, budgets)
     ir = low.run()
     low.finish_blocks()
-    ir.universe = low.u  # kept for decoders that want codes
     return ir

@@ -466,6 +466,10 @@ def _syntax_error(exc: UnexpectedInput, text: str, path: str) -> SyntaxProblem:
             return SyntaxProblem("a value in graph data cannot be negative: sizes, times and budgets "
                                  "are written without a sign", loc)
         message = f"unexpected {got}; expected {_one_of(_expected(expected_terms))}"
+        if tok.type == "EQUAL" and "'=='" in {_pretty(t) for t in expected_terms}:
+            after = text[pos + 1:pos + 2]
+            message += {">": "; write '>=' for 'at least'", "<": "; write '<=' for 'at most'"}.get(
+                after, "; write '==' to compare")
         opened = _unclosed_bracket(text, pos)
         if opened is not None and _CLOSER[opened[0]] in expected_terms:
             char, line, col = opened
@@ -490,6 +494,8 @@ _CLOSER = {"(": "RPAR", "[": "RSQB", "{": "RBRACE"}
 # part of an "expected ..." list that tells the user what is missing.
 _EXPR_START = {"NAME", "NUMBER", "QUANTITY", "STRING", "LPAR", "LBRACE", "MINUS", "NOT", "IF",
                "SUM", "ANY", "ALL", "MAX", "MIN"}
+_DECL_START = {"MODEL", "USE", "DROP", "DECODE", "SET", "PARAM", "VAR", "EXPR", "CONSTRAINT",
+               "MINIMIZE", "MAXIMIZE", "GRAPH", "BUDGET", "$END"}
 _OPERATORS = {"+", "-", "*", "/", "union", "diff", "inter", "and", "or", "implies", "iff",
               "<=", ">=", "==", "!=", "<", ">", "..", "in", "not"}
 
@@ -505,6 +511,10 @@ def _expected(terms: set[str]) -> list[str]:
     if len(ops) >= 3:
         terms -= ops
         tail.append("an operator")
+    decls = {t for t in terms if t in _DECL_START}
+    if len(decls) >= 3:
+        terms -= decls
+        tail.append("a new declaration")
     first = ["RPAR", "RSQB", "RBRACE", "COMMA", "COLON"]
     head = [_pretty(t) for t in first if t in terms]
     rest = sorted(_pretty(t) for t in terms if t not in first)
@@ -539,3 +549,11 @@ def _unclosed_bracket(text: str, end: int) -> tuple[str, int, int] | None:
             col += 1
         i += 1
     return stack[-1] if stack else None
+
+
+def _one_of(items: list[str]) -> str:
+    if len(items) <= 1:
+        return items[0] if items else "something else"
+    if len(items) > 8:
+        return ", ".join(items[:8]) + ", ..."
+    return ", ".join(items[:-1]) + " or " + items[-1]

@@ -72,7 +72,7 @@ class Postsolve:
 
     def summary(self) -> str:
         s = self.stats
-        if not s:
+        if not s or not (s.get("columns_removed") or s.get("rows_removed")):
             return ""
         return (f"presolve: {s['columns_removed']} of {s['columns']} columns and "
                 f"{s['rows_removed']} of {s['rows']} rows removed in {s['rounds']} rounds")
@@ -139,7 +139,7 @@ def trivial_infeasibility(ir: IRModel) -> str | None:
     """
     names = _Names(ir)
     lb, ub = ir.column_bounds()
-    bad = np.flatnonzero(lb > ub + FEAS_TOL * np.maximum(1.0, np.abs(ub)))
+    bad = np.flatnonzero(lb > ub + FEAS_TOL * np.maximum(1.0, _finite_abs(ub)))
     if bad.size:
         j = int(bad[0])
         return (f"variable {names.column(j)} has lower bound {_num(lb[j])} above its upper "
@@ -232,14 +232,16 @@ def presolve(ir: IRModel, max_rounds: int = 50) -> tuple[IRModel, Postsolve]:
             round_integer_bounds()
             alive_idx = np.flatnonzero(col_alive)
             span = ub[alive_idx] - lb[alive_idx]
-            tol = FEAS_TOL * np.maximum(1.0, np.abs(ub[alive_idx]))
-            crossed = alive_idx[span < -tol]
+            tol = FEAS_TOL * np.maximum(1.0, _finite_abs(ub[alive_idx]))
+            crossed = alive_idx[(span < -tol) | np.isposinf(lb[alive_idx])
+                                | np.isneginf(ub[alive_idx])]
             if crossed.size:
                 msg = bound_problem(int(crossed[0]))
                 if crossed.size > 1:
                     msg += f"; {crossed.size - 1} more variables have crossed bounds"
                 raise _Infeasible(msg)
-            newly = alive_idx[span <= tol]
+            newly = alive_idx[(span <= tol) & np.isfinite(lb[alive_idx])
+                              & np.isfinite(ub[alive_idx])]
             if newly.size:
                 changed = True
                 value[newly] = np.where(lb[newly] <= ub[newly], lb[newly],
@@ -337,7 +339,7 @@ def presolve(ir: IRModel, max_rounds: int = 50) -> tuple[IRModel, Postsolve]:
                     want_lb[ej[to_lb]] = True
                     want_ub[ej[to_ub]] = True
                     clash = np.flatnonzero(want_lb & want_ub
-                                           & (ub - lb > FEAS_TOL * np.maximum(1.0, np.abs(ub))))
+                                           & (ub - lb > FEAS_TOL * np.maximum(1.0, _finite_abs(ub))))
                     if clash.size:
                         j = int(clash[0])
                         rows = np.unique(er[(ej == j) & (to_lb | to_ub)])
@@ -397,10 +399,10 @@ def presolve(ir: IRModel, max_rounds: int = 50) -> tuple[IRModel, Postsolve]:
         # columns fixed in the last round (bounds met) leave the model too
         alive_idx = np.flatnonzero(col_alive)
         span = ub[alive_idx] - lb[alive_idx]
-        tol = FEAS_TOL * np.maximum(1.0, np.abs(ub[alive_idx]))
+        tol = FEAS_TOL * np.maximum(1.0, _finite_abs(ub[alive_idx]))
         if (span < -tol).any():
             raise _Infeasible(bound_problem(int(alive_idx[span < -tol][0])))
-        newly = alive_idx[span <= tol]
+        newly = alive_idx[(span <= tol) & np.isfinite(lb[alive_idx]) & np.isfinite(ub[alive_idx])]
         if newly.size:
             value[newly] = lb[newly]
             col_alive[newly] = False

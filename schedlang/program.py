@@ -18,7 +18,7 @@ from . import ast
 from .errors import CheckError, DataError, Loc, did_you_mean
 from .graph import Graph
 from .graphdata import budget_value, build_graph
-from .parser import parse_file, parse_text
+from .parser import name_loc, parse_file, parse_text
 from .resources import models_dir, shipped_models
 
 DECL_TYPES = (ast.SetDecl, ast.ParamDecl, ast.VarDecl, ast.ExprDecl, ast.ConstraintDecl)
@@ -32,6 +32,9 @@ class Program:
     decls: dict[str, object] = field(default_factory=dict)  # name -> declaration, in order
     objective: ast.ObjectiveDecl | None = None
     objective_terms: list[ast.ObjectiveDecl] = field(default_factory=list)  # `+=` extensions
+    # `param w = {key: value, ...}` given for an indexed param declared elsewhere: the values
+    # replace the declared ones key by key (the declaration's domain and value stay in force)
+    param_tables: dict[str, ast.ParamDecl] = field(default_factory=dict)
     decode: ast.DecodeDecl | None = None
     graph: Graph | None = None
     budgets: dict[str, int] = field(default_factory=dict)
@@ -93,8 +96,9 @@ class _Merger:
         p.modules.append(module)
         for item in module.items:  # uses first, wherever they are written
             if isinstance(item, ast.UseDecl):
-                self.add_path(resolve_model(item.target, base, item.loc, item.is_path), item.loc)
-        local: dict[str, Loc] = {}
+                loc = name_loc(item.target, item.loc)
+                self.add_path(resolve_model(item.target, base, loc, item.is_path), loc)
+        local: dict = {}  # name (or ("budget", kind), ("objective",)) -> where it is declared
         for item in module.items:
             if isinstance(item, ast.UseDecl):
                 continue
@@ -103,12 +107,15 @@ class _Merger:
             elif isinstance(item, DECL_TYPES):
                 self._declare(item, local)
             elif isinstance(item, ast.DropDecl):
+                loc = name_loc(item.name, item.loc)
                 if item.name not in p.decls:
-                    raise CheckError(f"cannot drop '{item.name}': no such declaration"
-                                     f"{did_you_mean(item.name, p.decls)}", item.loc)
+                    constraints = [n for n, d in p.decls.items() if isinstance(d, ast.ConstraintDecl)]
+                    raise CheckError(f"cannot drop '{item.name}': there is no constraint '{item.name}'"
+                                     f"{did_you_mean(item.name, constraints)}", loc)
                 if not isinstance(p.decls[item.name], ast.ConstraintDecl):
-                    raise CheckError(f"only constraints can be dropped; '{item.name}' is a "
-                                     f"{KIND_WORD[type(p.decls[item.name])]}", item.loc)
+                    raise CheckError(f"cannot drop '{item.name}': it is a "
+                                     f"{KIND_WORD[type(p.decls[item.name])]}, and only constraints can be "
+                                     "dropped (declare it again to redefine it)", loc)
                 del p.decls[item.name]
             elif isinstance(item, ast.ObjectiveDecl):
                 self._objective(item, local)
@@ -120,37 +127,57 @@ class _Merger:
                                     f"{p.graph.loc}); give one graph per problem", item.loc)
                 p.graph = build_graph(item)
             elif isinstance(item, ast.BudgetDecl):
-                if item.kind in local:
-                    raise DataError(f"budget {item.kind} is given twice (first at {local[item.kind]})", item.loc)
-                local[item.kind] = item.loc
+                key = ("budget", str(item.kind))  # not a declaration name: `param peak` may coexist
+                if key in local:
+                    raise DataError(f"budget {item.kind} is given twice (first at {local[key]})",
+                                    name_loc(item.kind, item.loc))
+                local[key] = name_loc(item.kind, item.loc)
                 p.budgets[item.kind] = budget_value(item)
                 p.budget_locs[item.kind] = item.loc
 
-    def _declare(self, item, local: dict[str, Loc]):
+    def _declare(self, item, local: dict):
         p = self.program
-        if item.name in local:
-            raise CheckError(f"'{item.name}' is declared twice in this file (first at {local[item.name]})", item.loc)
-        local[item.name] = item.loc
+        loc = name_loc(item.name, item.loc)
         old = p.decls.get(item.name)
+        if (isinstance(old, ast.ParamDecl) and isinstance(item, ast.ParamDecl) and old.index is not None
+                and item.index is None and isinstance(item.value, ast.Table)):
+            if item.name in p.param_tables and f"{item.name}/data" in local:
+                raise CheckError(f"data for param '{item.name}' is given twice in this file (first at "
+                                 f"{local[item.name + '/data']})", loc)
+            local[f"{item.name}/data"] = loc
+            p.param_tables[item.name] = item  # data for the declared domain
+            return
+        if item.name in local:
+            raise CheckError(f"'{item.name}' is declared twice in this file (first at {local[item.name]}); "
+                             "rename one of them", loc)
+        local[item.name] = loc
         if old is not None and type(old) is not type(item):
-            raise CheckError(f"'{item.name}' redefines a {KIND_WORD[type(old)]} (at {old.loc}) as a "
-                             f"{KIND_WORD[type(item)]}", item.loc)
+            old_kind, new_kind = KIND_WORD[type(old)], KIND_WORD[type(item)]
+            raise CheckError(f"'{item.name}' is a {old_kind} (at {name_loc(old.name, old.loc)}) and cannot be "
+                             f"redefined as a {new_kind}: a redefinition keeps the kind; pick another "
+                             "name", loc)
         p.decls[item.name] = item  # replaces a used file's declaration in place
 
-    def _objective(self, item: ast.ObjectiveDecl, local: dict[str, Loc]):
+    def _objective(self, item: ast.ObjectiveDecl, local: dict):
         p = self.program
+        loc = name_loc(item.name, item.loc)
         if item.extend:
             if p.objective is None or p.objective.name != item.name:
-                have = f"; the objective is '{p.objective.name}'" if p.objective else ""
-                raise CheckError(f"'+=' adds to an existing objective, and there is no objective "
-                                 f"'{item.name}'{have}", item.loc)
+                have = (did_you_mean(item.name, [p.objective.name]) or f"; the objective is '{p.objective.name}'"
+                        if p.objective else "; there is no objective yet")
+                raise CheckError(f"'+=' adds terms to an existing objective, and there is no objective "
+                                 f"'{item.name}'{have}", loc)
             if p.objective.sense != item.sense:
-                raise CheckError(f"objective '{item.name}' is a {'minimization' if p.objective.sense == 'min' else 'maximization'}", item.loc)
+                word = "minimize" if p.objective.sense == "min" else "maximize"
+                raise CheckError(f"objective '{item.name}' is a {word[:-1]}ation: write `{word} {item.name} += ...`", loc)
             p.objective_terms.append(item)
             return
-        if "objective" in local:
-            raise CheckError(f"a second objective in this file (first at {local['objective']})", item.loc)
-        local["objective"] = item.loc
+        key = ("objective",)  # not a declaration name
+        if key in local:
+            raise CheckError(f"a second objective '{item.name}' in this file (the first is at "
+                             f"{local[key]}); a formulation has one objective: add terms to it "
+                             "with `+=`", loc)
+        local[key] = loc
         p.objective, p.objective_terms = item, []
 
 

@@ -60,6 +60,17 @@ OPTIMAL, LIMIT, INFEASIBLE, UNBOUNDED, INF_OR_UNBD, ERROR, UNKNOWN = (
     "unknown")
 
 
+# HiGHS model statuses (HighsModelStatus names), as every backend reads them
+HIGHS_TERMINATION = {
+    "kOptimal": OPTIMAL, "kInfeasible": INFEASIBLE, "kUnbounded": UNBOUNDED,
+    "kUnboundedOrInfeasible": INF_OR_UNBD, "kTimeLimit": LIMIT, "kIterationLimit": LIMIT,
+    "kSolutionLimit": LIMIT, "kObjectiveBound": LIMIT, "kObjectiveTarget": LIMIT,
+    "kInterrupt": LIMIT, "kHighsInterrupt": LIMIT, "kMemoryLimit": LIMIT, "kNotset": ERROR,
+    "kLoadError": ERROR, "kModelError": ERROR, "kPresolveError": ERROR, "kSolveError": ERROR,
+    "kPostsolveError": ERROR, "kModelEmpty": UNKNOWN, "kUnknown": UNKNOWN,
+}
+
+
 @dataclass
 class SolveRun:
     """What a backend needs to run one solve."""
@@ -69,6 +80,7 @@ class SolveRun:
     time_limit: float | None = None
     warm_start: np.ndarray | None = None  # reduced-model columns; None: no MIP start
     verbose: bool = False
+    interface: str | None = None  # force a Pyomo interface (tests, benchmarks)
 
 
 @dataclass

@@ -19,8 +19,8 @@ import warnings
 import numpy as np
 
 from ..ir import IRModel
-from . import ERROR, INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult, \
-    SolveRun
+from . import ERROR, HIGHS_TERMINATION, INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, \
+    UNKNOWN, RawResult, SolveRun
 
 VAR_NAME = "x"
 
@@ -157,14 +157,7 @@ def _read_generic(raw, status, x, sense, const) -> RawResult:
 def _read_highs(raw, status, x, sense, const) -> RawResult:
     ms = raw.get("model_status", "")
     info = raw.get("info")
-    term = {
-        "kOptimal": OPTIMAL, "kInfeasible": INFEASIBLE, "kUnbounded": UNBOUNDED,
-        "kUnboundedOrInfeasible": INF_OR_UNBD, "kTimeLimit": LIMIT, "kIterationLimit": LIMIT,
-        "kSolutionLimit": LIMIT, "kObjectiveBound": LIMIT, "kObjectiveTarget": LIMIT,
-        "kInterrupt": LIMIT, "kMemoryLimit": LIMIT, "kNotset": ERROR, "kLoadError": ERROR,
-        "kModelError": ERROR, "kPresolveError": ERROR, "kSolveError": ERROR,
-        "kPostsolveError": ERROR, "kModelEmpty": UNKNOWN, "kUnknown": UNKNOWN,
-    }.get(ms, UNKNOWN)
+    term = HIGHS_TERMINATION.get(ms, UNKNOWN)
     xv = None
     bound = incumbent = None
     if info is not None:
