@@ -107,8 +107,7 @@ class Checker:
                 for key, val in d.value.pairs:
                     for k in key.items if isinstance(key, ast.Tuple) else [key]:
                         if isinstance(k, ast.Name) and k.id not in self.p.decls and k.id not in BUILTIN_SCALARS:
-                            raise CheckError(f"unknown name '{k.id}' in a key of param '{d.name}'; a key is an "
-                                             f"element: write \"{k.id}\" for the element named {k.id}", k.loc)
+                            continue  # a bare key is an element's name: {a: 1} is {"a": 1}
                         t = self.constant(k, {}, f"a key of param '{d.name}'")
                         if t.kind not in ("elem", "num"):
                             raise CheckError(f"a key of param '{d.name}' must be an element, not {_describe(t)}",

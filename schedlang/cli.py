@@ -19,7 +19,8 @@ def _parser() -> argparse.ArgumentParser:
                                  "neural-network training.")
     sub = ap.add_subparsers(dest="command", required=True)
 
-    c = sub.add_parser("check", help="parse and check .sched files")
+    c = sub.add_parser("check", help="parse and check .sched files (and instantiate them on "
+                       "their graph data, when they have some)")
     c.add_argument("files", nargs="+")
     c.add_argument("--model", help="a shipped model name or a .sched path to check the files against")
 
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_check(args) -> int:
     from .check import check_program
+    from .lower import lower_program
     from .program import load_program
 
     failed = 0
@@ -75,6 +77,9 @@ def cmd_check(args) -> int:
         try:
             program = load_program([Path(f)], [args.model] if args.model else None)
             check_program(program)
+            if program.graph is not None and program.has_formulation:
+                # with data, also instantiate: params outside their domain, missing budgets...
+                lower_program(program, program.graph, program.budgets)
         except SchedError as e:
             print(str(e), file=sys.stderr)
             failed = max(failed, e.exit_code)

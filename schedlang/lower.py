@@ -5,8 +5,7 @@ domain is generated once by joins, and each expression evaluates to a whole colu
 rows at once. Rules that users rely on (docs/language.md):
 
 * A variable or expression referenced outside its declared domain is 0 (S[t-1, v] at the first
-  t, R[t, v] with v after t); a param referenced outside its domain is an error unless it has
-  a default.
+  t, R[t, v] with v after t); a param referenced outside its domain is an error.
 * A recursive expression (U[t, k] defined from U[t, prev(k)]) becomes an auxiliary continuous
   variable per element with a defining equality, so the model stays linear in size.
 * Logic (and, or, not, implies, iff, any, all) over binary literals and linear comparisons is
@@ -67,6 +66,7 @@ class Lowering:
         self.ub: list[np.ndarray] = []
         self.int_cols: list[np.ndarray] = []
         self.n_cols = 0
+        self._const_sets: dict[int, tuple] = {}  # id(ast node) -> (node, SetVal); node kept alive
         self._bind_graph()
 
     # ================================================================== graph binding
@@ -218,6 +218,12 @@ class Lowering:
     # ================================================================== sets
     def set_value(self, e, t: Table):
         """A constant SetVal, or a SetRel when the set depends on the table's names."""
+        if t.m != 1 and not isinstance(e, ast.Name) and not (_free_names(e) & set(t.cols)):
+            # uses none of the row names: one ordered set for every row, evaluated once
+            key = id(e)
+            if key not in self._const_sets:
+                self._const_sets[key] = (e, self.set_value(e, Table.unit()))
+            return self._const_sets[key][1]
         if isinstance(e, ast.Name):
             if e.id in self.sets:
                 return self.sets[e.id]
@@ -285,7 +291,7 @@ class Lowering:
         raise CheckError("expected a set", e.loc)
 
     def _maybe_const(self, rel: SetRel, t: Table):
-        """A set that does not depend on the rows of a one-row table is a constant SetVal."""
+        """On a one-row table a set is a constant, ordered SetVal."""
         if t.m == 1:
             return SetVal(unique_rows(rel.cols))
         return rel
@@ -389,9 +395,13 @@ class Lowering:
         if e.id.startswith("budget."):
             kind = e.id.split(".", 1)[1]
             if kind not in self.budgets:
-                where = f" for graph '{self.g.name}'" if self.g else ""
-                raise DataError(f"missing budget: the model uses {e.id}, and no {kind} budget was given"
-                                f"{where}; add `budget {kind} SIZE` to the data or pass --budget", e.loc)
+                # reported where the fix goes: the graph data (the model's use is a note)
+                hint = f"add `budget {kind} SIZE` after the graph" + (" or pass --budget" if kind == "peak" else "")
+                if self.g is not None and self.g.loc is not None:
+                    raise DataError(f"missing budget: graph '{self.g.name}' has no {kind} budget, and the "
+                                    f"model uses {e.id} (at {e.loc}); {hint}", self.g.loc)
+                raise DataError(f"missing budget: the model uses {e.id}, and no {kind} budget was "
+                                f"given; {hint}", e.loc)
             return Const(np.full(t.m, float(self.budgets[kind])), "size")
         d = self.p.decls.get(e.id)
         if isinstance(d, ast.ParamDecl):
@@ -500,8 +510,8 @@ class Lowering:
         return Const(values[rows])
 
     def _fmt_key(self, codes) -> str:
-        vals = [self.u.value(int(c)) for c in codes]
-        return "[" + ", ".join(str(v) for v in vals) + "]"
+        vals = ["(no element)" if int(c) < 0 else str(self.u.value(int(c))) for c in codes]
+        return "[" + ", ".join(vals) + "]"
 
     # --- variables
     def _declare_var(self, d: ast.VarDecl):
@@ -619,13 +629,15 @@ class Lowering:
             return v
         return Lin.constant(np.broadcast_to(v.v.astype(float), (t.m,)))
 
-    def _shift(self, a: Elem, k: np.ndarray, loc) -> Elem:
+    def _shift(self, a: Elem, k: np.ndarray, loc, positional: bool = False) -> Elem:
         if not np.all(k == np.round(k)):
             raise DataError("an element can only be shifted by an integer", loc)
         k = k.astype(np.int64)
         num = self.u.numeric()
         valid = a.codes >= 0
-        if a.home is None and valid.any() and np.all(~np.isnan(num[a.codes[valid]])):
+        # integers: arithmetic (x[i + 1] is x at i + 1 whatever set i came from); symbols
+        # (graph nodes, names): the next/previous element of the ordered set they came from
+        if valid.any() and np.all(~np.isnan(num[a.codes[valid]])) and not positional:
             vals = num[np.maximum(a.codes, 0)] + k
             codes = self.u.codes_of(vals.astype(np.int64).tolist())
             return Elem(np.where(valid, codes, INVALID))
@@ -725,9 +737,8 @@ class Lowering:
         vals = np.broadcast_to(v.v.astype(float), (inner.m,))
         out = np.full(t.m, -np.inf if e.op == "max" else np.inf)
         (np.maximum if e.op == "max" else np.minimum).at(out, group, vals)
-        if inner.m == 0 or len(np.unique(group)) < t.m:
-            empty = np.setdiff1d(np.arange(t.m), group)
-            raise DataError(f"{e.op}() over an empty set", e.loc) if len(empty) else None
+        if len(np.unique(group)) < t.m:
+            raise DataError(f"{e.op}() over an empty set", e.loc)
         return Const(out, v.dim)
 
     def v_Call(self, e, t):
@@ -745,7 +756,7 @@ class Lowering:
                 if not isinstance(sv, SetVal) or sv.arity != 1:
                     raise CheckError(f"{f}(v, S) needs a constant set of single elements", e.args[1].loc)
                 a = Elem(a.codes, sv)
-            return self._shift(a, np.full(t.m, 1 if f == "next" else -1), e.loc)
+            return self._shift(a, np.full(t.m, 1 if f == "next" else -1), e.loc, positional=True)
         if f in ("first", "last"):
             sv = self.set_value(e.args[0], t)
             if isinstance(sv, SetVal):

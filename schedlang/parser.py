@@ -441,12 +441,21 @@ def parse_file(path) -> ast.Module:
 
     p = Path(path)
     try:
-        text = p.read_text()
+        stat = p.stat()
+        return _parse_file_cached(str(path), stat.st_mtime_ns, stat.st_size)
     except FileNotFoundError:
         raise SyntaxProblem("no such file", Loc(str(path))) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SyntaxProblem(f"cannot read file: {exc}", Loc(str(path))) from None
-    return parse_text(text, str(path))
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_file_cached(path: str, mtime_ns: int, size: int) -> ast.Module:
+    # Shipped models are read again by every load(); ASTs are never mutated, so a file that
+    # has not changed (same mtime and size) is parsed once per process.
+    from pathlib import Path
+
+    return parse_text(Path(path).read_text(), path)
 
 
 def _syntax_error(exc: UnexpectedInput, text: str, path: str) -> SyntaxProblem:

@@ -223,6 +223,19 @@ def presolve(ir: IRModel, max_rounds: int = 50) -> tuple[IRModel, Postsolve]:
             lb[idx] = np.ceil(lb[idx] - INT_TOL)
             ub[idx] = np.floor(ub[idx] + INT_TOL)
 
+    def check_bounds():
+        alive_idx = np.flatnonzero(col_alive)
+        span = ub[alive_idx] - lb[alive_idx]
+        tol = FEAS_TOL * np.maximum(1.0, _finite_abs(ub[alive_idx]))
+        crossed = alive_idx[(span < -tol) | np.isposinf(lb[alive_idx])
+                            | np.isneginf(ub[alive_idx])]
+        if crossed.size:
+            msg = bound_problem(int(crossed[0]))
+            if crossed.size > 1:
+                msg += f"; {crossed.size - 1} more variables have crossed bounds"
+            raise _Infeasible(msg)
+        return alive_idx, span, tol
+
     try:
         for rnd in range(max_rounds):
             stats["rounds"] = rnd + 1
@@ -230,16 +243,7 @@ def presolve(ir: IRModel, max_rounds: int = 50) -> tuple[IRModel, Postsolve]:
 
             # 1. bounds: round, check, fix the columns whose bounds meet ----------------------
             round_integer_bounds()
-            alive_idx = np.flatnonzero(col_alive)
-            span = ub[alive_idx] - lb[alive_idx]
-            tol = FEAS_TOL * np.maximum(1.0, _finite_abs(ub[alive_idx]))
-            crossed = alive_idx[(span < -tol) | np.isposinf(lb[alive_idx])
-                                | np.isneginf(ub[alive_idx])]
-            if crossed.size:
-                msg = bound_problem(int(crossed[0]))
-                if crossed.size > 1:
-                    msg += f"; {crossed.size - 1} more variables have crossed bounds"
-                raise _Infeasible(msg)
+            alive_idx, span, tol = check_bounds()
             newly = alive_idx[(span <= tol) & np.isfinite(lb[alive_idx])
                               & np.isfinite(ub[alive_idx])]
             if newly.size:
@@ -287,6 +291,7 @@ def presolve(ir: IRModel, max_rounds: int = 50) -> tuple[IRModel, Postsolve]:
                 keep = ~single
                 er, ej, ea = er[keep], ej[keep], ea[keep]
                 round_integer_bounds()
+                check_bounds()  # activity bounds below assume lb <= ub
                 changed = True
 
             # 3. activity bounds: infeasible, forcing and redundant rows ---------------------
@@ -397,11 +402,7 @@ def presolve(ir: IRModel, max_rounds: int = 50) -> tuple[IRModel, Postsolve]:
             # out of rounds: still fix what the last round decided
             round_integer_bounds()
         # columns fixed in the last round (bounds met) leave the model too
-        alive_idx = np.flatnonzero(col_alive)
-        span = ub[alive_idx] - lb[alive_idx]
-        tol = FEAS_TOL * np.maximum(1.0, _finite_abs(ub[alive_idx]))
-        if (span < -tol).any():
-            raise _Infeasible(bound_problem(int(alive_idx[span < -tol][0])))
+        alive_idx, span, tol = check_bounds()
         newly = alive_idx[(span <= tol) & np.isfinite(lb[alive_idx]) & np.isfinite(ub[alive_idx])]
         if newly.size:
             value[newly] = lb[newly]

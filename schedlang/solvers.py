@@ -39,7 +39,7 @@ class SolverInfo:
 SOLVERS: dict[str, SolverInfo] = {
     "highs": SolverInfo(
         "highs", 1e-4, ("stdform_highs", "appsi_highs", "highs"), "HIGHS",
-        warm_start=frozenset({"pyomo"}),
+        warm_start=frozenset({"pyomo", "cvxpy"}),
         doc="HiGHS (highspy), embedded, the default"),
     "gurobi": SolverInfo(
         "gurobi", 1e-4, ("gurobi_direct",), "GUROBI",

@@ -159,8 +159,6 @@ minimize o: sum(v in 1..4) w[v] * x[v]
     assert err.exit_code == 2
 
 
-@pytest.mark.xfail(strict=True, reason="lower.py bug: a param looked up at a shifted element that "
-                   "falls outside its set (w[v + 1] at the last v) reports the key as [None]")
 def test_param_outside_domain_through_a_shift_names_the_key():
     err = error_of("""model t
 set V = 1..3
@@ -169,13 +167,6 @@ var x[v in V] binary
 minimize o: sum(v in V) w[v + 1] * x[v]
 """)
     assert "None" not in str(err)
-
-
-@pytest.mark.xfail(strict=True, reason="lower.py: `default` is not applied outside the domain "
-                   "(Lowering._default_of always returns None), although the module docstring says "
-                   "a param outside its domain is an error *unless it has a default*")
-def test_param_default_applies_outside_its_domain():
-    assert value_of("w[1] + w[4]", "set V = 1..3\nparam w[v in V] default 5") == pytest.approx(10)
 
 
 # ============================================================================ logic lowering
@@ -364,10 +355,11 @@ maximize o: sum(i in 1..3) (if w[i] > 0 then w[i] * x[i] else 0)
     assert solve(text, backend) == pytest.approx(5)
 
 
-@pytest.mark.xfail(strict=True, reason="parse as symbols or reject: bare names as table keys "
-                   "({a: 1}) are unknown names; only quoted keys ({\"a\": 1}) work")
-def test_table_param_with_bare_name_keys():
-    assert value_of('w["a"] + w["b"]', "param w = {a: 1, b: 2}") == pytest.approx(3)
+def test_table_param_keys_bare_or_quoted():
+    # a bare key is an element's name: {a: 1} is {"a": 1}
+    assert value_of('w["a"] + w["b"]', "param w = {a: 1, b: 2.5}") == pytest.approx(3.5)
+    assert value_of('w["a"] + w["b"]', 'param w = {"a": 1, b: 2.5}') == pytest.approx(3.5)
+    assert value_of('w["a", 2]', "param w = {(a, 1): 4, (a, 2): 6}") == pytest.approx(6)
 
 
 # ============================================================================ named expressions
@@ -409,9 +401,6 @@ maximize o: sum(t in T) x[t]
     assert solve(text, backend) == pytest.approx(1)
 
 
-@pytest.mark.xfail(strict=True, reason="lower.py bug: a range with constant bounds inside an indexed "
-                   "declaration is evaluated per row (Lowering._maybe_const keeps a SetRel when the "
-                   "table has more than one row), so its elements lose their ordered set: ord(j) fails")
 def test_ord_of_a_range_element_inside_an_indexed_constraint():
     text = """model t
 var x[i in 1..3] binary
@@ -421,9 +410,6 @@ maximize o: sum(i in 1..3) x[i]
     assert solve(text, "pyomo") == pytest.approx(2)
 
 
-@pytest.mark.xfail(strict=True, reason="lower.py bug, same cause: `j + 1` over a constant range is "
-                   "positional (past the end = outside) in a scalar context but arithmetic inside an "
-                   "indexed declaration, so one sum means two different things")
 def test_shift_of_a_range_element_means_the_same_in_every_context():
     scalar = "model t\nvar x[i in 1..4] binary\nconstraint c: sum(j in 1..3) x[j + 1] >= 3\nmaximize o: x[1]\n"
     indexed = scalar.replace("constraint c:", "constraint c[k in 1..2]:")
@@ -433,8 +419,6 @@ def test_shift_of_a_range_element_means_the_same_in_every_context():
     assert statuses[0] == statuses[1]
 
 
-@pytest.mark.xfail(strict=True, reason="lower.py bug: max() over an empty set inside a param whose "
-                   "own domain is empty runs `raise ... if len(empty) else None` -> TypeError")
 def test_aggregate_in_a_param_with_an_empty_domain():
     decls = "set E = {i in 1..3 where i in {7}}\nparam p[v in E] = max(j in E) 1"
     assert value_of("1 + sum(v in E) p[v]", decls) == pytest.approx(1)

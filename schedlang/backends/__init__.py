@@ -97,6 +97,19 @@ class RawResult:
     solve_time: float = 0.0
 
 
+_highs_threads: list = [None]  # the thread count HiGHS' global scheduler was last set to
+
+
+def prepare_highs_threads(threads: int | None) -> None:
+    """HiGHS keeps one global thread scheduler per process and fails a run (model status
+    kNotset) that asks for another thread count; reset the scheduler when it changes."""
+    if threads is None or threads == _highs_threads[0]:
+        return
+    import highspy
+    highspy.Highs.resetGlobalScheduler(True)
+    _highs_threads[0] = threads
+
+
 def _backend_module(backend: str):
     check_backend(backend)
     return importlib.import_module(f"{__name__}.{backend}_backend")
@@ -163,6 +176,8 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
             notes.append(f"warm start ignored: the {backend} backend cannot pass a MIP "
                          f"start to {info.name}")
 
+    if info.name == "highs":
+        prepare_highs_threads(threads)
     run = SolveRun(info, opts, time_limit, ws, verbose)
     raw = _call_backend(backend, model, run)
     timings["build"] = raw.build_time
@@ -197,12 +212,10 @@ def _disambiguate(backend: str, model: IRModel, run: SolveRun, raw: RawResult) -
                                         and check.x is not None
                                         and _is_feasible(model, check.x)[0]):
         raw.termination = UNBOUNDED
-        raw.notes.append("the solver reported infeasible-or-unbounded; a feasible point "
-                         "exists, so the objective is unbounded")
+        raw.detail += "; a re-solve with a zero objective found a feasible point"
     elif check.termination == INFEASIBLE:
         raw.termination = INFEASIBLE
-        raw.notes.append("the solver reported infeasible-or-unbounded; the constraints "
-                         "alone are infeasible")
+        raw.detail += "; a re-solve with a zero objective proved the rows infeasible"
     else:
         raw.termination = ERROR
         raw.detail = (f"the solver reported infeasible-or-unbounded and a feasibility "

@@ -84,8 +84,12 @@ def solve(ir: IRModel, run: SolveRun) -> RawResult:
 
     t1 = time.perf_counter()
     opts = _copy_options(run.options.options)
+    notes = []
     try:
-        raw = chain.solve_via_data(prob, data, warm, bool(run.verbose), opts)
+        if warm and name == "HIGHS":
+            raw = _solve_highs_with_start(chain, data, run, opts, notes)
+        else:
+            raw = chain.solve_via_data(prob, data, warm, bool(run.verbose), opts)
     except Exception as exc:  # the solver itself failed
         return RawResult(ERROR, detail=f"{name}: {type(exc).__name__}: {exc}",
                          build_time=build_time, solve_time=time.perf_counter() - t1)
@@ -108,9 +112,36 @@ def solve(ir: IRModel, run: SolveRun) -> RawResult:
         result.termination = UNKNOWN
     if unpack_error:
         result.detail = (result.detail + "; " if result.detail else "") + unpack_error[:300]
+    if name == "GLPK_MI" and result.termination == LIMIT and "mip_gap" in run.options.options \
+            and (run.time_limit is None or solve_time < 0.8 * run.time_limit):
+        # cvxopt says 'feasible' for every stop on a limit; with time to spare, the only
+        # limit that can have stopped GLPK is the requested gap
+        result.termination = OPTIMAL
+        result.detail += "; stopped on the requested MIP gap"
+    result.notes.extend(notes)
     result.build_time = build_time
     result.solve_time = solve_time
     return result
+
+
+def _solve_highs_with_start(chain, data, run: SolveRun, opts: dict, notes: list):
+    """cvxpy's HiGHS interface ignores ``x.value``: it warm-starts only from the solution of
+    a previous solve kept in a solver cache. Give it a cache holding our start vector (the
+    canonical columns are our columns when, as here, the problem has one variable with
+    native bounds and nothing else)."""
+    import cvxpy.settings as s
+    import highspy
+
+    n = run.warm_start.shape[0]
+    cache = {}
+    if data[s.C].shape[0] == n:
+        start = highspy.HighsSolution()
+        start.col_value = np.asarray(run.warm_start, dtype=float)
+        start.value_valid = True
+        cache["HIGHS"] = (None, None, {"model_status": "kOptimal", "solution": start})
+    else:
+        notes.append("warm start ignored: cvxpy's canonical HiGHS model has other columns")
+    return chain.solver.solve_via_data(data, True, bool(run.verbose), opts, cache)
 
 
 def _project(ir: IRModel, values: np.ndarray) -> np.ndarray:

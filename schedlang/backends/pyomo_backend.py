@@ -299,9 +299,12 @@ def _solve_contrib(model, cols, interface: str, run: SolveRun) -> RawResult:
     if run.verbose:
         import sys
         kwargs["tee"] = [sys.stdout]
+    notes = []
     if run.warm_start is not None:
         if "warmstart_discrete_vars" in opt.config:
             kwargs["warmstart_discrete_vars"] = True
+        else:
+            notes.append(f"warm start ignored: Pyomo's {interface} interface takes no MIP start")
     res = opt.solve(model, **kwargs)
     tc = res.termination_condition
     term = {
@@ -318,7 +321,7 @@ def _solve_contrib(model, cols, interface: str, run: SolveRun) -> RawResult:
     if term == ERROR and res.solver_log:
         detail += ": " + res.solver_log.strip().splitlines()[-1][:200]
     return RawResult(term, x=x, objective=res.incumbent_objective, bound=res.objective_bound,
-                     detail=detail)
+                     detail=detail, notes=notes)
 
 
 # --------------------------------------------------------------------------- classic plugins
@@ -358,6 +361,12 @@ def _solve_classic(model, cols, interface: str, run: SolveRun) -> RawResult:
         finally:
             log.setLevel(level)
         x = _values(cols)
+    if interface == "glpk":
+        log = getattr(opt, "_log", "") or ""
+        if x is None and term == UNKNOWN:
+            term = _glpk_verdict(log, any(v.is_integer() for v in cols))
+        elif term == LIMIT and "MIP GAP TOLERANCE REACHED" in log:
+            term = OPTIMAL  # stopped on the requested gap, not on the time limit
     sense_min = _is_min(model)
     lower, upper = res.problem.lower_bound, res.problem.upper_bound
     bound = lower if sense_min else upper
@@ -366,6 +375,19 @@ def _solve_classic(model, cols, interface: str, run: SolveRun) -> RawResult:
     if interface == "cbc" and bound is not None:
         bound = _cbc_bound(bound, incumbent, sense_min)
     return RawResult(term, x=x, objective=incumbent, bound=bound, detail=f"{interface} {tc}")
+
+
+def _glpk_verdict(log: str, is_mip: bool) -> str:
+    """glpsol's presolver leaves no status in its solution file when it proves the LP
+    infeasible or unbounded (Pyomo then says 'other'); its log says which."""
+    if "HAS NO PRIMAL FEASIBLE SOLUTION" in log or "HAS NO INTEGER FEASIBLE SOLUTION" in log:
+        return INFEASIBLE
+    if "HAS UNBOUNDED PRIMAL SOLUTION" in log:
+        # for a MIP this is the LP relaxation: the MIP is infeasible or unbounded
+        return INF_OR_UNBD if is_mip else UNBOUNDED
+    if "HAS NO DUAL FEASIBLE SOLUTION" in log:
+        return INF_OR_UNBD
+    return UNKNOWN
 
 
 def _cbc_bound(bound: float, incumbent: float | None, sense_min: bool) -> float | None:
