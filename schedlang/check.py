@@ -39,7 +39,7 @@ class T:
     arity: int | None = None  # of a set: the length of its tuples, when known statically
 
 
-NUM, BOOL, ELEM, SET = T("num"), T("bool"), T("elem"), T("set")
+BOOL, ELEM, SET = T("bool"), T("elem"), T("set")
 
 
 class Checker:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from .errors import SchedError
-from .solution import EXIT_CODES, Status
+from .solution import EXIT_CODES
 
 
 def _parser() -> argparse.ArgumentParser:

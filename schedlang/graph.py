@@ -87,15 +87,3 @@ class Graph:
 
     def _node_index(self) -> dict[str, Node]:
         return {n.name: n for n in self.nodes}
-
-    def predecessors(self) -> dict[str, list[str]]:
-        preds: dict[str, list[str]] = {n.name: [] for n in self.nodes}
-        for u, v in self.edges:
-            preds[v].append(u)
-        return preds
-
-    def successors(self) -> dict[str, list[str]]:
-        succs: dict[str, list[str]] = {n.name: [] for n in self.nodes}
-        for u, v in self.edges:
-            succs[u].append(v)
-        return succs

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import ast
-from .errors import CheckError, DataError, Loc, did_you_mean
+from .errors import CheckError, DataError, Loc
 from .graph import Graph
 from .ir import ConstraintBlock, IRModel, Objective, VarFamily
 from .program import Program

@@ -343,8 +343,8 @@ def presolve(ir: IRModel, max_rounds: int = 50) -> tuple[IRModel, Postsolve]:
                     want_ub = np.zeros(n, dtype=bool)
                     want_lb[ej[to_lb]] = True
                     want_ub[ej[to_ub]] = True
-                    clash = np.flatnonzero(want_lb & want_ub
-                                           & (ub - lb > FEAS_TOL * np.maximum(1.0, _finite_abs(ub))))
+                    width_tol = FEAS_TOL * np.maximum(1.0, _finite_abs(ub))
+                    clash = np.flatnonzero(want_lb & want_ub & (ub - lb > width_tol))
                     if clash.size:
                         j = int(clash[0])
                         rows = np.unique(er[(ej == j) & (to_lb | to_ub)])

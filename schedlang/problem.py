@@ -21,7 +21,7 @@ from .plan import Plan
 from .program import Program, load_program
 from .simulate import SimResult, no_recompute_peak, simulate
 from .solution import Solution, Status
-from .units import format_size, parse_size
+from .units import parse_size
 
 
 def resolve_budget(text, graph: Graph | None, loc: Loc = Loc("--budget")) -> int:
@@ -158,6 +158,3 @@ def load(*paths, model: str | None = None, budget=None, text: str | None = None)
         program.budgets["peak"] = resolve_budget(budget, program.graph)
     return Problem(program, {"parse": elapsed})
 
-
-def describe_budget(nbytes: int | None) -> str:
-    return format_size(nbytes) if nbytes is not None else "none"

@@ -246,11 +246,6 @@ class Lin:
         t = keep[self.rows]
         return Lin(int(keep.sum()), new_id[self.rows[t]], self.cols[t], self.coefs[t], self.const[keep])
 
-    def has_terms(self) -> np.ndarray:
-        out = np.zeros(self.m, dtype=bool)
-        out[self.rows[self.coefs != 0]] = True
-        return out
-
     def activity_bounds(self, lb: np.ndarray, ub: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Smallest and largest value of each row given column bounds (may be +-inf)."""
         c = self.coefs

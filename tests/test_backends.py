@@ -15,6 +15,7 @@ from schedlang import backends as B
 from schedlang import solvers
 from schedlang.backends import BACKENDS, build_model, solve_ir
 from schedlang.errors import SchedError, SolverUnavailable
+from .irmodels import make_ir
 from schedlang.ir import ConstraintBlock, IRModel, Objective, VarFamily
 from schedlang.solution import Status
 from schedlang.solvers import SOLVER_NAMES, available_solvers, is_available, native_options
@@ -29,24 +30,6 @@ def need(backend, solver):
 
 
 # --------------------------------------------------------------------------- model helpers
-
-def make_ir(families, blocks, c, sense="min", constant=0.0, name="m"):
-    """families: [(name, kind, lb, ub)]; blocks: [(name, dense A over all columns, lo, hi)]."""
-    fams, offset = [], 0
-    for fname, kind, lb, ub in families:
-        lb = np.asarray(lb, dtype=float)
-        ub = np.asarray(ub, dtype=float)
-        fams.append(VarFamily(fname, [(fname, i) for i in range(lb.size)], kind, lb, ub,
-                              offset=offset))
-        offset += lb.size
-    blks = []
-    for bname, A, lo, hi in blocks:
-        A = np.atleast_2d(np.asarray(A, dtype=float))
-        blks.append(ConstraintBlock(bname, [(bname, i) for i in range(A.shape[0])],
-                                    sp.csr_matrix(A), np.asarray(lo, dtype=float),
-                                    np.asarray(hi, dtype=float)))
-    obj = None if c is None else Objective("obj", sense, np.asarray(c, dtype=float), constant)
-    return IRModel(name, fams, blks, obj)
 
 
 def brute_force(ir: IRModel) -> float | None:
@@ -254,7 +237,7 @@ def test_presolve_infeasibility_names_the_row(backend):
     sol = solve_ir(ir, backend=backend)
     assert sol.status == Status.INFEASIBLE
     assert "demand[demand, 1]" in sol.message
-    assert sol.timings["build"] == 0 if "build" in sol.timings else True
+    assert "build" not in sol.timings  # no model was built
     # without presolve, the solver finds the same
     assert solve_ir(ir, backend=backend, presolve=False).status == Status.INFEASIBLE
 
@@ -310,7 +293,7 @@ def test_warm_start_is_used_or_reported():
     assert good.status == Status.FEASIBLE
     for backend in BACKENDS:
         for solver in available_solvers(backend):
-            sol = solve_ir(HARD, backend=backend, solver=solver, time_limit=0.05,
+            sol = solve_ir(HARD, backend=backend, solver=solver, time_limit=0.1,
                            warm_start=good.x)
             if solvers.supports_warm_start(solver, backend):
                 assert sol.status == Status.FEASIBLE, (backend, solver, sol.message)

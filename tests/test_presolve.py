@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from .irmodels import make_ir
 from schedlang.ir import ConstraintBlock, IRModel, Objective, VarFamily
 from schedlang.presolve import Postsolve, presolve, trivial_infeasibility
 
@@ -18,24 +19,6 @@ INF = np.inf
 
 
 # --------------------------------------------------------------------------- helpers
-
-def make_ir(families, blocks, c, sense="min", constant=0.0, name="m"):
-    """families: [(name, kind, lb, ub)]; blocks: [(name, dense A over all columns, lo, hi)]."""
-    fams, offset = [], 0
-    for fname, kind, lb, ub in families:
-        lb = np.asarray(lb, dtype=float)
-        ub = np.asarray(ub, dtype=float)
-        fams.append(VarFamily(fname, [(fname, i) for i in range(lb.size)], kind, lb, ub,
-                              offset=offset))
-        offset += lb.size
-    blks = []
-    for bname, A, lo, hi in blocks:
-        A = np.atleast_2d(np.asarray(A, dtype=float))
-        blks.append(ConstraintBlock(bname, [(bname, i) for i in range(A.shape[0])],
-                                    sp.csr_matrix(A), np.asarray(lo, dtype=float),
-                                    np.asarray(hi, dtype=float)))
-    return IRModel(name, fams, blks, Objective("obj", sense, np.asarray(c, dtype=float),
-                                              constant))
 
 
 def brute_force(ir: IRModel):

@@ -13,26 +13,36 @@ final status, the same way for every backend:
 ==========================  ==========================================================
 solver said                 status
 ==========================  ==========================================================
-optimal                     ``optimal`` if the gap from objective and bound is within
-                            the requested gap (the solver's default when not given),
-                            else ``feasible``; ``feasible`` too when the solver gives
-                            no bound and stopped at the time limit
-limit (time, nodes, ...)    ``feasible`` with a feasible point, else ``no_solution``
+optimal                     ``optimal`` if the gap from our objective and the solver's
+                            bound is within the requested gap (the solver's default
+                            when not given; 0.1% slack on it), else ``feasible``;
+                            without a bound (cvxpy's CBC and GLPK) the termination
+                            reason decides, and the message says so
+limit (time, nodes, ...)    ``feasible`` with a point that passes our feasibility check
+                            of the original rows, bounds and integrality, else
+                            ``no_solution``
 infeasible                  ``infeasible``
 unbounded                   ``unbounded``
 infeasible or unbounded     re-solved with a zero objective: feasible → ``unbounded``,
                             infeasible → ``infeasible``
 error, an exception         ``error`` with the message
+(presolve proves it)        ``infeasible``, the message names the row or variable
 unknown                     ``feasible`` with a feasible point; ``no_solution`` when a
                             time limit was reached; else ``error``
 ==========================  ==========================================================
 
-Points returned by solvers are checked against the original rows, bounds and integrality;
-a point that fails the check is never reported as a solution of a limit-stopped run.
+The objective is recomputed from the returned point in the original model (constant
+included); `x` covers every original column (presolve-fixed ones at their values), integer
+columns rounded. Timings: ``presolve``; ``build`` (Pyomo: the ConcreteModel; cvxpy: the
+Problem and its canonicalization); ``solve`` (the solver call; for Pyomo this includes the
+translation into the solver).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -191,11 +201,35 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
 
 def _call_backend(backend: str, model: IRModel, run: SolveRun) -> RawResult:
     try:
-        return _backend_module(backend).solve(model, run)
+        with _solver_output_to_stderr():
+            return _backend_module(backend).solve(model, run)
     except SchedError:
         raise
     except Exception as exc:  # a solver failure is a result, not a traceback
         return RawResult(ERROR, detail=f"{type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def _solver_output_to_stderr():
+    """Solvers print banners and logs on file descriptor 1 (Gurobi's licence line, HiGHS and
+    cvxpy logs with verbose=True); send them to stderr so that stdout stays clean for
+    `schedlang solve --json`. Process-wide while a solve runs."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _disambiguate(backend: str, model: IRModel, run: SolveRun, raw: RawResult) -> RawResult:
@@ -298,6 +332,9 @@ def _normalize(ir: IRModel, model: IRModel, post: Postsolve, raw: RawResult,
             status = Status.FEASIBLE
             notes.append(f"the solver stopped with gap {rel_gap:.3g} above the requested "
                          f"{want:.3g}; reported as feasible")
+    if bound is None and model.integrality().any():
+        notes.append(f"no bound: {info.name} through the {base['backend']} backend reports "
+                     f"none, the status rests on its termination reason")
     if status == Status.FEASIBLE and term == LIMIT:
         notes.append(f"stopped at a limit{detail}")
     return Solution(status, objective=obj, bound=bound, gap=rel_gap, x=x,

@@ -70,8 +70,6 @@ def build(ir: IRModel):
 
 
 def solve(ir: IRModel, run: SolveRun) -> RawResult:
-    import cvxpy as cp
-
     name = run.solver.cvxpy
     t0 = time.perf_counter()
     prob = build(ir)
@@ -210,6 +208,12 @@ def _read_gurobi(raw, status, x, sense, const) -> RawResult:
         return _read_generic(raw, status, x, sense, const)
     G = gp.GRB
     st = model.Status
+    if st == G.LOADED:  # optimize() raised inside cvxpy, which hides the GurobiError
+        detail = "Gurobi did not optimize"
+        if max(model.NumVars, model.NumConstrs) > 2000:
+            detail += (f" (the model has {model.NumVars} variables and {model.NumConstrs} "
+                       f"constraints; a size-limited licence allows 2000)")
+        return RawResult(ERROR, detail=detail)
     term = {
         G.OPTIMAL: OPTIMAL, G.INFEASIBLE: INFEASIBLE, G.INF_OR_UNBD: INF_OR_UNBD,
         G.UNBOUNDED: UNBOUNDED, G.TIME_LIMIT: LIMIT, G.ITERATION_LIMIT: LIMIT,
