@@ -14,6 +14,18 @@ from .errors import SchedError
 from .solution import EXIT_CODES
 
 
+def _nonnegative(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+        return value
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="schedlang", description="Declarative memory scheduling for "
                                  "neural-network training.")
@@ -28,13 +40,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("file")
     s.add_argument("--model", help="shipped model name or .sched path (default: what FILE uses, "
                    "else checkmate)")
-    s.add_argument("--backend", default="pyomo", help="pyomo (default) or cvxpy")
+    s.add_argument("--backend", default="pyomo", choices=["pyomo", "cvxpy"], help="pyomo (default) or cvxpy")
     s.add_argument("--solver", default="highs", help="highs (default), gurobi, scip, cbc, glpk")
     s.add_argument("--budget", help="peak budget: a size (14GiB) or a percent of the "
                    "no-recomputation peak (90%%); overrides the data's `budget peak`")
-    s.add_argument("--time-limit", type=float, help="seconds")
-    s.add_argument("--gap", type=float, help="relative MIP gap at which to stop")
-    s.add_argument("--threads", type=int)
+    s.add_argument("--time-limit", type=_nonnegative(float), help="seconds")
+    s.add_argument("--gap", type=_nonnegative(float), help="relative MIP gap at which to stop")
+    s.add_argument("--threads", type=_nonnegative(int), help="solver threads (0: the solver's choice)")
     s.add_argument("--no-presolve", action="store_true", help="give the solver the model as lowered")
     s.add_argument("--plan-out", help="write the plan (schedlang.plan/1 JSON) here")
     s.add_argument("--json", action="store_true", help="one JSON object on stdout")

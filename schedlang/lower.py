@@ -227,6 +227,9 @@ class Lowering:
         if isinstance(e, ast.Name):
             if e.id in self.sets:
                 return self.sets[e.id]
+            if self.g is None and e.id in ("nodes", "edges", "forward_nodes", "backward_nodes"):
+                raise DataError(f"the model uses '{e.id}' and no graph data was given: solve a file "
+                                "with a `graph` (e.g. one that `use`s this model)", e.loc)
             d = self.p.decls.get(e.id)
             if isinstance(d, ast.SetDecl) and d.index is None:
                 return self._set_decl(d)

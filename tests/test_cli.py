@@ -120,3 +120,22 @@ def test_wheel_ships_grammar_and_models(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "schedlang/grammar/schedlang.lark" in names
     assert "schedlang/models/checkmate.sched" in names
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--backend", "foo"], "invalid choice: 'foo'"),
+    (["--time-limit", "-1"], "must not be negative"),
+    (["--threads", "x"], "'x' is not a number"),
+])
+def test_bad_options_exit_2_with_the_flag_named(capsys, argv, needle):
+    with pytest.raises(SystemExit) as exc:
+        main(["solve", CHAIN, *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err and argv[0] in err
+
+
+def test_model_without_graph_data_says_so(capsys):
+    code, _, err = run(capsys, "solve", str(ROOT / "models" / "checkmate.sched"))
+    assert code == 2
+    assert err.startswith(f"{ROOT / 'models' / 'checkmate.sched'}:") and "no graph data was given" in err
