@@ -1,0 +1,162 @@
+"""The H-graph: what the H-Rockmate formulation indexes, derived from the layered vocabulary.
+
+From `data`, `layer` (forward/backward pair with options) and `loss` declarations:
+
+* compute nodes in topological order: the forward of every layer (declaration order), the loss,
+  then the backward of every layer in reverse order. Names: `LAYER.fwd`, `LAYER.bwd`, `loss`;
+* data nodes: every declared `data`; a data node may have several creators (gradient
+  accumulation: each consumer layer's backward contributes to the gradient of its input);
+* creates (k, d): k writes (a contribution to) d; uses (k, d): k reads d whatever its option;
+  option_uses (k, o, d): the backward k run with option o also reads d (the option's `needs`,
+  Rockmate's dep_interfaces_data);
+* options: a backward has its layer's options; a forward has them too plus `fast_forward` (no
+  autograd, so no phantom), whose time and overhead are the smallest of the layer's forward
+  options (Rockmate's nOpts + 1 options for a forward);
+* phantoms: option o of layer j saves phantom(j, o) bytes from its forward to its backward;
+* inputs: data with role `input` (in memory at the start, created by nobody); outputs: data
+  with role `output` (input gradients: they must be alive at the end).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from .errors import DataError, Loc
+from .graph import Graph
+
+FAST_FORWARD = "fast_forward"
+
+
+@dataclass
+class NodeOption:
+    name: str
+    time: float
+    overhead: int
+
+
+@dataclass
+class ComputeNode:
+    name: str
+    kind: str  # "fwd", "bwd" or "loss"
+    layer: str | None
+    options: list[NodeOption]
+    loc: Loc | None = None
+
+
+@dataclass
+class HGraph:
+    name: str
+    compute: list[ComputeNode] = field(default_factory=list)  # topological order
+    data: dict[str, int] = field(default_factory=dict)  # name -> bytes, declaration order
+    creates: list[tuple[str, str]] = field(default_factory=list)
+    uses: list[tuple[str, str]] = field(default_factory=list)
+    option_uses: list[tuple[str, str, str]] = field(default_factory=list)
+    phantoms: dict[tuple[str, str], int] = field(default_factory=dict)  # (layer, option) -> bytes
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    loss: str | None = None
+
+    def node(self, name: str) -> ComputeNode:
+        return next(k for k in self.compute if k.name == name)
+
+    def creators(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {d: [] for d in self.data}
+        for k, d in self.creates:
+            out[d].append(k)
+        return out
+
+    def users(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {d: [] for d in self.data}
+        for k, d in self.uses:
+            out[d].append(k)
+        for k, _, d in self.option_uses:
+            if k not in out[d]:
+                out[d].append(k)
+        return out
+
+
+def fwd_name(layer: str) -> str:
+    return f"{layer}.fwd"
+
+
+def bwd_name(layer: str) -> str:
+    return f"{layer}.bwd"
+
+
+def build_hgraph(g: Graph) -> HGraph:
+    """The H-graph of a layered graph; DataError (located) when the layers are inconsistent."""
+    if not g.layers:
+        raise DataError(f"graph '{g.name}' has no layers: the H-graph needs `data`, `layer` and "
+                        "`loss` declarations", g.loc)
+    h = HGraph(g.name)
+    for d in g.data:
+        h.data[d.name] = d.size
+        if d.role == "input":
+            h.inputs.append(d.name)
+        elif d.role == "output":
+            h.outputs.append(d.name)
+    for layer in g.layers:
+        opts = layer.options
+        ff = NodeOption(FAST_FORWARD, min(o.fwd_time for o in opts), min(o.fwd_overhead for o in opts))
+        h.compute.append(ComputeNode(fwd_name(layer.name), "fwd", layer.name,
+                                     [NodeOption(o.name, o.fwd_time, o.fwd_overhead) for o in opts] + [ff],
+                                     layer.loc))
+        h.creates += [(fwd_name(layer.name), d) for d in layer.outputs]
+        h.uses += [(fwd_name(layer.name), d) for d in layer.inputs]
+        for o in opts:
+            if o.name == FAST_FORWARD:
+                raise DataError(f"option name '{FAST_FORWARD}' is reserved (every forward has it)", o.loc)
+            h.phantoms[(layer.name, o.name)] = o.phantom
+            for d in o.needs:
+                if d not in layer.outputs and d not in layer.inputs:
+                    raise DataError(f"option '{o.name}' of layer '{layer.name}' needs '{d}', which is "
+                                    f"neither an input nor an output of the layer", o.loc)
+    if g.loss is None:
+        raise DataError(f"graph '{g.name}' has layers but no `loss (...) -> (...)`", g.loc)
+    h.loss = "loss"
+    h.compute.append(ComputeNode("loss", "loss", None, [NodeOption("loss", g.loss.time, 0)], g.loss.loc))
+    h.creates += [("loss", d) for d in g.loss.outputs]
+    h.uses += [("loss", d) for d in g.loss.inputs]
+    for layer in reversed(g.layers):
+        k = bwd_name(layer.name)
+        h.compute.append(ComputeNode(k, "bwd", layer.name,
+                                     [NodeOption(o.name, o.bwd_time, o.bwd_overhead) for o in layer.options],
+                                     layer.loc))
+        h.uses += [(k, d) for d in layer.grad_inputs]
+        h.creates += [(k, d) for d in layer.grad_outputs]
+        h.option_uses += [(k, o.name, d) for o in layer.options for d in o.needs]
+    _check(h, g)
+    return h
+
+
+def _check(h: HGraph, g: Graph) -> None:
+    locs = {k.name: k.loc for k in h.compute}
+    creators = h.creators()
+    for d, ks in creators.items():
+        if d in h.inputs and ks:
+            raise DataError(f"data '{d}' is an input but '{ks[0]}' creates it", locs[ks[0]])
+    users = h.users()
+    for d in h.data:
+        if not creators[d] and d not in h.inputs and users[d]:
+            raise DataError(f"data '{d}' is read by '{users[d][0]}' but nothing creates it and it is not "
+                            "an `input`", locs[users[d][0]])
+    for d in h.outputs:
+        if not creators[d]:
+            raise DataError(f"output '{d}' is never created", g.loc)
+    # the compute order must be topological: every creator of a datum runs before its users
+    order = {k.name: i for i, k in enumerate(h.compute)}
+    dag = nx.DiGraph()
+    dag.add_nodes_from(order)
+    for d, ks in creators.items():
+        for u in users[d]:
+            for k in ks:
+                if k == u:
+                    raise DataError(f"'{k}' both creates and reads '{d}'", locs[k])
+                dag.add_edge(k, u)
+                if order[k] > order[u]:
+                    raise DataError(f"'{u}' reads '{d}', created by '{k}', which runs after it in the "
+                                    "order forwards, loss, backwards (reversed): declare layers in a "
+                                    "topological order", locs[u])
+    if not nx.is_directed_acyclic_graph(dag):  # unreachable after the order check; kept cheap
+        raise DataError(f"graph '{h.name}' has a cycle", g.loc)

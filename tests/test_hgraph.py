@@ -1,0 +1,82 @@
+"""The H-graph derived from layered graph data (data, layers with options, loss)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from schedlang.errors import DataError
+from schedlang.hgraph import FAST_FORWARD, build_hgraph
+from schedlang.program import load_program
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def hgraph_of(text: str, tmp_path):
+    path = tmp_path / "g.sched"
+    path.write_text(text)
+    return build_hgraph(load_program([path]).graph)
+
+
+def test_tiny_transformer_order_options_and_phantoms():
+    h = build_hgraph(load_program([ROOT / "examples" / "tiny_transformer.sched"]).graph)
+    assert [k.name for k in h.compute] == ["block1.fwd", "block2.fwd", "loss", "block2.bwd", "block1.bwd"]
+    fwd1 = h.node("block1.fwd")
+    assert [o.name for o in fwd1.options] == ["autograd", "recompute", "keep_attn", FAST_FORWARD]
+    assert [o.name for o in h.node("block1.bwd").options] == ["autograd", "recompute", "keep_attn"]
+    assert h.node("block1.bwd").options[1].time == pytest.approx(5.7e-3)
+    assert h.phantoms[("block1", "keep_attn")] == 40 * 2**20
+    assert h.option_uses == [("block1.bwd", "keep_attn", "h1")]
+    assert h.inputs == ["x"] and h.outputs == ["x.grad"]
+    assert ("loss", "h2.grad") in h.creates and ("block2.bwd", "h2.grad") in h.uses
+
+
+SKIP = """
+graph skip {
+  data x 4MiB input
+  data a 4MiB
+  data b 4MiB
+  data l 4B
+  data b.grad 4MiB
+  data a.grad 4MiB
+  data x.grad 4MiB output
+  layer down (x) -> (a) { grad (a.grad) -> (x.grad)
+    option autograd fwd 1ms bwd 2ms phantom 8MiB }
+  layer mid (a) -> (b) { grad (b.grad) -> (a.grad)
+    option autograd fwd 1ms bwd 2ms phantom 8MiB }
+  layer up (a, b) -> (l) { grad () -> (a.grad, b.grad)
+    option autograd fwd 1ms bwd 2ms phantom 8MiB }
+  loss (l) -> () time 0.1ms
+}
+"""
+
+
+def test_a_gradient_with_two_contributions_has_two_creators(tmp_path):
+    h = hgraph_of(SKIP, tmp_path)
+    assert sorted(h.creators()["a.grad"]) == ["mid.bwd", "up.bwd"]
+    assert h.users()["a"] == ["mid.fwd", "up.fwd"]  # used far from where it is produced
+
+
+@pytest.mark.parametrize("edit,message", [
+    (("loss (l) -> () time 0.1ms", ""), "has layers but no `loss"),
+    (("data x 4MiB input", "data x 4MiB"), "data 'x' is read by 'down.fwd' but nothing creates it"),
+    (("option autograd fwd 1ms bwd 2ms phantom 8MiB }\n  layer mid", "option fast_forward fwd 1ms }\n  layer mid"),
+     "reserved"),
+    (("grad (b.grad) -> (a.grad)\n    option autograd fwd 1ms bwd 2ms phantom 8MiB",
+      "grad (b.grad) -> (a.grad)\n    option autograd fwd 1ms bwd 2ms phantom 8MiB needs (l)"),
+     "needs 'l', which is neither an input nor an output"),
+])
+def test_inconsistent_layers_are_located_errors(tmp_path, edit, message):
+    old, new = edit
+    assert old in SKIP
+    with pytest.raises(DataError) as err:
+        hgraph_of(SKIP.replace(old, new), tmp_path)
+    assert message in str(err.value)
+    assert str(err.value).startswith(str(tmp_path / "g.sched") + ":")
+
+
+def test_layers_out_of_topological_order_are_rejected(tmp_path):
+    text = SKIP.replace("layer mid (a) -> (b)", "layer mid (l) -> (b)")
+    with pytest.raises(DataError) as err:
+        hgraph_of(text, tmp_path)
+    assert "topological order" in str(err.value)
