@@ -17,11 +17,20 @@ from .parser import name_loc
 from .program import Program
 
 # Names the graph data provides (see docs/language.md).
-BUILTIN_SETS = {"nodes": 1, "edges": 2, "forward_nodes": 1, "backward_nodes": 1}
+# Sets the graph data provides: name -> tuple arity. The first four are the Checkmate view
+# (nodes with one output each, edges); the others are the H-graph of layered data (hgraph.py).
+BUILTIN_SETS = {
+    "nodes": 1, "edges": 2, "forward_nodes": 1, "backward_nodes": 1,
+    "compute_nodes": 1, "data_nodes": 1, "creates": 2, "uses": 2, "option_uses": 3,
+    "options": 2, "layers": 1, "phantom_options": 2, "inputs": 1, "outputs": 1,
+}
+CHECKMATE_VIEW = ("nodes", "edges", "forward_nodes", "backward_nodes")
 BUILTIN_SCALARS = {"budget.peak": "size", "budget.save": "size", "inf": ""}
 # function -> (min args, max args, result type, result dim)
 FUNCTIONS = {
-    "size": (1, 1, "num", "size"), "time": (1, 1, "num", "time"),
+    "size": (1, 1, "num", "size"), "time": (1, 2, "num", "time"),
+    "overhead": (2, 2, "num", "size"), "phantom": (2, 2, "num", "size"),
+    "fwd": (1, 1, "elem", ""), "bwd": (1, 1, "elem", ""), "layer": (1, 1, "elem", ""),
     "next": (1, 2, "elem", ""), "prev": (1, 2, "elem", ""),
     "first": (1, 1, "elem", ""), "last": (1, 1, "elem", ""),
     "ord": (1, 1, "num", ""), "card": (1, 1, "num", ""),
@@ -295,7 +304,7 @@ class Checker:
                 raise CheckError(f"{e.func}() needs constants, but its argument depends on variables", a.loc)
         if e.func in ("first", "last", "card") and ts[0].kind != "set":
             raise CheckError(f"{e.func}() takes a set, not {_describe(ts[0])}", e.args[0].loc)
-        if e.func in ("size", "time", "next", "prev", "ord", "preds", "succs", "is_backward") and ts[0].kind != "elem":
+        if e.func in ("size", "time", "overhead", "phantom", "fwd", "bwd", "layer", "next", "prev", "ord", "preds", "succs", "is_backward") and ts[0].kind != "elem":
             raise CheckError(f"{e.func}() takes an element, not {_describe(ts[0])}", e.args[0].loc)
         if dim is None:
             dim = ts[0].dim

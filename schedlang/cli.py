@@ -58,6 +58,23 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--budget", help="peak budget to check against (size or percent)")
     m.add_argument("--json", action="store_true")
 
+    w = sub.add_parser("sweep", help="solve at many budgets: the memory/time trade-off")
+    w.add_argument("file")
+    w.add_argument("--budgets", required=True, help="budgets: LOW..HIGH/N (30%%..100%%/8, "
+                   "1GiB..4GiB/4: N evenly spaced, ends included) or a comma list of sizes and "
+                   "percents of the no-recomputation peak (1GiB,2GiB,75%%)")
+    w.add_argument("--model", help="shipped model name or .sched path (default: what FILE uses, "
+                   "else checkmate)")
+    w.add_argument("--backend", default="pyomo", choices=["pyomo", "cvxpy"], help="pyomo (default) or cvxpy")
+    w.add_argument("--solver", default="highs", help="highs (default), gurobi, scip, cbc, glpk")
+    w.add_argument("--time-limit", type=_nonnegative(float), help="seconds, per budget")
+    w.add_argument("--gap", type=_nonnegative(float), help="relative MIP gap at which to stop")
+    w.add_argument("--threads", type=_nonnegative(int), help="solver threads (0: the solver's choice)")
+    w.add_argument("--plot", metavar="OUT.png", help="write the memory/time Pareto curve "
+                   "(needs matplotlib)")
+    w.add_argument("--json", action="store_true", help="a JSON list on stdout: per budget, the "
+                   "solve --json object plus budget_percent and overhead")
+
     i = sub.add_parser("import", help="convert graph data from other tools to .sched")
     i.add_argument("file")
     i.add_argument("--format", required=True, choices=["checkmate-nx"])
@@ -70,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"check": cmd_check, "solve": cmd_solve, "simulate": cmd_simulate,
-                "import": cmd_import}[args.command](args)
+                "import": cmd_import, "sweep": cmd_sweep}[args.command](args)
     except SchedError as e:
         print(str(e), file=sys.stderr)
         return e.exit_code
@@ -211,6 +228,98 @@ def cmd_import(args) -> int:
     Path(args.output).write_text(text)
     print(f"wrote {args.output}: graph {graph.name}, {len(graph.nodes)} nodes, {len(graph.edges)} edges")
     return 0
+
+
+def cmd_sweep(args) -> int:
+    import time
+
+    from .sweep import (check_plot_target, exit_code, parse_budgets, plot_sweep, prepare,
+                        reference, sweep_problem)
+    from .units import format_size
+
+    if args.plot:
+        check_plot_target(args.plot)  # before a long sweep, not after it
+    prob = prepare(args.file, args.model)
+    budgets = parse_budgets(args.budgets, prob.graph)
+    ref_peak, ref_time = reference(prob.graph)
+    graph_name = prob.graph.name if prob.graph else "-"
+    tty = sys.stderr.isatty()
+    started = [0.0]
+
+    def where(budget):
+        pct = f"{100.0 * budget / ref_peak:.4g}%, " if ref_peak else ""
+        return f"{pct}{format_size(budget)}"
+
+    def progress(k, n, budget, point):
+        head = f"sweep [{k}/{n}] {where(budget)}: "
+        if point is None:
+            started[0] = time.perf_counter()
+            if tty:
+                print(head + "solving...", end="", file=sys.stderr, flush=True)
+            return
+        line = head + point.status.value
+        if point.objective is not None:
+            line += f", objective {point.objective:.6g}"
+        line += f", {time.perf_counter() - started[0]:.2f} s"
+        print(("\r\x1b[K" if tty else "") + line, file=sys.stderr, flush=True)
+
+    t0 = time.perf_counter()
+    points = sweep_problem(prob, budgets, backend=args.backend, solver=args.solver,
+                           time_limit=args.time_limit, gap=args.gap, threads=args.threads,
+                           progress=progress)
+    total = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps([p.to_json() for p in points]))
+    else:
+        _print_sweep(prob, args, points, ref_peak, ref_time, total)
+    if args.plot:
+        plot_sweep(points, args.plot, ref_peak=ref_peak,
+                   title=f"{graph_name}: memory vs time overhead\nmodel {prob.program.name}, "
+                         f"{args.solver} via {args.backend}")
+        if not args.json:
+            print(f"plot written to {args.plot}")
+    bad = [p for p in points if p.solved and p.simulated_valid is False]
+    if bad:
+        print(f"error: the decoded plan at budget {where(bad[0].budget_bytes)} does not replay in "
+              "the simulator; this is a bug in schedlang or in the model's decoder declaration",
+              file=sys.stderr)
+        return 5
+    return exit_code(points)
+
+
+def _print_sweep(prob, args, points, ref_peak, ref_time, total) -> None:
+    from .units import format_size
+
+    g = prob.graph
+    print(f"sweep     {prob.program.name} on graph {g.name if g else '-'}, {len(points)} "
+          f"budgets, {args.solver} via {args.backend}")
+    if ref_peak:
+        print(f"reference no recomputation: peak {format_size(ref_peak)}, time {ref_time:.6g}")
+    header = ["budget", "%", "status", "objective", "pred. peak", "overhead", "gap", "solve s"]
+    rows = []
+    for p in points:
+        rows.append([
+            format_size(p.budget_bytes),
+            "-" if p.budget_percent is None else f"{p.budget_percent:.4g}%",
+            p.status.value,
+            "-" if p.objective is None else f"{p.objective:.6g}",
+            "-" if p.predicted_peak is None else format_size(p.predicted_peak),
+            "-" if p.overhead is None else f"{100 * p.overhead:+.2f}%",
+            "-" if p.gap is None else f"{100 * p.gap:.3g}%",
+            f"{p.solve_time:.2f}",
+        ])
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+    left = {2}  # status is text; the rest are numbers
+    for r in [header] + rows:
+        print("  ".join(c.ljust(w) if i in left else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    solved = sum(p.solved for p in points)
+    counts = {}
+    for p in points:
+        if not p.solved:
+            counts[p.status.value] = counts.get(p.status.value, 0) + 1
+    rest = "".join(f", {n} {s}" for s, n in counts.items())
+    print(f"total     {len(points)} budgets in {total:.2f} s: {solved} solved{rest}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import ast
+from .check import BUILTIN_SCALARS, BUILTIN_SETS, CHECKMATE_VIEW
 from .errors import CheckError, DataError, Loc
 from .graph import Graph
 from .ir import ConstraintBlock, IRModel, Objective, VarFamily
@@ -74,10 +75,18 @@ class Lowering:
         g = self.g
         if g is None:
             return
+        self.graph_tables: dict[str, tuple[KeyIndex, np.ndarray]] = {}
+        self.graph_elems: dict[str, dict[int, int]] = {}
+        if g.layers:
+            from .hgraph import build_hgraph
+
+            self._bind_hgraph(build_hgraph(g))
         codes = self.u.codes_of([n.name for n in g.nodes])  # topological order = code order
         self.node_size = np.zeros(len(self.u))
         self.node_time = np.zeros(len(self.u))
         self.node_backward = np.zeros(len(self.u), dtype=bool)
+        if g.layers:
+            self.node_size[self._data_codes] = self._data_sizes
         self.node_size[codes] = [n.size for n in g.nodes]
         self.node_time[codes] = [n.time for n in g.nodes]
         self.node_backward[codes] = [n.kind == "backward" for n in g.nodes]
@@ -89,6 +98,62 @@ class Lowering:
         else:
             e = np.zeros((0, 2), dtype=np.int64)
         self.sets["edges"] = SetVal(e, "edges")
+
+    def _bind_hgraph(self, h):
+        """The H-graph's sets, and its per-(node, option) data as tables (see check.BUILTIN_SETS)."""
+        code = self.u.code
+        compute = [code(k.name) for k in h.compute]  # registered first: code order = H-graph order
+        self._data_codes = np.array([code(d) for d in h.data], dtype=np.int64)
+        self._data_sizes = np.array(list(h.data.values()), dtype=float)
+
+        def rows(items, width):
+            arr = np.array([[code(x) for x in item] for item in items], dtype=np.int64)
+            return SetVal(arr.reshape(len(items), width))
+
+        self.sets["compute_nodes"] = SetVal(np.array(compute, dtype=np.int64).reshape(-1, 1))
+        self.sets["data_nodes"] = SetVal(self._data_codes.reshape(-1, 1))
+        self.sets["creates"] = rows(h.creates, 2)
+        self.sets["uses"] = rows(h.uses, 2)
+        self.sets["option_uses"] = rows(h.option_uses, 3)
+        node_opts = [(k.name, o.name) for k in h.compute for o in k.options]
+        self.sets["options"] = rows(node_opts, 2)
+        self.sets["layers"] = rows([(k.layer,) for k in h.compute if k.kind == "fwd"], 1)
+        self.sets["phantom_options"] = rows(list(h.phantoms), 2)
+        self.sets["inputs"] = rows([(d,) for d in h.inputs], 1)
+        self.sets["outputs"] = rows([(d,) for d in h.outputs], 1)
+        base = len(self.u) + 1
+        opts = self.sets["options"].cols
+        self.graph_tables["time"] = (KeyIndex(opts, base), np.array([o.time for k in h.compute for o in k.options]))
+        self.graph_tables["overhead"] = (KeyIndex(opts, base),
+                                         np.array([o.overhead for k in h.compute for o in k.options], float))
+        self.graph_tables["phantom"] = (KeyIndex(self.sets["phantom_options"].cols, base),
+                                        np.array(list(h.phantoms.values()), dtype=float))
+        self.graph_elems["fwd"] = {code(k.layer): code(k.name) for k in h.compute if k.kind == "fwd"}
+        self.graph_elems["bwd"] = {code(k.layer): code(k.name) for k in h.compute if k.kind == "bwd"}
+        self.graph_elems["layer"] = {code(k.name): code(k.layer) for k in h.compute if k.layer}
+
+    def _graph_table(self, f: str, e, t: Table) -> Const:
+        if f not in self.graph_tables:
+            raise DataError(f"{f}(k, o) needs layered graph data (layers with options)", e.loc)
+        index, values = self.graph_tables[f]
+        args = [self._elem_codes(a, t) for a in e.args]
+        rows = index.lookup(args, t.m)
+        if (rows < 0).any():
+            i = int(np.flatnonzero(rows < 0)[0])
+            key = ", ".join(str(self.u.value(int(a[i]))) for a in args)
+            raise DataError(f"{f}({key}): no such {'layer option' if f == 'phantom' else 'node option'}", e.loc)
+        return Const(values[rows], "time" if f == "time" else "size")
+
+    def _graph_elem(self, f: str, e, t: Table) -> Elem:
+        table = self.graph_elems.get(f)
+        if table is None:
+            raise DataError(f"{f}() needs layered graph data", e.loc)
+        codes = self._elem_codes(e.args[0], t)
+        out = np.array([table.get(int(c), INVALID) for c in codes], dtype=np.int64)
+        if (out < 0).any():
+            bad = self.u.value(int(codes[out < 0][0]))
+            raise DataError(f"{f}({bad!r}): not a {'layer' if f != 'layer' else 'layer node'}", e.loc)
+        return Elem(out, self.sets["compute_nodes"])
 
     def _graph_attr(self, arr_name: str, codes: np.ndarray, loc: Loc, what: str) -> np.ndarray:
         if self.g is None:
@@ -153,8 +218,7 @@ class Lowering:
         return t
 
     def _global_names(self) -> set:
-        return set(self.p.decls) | {"nodes", "edges", "forward_nodes", "backward_nodes", "inf",
-                                    "budget.peak", "budget.save"}
+        return set(self.p.decls) | set(BUILTIN_SETS) | set(BUILTIN_SCALARS)
 
     def _bind(self, t: Table, names: list[str], set_expr, conjuncts: list) -> Table:
         sv = self.set_value(set_expr, t)
@@ -225,9 +289,13 @@ class Lowering:
                 self._const_sets[key] = (e, self.set_value(e, Table.unit()))
             return self._const_sets[key][1]
         if isinstance(e, ast.Name):
+            if self.g is not None and self.g.layers and e.id in CHECKMATE_VIEW:
+                raise DataError(f"'{e.id}' is the Checkmate view of a graph (node and edge "
+                                f"declarations), and graph '{self.g.name}' is layered data; index the "
+                                "H-graph instead (compute_nodes, data_nodes, options, ...)", e.loc)
             if e.id in self.sets:
                 return self.sets[e.id]
-            if self.g is None and e.id in ("nodes", "edges", "forward_nodes", "backward_nodes"):
+            if self.g is None and e.id in BUILTIN_SETS:
                 raise DataError(f"the model uses '{e.id}' and no graph data was given: solve a file "
                                 "with a `graph` (e.g. one that `use`s this model)", e.loc)
             d = self.p.decls.get(e.id)
@@ -746,6 +814,10 @@ class Lowering:
 
     def v_Call(self, e, t):
         f = e.func
+        if f in ("overhead", "phantom") or (f == "time" and len(e.args) == 2):
+            return self._graph_table(f, e, t)
+        if f in ("fwd", "bwd", "layer"):
+            return self._graph_elem(f, e, t)
         if f in ("size", "time", "is_backward"):
             codes = self._elem_codes(e.args[0], t)
             arr = {"size": "node_size", "time": "node_time", "is_backward": "node_backward"}[f]

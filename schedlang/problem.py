@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .check import check_program
 from .decoders import decode
-from .errors import DataError, Loc
+from .errors import CheckError, DataError, Loc
 from .graph import Graph
 from .ir import IRModel
 from .plan import Plan
@@ -151,7 +151,11 @@ def load(*paths, model: str | None = None, budget=None, text: str | None = None)
     t0 = time.perf_counter()
     program = load_program([Path(p) for p in paths], [model] if model else None, text=text)
     if not program.has_formulation and program.graph is not None:
-        # graph data alone: solve it with Checkmate, the classic formulation
+        if program.graph.layers:
+            raise CheckError(f"graph '{program.graph.name}' is layered data and no formulation was "
+                             "given: `use` a model that indexes the H-graph, or pass --model",
+                             program.graph.loc)
+        # node/edge graph data alone: solve it with Checkmate, the classic formulation
         program = load_program([Path(p) for p in paths], ["checkmate"], text=text)
     elapsed = time.perf_counter() - t0
     if budget is not None:

@@ -16,6 +16,51 @@ Memory model (Checkmate view: each node produces one output, named like the node
 * with a peak budget (the plan's, else the graph's), the plan is valid only if peak <= budget.
 
 Op indices in messages are 0-based positions in the plan's op list (``op 12`` is ``ops[12]``).
+
+Layered graphs (H-Rockmate view: ``data``, ``layer`` with options and phantoms, ``loss``) are
+replayed on their H-graph (`schedlang.hgraph.build_hgraph`): compute nodes ``LAYER.fwd``,
+``loss``, ``LAYER.bwd``. The formulations of this vocabulary are held to these rules:
+
+* state: the set of live data; for a data node with several creators (gradient accumulation),
+  the set of creators whose contribution it has received since it was last absent; for each
+  layer, the phantom it has saved, if any, with its option (at most one option per layer).
+* memory = sum of the sizes of live data (a data node counts once, however many contributions
+  it holds) + the sizes of saved phantoms. Inputs (``role input``) are live at the start, and
+  the peak starts at their total.
+* ``compute(node, option)``: `option` names one of the node's options (a forward's options are
+  its layer's plus ``fast_forward``; the loss takes none, or ``loss``); it may be omitted only
+  on a node with a single option.
+
+  - every datum the node uses must be live and complete (every creator has contributed); a
+    backward run with option o also needs the data of o's ``needs`` (``option_uses``), and the
+    phantom of its layer saved *with option o*.
+  - a forward with option o != fast_forward saves the layer's phantom with option o. A
+    phantom saved with another option makes the op invalid (only one phantom option per layer;
+    drop it first); one saved with o is replaced: both copies count during the op, one after.
+  - a backward consumes its layer's phantom: it is freed right after the backward.
+  - the node adds its contribution to each datum it creates; the datum becomes live if it was
+    not. Recomputing the only creator of a live datum replaces it (both copies count during the
+    op, as for Checkmate); a contribution to a live datum with several creators is accumulated
+    in place (no new bytes); adding the same creator's contribution twice to a live datum with
+    several creators is invalid (the gradient would be accumulated twice).
+  - peak at the op = memory before it + bytes of the data copies it creates + the phantom it
+    saves + the option's overhead (transient: it is gone after the op); time += option's time.
+  - the loss is computed exactly once; a second computation is an error at that op.
+* ``delete(data)``: the datum must be live; it disappears with all its contributions.
+* ``drop_phantom(layer)``: the layer must have a saved phantom; it is freed.
+* at the end: every compute node was computed at least once, every ``output`` datum is live
+  and complete, and no phantom is saved.
+* budgets: peak <= the peak budget (`budget`, else the plan's, else the graph's). Save budget
+  (`save_budget`, else ``plan.budget_save``, else ``graph.budgets["save"]``): memory without
+  transient overhead during the *loss phase* must stay within it. Phases come from the plan:
+  phase t ends with the first computation of the t-th compute node in H-graph order, so the
+  loss phase is the ops after the first computation of the last node before the loss in that
+  order (for a plan out of H order: the latest first computation, before the loss, of a node
+  that precedes the loss), up to the loss's computation. Memory is checked before its first
+  op and right after each of its ops; the maximum is ``save_peak_bytes`` (None when the loss
+  is never computed). ``fits_budget`` covers both budgets.
+
+Ops ``offload``, ``prefetch`` and ``wait`` are not supported on either view yet.
 """
 from __future__ import annotations
 
@@ -23,6 +68,7 @@ from dataclasses import dataclass, field
 
 from .errors import DataError, Loc, did_you_mean
 from .graph import Graph
+from .hgraph import FAST_FORWARD, build_hgraph
 from .plan import OP_KINDS, Op, Plan
 
 #: at most this many replay errors are listed; the rest are counted
@@ -39,6 +85,10 @@ class SimResult:
     warnings: list[str] = field(default_factory=list)
     budget_bytes: int | None = None  # the peak budget the plan was checked against
     computes: int = 0  # compute ops replayed
+    # layered graphs: the most memory during the loss phase (None: no loss phase, or a
+    # Checkmate graph), and the save budget it was checked against
+    save_peak_bytes: int | None = None
+    save_budget_bytes: int | None = None
 
     def to_json(self) -> dict:
         return {
@@ -47,6 +97,8 @@ class SimResult:
             "time": self.time,
             "fits_budget": self.fits_budget,
             "budget_bytes": self.budget_bytes,
+            "save_peak_bytes": self.save_peak_bytes,
+            "save_budget_bytes": self.save_budget_bytes,
             "errors": list(self.errors),
             "warnings": list(self.warnings),
         }
@@ -198,37 +250,57 @@ def _hint(name: str, index: dict[str, int], errors: _Errors) -> str:
     return did_you_mean(name, index)
 
 
-def simulate(plan: Plan, graph: Graph, *, budget: int | None = None) -> SimResult:
+def simulate(plan: Plan, graph: Graph, *, budget: int | None = None,
+             save_budget: int | None = None) -> SimResult:
     """Replay `plan` on `graph`: validity, peak memory (bytes) and total compute time.
 
     The peak budget checked is `budget` when given, else the plan's, else the graph's
-    (``graph.budgets["peak"]``); with none, `fits_budget` is None.
+    (``graph.budgets["peak"]``); with none, `fits_budget` is None. On a layered graph the save
+    budget is checked too (`save_budget`, else ``plan.budget_save``, else
+    ``graph.budgets["save"]``) against the memory of the loss phase (see the module docstring).
     """
     errors = _Errors()
     warnings: list[str] = []
     if plan.graph and graph.name and plan.graph != graph.name:
         warnings.append(f"the plan was made for graph '{plan.graph}', not '{graph.name}'")
 
-    if not graph.nodes and (graph.layers or graph.data):
-        errors.add(f"simulating layered graphs (graph '{graph.name}' has layers and data "
-                   "nodes, no compute nodes) is not supported yet")
-        return SimResult(False, 0, 0.0, errors.finish(), None, warnings)
+    layered = _is_layered(graph)
     try:
-        arr = _arrays(graph)
+        arrays: _Arrays | _HArrays = _harrays(graph) if layered else _arrays(graph)
     except DataError as exc:
-        errors.add(exc.message)
+        what = "this layered graph" if layered else "this graph"
+        errors.add(f"cannot simulate {what}: {exc.message}")
         return SimResult(False, 0, 0.0, errors.finish(), None, warnings)
 
-    peak, total_time, computes = _replay(plan, graph, arr, errors)
+    save_peak: int | None = None
+    save_at = -1
+    if isinstance(arrays, _HArrays):
+        peak, total_time, computes, save_peak, save_at = _replay_layered(plan, arrays, errors)
+    else:
+        peak, total_time, computes = _replay(plan, graph, arrays, errors)
 
     if budget is None:
         budget = plan.budget_peak if plan.budget_peak is not None else graph.budgets.get("peak")
-    fits: bool | None = None
+    checks: list[bool] = []
     if budget is not None:
-        fits = peak <= budget
-        if not fits:
+        checks.append(peak <= budget)
+        if peak > budget:
             errors.add(f"peak memory {peak} B exceeds the peak budget {budget} B "
                        f"by {peak - budget} B", always=True)
+    if layered:
+        if save_budget is None:
+            save_budget = plan.budget_save if plan.budget_save is not None \
+                else graph.budgets.get("save")
+        if save_budget is not None and save_peak is not None:
+            checks.append(save_peak <= save_budget)
+            if save_peak > save_budget:
+                where = "before its first op" if save_at < 0 else f"after op {save_at}"
+                errors.add(f"memory during the loss phase reaches {save_peak} B ({where}), over "
+                           f"the save budget {save_budget} B by {save_peak - save_budget} B",
+                           always=True)
+    else:
+        save_budget = None
+    fits: bool | None = all(checks) if checks else None
 
     if plan.predicted_peak is not None and int(round(plan.predicted_peak)) != peak:
         warnings.append(f"predicted peak {plan.predicted_peak} B, simulated {peak} B")
@@ -238,7 +310,8 @@ def simulate(plan: Plan, graph: Graph, *, budget: int | None = None) -> SimResul
     found = errors.finish()
     return SimResult(valid=not found, peak_bytes=peak, time=total_time, errors=found,
                      fits_budget=fits, warnings=warnings, budget_bytes=budget,
-                     computes=computes)
+                     computes=computes, save_peak_bytes=save_peak,
+                     save_budget_bytes=save_budget)
 
 
 def _close(a: float, b: float) -> bool:
@@ -250,8 +323,10 @@ def no_recompute_plan(graph: Graph) -> Plan:
 
     An output is deleted right after its last consumer ran; a node without consumers is
     deleted right after it is computed. Raises `DataError` when the graph's node list is not
-    in topological order.
+    in topological order. A layered graph gets its autograd-like plan (`_no_recompute_layered`).
     """
+    if _is_layered(graph):
+        return _no_recompute_layered(graph)
     arr = _arrays(graph)
     names = arr.names
     for i, s in enumerate(arr.succs):
@@ -283,8 +358,386 @@ def no_recompute_peak(graph: Graph) -> int:
     """Simulated peak of `no_recompute_plan(graph)`: the reference for budget fractions."""
     plan = no_recompute_plan(graph)
     errors = _Errors()
-    peak, _, _ = _replay(plan, graph, _arrays(graph), errors)
+    if _is_layered(graph):
+        peak = _replay_layered(plan, _harrays(graph), errors)[0]
+    else:
+        peak, _, _ = _replay(plan, graph, _arrays(graph), errors)
     if errors.items:  # cannot happen for a topologically ordered graph
         raise DataError(f"graph '{graph.name}': the no-recomputation plan does not replay: "
                         f"{errors.items[0]}", graph.loc)
     return peak
+
+
+# --- layered graphs: the H-graph view ---------------------------------------------------------
+def _is_layered(graph: Graph) -> bool:
+    """A graph in the H-Rockmate vocabulary (layers, a loss, or data without compute nodes)."""
+    return bool(graph.layers) or graph.loss is not None or (bool(graph.data) and not graph.nodes)
+
+
+@dataclass
+class _HArrays:
+    """The H-graph of a layered graph, indexed for the replay."""
+
+    graph_name: str
+    names: list[str]  # compute nodes in H-graph order
+    index: dict[str, int]
+    kind: list[str]  # "fwd", "bwd", "loss"
+    layer: list[int]  # layer index of each compute node, -1 for the loss
+    opt_names: list[list[str]]
+    opt_index: list[dict[str, int]]
+    opt_time: list[list[float]]
+    opt_overhead: list[list[int]]
+    opt_layer_opt: list[list[int]]  # the layer option of each node option (-1: fast_forward, loss)
+    uses: list[tuple[int, ...]]  # data read whatever the option (deduplicated)
+    opt_uses: list[list[tuple[int, ...]]]  # per option: data read in addition to `uses`
+    creates: list[tuple[tuple[int, int], ...]]  # (datum, this creator's bit in the datum's mask)
+    data: list[str]
+    data_index: dict[str, int]
+    size: list[int]
+    full: list[int]  # every creator's bit; 0 for a datum nobody creates (inputs)
+    creators: list[list[int]]  # compute nodes; creators[d][j] has bit 1 << j
+    inputs: list[int]
+    outputs: list[int]
+    layers: list[str]
+    layer_index: dict[str, int]
+    layer_opts: list[list[str]]
+    phantom: list[list[int]]  # bytes, per layer and layer option
+    loss: int
+
+
+def _harrays(graph: Graph) -> _HArrays:
+    """Index the H-graph of `graph`; raise `DataError` when the layered data is inconsistent."""
+    if graph.nodes and (graph.layers or graph.loss is not None):
+        raise DataError(f"graph '{graph.name}' has both compute nodes (Checkmate view) and layers "
+                        "or a loss (H-Rockmate view); a graph uses one vocabulary", graph.loc)
+    for layer in graph.layers:
+        if not layer.options:
+            raise DataError(f"layer '{layer.name}' has no option", layer.loc or graph.loc)
+    h = build_hgraph(graph)
+    data = list(h.data)
+    data_index = {d: i for i, d in enumerate(data)}
+    names = [k.name for k in h.compute]
+    index = {n: i for i, n in enumerate(names)}
+    layers = [layer.name for layer in graph.layers]
+    layer_index = {name: j for j, name in enumerate(layers)}
+    layer_opts = [[o.name for o in layer.options] for layer in graph.layers]
+    layer_opt_index = [{o: i for i, o in enumerate(opts)} for opts in layer_opts]
+
+    uses: list[list[int]] = [[] for _ in names]
+    for k, d in h.uses:
+        i, di = index[k], data_index[d]
+        if di not in uses[i]:
+            uses[i].append(di)
+    extra: dict[tuple[int, str], list[int]] = {}
+    for k, o, d in h.option_uses:
+        i, di = index[k], data_index[d]
+        lst = extra.setdefault((i, o), [])
+        if di not in uses[i] and di not in lst:
+            lst.append(di)
+    creators: list[list[int]] = [[] for _ in data]
+    creates: list[list[tuple[int, int]]] = [[] for _ in names]
+    for k, d in h.creates:
+        i, di = index[k], data_index[d]
+        if i not in creators[di]:
+            creators[di].append(i)
+            creates[i].append((di, 1 << (len(creators[di]) - 1)))
+
+    kind, layer_of, opt_names, opt_index, opt_time, opt_overhead, opt_layer_opt, opt_uses = \
+        [], [], [], [], [], [], [], []
+    for i, k in enumerate(h.compute):
+        j = layer_index[k.layer] if k.layer is not None else -1
+        kind.append(k.kind)
+        layer_of.append(j)
+        onames = [o.name for o in k.options]
+        opt_names.append(onames)
+        opt_index.append({o: n for n, o in enumerate(onames)})
+        opt_time.append([float(o.time) for o in k.options])
+        opt_overhead.append([int(o.overhead) for o in k.options])
+        opt_layer_opt.append([layer_opt_index[j].get(o, -1) if j >= 0 and o != FAST_FORWARD else -1
+                              for o in onames])
+        opt_uses.append([tuple(extra.get((i, o), ())) for o in onames])
+    return _HArrays(
+        graph_name=graph.name, names=names, index=index, kind=kind, layer=layer_of,
+        opt_names=opt_names, opt_index=opt_index, opt_time=opt_time, opt_overhead=opt_overhead,
+        opt_layer_opt=opt_layer_opt, uses=[tuple(u) for u in uses], opt_uses=opt_uses,
+        creates=[tuple(c) for c in creates], data=data, data_index=data_index,
+        size=[int(h.data[d]) for d in data],
+        full=[(1 << len(c)) - 1 for c in creators], creators=creators,
+        inputs=[data_index[d] for d in h.inputs], outputs=[data_index[d] for d in h.outputs],
+        layers=layers, layer_index=layer_index, layer_opts=layer_opts,
+        phantom=[[int(h.phantoms[(name, o)]) for o in opts] for name, opts in zip(layers, layer_opts)],
+        loss=index[h.loss] if h.loss is not None else -1,
+    )
+
+
+def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
+                    ) -> tuple[int, float, int, int | None, int]:
+    """Replay the ops on the H-graph.
+
+    Returns (peak bytes, time, compute count, save peak or None, op index of the save peak or
+    -1 for "before the loss phase's first op") and fills `errors`.
+    """
+    names, index, kind, layer_of = ha.names, ha.index, ha.kind, ha.layer
+    opt_index, opt_names, opt_time, opt_overhead = ha.opt_index, ha.opt_names, ha.opt_time, ha.opt_overhead
+    opt_layer_opt, uses, opt_uses, creates = ha.opt_layer_opt, ha.uses, ha.opt_uses, ha.creates
+    data, data_index, size, full, creators = ha.data, ha.data_index, ha.size, ha.full, ha.creators
+    layers, layer_index, layer_opts, phantom = ha.layers, ha.layer_index, ha.layer_opts, ha.phantom
+    loss = ha.loss
+    ncre = [len(c) for c in creators]
+    n, nd, nl = len(names), len(data), len(layers)
+
+    live = bytearray(nd)
+    mask = [0] * nd  # contributions received since the datum was last absent
+    deleted_at = [-1] * nd
+    for d in ha.inputs:
+        live[d] = 1
+    saved = [-1] * nl  # layer option of the saved phantom, -1: none
+    saved_by = [-1] * nl  # op that saved it
+    gone = [""] * nl  # how the last phantom went away, for messages
+    computed = [0] * n
+    first_at = [-1] * n
+
+    mem = sum(size[d] for d in ha.inputs)
+    peak = mem
+    total_time = 0.0
+    computes = 0
+    # the loss phase: memory since the latest first computation of a node before the loss
+    window_max, window_at = mem, -1
+    save_peak: int | None = None
+    save_at = -1
+
+    def datum_state(d: int) -> str:
+        if deleted_at[d] >= 0:
+            return f"deleted by op {deleted_at[d]}"
+        if not creators[d]:
+            return "nothing creates it and it is not an input"
+        return "never created before"
+
+    def phantom_state(j: int) -> str:
+        return gone[j] or "its forward never saved one"
+
+    for k, op in enumerate(plan.ops):
+        kind_k = op.op
+        if kind_k == "compute":
+            name = op.node
+            i = index.get(name) if name is not None else None
+            if i is None:
+                if name is None:
+                    errors.add(f"op {k}: compute op names no node")
+                else:
+                    errors.add(f"op {k}: compute of unknown node {name!r}{_hint(name, index, errors)}")
+                continue
+            ki = kind[i]
+            oname = op.option
+            if oname is None:
+                if len(opt_names[i]) != 1:
+                    errors.add(f"op {k}: compute {name!r} needs an option, one of "
+                               f"{', '.join(repr(o) for o in opt_names[i])}")
+                    continue
+                o = 0
+            else:
+                o = opt_index[i].get(oname, -1)
+                if o < 0:
+                    if ki == "loss":
+                        errors.add(f"op {k}: compute 'loss' with option {oname!r}: the loss has a "
+                                   "single way to run (omit 'option', or use 'loss')")
+                    else:
+                        errors.add(f"op {k}: compute {name!r} with unknown option {oname!r}"
+                                   f"{did_you_mean(oname, opt_names[i])} (options: "
+                                   f"{', '.join(repr(x) for x in opt_names[i])})")
+                    continue
+            if ki == "loss" and computed[i]:
+                errors.add(f"op {k}: the loss is computed a second time (first by op "
+                           f"{first_at[i]}); it must be computed exactly once")
+            for d in uses[i]:
+                if not live[d]:
+                    errors.add(f"op {k}: compute {name!r} needs {data[d]!r}, which is not in "
+                               f"memory ({datum_state(d)})")
+                elif mask[d] != full[d]:
+                    errors.add(f"op {k}: compute {name!r} needs {data[d]!r}, which is "
+                               f"incomplete: {_missing(ha, d, mask[d])}")
+            j = layer_of[i]
+            lo = opt_layer_opt[i][o]
+            if ki == "bwd":
+                for d in opt_uses[i][o]:
+                    if not live[d]:
+                        errors.add(f"op {k}: compute {name!r} with option {opt_names[i][o]!r} needs "
+                                   f"{data[d]!r}, which is not in memory ({datum_state(d)})")
+                    elif mask[d] != full[d]:
+                        errors.add(f"op {k}: compute {name!r} with option {opt_names[i][o]!r} needs "
+                                   f"{data[d]!r}, which is incomplete: {_missing(ha, d, mask[d])}")
+                if saved[j] < 0:
+                    errors.add(f"op {k}: backward {name!r} with option {opt_names[i][o]!r} needs "
+                               f"the phantom of layer {layers[j]!r}, but no phantom of "
+                               f"{layers[j]!r} is saved ({phantom_state(j)})")
+                elif saved[j] != lo:
+                    errors.add(f"op {k}: backward {name!r} runs with option {opt_names[i][o]!r}, "
+                               f"but the phantom of layer {layers[j]!r} is saved with option "
+                               f"{layer_opts[j][saved[j]]!r} (by op {saved_by[j]})")
+            # the peak: inputs, new data copies, the phantom saved, the transient overhead
+            add = 0
+            for d, bit in creates[i]:
+                if live[d] and ncre[d] > 1 and not (mask[d] & bit):
+                    continue  # accumulated in place
+                add += size[d]
+            ph = phantom[j][lo] if ki == "fwd" and lo >= 0 else 0
+            here = mem + add + ph + opt_overhead[i][o]
+            if here > peak:
+                peak = here
+            # the effects
+            for d, bit in creates[i]:
+                if not live[d]:
+                    live[d] = 1
+                    mem += size[d]
+                    mask[d] = bit
+                elif mask[d] & bit:
+                    if ncre[d] > 1:
+                        errors.add(f"op {k}: {name!r} adds its contribution to {data[d]!r} a second "
+                                   f"time (the gradient would be accumulated twice; delete "
+                                   f"{data[d]!r} first)")
+                    # a single creator: the new copy replaces the old one
+                else:
+                    mask[d] |= bit
+            if ki == "fwd" and lo >= 0:
+                cur = saved[j]
+                if cur < 0:
+                    mem += ph
+                elif cur != lo:
+                    errors.add(f"op {k}: forward {name!r} with option {opt_names[i][o]!r} saves a "
+                               f"phantom of layer {layers[j]!r}, which already has one saved with "
+                               f"option {layer_opts[j][cur]!r} (by op {saved_by[j]}): only one "
+                               f"phantom option per layer (drop it first)")
+                    mem += ph - phantom[j][cur]
+                # cur == lo: the new phantom replaces the old one
+                saved[j] = lo
+                saved_by[j] = k
+            elif ki == "bwd" and saved[j] >= 0:
+                mem -= phantom[j][saved[j]]
+                saved[j] = -1
+                gone[j] = f"consumed by the backward at op {k}"
+            total_time += opt_time[i][o]
+            computes += 1
+            first = not computed[i]
+            computed[i] += 1
+            if first:
+                first_at[i] = k
+            if save_peak is None:
+                if i == loss:
+                    if mem > window_max:
+                        window_max, window_at = mem, k
+                    save_peak, save_at = window_max, window_at
+                elif first and i < loss:
+                    window_max, window_at = mem, k
+                elif mem > window_max:
+                    window_max, window_at = mem, k
+            continue
+        if kind_k == "delete":
+            name = op.data
+            d = data_index.get(name) if name is not None else None
+            if d is None:
+                if name is None:
+                    errors.add(f"op {k}: delete op names no data")
+                else:
+                    errors.add(f"op {k}: delete of unknown data {name!r}{_hint(name, data_index, errors)}")
+                continue
+            if not live[d]:
+                errors.add(f"op {k}: delete {name!r}, which is not in memory ({datum_state(d)})")
+                continue
+            live[d] = 0
+            mask[d] = 0
+            mem -= size[d]
+            deleted_at[d] = k
+        elif kind_k == "drop_phantom":
+            name = op.layer
+            j = layer_index.get(name) if name is not None else None
+            if j is None:
+                if name is None:
+                    errors.add(f"op {k}: drop_phantom op names no layer")
+                else:
+                    errors.add(f"op {k}: drop_phantom of unknown layer {name!r}"
+                               f"{_hint(name, layer_index, errors)}")
+                continue
+            if saved[j] < 0:
+                errors.add(f"op {k}: drop_phantom {name!r}, but no phantom of layer {name!r} is "
+                           f"saved ({phantom_state(j)})")
+                continue
+            mem -= phantom[j][saved[j]]
+            saved[j] = -1
+            gone[j] = f"dropped by op {k}"
+        elif kind_k in OP_KINDS:
+            errors.add(f"op {k}: {kind_k} ops are not supported yet (graph '{ha.graph_name}' has "
+                       "no offload channels)")
+            continue
+        else:
+            errors.add(f"op {k}: unknown op kind {kind_k!r}")
+            continue
+        if save_peak is None and mem > window_max:
+            window_max, window_at = mem, k
+
+    never = [names[i] for i in range(n) if not computed[i]]
+    if never:
+        shown = ", ".join(repr(x) for x in never[:10])
+        more = f" and {len(never) - 10} more" if len(never) > 10 else ""
+        noun = "node is" if len(never) == 1 else "nodes are"
+        errors.add(f"{len(never)} {noun} never computed: {shown}{more}", always=True)
+    for d in ha.outputs:
+        if not live[d]:
+            errors.add(f"output {data[d]!r} is not in memory at the end ({datum_state(d)})",
+                       always=True)
+        elif mask[d] != full[d]:
+            errors.add(f"output {data[d]!r} is incomplete at the end: {_missing(ha, d, mask[d])}",
+                       always=True)
+    for j in range(nl):
+        if saved[j] >= 0:
+            errors.add(f"phantom of layer {layers[j]!r} still saved at the end (option "
+                       f"{layer_opts[j][saved[j]]!r}, saved by op {saved_by[j]})", always=True)
+    return peak, total_time, computes, save_peak, save_at
+
+
+def _missing(ha: _HArrays, d: int, got: int) -> str:
+    missing = [ha.names[c] for b, c in enumerate(ha.creators[d]) if not got >> b & 1]
+    total = len(ha.creators[d])
+    return (f"the contribution of {', '.join(repr(c) for c in missing)} is missing "
+            f"({total - len(missing)} of {total} received)")
+
+
+def _no_recompute_layered(graph: Graph) -> Plan:
+    """The autograd-like plan of a layered graph, without recomputation.
+
+    Forwards in layer order with the layer's first option, the loss, backwards in reverse
+    order with the same option; each datum is deleted right after the last compute that reads
+    or creates it (an input after its last reader, before anything when nothing reads it), an
+    ``output`` never; phantoms are consumed by their backward. Raises `DataError` when the
+    layered data is inconsistent.
+    """
+    ha = _harrays(graph)
+    steps: list[tuple[int, int]] = []  # (compute node, option), in H-graph order
+    for i, k in enumerate(ha.kind):
+        steps.append((i, 0))  # option 0: the layer's first option; the loss's only one
+    last = [-2] * len(ha.data)  # -2: never touched; -1: delete before the first step
+    for d in ha.inputs:
+        last[d] = -1
+    for p, (i, o) in enumerate(steps):
+        for d in ha.uses[i] + (ha.opt_uses[i][o] if ha.kind[i] == "bwd" else ()):
+            last[d] = p
+        for d, _ in ha.creates[i]:
+            last[d] = p
+    outputs = set(ha.outputs)
+    freed_after: list[list[int]] = [[] for _ in range(len(steps) + 1)]
+    for d, p in enumerate(last):
+        if p >= -1 and d not in outputs:
+            freed_after[p + 1].append(d)
+    ops: list[Op] = [Op("delete", data=ha.data[d]) for d in freed_after[0]]
+    for p, (i, o) in enumerate(steps):
+        option = None if len(ha.opt_names[i]) == 1 else ha.opt_names[i][o]
+        ops.append(Op("compute", node=ha.names[i], option=option))
+        ops += [Op("delete", data=ha.data[d]) for d in freed_after[p + 1]]
+    plan = Plan(graph=graph.name, ops=ops, meta={"planner": "no_recompute"})
+    errors = _Errors()
+    peak, total, _, _, _ = _replay_layered(plan, ha, errors)
+    if errors.items:  # cannot happen for a consistent H-graph
+        raise DataError(f"graph '{graph.name}': the no-recomputation plan does not replay: "
+                        f"{errors.items[0]}", graph.loc)
+    plan.predicted_peak = peak
+    plan.predicted_time = total
+    return plan

@@ -1,0 +1,369 @@
+"""Budget sweeps: solve one formulation at many peak budgets, for the memory/time trade-off.
+
+    from schedlang.sweep import sweep
+    points = sweep("examples/chain.sched", "60%..100%/5", backend="cvxpy")
+    for p in points:
+        print(p.budget_percent, p.status.value, p.objective, p.overhead)
+
+The files are parsed and checked once; each budget is then lowered and solved on its own by
+`solve_at`, which needs nothing but the loaded program and the budget. Budgets are independent
+of each other, so `sweep` is a plain loop over `solve_at` that an engine such as Ray or Dask can
+replace by a map (``ray.get([remote_solve_at.remote(program, b) for b in budgets])``): the
+program, the options and the `SweepPoint` results are ordinary picklable data.
+
+Budget specs (`parse_budgets`), comma-separated items, each one of:
+
+* a size or a percent of the no-recomputation peak: ``14GiB``, ``900MiB``, ``3221225472``, ``75%``;
+* a range ``LOW..HIGH/N``: N budgets evenly spaced from LOW to HIGH, both included
+  (``30%..100%/8``, ``1GiB..4GiB/4``; mixing a size and a percent spaces them in bytes).
+
+Percents resolve exactly as ``solve --budget`` does (`schedlang.problem.resolve_budget`), so
+the 70% point of a sweep is the 70% solve. The result is sorted ascending, without duplicates.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DataError, Loc, SchedError
+from .graph import Graph
+from .problem import Problem, Result, load, resolve_budget
+from .simulate import no_recompute_peak, no_recompute_plan, simulate
+from .solution import EXIT_CODES, Status
+
+BUDGETS_LOC = Loc("--budgets")
+
+
+# ---------------------------------------------------------------------------- budget specs
+
+def parse_budgets(spec, graph: Graph | None, loc: Loc = BUDGETS_LOC) -> list[int]:
+    """A budget spec (see the module docstring) -> budgets in bytes, ascending, deduplicated.
+
+    `spec` may also be a list of items (ints are bytes). Raises `DataError` located at `loc`.
+    """
+    if isinstance(spec, (list, tuple)):
+        items = list(spec)
+    else:
+        text = str(spec).strip()
+        if not text:
+            raise DataError("no budgets given; write e.g. 30%..100%/8 or 1GiB,2GiB,75%", loc)
+        items = [part.strip() for part in text.split(",")]
+    if not items:
+        raise DataError("no budgets given; write e.g. 30%..100%/8 or 1GiB,2GiB,75%", loc)
+    out: set[int] = set()
+    for item in items:
+        if isinstance(item, (int, float)) and not isinstance(item, bool):
+            if item <= 0:
+                raise DataError(f"budget {item} must be positive", loc)
+            out.add(int(item))
+            continue
+        item = str(item).strip()
+        if not item:
+            raise DataError(f"empty item in the budget list '{spec}'; separate budgets by "
+                            "single commas", loc)
+        if ".." in item:
+            out.update(_parse_range(item, graph, loc))
+        else:
+            out.add(_one(item, graph, loc))
+    return sorted(out)
+
+
+def _percent(text: str) -> float | None:
+    """The number of 'NN%' (None when `text` is not a percent)."""
+    if not text.endswith("%"):
+        return None
+    try:
+        return float(text[:-1])
+    except ValueError:
+        return None
+
+
+def _one(text: str, graph: Graph | None, loc: Loc) -> int:
+    if text.endswith("%"):
+        if graph is None:
+            raise DataError(f"budget '{text}' is a percent of the no-recomputation peak, and "
+                            "this program has no graph data; give sizes (e.g. 14GiB)", loc)
+        if _reference_peak(graph) <= 0:
+            raise DataError(f"budget '{text}' is a percent of the no-recomputation peak, and "
+                            f"graph '{graph.name}' has no compute nodes; give sizes", loc)
+    return resolve_budget(text, graph, loc)
+
+
+def _parse_range(item: str, graph: Graph | None, loc: Loc) -> list[int]:
+    parts = item.split("..")
+    if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+        raise DataError(f"'{item}' is not a budget range; write LOW..HIGH/N, e.g. "
+                        "30%..100%/8 or 1GiB..4GiB/4", loc)
+    lo_text = parts[0].strip()
+    hi_text, slash, n_text = parts[1].partition("/")
+    hi_text = hi_text.strip()
+    if not slash:
+        raise DataError(f"the range '{item}' has no count; write {lo_text}..{hi_text}/N for "
+                        "N evenly spaced budgets", loc)
+    try:
+        n = int(n_text.strip())
+    except ValueError:
+        raise DataError(f"the count '{n_text.strip()}' of the range '{item}' is not a whole "
+                        "number", loc) from None
+    lo = _one(lo_text, graph, loc)
+    hi = _one(hi_text, graph, loc)
+    if lo > hi:
+        raise DataError(f"the range '{item}' goes down ({lo_text} is more than {hi_text}); "
+                        "write LOW..HIGH/N", loc)
+    if n < 1 or (n == 1 and lo != hi):
+        raise DataError(f"the range '{item}' needs a count of at least 2 (its two ends), "
+                        f"got {n}", loc)
+    if n == 1:
+        return [lo]
+    p_lo, p_hi = _percent(lo_text), _percent(hi_text)
+    if p_lo is not None and p_hi is not None:
+        # percents: space the percents, each resolved like `solve --budget P%`
+        return [resolve_budget(f"{p_lo + (p_hi - p_lo) * k / (n - 1)!r}%", graph, loc)
+                for k in range(n)]
+    return [int(round(lo + (hi - lo) * k / (n - 1))) for k in range(n)]
+
+
+# ---------------------------------------------------------------------------- sweep points
+
+@dataclass
+class SweepPoint:
+    """One budget of a sweep: the solve's `Result` and the trade-off numbers derived from it."""
+
+    budget_bytes: int
+    budget_percent: float | None  # of the no-recomputation peak (None without compute nodes)
+    result: Result
+    overhead: float | None  # objective / (time without recomputation) - 1; None when unsolved
+
+    @property
+    def status(self) -> Status:
+        return self.result.status
+
+    @property
+    def solved(self) -> bool:
+        return self.result.status.has_solution
+
+    @property
+    def objective(self) -> float | None:
+        return self.result.objective
+
+    @property
+    def gap(self) -> float | None:
+        return self.result.gap
+
+    @property
+    def solve_time(self) -> float:
+        return self.result.timings.get("solve", 0.0)
+
+    @property
+    def predicted_peak(self) -> int | None:
+        plan = self.result.plan
+        return plan.predicted_peak if plan is not None else None
+
+    @property
+    def simulated_peak(self) -> int | None:
+        sim = self.result.simulated
+        return sim.peak_bytes if sim is not None else None
+
+    @property
+    def simulated_valid(self) -> bool | None:
+        sim = self.result.simulated
+        return sim.valid if sim is not None else None
+
+    @property
+    def simulated_time(self) -> float | None:
+        sim = self.result.simulated
+        return sim.time if sim is not None else None
+
+    def to_json(self) -> dict:
+        """The `solve --json` object, plus `budget_bytes`, `budget_percent` and `overhead`."""
+        obj = self.result.to_json()
+        obj["budget_bytes"] = self.budget_bytes
+        obj["budget_percent"] = self.budget_percent
+        obj["overhead"] = self.overhead
+        return obj
+
+
+def reference(graph: Graph | None) -> tuple[int | None, float | None]:
+    """(peak bytes, time) of the no-recomputation plan; (None, None) without compute nodes."""
+    if graph is None or not graph.nodes:
+        return None, None
+    plan = no_recompute_plan(graph)
+    return _reference_peak(graph), simulate(plan, graph).time
+
+
+def _reference_peak(graph: Graph) -> int:
+    return no_recompute_peak(graph) if graph.nodes else 0
+
+
+def solve_at(program, budget: int, *, backend: str = "pyomo", solver: str = "highs",
+             time_limit: float | None = None, gap: float | None = None,
+             threads: int | None = None, presolve: bool = True,
+             ref: tuple[int | None, float | None] | None = None,
+             timings: dict | None = None) -> SweepPoint:
+    """Lower and solve an already loaded and checked `program` at peak budget `budget` (bytes).
+
+    Self-contained, so that a sweep can be mapped over budgets by Ray, Dask or the like: the
+    program is not modified (a shallow copy gets the budget). `ref` is `reference(graph)`
+    (computed here when not given); `timings` are the shared parse/check times to report.
+    """
+    prog = dataclasses.replace(program, budgets={**program.budgets, "peak": int(budget)})
+    times = dict(timings) if timings else {}
+    times.setdefault("check", 0.0)  # checked once by the caller: Problem.lower skips it
+    prob = Problem(prog, times)
+    prob.lower()
+    result = prob.solve(backend=backend, solver=solver, time_limit=time_limit, gap=gap,
+                        threads=threads, presolve=presolve)
+    ref_peak, ref_time = ref if ref is not None else reference(prog.graph)
+    percent = 100.0 * budget / ref_peak if ref_peak else None
+    overhead = None
+    if result.status.has_solution and result.objective is not None and ref_time:
+        overhead = result.objective / ref_time - 1.0
+    return SweepPoint(int(budget), percent, result, overhead)
+
+
+def prepare(path_or_paths, model: str | None = None) -> Problem:
+    """Parse and check the files once: the `Problem` every budget of a sweep starts from."""
+    paths = [path_or_paths] if isinstance(path_or_paths, (str, Path)) else list(path_or_paths)
+    prob = load(*paths, model=model)
+    prob.check()
+    return prob
+
+
+def sweep(path_or_paths, budgets, model: str | None = None, backend: str = "pyomo",
+          solver: str = "highs", time_limit: float | None = None, gap: float | None = None,
+          threads: int | None = None, progress=None) -> list[SweepPoint]:
+    """Solve the files at each budget; one `SweepPoint` per budget, in ascending budget order.
+
+    `budgets` is a spec string (``"30%..100%/8"``, see `parse_budgets`) or a list of sizes,
+    percents and byte counts. The files are parsed and checked once (`prepare`); each budget
+    is then one call of `solve_at`, independent of the others, so the loop in `sweep_problem`
+    is the one place to swap for a Ray/Dask map when sweeps get long (no process pool here).
+    `progress(index, total, budget_bytes, point)` is called before each solve (point None)
+    and after it; index counts from 1.
+    """
+    return sweep_problem(prepare(path_or_paths, model), budgets, backend=backend, solver=solver,
+                         time_limit=time_limit, gap=gap, threads=threads, progress=progress)
+
+
+def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str = "highs",
+                  time_limit: float | None = None, gap: float | None = None,
+                  threads: int | None = None, progress=None) -> list[SweepPoint]:
+    """`sweep` on a `Problem` from `prepare` (loaded and checked)."""
+    values = parse_budgets(budgets, prob.graph)
+    ref = reference(prob.graph)
+    shared = {"parse": prob.timings.get("parse", 0.0), "check": prob.timings.get("check", 0.0)}
+    points: list[SweepPoint] = []
+    for k, budget in enumerate(values, 1):
+        if progress is not None:
+            progress(k, len(values), budget, None)
+        point = solve_at(prob.program, budget, backend=backend, solver=solver,
+                         time_limit=time_limit, gap=gap, threads=threads, ref=ref, timings=shared)
+        points.append(point)
+        if progress is not None:
+            progress(k, len(values), budget, point)
+    return points
+
+
+def exit_code(points: list[SweepPoint]) -> int:
+    """0 when some budget was solved; else the most severe of the per-budget solve codes
+    (5 solver error > 4 no solution within the limit > 3 infeasible)."""
+    if any(p.solved for p in points):
+        return 0
+    return max((EXIT_CODES[p.status] for p in points), default=3)
+
+
+# ---------------------------------------------------------------------------- plot
+
+def _size_unit(values) -> tuple[str, int]:
+    top = max(values, default=0)
+    return ("GiB", 2**30) if top >= 2**30 else ("MiB", 2**20) if top >= 2**20 else ("KiB", 2**10)
+
+
+def _pct(p: float | None) -> str:
+    return "-" if p is None else f"{p:.4g}%"
+
+
+def plot_sweep(points: list[SweepPoint], out, title: str = "", ref_peak: int | None = None,
+               loc: Loc = Loc("--plot")) -> None:
+    """Write the memory/time Pareto curve of a sweep to `out` (PNG, matplotlib's Agg backend).
+
+    x: simulated peak memory of each solved point; y: time overhead in percent; each point is
+    labelled with its budget(s); budgets without a solution are marked on the x axis at their
+    budget. Raises `SchedError` (exit 2) when matplotlib is missing or `out` cannot be written.
+    """
+    fig = _figure(loc)
+    solved = [p for p in points
+              if p.solved and p.simulated_peak is not None and p.overhead is not None]
+    unsolved = [p for p in points if not p.solved]
+    unit, scale = _size_unit([p.simulated_peak for p in solved] + [p.budget_bytes for p in points]
+                             + ([ref_peak] if ref_peak else []))
+
+    ax = fig.subplots()
+    # several budgets may give the same plan: one marker, the budgets in one label
+    groups: dict[tuple, list[SweepPoint]] = {}
+    for p in solved:
+        groups.setdefault((p.simulated_peak, round(100.0 * p.overhead, 9)), []).append(p)
+    keys = sorted(groups)
+    xs = [k[0] / scale for k in keys]
+    ys = [k[1] for k in keys]
+    if keys:
+        ax.plot(xs, ys, "-o", color="tab:blue", zorder=3,
+                label="solved: simulated peak vs time overhead")
+        for x, y, key in zip(xs, ys, keys):
+            names = ", ".join(_pct(p.budget_percent) if p.budget_percent is not None
+                              else f"{p.budget_bytes / scale:.3g} {unit}" for p in groups[key])
+            feasible = any(p.status is Status.FEASIBLE for p in groups[key])
+            ax.annotate(names + (" (gap)" if feasible else ""), (x, y),
+                        textcoords="offset points", xytext=(6, 6), fontsize=8)
+    if unsolved:
+        import matplotlib.transforms as mtransforms
+
+        trans = mtransforms.blended_transform_factory(ax.transData, ax.transAxes)
+        for status, marker, color in ((Status.INFEASIBLE, "x", "tab:red"),
+                                      (Status.UNBOUNDED, "x", "tab:red"),
+                                      (Status.NO_SOLUTION, "s", "tab:orange"),
+                                      (Status.ERROR, "D", "tab:gray")):
+            group = [p for p in unsolved if p.status is status]
+            if not group:
+                continue
+            ax.plot([p.budget_bytes / scale for p in group], [0.0] * len(group), marker,
+                    color=color, markersize=9, mew=2, transform=trans, clip_on=False,
+                    zorder=4, label=f"{status.value} budget")
+    if ref_peak:
+        ax.axvline(ref_peak / scale, color="gray", linestyle="--", linewidth=1,
+                   label=f"no recomputation ({ref_peak / scale:.3g} {unit})")
+    ax.set_xlabel(f"peak memory ({unit})")
+    ax.set_ylabel("time overhead vs no recomputation (%)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right")
+    if keys and min(ys) >= 0:
+        ax.set_ylim(bottom=min(-0.05 * max(max(ys), 1.0), 0))
+    fig.tight_layout()
+    try:
+        fig.savefig(out, format="png")
+    except OSError as exc:
+        raise DataError(f"cannot write the plot to {out}: {exc.strerror or exc}", loc) from None
+
+
+def _figure(loc: Loc = Loc("--plot")):
+    """A matplotlib `Figure` on an Agg canvas (no pyplot, no global backend switch), or a
+    `SchedError` that says how to install matplotlib."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise SchedError("plotting needs matplotlib, which is not installed: pip install "
+                         "matplotlib (or pip install 'schedlang[plot]')", loc) from None
+    fig = Figure(figsize=(8, 5), dpi=120)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def check_plot_target(out, loc: Loc = Loc("--plot")) -> None:
+    """Fail early (before a long sweep) when matplotlib is missing or `out` has no folder."""
+    _figure(loc)
+    parent = Path(out).resolve().parent
+    if not parent.is_dir():
+        raise DataError(f"cannot write the plot to {out}: folder {parent} does not exist", loc)
