@@ -162,9 +162,9 @@ def _print_result(prob, r) -> None:
     if r.message:
         print(f"message   {r.message}")
     if r.plan is not None:
-        n_comp = sum(op.op == "compute" for op in r.plan.ops)
-        print(f"plan      {len(r.plan.ops)} ops, {n_comp} computes"
-              + (f" ({n_comp - len(g.nodes)} recomputations)" if g is not None else ""))
+        computed = [op.node for op in r.plan.ops if op.op == "compute"]
+        print(f"plan      {len(r.plan.ops)} ops, {len(computed)} computes "
+              f"({len(computed) - len(set(computed))} recomputations)")
         if r.plan.predicted_peak is not None:
             print(f"predicted peak {format_size(r.plan.predicted_peak)}, time {r.plan.predicted_time:.6g}")
     if r.simulated is not None:

@@ -61,11 +61,25 @@ class Objective:
 
 
 @dataclass
+class Observed:
+    """A named expression a decoder reads: value[i] = (E @ x)[i] + const[i] for keys[i]."""
+
+    name: str
+    keys: list[tuple]
+    E: sp.csr_matrix
+    const: np.ndarray
+
+    def values(self, x: np.ndarray) -> dict:
+        return dict(zip(self.keys, (self.E @ x + self.const).tolist()))
+
+
+@dataclass
 class IRModel:
     name: str
     variables: list[VarFamily] = field(default_factory=list)
     constraints: list[ConstraintBlock] = field(default_factory=list)
     objective: Objective | None = None
+    observed: dict[str, Observed] = field(default_factory=dict)  # not seen by backends
 
     @property
     def n_columns(self) -> int:

@@ -23,7 +23,7 @@ from . import ast
 from .check import BUILTIN_SCALARS, BUILTIN_SETS, CHECKMATE_VIEW
 from .errors import CheckError, DataError, Loc
 from .graph import Graph
-from .ir import ConstraintBlock, IRModel, Objective, VarFamily
+from .ir import ConstraintBlock, IRModel, Objective, Observed, VarFamily
 from .program import Program
 from .relational import (INVALID, Const, Elem, KeyIndex, Lin, SetVal, Table, Universe, cross_rows,
                          expand_ranges, unique_rows)
@@ -179,7 +179,25 @@ class Lowering:
             if isinstance(d, ast.ConstraintDecl):
                 self._constraint(d)
         ir = IRModel(self.p.name, self.var_families, self.blocks, self._objective())
+        ir.observed = self._observed()
         return ir
+
+    def _observed(self) -> dict:
+        """Expressions named by the model's `decode` roles, kept for the decoder."""
+        out = {}
+        decl = self.p.decode
+        for target in (decl.roles.values() if decl else []):
+            d = self.p.decls.get(target) if isinstance(target, str) else None
+            if not isinstance(d, ast.ExprDecl) or d.name in self.recursive:
+                continue
+            fam = self._family(d.index)
+            names = _index_names(d.index)
+            args = [fam.table.cols[n] for n in names]
+            lin = self._lin_of(self._expr_lookup(d, args, fam.table), fam.table)
+            E = sp.csr_matrix((lin.coefs, (lin.rows, lin.cols)), shape=(lin.m, self.n_cols))
+            keys = [tuple(self.u.value(int(c)) for c in row) for row in fam.keys]
+            out[d.name] = Observed(d.name, keys, E, lin.const.copy())
+        return out
 
     def _find_recursive_exprs(self):
         graph = nx.DiGraph()
@@ -465,6 +483,8 @@ class Lowering:
             return Const(np.full(t.m, np.inf))
         if e.id.startswith("budget."):
             kind = e.id.split(".", 1)[1]
+            if kind == "save" and "save" not in self.budgets and "peak" in self.budgets:
+                kind = "peak"  # no save budget: the peak budget bounds what is saved, too
             if kind not in self.budgets:
                 # reported where the fix goes: the graph data (the model's use is a note)
                 hint = f"add `budget {kind} SIZE` after the graph" + (" or pass --budget" if kind == "peak" else "")

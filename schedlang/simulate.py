@@ -56,9 +56,10 @@ replayed on their H-graph (`schedlang.hgraph.build_hgraph`): compute nodes ``LAY
   phase t ends with the first computation of the t-th compute node in H-graph order, so the
   loss phase is the ops after the first computation of the last node before the loss in that
   order (for a plan out of H order: the latest first computation, before the loss, of a node
-  that precedes the loss), up to the loss's computation. Memory is checked before its first
-  op and right after each of its ops; the maximum is ``save_peak_bytes`` (None when the loss
-  is never computed). ``fits_budget`` covers both budgets.
+  that precedes the loss), up to the loss's computation. Memory is sampled after each compute
+  of the phase together with the deletes and phantom drops that follow it (what the H-Rockmate
+  ILP calls U[t, k]); the maximum is ``save_peak_bytes`` (None when the loss is never
+  computed). ``fits_budget`` covers both budgets.
 
 Ops ``offload``, ``prefetch`` and ``wait`` are not supported on either view yet.
 """
@@ -294,7 +295,8 @@ def simulate(plan: Plan, graph: Graph, *, budget: int | None = None,
         if save_budget is not None and save_peak is not None:
             checks.append(save_peak <= save_budget)
             if save_peak > save_budget:
-                where = "before its first op" if save_at < 0 else f"after op {save_at}"
+                where = ("before its first op" if save_at < 0
+                         else f"after op {save_at} and the frees that follow it")
                 errors.add(f"memory during the loss phase reaches {save_peak} B ({where}), over "
                            f"the save budget {save_budget} B by {save_peak - save_budget} B",
                            always=True)
@@ -501,10 +503,15 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
     peak = mem
     total_time = 0.0
     computes = 0
-    # the loss phase: memory since the latest first computation of a node before the loss
+    # The loss phase: memory is sampled after each compute together with the deletes and drops
+    # that follow it (the H-Rockmate ILP's U[t, k]), i.e. just before the next compute; the
+    # window restarts at each first computation of a node before the loss, and closes at the
+    # first compute after the loss's (or at the end of the plan).
     window_max, window_at = mem, -1
     save_peak: int | None = None
     save_at = -1
+    loss_done = False
+    last_compute = -1
 
     def datum_state(d: int) -> str:
         if deleted_at[d] >= 0:
@@ -518,7 +525,13 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
 
     for k, op in enumerate(plan.ops):
         kind_k = op.op
+        if kind_k == "compute" and save_peak is None:
+            if mem > window_max:  # after the previous compute and what followed it
+                window_max, window_at = mem, last_compute
+            if loss_done:
+                save_peak, save_at = window_max, window_at
         if kind_k == "compute":
+            last_compute = k
             name = op.node
             i = index.get(name) if name is not None else None
             if i is None:
@@ -623,13 +636,9 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
                 first_at[i] = k
             if save_peak is None:
                 if i == loss:
-                    if mem > window_max:
-                        window_max, window_at = mem, k
-                    save_peak, save_at = window_max, window_at
+                    loss_done = True
                 elif first and i < loss:
-                    window_max, window_at = mem, k
-                elif mem > window_max:
-                    window_max, window_at = mem, k
+                    window_max, window_at = -1, k  # a new phase: sampled before the next compute
             continue
         if kind_k == "delete":
             name = op.data
@@ -671,8 +680,11 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
         else:
             errors.add(f"op {k}: unknown op kind {kind_k!r}")
             continue
-        if save_peak is None and mem > window_max:
-            window_max, window_at = mem, k
+
+    if save_peak is None and loss_done:  # the plan ends in the loss phase
+        if mem > window_max:
+            window_max, window_at = mem, last_compute
+        save_peak, save_at = window_max, window_at
 
     never = [names[i] for i in range(n) if not computed[i]]
     if never:
@@ -711,9 +723,8 @@ def _no_recompute_layered(graph: Graph) -> Plan:
     layered data is inconsistent.
     """
     ha = _harrays(graph)
-    steps: list[tuple[int, int]] = []  # (compute node, option), in H-graph order
-    for i, k in enumerate(ha.kind):
-        steps.append((i, 0))  # option 0: the layer's first option; the loss's only one
+    # (compute node, option) in H-graph order; option 0: the layer's first, the loss's only one
+    steps: list[tuple[int, int]] = [(i, 0) for i in range(len(ha.names))]
     last = [-2] * len(ha.data)  # -2: never touched; -1: delete before the first step
     for d in ha.inputs:
         last[d] = -1

@@ -23,6 +23,7 @@ the 70% point of a sweep is the 70% solve. The result is sorted ascending, witho
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from .simulate import no_recompute_peak, no_recompute_plan, simulate
 from .solution import EXIT_CODES, Status
 
 BUDGETS_LOC = Loc("--budgets")
+MAX_RANGE = 1000  # budgets in one range; more is a typo, not a sweep
 
 
 # ---------------------------------------------------------------------------- budget specs
@@ -81,6 +83,9 @@ def _percent(text: str) -> float | None:
 
 def _one(text: str, graph: Graph | None, loc: Loc) -> int:
     if text.endswith("%"):
+        pct = _percent(text)
+        if pct is not None and not math.isfinite(pct):
+            raise DataError(f"'{text}' is not a percentage", loc)
         if graph is None:
             raise DataError(f"budget '{text}' is a percent of the no-recomputation peak, and "
                             "this program has no graph data; give sizes (e.g. 14GiB)", loc)
@@ -114,6 +119,8 @@ def _parse_range(item: str, graph: Graph | None, loc: Loc) -> list[int]:
     if n < 1 or (n == 1 and lo != hi):
         raise DataError(f"the range '{item}' needs a count of at least 2 (its two ends), "
                         f"got {n}", loc)
+    if n > MAX_RANGE:
+        raise DataError(f"the range '{item}' asks for {n} budgets; at most {MAX_RANGE}", loc)
     if n == 1:
         return [lo]
     p_lo, p_hi = _percent(lo_text), _percent(hi_text)
@@ -330,6 +337,11 @@ def plot_sweep(points: list[SweepPoint], out, title: str = "", ref_peak: int | N
             ax.plot([p.budget_bytes / scale for p in group], [0.0] * len(group), marker,
                     color=color, markersize=9, mew=2, transform=trans, clip_on=False,
                     zorder=4, label=f"{status.value} budget")
+            for p in group:
+                ax.annotate(_pct(p.budget_percent) if p.budget_percent is not None else
+                            f"{p.budget_bytes / scale:.3g} {unit}", (p.budget_bytes / scale, 0.0),
+                            xycoords=trans, textcoords="offset points", xytext=(0, 9),
+                            ha="center", fontsize=8, color=color)
     if ref_peak:
         ax.axvline(ref_peak / scale, color="gray", linestyle="--", linewidth=1,
                    label=f"no recomputation ({ref_peak / scale:.3g} {unit})")
@@ -337,7 +349,7 @@ def plot_sweep(points: list[SweepPoint], out, title: str = "", ref_peak: int | N
     ax.set_ylabel("time overhead vs no recomputation (%)")
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="best")
     if keys and min(ys) >= 0:
         ax.set_ylim(bottom=min(-0.05 * max(max(ys), 1.0), 0))
     fig.tight_layout()

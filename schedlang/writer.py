@@ -106,10 +106,9 @@ def format_size(value: int) -> str:
 
 
 def write_graph(graph: Graph) -> str:
-    """The `.sched` graph data text of `graph` (Checkmate view: nodes, edges, budgets)."""
+    """The `.sched` graph data text of `graph` (Checkmate view, or layered data)."""
     if graph.layers or graph.data or graph.loss is not None:
-        raise DataError(f"graph '{graph.name}': writing layered graph data (data nodes, layers, "
-                        "loss) is not supported yet", graph.loc)
+        return _write_layered(graph)
     names = [n.name for n in graph.nodes]
     position: dict[str, int] = {}
     for i, name in enumerate(names):
@@ -143,7 +142,46 @@ def write_graph(graph: Graph) -> str:
         if targets:
             lines.append(f"  edge {quoted[i]} -> " + ", ".join(quoted[j] for j in sorted(targets)))
     lines.append("}")
-    for kind in ("peak", "save"):
-        if graph.budgets.get(kind) is not None:
-            lines.append(f"budget {kind} {format_size(graph.budgets[kind])}")
+    lines += _budget_lines(graph)
+    return "\n".join(lines) + "\n"
+
+
+def _budget_lines(graph: Graph) -> list[str]:
+    return [f"budget {kind} {format_size(graph.budgets[kind])}"
+            for kind in ("peak", "save") if graph.budgets.get(kind) is not None]
+
+
+def _write_layered(graph: Graph) -> str:
+    """Layered graph data: data nodes, layers with options, the loss."""
+    if graph.nodes:
+        raise DataError(f"graph '{graph.name}' mixes nodes and layers; write one vocabulary", graph.loc)
+    unit = graph.time_unit
+
+    def names(items) -> str:
+        return "(" + ", ".join(quote_name(n) for n in items) + ")"
+
+    lines = [f"# schedlang graph data: {len(graph.data)} data nodes, {len(graph.layers)} layers"]
+    header = f"graph {quote_name(graph.name)}"
+    if graph.title:
+        header += " " + quote_string(re.sub(r"[\x00-\x1f\x7f]", " ", graph.title), what="title")
+    lines.append(header + " {")
+    for d in graph.data:
+        role = f" {d.role}" if d.role else ""
+        lines.append(f"  data {quote_name(d.name)} {format_size(d.size)}{role}")
+    for layer in graph.layers:
+        lines.append(f"  layer {quote_name(layer.name)} {names(layer.inputs)} -> {names(layer.outputs)} {{")
+        lines.append(f"    grad {names(layer.grad_inputs)} -> {names(layer.grad_outputs)}")
+        for o in layer.options:
+            text = (f"    option {quote_name(o.name)} fwd {format_time(o.fwd_time, unit)} overhead "
+                    f"{format_size(o.fwd_overhead)} bwd {format_time(o.bwd_time, unit)} overhead "
+                    f"{format_size(o.bwd_overhead)} phantom {format_size(o.phantom)}")
+            if o.needs:
+                text += f" needs {names(o.needs)}"
+            lines.append(text)
+        lines.append("  }")
+    if graph.loss is not None:
+        lines.append(f"  loss {names(graph.loss.inputs)} -> {names(graph.loss.outputs)} "
+                     f"time {format_time(graph.loss.time, unit)}")
+    lines.append("}")
+    lines += _budget_lines(graph)
     return "\n".join(lines) + "\n"

@@ -26,7 +26,8 @@ def test_tiny_transformer_order_options_and_phantoms():
     assert [o.name for o in h.node("block1.bwd").options] == ["autograd", "recompute", "keep_attn"]
     assert h.node("block1.bwd").options[1].time == pytest.approx(5.7e-3)
     assert h.phantoms[("block1", "keep_attn")] == 40 * 2**20
-    assert h.option_uses == [("block1.bwd", "keep_attn", "h1")]
+    assert h.option_uses == [("block2.bwd", "recompute", "h1"), ("block1.bwd", "recompute", "x"),
+                             ("block1.bwd", "keep_attn", "h1")]
     assert h.inputs == ["x"] and h.outputs == ["x.grad"]
     assert ("loss", "h2.grad") in h.creates and ("block2.bwd", "h2.grad") in h.uses
 

@@ -191,10 +191,10 @@ def test_option_on_a_single_way_node_is_an_error():
     assert not r.valid and "has a single way to run" in r.errors[0]
 
 
-def test_layered_graphs_are_reported_not_supported():
+def test_an_unusable_layered_graph_is_an_invalid_result_not_a_crash():
     g = Graph(name="t", layers=[Layer("l1", ["x"], ["h"], [], [], [])])
     r = simulate(Plan(graph="t", ops=[Op("compute", node="l1")]), g)
-    assert not r.valid and "not supported yet" in r.errors[0]
+    assert not r.valid and "cannot simulate this layered graph" in r.errors[0]
 
 
 def test_graph_name_mismatch_and_wrong_prediction_are_warnings():

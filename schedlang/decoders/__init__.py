@@ -7,9 +7,10 @@ One decoder per file; register it in DECODERS.
 from __future__ import annotations
 
 from ..errors import CheckError, did_you_mean
+from .phases import decode_phases
 from .stages import decode_stages
 
-DECODERS = {"stages": decode_stages}
+DECODERS = {"stages": decode_stages, "phases": decode_phases}
 
 
 def decode(program, ir, solution, graph):
@@ -31,6 +32,8 @@ def role_values(decl, ir, solution, role: str, required: bool = True) -> dict | 
         if required:
             raise CheckError(f"decoder '{decl.decoder}' needs the role '{role}'", decl.loc)
         return None
+    if name in ir.observed:  # a named expression of the model
+        return ir.observed[name].values(solution.x)
     fam = ir.family(name)
     values = solution.x[fam.offset: fam.offset + fam.size]
     return dict(zip(fam.keys, values.tolist()))
