@@ -244,6 +244,15 @@ class OptionStmt(Node):
     bwd_overhead: Value | None = None
     phantom: Value | None = None
     needs: list = field(default_factory=list)
+    fwd_steps: list = field(default_factory=list)  # [StepStmt]
+    bwd_steps: list = field(default_factory=list)
+
+
+@dataclass
+class StepStmt(Node):
+    overhead: Value
+    frees: list
+    creates: list
 
 
 @dataclass

@@ -23,6 +23,9 @@ BUILTIN_SETS = {
     "nodes": 1, "edges": 2, "forward_nodes": 1, "backward_nodes": 1,
     "compute_nodes": 1, "data_nodes": 1, "creates": 2, "uses": 2, "option_uses": 3,
     "options": 2, "layers": 1, "phantom_options": 2, "inputs": 1, "outputs": 1,
+    # sub-step profiles (correction terms): options that have one, their steps (k, o, i), the
+    # inputs a step frees (k, o, i, d) and the outputs not created yet at a step (k, o, i, d)
+    "stepped": 2, "steps": 3, "step_frees": 4, "step_pending": 4,
 }
 CHECKMATE_VIEW = ("nodes", "edges", "forward_nodes", "backward_nodes")
 BUILTIN_SCALARS = {"budget.peak": "size", "budget.save": "size", "inf": ""}
@@ -30,6 +33,7 @@ BUILTIN_SCALARS = {"budget.peak": "size", "budget.save": "size", "inf": ""}
 FUNCTIONS = {
     "size": (1, 1, "num", "size"), "time": (1, 2, "num", "time"),
     "overhead": (2, 2, "num", "size"), "phantom": (2, 2, "num", "size"),
+    "step_overhead": (3, 3, "num", "size"),
     "fwd": (1, 1, "elem", ""), "bwd": (1, 1, "elem", ""), "layer": (1, 1, "elem", ""),
     "next": (1, 2, "elem", ""), "prev": (1, 2, "elem", ""),
     "first": (1, 1, "elem", ""), "last": (1, 1, "elem", ""),
@@ -304,7 +308,7 @@ class Checker:
                 raise CheckError(f"{e.func}() needs constants, but its argument depends on variables", a.loc)
         if e.func in ("first", "last", "card") and ts[0].kind != "set":
             raise CheckError(f"{e.func}() takes a set, not {_describe(ts[0])}", e.args[0].loc)
-        if e.func in ("size", "time", "overhead", "phantom", "fwd", "bwd", "layer", "next", "prev", "ord", "preds", "succs", "is_backward") and ts[0].kind != "elem":
+        if e.func in ("size", "time", "overhead", "phantom", "step_overhead", "fwd", "bwd", "layer", "next", "prev", "ord", "preds", "succs", "is_backward") and ts[0].kind != "elem":
             raise CheckError(f"{e.func}() takes an element, not {_describe(ts[0])}", e.args[0].loc)
         if dim is None:
             dim = ts[0].dim

@@ -38,6 +38,16 @@ class DataNode:
 
 
 @dataclass
+class Step:
+    """One sub-step of an option's forward or backward: its transient memory, the node's
+    inputs no longer needed from this step on, and the node's outputs created by then."""
+
+    overhead: int
+    frees: list[str] = field(default_factory=list)
+    creates: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Option:
     name: str
     fwd_time: float
@@ -47,6 +57,8 @@ class Option:
     phantom: int
     needs: list[str] = field(default_factory=list)  # extra backward deps on forward outputs
     loc: Loc | None = None
+    fwd_steps: list[Step] = field(default_factory=list)  # sub-step profiles (correction terms)
+    bwd_steps: list[Step] = field(default_factory=list)
 
 
 @dataclass

@@ -9,7 +9,7 @@ import networkx as nx
 
 from . import ast
 from .errors import DataError, Loc, did_you_mean
-from .graph import DataNode, Graph, Layer, Loss, Node, Option
+from .graph import DataNode, Graph, Layer, Loss, Node, Option, Step
 from .parser import name_loc
 from .units import SIZE_UNITS, TIME_UNITS, dimension, format_size
 
@@ -112,11 +112,17 @@ def _layer(item: ast.LayerStmt, times: _Times) -> Layer:
             raise DataError(f"option '{o.name}' of layer '{item.name}' is declared twice", o.loc)
         seen[o.name] = o.loc
         what = f"option '{o.name}' of layer '{item.name}'"
+        steps = {}
+        for side, stmts in (("fwd", o.fwd_steps), ("bwd", o.bwd_steps)):
+            steps[side] = [Step(_size(st.overhead, f"a {side} step of {what}"),
+                                [str(n) for n in st.frees], [str(n) for n in st.creates])
+                           for st in stmts]
         options.append(Option(
             str(o.name), times(o.fwd, f"forward time of {what}"),
             _size(o.fwd_overhead, f"forward overhead of {what}", 0),
             times(o.bwd, f"backward time of {what}"), _size(o.bwd_overhead, f"backward overhead of {what}", 0),
-            _size(o.phantom, f"phantom of {what}", 0), [str(n) for n in o.needs], o.loc))
+            _size(o.phantom, f"phantom of {what}", 0), [str(n) for n in o.needs], o.loc,
+            steps["fwd"], steps["bwd"]))
     if not options:
         raise DataError(f"layer '{item.name}' has no option", name_loc(item.name, item.loc))
     return Layer(str(item.name), [str(n) for n in item.inputs], [str(n) for n in item.outputs],

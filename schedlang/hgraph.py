@@ -33,6 +33,7 @@ class NodeOption:
     name: str
     time: float
     overhead: int
+    steps: list = field(default_factory=list)  # [graph.Step]: a sub-step memory profile
 
 
 @dataclass
@@ -100,7 +101,8 @@ def build_hgraph(g: Graph) -> HGraph:
         opts = layer.options
         ff = NodeOption(FAST_FORWARD, min(o.fwd_time for o in opts), min(o.fwd_overhead for o in opts))
         h.compute.append(ComputeNode(fwd_name(layer.name), "fwd", layer.name,
-                                     [NodeOption(o.name, o.fwd_time, o.fwd_overhead) for o in opts] + [ff],
+                                     [NodeOption(o.name, o.fwd_time, o.fwd_overhead, o.fwd_steps)
+                                      for o in opts] + [ff],
                                      layer.loc))
         h.creates += [(fwd_name(layer.name), d) for d in layer.outputs]
         h.uses += [(fwd_name(layer.name), d) for d in layer.inputs]
@@ -121,7 +123,8 @@ def build_hgraph(g: Graph) -> HGraph:
     for layer in reversed(g.layers):
         k = bwd_name(layer.name)
         h.compute.append(ComputeNode(k, "bwd", layer.name,
-                                     [NodeOption(o.name, o.bwd_time, o.bwd_overhead) for o in layer.options],
+                                     [NodeOption(o.name, o.bwd_time, o.bwd_overhead, o.bwd_steps)
+                                      for o in layer.options],
                                      layer.loc))
         h.uses += [(k, d) for d in layer.grad_inputs]
         h.creates += [(k, d) for d in layer.grad_outputs]
@@ -144,6 +147,27 @@ def _check(h: HGraph, g: Graph) -> None:
     for d in h.outputs:
         if not creators[d]:
             raise DataError(f"output '{d}' is never created", g.loc)
+    # a step frees the node's inputs and creates its outputs, nothing else
+    reads: dict[str, set] = {k.name: set() for k in h.compute}
+    for k, d in h.uses:
+        reads[k].add(d)
+    needs = {(k, o): set() for k, o, _ in h.option_uses}
+    for k, o, d in h.option_uses:
+        needs[(k, o)].add(d)
+    writes: dict[str, set] = {k.name: set() for k in h.compute}
+    for k, d in h.creates:
+        writes[k].add(d)
+    for k in h.compute:
+        for o in k.options:
+            for st in o.steps:
+                bad = [d for d in st.frees if d not in reads[k.name] | needs.get((k.name, o.name), set())]
+                if bad:
+                    raise DataError(f"a step of option '{o.name}' of '{k.name}' frees '{bad[0]}', which "
+                                    f"'{k.name}' does not read", k.loc)
+                bad = [d for d in st.creates if d not in writes[k.name]]
+                if bad:
+                    raise DataError(f"a step of option '{o.name}' of '{k.name}' creates '{bad[0]}', which "
+                                    f"'{k.name}' does not create", k.loc)
     # the compute order must be topological: every creator of a datum runs before its users
     order = {k.name: i for i, k in enumerate(h.compute)}
     dag = nx.DiGraph()

@@ -128,6 +128,22 @@ class Lowering:
                                          np.array([o.overhead for k in h.compute for o in k.options], float))
         self.graph_tables["phantom"] = (KeyIndex(self.sets["phantom_options"].cols, base),
                                         np.array(list(h.phantoms.values()), dtype=float))
+        # sub-step profiles: steps are numbered 1..n per (node, option)
+        steps, frees, pending, step_mem = [], [], [], []
+        outputs = {k.name: [d for c, d in h.creates if c == k.name] for k in h.compute}
+        for k in h.compute:
+            for o in k.options:
+                for i, st in enumerate(o.steps, 1):
+                    steps.append((k.name, o.name, i))
+                    step_mem.append(st.overhead)
+                    frees += [(k.name, o.name, i, d) for d in st.frees]
+                    pending += [(k.name, o.name, i, d) for d in outputs[k.name] if d not in st.creates]
+        self.sets["stepped"] = rows(list(dict.fromkeys((k, o) for k, o, _ in steps)), 2)
+        self.sets["steps"] = rows(steps, 3)
+        self.sets["step_frees"] = rows(frees, 4)
+        self.sets["step_pending"] = rows(pending, 4)
+        self.graph_tables["step_overhead"] = (KeyIndex(self.sets["steps"].cols, len(self.u) + 1),
+                                              np.array(step_mem, dtype=float))
         self.graph_elems["fwd"] = {code(k.layer): code(k.name) for k in h.compute if k.kind == "fwd"}
         self.graph_elems["bwd"] = {code(k.layer): code(k.name) for k in h.compute if k.kind == "bwd"}
         self.graph_elems["layer"] = {code(k.name): code(k.layer) for k in h.compute if k.layer}
@@ -141,7 +157,8 @@ class Lowering:
         if (rows < 0).any():
             i = int(np.flatnonzero(rows < 0)[0])
             key = ", ".join(str(self.u.value(int(a[i]))) for a in args)
-            raise DataError(f"{f}({key}): no such {'layer option' if f == 'phantom' else 'node option'}", e.loc)
+            what = {"phantom": "layer option", "step_overhead": "step"}.get(f, "node option")
+            raise DataError(f"{f}({key}): no such {what}", e.loc)
         return Const(values[rows], "time" if f == "time" else "size")
 
     def _graph_elem(self, f: str, e, t: Table) -> Elem:
@@ -834,7 +851,7 @@ class Lowering:
 
     def v_Call(self, e, t):
         f = e.func
-        if f in ("overhead", "phantom") or (f == "time" and len(e.args) == 2):
+        if f in ("overhead", "phantom", "step_overhead") or (f == "time" and len(e.args) == 2):
             return self._graph_table(f, e, t)
         if f in ("fwd", "bwd", "layer"):
             return self._graph_elem(f, e, t)

@@ -363,6 +363,10 @@ class _Builder(Transformer):
                 opt.bwd, opt.bwd_overhead = value, extra
             elif key == "phantom":
                 opt.phantom = value
+            elif key == "fwd_steps":
+                opt.fwd_steps = value
+            elif key == "bwd_steps":
+                opt.bwd_steps = value
             else:
                 opt.needs = value
         return opt
@@ -378,6 +382,22 @@ class _Builder(Transformer):
 
     def phantom_part(self, c):
         return ("phantom", self._value(c[0]), None)
+
+    def fwd_steps(self, c):
+        return ("fwd_steps", list(c), None)
+
+    def bwd_steps(self, c):
+        return ("bwd_steps", list(c), None)
+
+    @v_args(meta=True)
+    def step(self, meta, c):
+        return ast.StepStmt(self.L(meta), self._value(c[0]), c[1] or [], c[2] or [])
+
+    def step_frees(self, c):
+        return c[0]
+
+    def step_creates(self, c):
+        return c[0]
 
     def needs_part(self, c):
         return ("needs", c[0], None)

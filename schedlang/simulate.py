@@ -45,6 +45,11 @@ replayed on their H-graph (`schedlang.hgraph.build_hgraph`): compute nodes ``LAY
     several creators is invalid (the gradient would be accumulated twice).
   - peak at the op = memory before it + bytes of the data copies it creates + the phantom it
     saves + the option's overhead (transient: it is gone after the op); time += option's time.
+    An option with a sub-step profile (``fwd_steps``/``bwd_steps``) has instead the largest of:
+    the end state (memory before + new data + phantom, no overhead) and each step (memory
+    before + phantom + the step's overhead + the new data created by that step - the inputs
+    the step no longer needs *that the plan deletes right after this op*) — the H-Rockmate
+    correction terms.
   - the loss is computed exactly once; a second computation is an error at that op.
 * ``delete(data)``: the datum must be live; it disappears with all its contributions.
 * ``drop_phantom(layer)``: the layer must have a saved phantom; it is freed.
@@ -389,6 +394,8 @@ class _HArrays:
     opt_index: list[dict[str, int]]
     opt_time: list[list[float]]
     opt_overhead: list[list[int]]
+    # per node and option: the sub-step profile, [(overhead, freed data, created data)]
+    opt_steps: list[list[list[tuple[int, frozenset, frozenset]]]]
     opt_layer_opt: list[list[int]]  # the layer option of each node option (-1: fast_forward, loss)
     uses: list[tuple[int, ...]]  # data read whatever the option (deduplicated)
     opt_uses: list[list[tuple[int, ...]]]  # per option: data read in addition to `uses`
@@ -446,6 +453,7 @@ def _harrays(graph: Graph) -> _HArrays:
 
     kind, layer_of, opt_names, opt_index, opt_time, opt_overhead, opt_layer_opt, opt_uses = \
         [], [], [], [], [], [], [], []
+    opt_steps: list = []
     for i, k in enumerate(h.compute):
         j = layer_index[k.layer] if k.layer is not None else -1
         kind.append(k.kind)
@@ -455,12 +463,16 @@ def _harrays(graph: Graph) -> _HArrays:
         opt_index.append({o: n for n, o in enumerate(onames)})
         opt_time.append([float(o.time) for o in k.options])
         opt_overhead.append([int(o.overhead) for o in k.options])
+        opt_steps.append([[(int(st.overhead), frozenset(data_index[d] for d in st.frees),
+                            frozenset(data_index[d] for d in st.creates)) for st in o.steps]
+                          for o in k.options])
         opt_layer_opt.append([layer_opt_index[j].get(o, -1) if j >= 0 and o != FAST_FORWARD else -1
                               for o in onames])
         opt_uses.append([tuple(extra.get((i, o), ())) for o in onames])
     return _HArrays(
         graph_name=graph.name, names=names, index=index, kind=kind, layer=layer_of,
         opt_names=opt_names, opt_index=opt_index, opt_time=opt_time, opt_overhead=opt_overhead,
+        opt_steps=opt_steps,
         opt_layer_opt=opt_layer_opt, uses=[tuple(u) for u in uses], opt_uses=opt_uses,
         creates=[tuple(c) for c in creates], data=data, data_index=data_index,
         size=[int(h.data[d]) for d in data],
@@ -512,6 +524,14 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
     save_at = -1
     loss_done = False
     last_compute = -1
+
+    freed_after: dict[int, set] = {}  # compute op -> data deleted right after it
+    last = -1
+    for k, op in enumerate(plan.ops):
+        if op.op == "compute":
+            last = k
+        elif op.op == "delete" and last >= 0 and op.data in ha.data_index:
+            freed_after.setdefault(last, set()).add(ha.data_index[op.data])
 
     def datum_state(d: int) -> str:
         if deleted_at[d] >= 0:
@@ -594,7 +614,21 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
                     continue  # accumulated in place
                 add += size[d]
             ph = phantom[j][lo] if ki == "fwd" and lo >= 0 else 0
-            here = mem + add + ph + opt_overhead[i][o]
+            profile = ha.opt_steps[i][o]
+            if not profile:
+                here = mem + add + ph + opt_overhead[i][o]
+            else:
+                # a sub-step profile: the end state (no overhead) and each step, where outputs
+                # not created yet do not count and freed inputs that the plan deletes right
+                # after this node are gone (the H-Rockmate correction terms)
+                here = mem + add + ph
+                new = [d for d, bit in creates[i]
+                       if not (live[d] and ncre[d] > 1 and not (mask[d] & bit))]
+                deleted_next = freed_after.get(k, set())
+                for overhead_s, frees_s, creates_s in profile:
+                    step = (mem + ph + overhead_s + sum(size[d] for d in new if d in creates_s)
+                            - sum(size[d] for d in frees_s if d in deleted_next and live[d]))
+                    here = max(here, step)
             if here > peak:
                 peak = here
             # the effects

@@ -89,3 +89,59 @@ def test_budget_sweep_on_the_tiny_transformer_is_monotone():
         objectives.append(res.objective)
     assert objectives == sorted(objectives, reverse=True)
     assert objectives[0] > objectives[-1]  # a tight budget costs time
+
+
+# --------------------------------------------------------------------- correction terms
+
+@pytest.mark.parametrize("backend", ["pyomo", "cvxpy"])
+def test_correction_terms_change_the_optimum_and_only_that_plan_fits(backend):
+    with_profiles = schedlang.load(ROOT / "examples" / "profiled.sched").solve(backend=backend)
+    flat = schedlang.load(ROOT / "examples" / "no_profiles.sched").solve(backend=backend)
+    assert with_profiles.status == flat.status == Status.OPTIMAL
+    # the flat model believes autograd everywhere fits; the profile's 64 MiB spike says no
+    assert flat.objective == pytest.approx(12.1e-3)
+    assert with_profiles.objective == pytest.approx(14.1e-3)
+    graph = schedlang.load(ROOT / "examples" / "profiled.sched").graph
+    budget = 130 * MiB
+    ok = simulate(with_profiles.plan, graph, budget=budget)
+    assert ok.valid and ok.peak_bytes <= budget and ok.peak_bytes == with_profiles.plan.predicted_peak
+    bad = simulate(flat.plan, graph, budget=budget)
+    assert not bad.valid and bad.peak_bytes > budget
+
+
+FREEING = """
+use rockmate
+graph freeing {
+  data x 8MiB input
+  data h1 64MiB
+  data h2 8MiB
+  data loss 4B
+  data h2.grad 8MiB
+  data h1.grad 64MiB
+  data x.grad 8MiB output
+  layer block1 (x) -> (h1) {
+    grad (h1.grad) -> (x.grad)
+    option recompute fwd 1ms bwd 2ms phantom 0 needs (x)
+  }
+  layer block2 (h1) -> (h2) {
+    grad (h2.grad) -> (h1.grad)
+    option autograd fwd 1ms overhead 48MiB bwd 2ms phantom 8MiB%s
+  }
+  loss (h2) -> (loss, h2.grad) time 0.1ms
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["pyomo", "cvxpy"])
+def test_a_step_that_frees_an_input_lowers_the_peak(backend):
+    # block2's forward no longer needs h1 (64 MiB) once its workspace (48 MiB) is in use: with
+    # the profile, deleting h1 right after block2.fwd makes room for the workspace
+    flat = FREEING % ""
+    profiled = FREEING % "\n        fwd_steps (0, 48MiB frees (h1) creates (h2))"
+    budget = "130MiB"
+    r_flat = schedlang.load(text=flat, budget=budget).solve(backend=backend)
+    r_prof = schedlang.load(text=profiled, budget=budget).solve(backend=backend)
+    assert r_flat.status == Status.INFEASIBLE  # 8 + 64 + 8 + 8 + 48 = 136 MiB > 130 without it
+    assert r_prof.status == Status.OPTIMAL
+    assert r_prof.simulated.valid and r_prof.simulated.peak_bytes <= 130 * MiB
+    assert r_prof.simulated.time == pytest.approx(r_prof.objective)

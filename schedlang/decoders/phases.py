@@ -3,7 +3,8 @@ drop_phantom ops in order.
 
 Roles: compute[t, k, o] (k computed with option o in phase t), keep[t, d] (d in memory before
 phase t), phantom[t, j, o] (layer j's phantom saved with option o before phase t), delete[t, k, d]
-(d deleted right after k in phase t); optional create, memory[t, k] with memory_unit.
+(d deleted right after k in phase t); optional create, memory[t, k] and step_memory[t, k, o, i]
+(the peak at each step of a sub-step profile) with memory_unit.
 Within a phase, nodes run in the H-graph's order; after each compute, the data the model deletes
 there are deleted; at the end of a phase, data not kept into the next phase are deleted and
 phantoms not kept are dropped.
@@ -67,6 +68,10 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
     if U:
         unit = decl.roles.get("memory_unit")
         scale = unit.value * UNITS.get(unit.unit, 1.0) if unit is not None and hasattr(unit, "value") else 1.0
-        peak = int(round(max(U.values()) * scale))
+        top = max(U.values())
+        # steps of sub-step profiles count where their option ran
+        steps = role_values(decl, ir, solution, "step_memory", required=False) or {}
+        ran = [v for (t, k, o, _), v in steps.items() if (t, k) in runs and runs[(t, k)] == o]
+        peak = int(round(max([top] + ran) * scale))
     return Plan(graph=graph.name, ops=ops, predicted_peak=peak, predicted_time=solution.objective,
                 meta={"decoder": "phases"})

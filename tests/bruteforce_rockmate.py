@@ -1,0 +1,421 @@
+"""Exact optimum of the H-Rockmate phase model by enumeration (a test oracle for tiny layered graphs).
+
+The space is the one `models/rockmate.sched` expresses (its header comments state where it
+departs from the seed):
+
+* phase t = 0..T-1 follows the H-graph order (forwards, the loss, backwards reversed). Phase t
+  computes node t (its first computation) and any subset of the nodes k < t (recomputations),
+  all in H-graph order, each once, each with one option: a forward with one of its layer's
+  options or ``fast_forward``, a backward with one of its layer's options. The loss runs exactly
+  once, in its own phase.
+* memory management is a function of the compute sequence, chosen so that no management the
+  ILP can express does better:
+
+  - data: after each compute, every datum it read or wrote is deleted unless its content is
+    read again. Looking forward from there through the datum's events: a read of it keeps it;
+    a creator whose contribution is already in it (a recomputation of a single creator, or a
+    second contribution of the same creator to an accumulated gradient) means this content is
+    never read, so it goes now; a creator that has not contributed yet accumulates into it and
+    the look goes on. At the end of the plan, ``output`` data are kept. An input never read is
+    deleted before the first op. This deletes each datum at the earliest point the model can
+    delete it (`D[t, k, d]` after a creator or a user of d), so memory is pointwise minimal;
+  - phantoms: the phantom saved by a forward with option o is kept until the backward of its
+    layer when the next event of the layer among {its backward, a forward with an option other
+    than fast_forward} is a backward run with option o (it consumes it). Otherwise it is dropped
+    at the end of the phase in which it was made: the model cannot drop a phantom in the middle
+    of a phase (`Sp` is per phase, the phantom is counted until the phase ends). The model's
+    one-phantom rule (a forward saving a phantom never runs while one of its layer is saved from
+    an earlier phase, nor twice in a phase) holds by construction: a kept phantom is never
+    followed by a phantom-saving forward of its layer before its backward consumes it, and a
+    node runs at most once per phase.
+
+* validity, peak, save peak and time are those of `schedlang.simulate.simulate`, the referee.
+  Every plan this module returns has been replayed by it (valid, within both budgets, its time
+  the returned time). For speed, the search itself prunes prefixes with `_Evaluator`, which
+  follows the simulator's rules (module docstring of `schedlang.simulate`) on the compute
+  sequence with the management above; `tests/test_rockmate_bruteforce.py` checks that it agrees
+  with `simulate` on complete plans, and, on small instances, that pruning with `simulate`
+  itself (``prune_with="simulate"``) gives the same optimum.
+
+Pruning (each keeps at least one optimal plan of the space):
+
+* validity and memory of a prefix: a prefix's verdict on validity does not depend on what
+  follows (every deletion or drop decision looks ahead only to the datum's or layer's next
+  event), and the prefix managed as if the plan ended there holds a subset of what the full
+  plan holds at every point, so its peak and save samples are lower bounds;
+* time: times are non-negative; a branch whose spent time plus the cheapest remaining frontier
+  computations reaches the best time found is cut; options are tried cheapest first, "no
+  recomputation" before any recomputation;
+* dominance: a forward run with an option other than fast_forward whose phantom is not
+  consumed (the next phantom event of its layer is not a backward with the same option) is
+  cut: the same plan with fast_forward at that op (time and overhead are the minima of the
+  layer's forward options, no phantom, the same data) is valid, no slower and never uses more
+  memory.
+
+Search size: the space holds prod_t (options of node t) * prod_{k < t, k != loss} (1 + options
+of k) compute sequences: 3 * 12 * 16 * 32 * 96 ~ 1.8e6 for 2 layers of 2 options, 4 * 20 * 25
+* 75 * 300 ~ 4.5e7 for 2 layers of 3 options, and ~ 3.4e15 for 3 layers of 3 options.
+`SearchStats` counts what is visited: typically 1e2-1e5 prefixes, under a few seconds for 3
+layers of 3 options (see the test file for measured cases).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from schedlang.graph import Graph
+from schedlang.hgraph import FAST_FORWARD, build_hgraph
+from schedlang.plan import Op, Plan
+from schedlang.simulate import simulate
+
+MAX_COMPUTE_NODES = 7  # 3 layers: 3 forwards, the loss, 3 backwards
+
+#: relative slack on time comparisons (times are sums of floats)
+_EPS = 1e-9
+
+
+@dataclass
+class SearchStats:
+    space: int = 0  # compute sequences in the space
+    prefixes: int = 0  # prefixes evaluated
+    complete: int = 0  # complete sequences that passed every check
+    verified: int = 0  # plans replayed by `simulate` (each improvement)
+
+
+@dataclass
+class _Eval:
+    valid: bool
+    peak: int
+    save_peak: int | None  # max sample of the loss phase seen so far (None: not reached)
+    ops: list[Op] = field(default_factory=list)
+    wasted_phantom: bool = False  # a non-fast forward whose phantom is dropped unconsumed
+
+
+class _Evaluator:
+    """The H-graph of a layered graph, indexed, and the replay of a compute sequence with the
+    module's memory management."""
+
+    def __init__(self, graph: Graph):
+        h = build_hgraph(graph)
+        self.graph = graph
+        self.h = h
+        self.names = [k.name for k in h.compute]
+        self.T = len(self.names)
+        index = {n: i for i, n in enumerate(self.names)}
+        self.kind = [k.kind for k in h.compute]
+        self.layers = [layer.name for layer in graph.layers]
+        layer_index = {n: j for j, n in enumerate(self.layers)}
+        self.layer = [layer_index[k.layer] if k.layer is not None else -1 for k in h.compute]
+        self.loss = index[h.loss]
+        self.opt_names = [[o.name for o in k.options] for k in h.compute]
+        self.opt_time = [[float(o.time) for o in k.options] for k in h.compute]
+        self.opt_over = [[int(o.overhead) for o in k.options] for k in h.compute]
+        layer_opts = [[o.name for o in layer.options] for layer in graph.layers]
+        self.phantom = [[int(h.phantoms[(name, o)]) for o in opts]
+                        for name, opts in zip(self.layers, layer_opts)]
+        # the layer option of each node option; -1 for fast_forward and the loss
+        self.opt_lo = []
+        for i, k in enumerate(h.compute):
+            j = self.layer[i]
+            self.opt_lo.append([layer_opts[j].index(o.name) if j >= 0 and o.name != FAST_FORWARD
+                                else -1 for o in k.options])
+        self.data = list(h.data)
+        dindex = {d: n for n, d in enumerate(self.data)}
+        self.size = [int(h.data[d]) for d in self.data]
+        base_uses: list[list[int]] = [[] for _ in self.names]
+        for k, d in h.uses:
+            if dindex[d] not in base_uses[index[k]]:
+                base_uses[index[k]].append(dindex[d])
+        # data read by node i run with option o (its uses plus the option's needs)
+        self.reads: list[list[tuple[int, ...]]] = []
+        for i in range(self.T):
+            per = []
+            for oname in self.opt_names[i]:
+                lst = list(base_uses[i])
+                for k, o, d in h.option_uses:
+                    if index[k] == i and o == oname and dindex[d] not in lst:
+                        lst.append(dindex[d])
+                per.append(tuple(lst))
+            self.reads.append(per)
+        self.creators: list[list[int]] = [[] for _ in self.data]
+        self.writes: list[list[tuple[int, int]]] = [[] for _ in self.names]  # (datum, bit)
+        for k, d in h.creates:
+            i, di = index[k], dindex[d]
+            if i not in self.creators[di]:
+                self.creators[di].append(i)
+                self.writes[i].append((di, 1 << (len(self.creators[di]) - 1)))
+        self.ncre = [len(c) for c in self.creators]
+        self.full = [(1 << n) - 1 for n in self.ncre]
+        self.inputs = [dindex[d] for d in h.inputs]
+        self.is_output = [d in h.outputs for d in self.data]
+        # options of each node, cheapest first (ties: declaration order)
+        self.by_time = [sorted(range(len(t)), key=lambda o, t=t: (t[o], o)) for t in self.opt_time]
+        self.min_time = [min(t) for t in self.opt_time]
+
+    # ------------------------------------------------------------------ replay
+    def evaluate(self, seq: list[tuple[int, int, int]], final: bool, want_ops: bool = False) -> _Eval:
+        """Replay `seq` ((node, option, phase) in order) with the module's management.
+
+        `final`: the sequence is a whole plan (outputs are kept at the end, end checks apply);
+        else it is a prefix, managed as if nothing followed (lower bounds on memory)."""
+        n_d = len(self.data)
+        reads, writes, kind, layer = self.reads, self.writes, self.kind, self.layer
+        opt_lo, phantom, size = self.opt_lo, self.phantom, self.size
+        loss = self.loss
+        # events per datum: (position, bit) with bit 0 for a read
+        events: list[list[tuple[int, int]]] = [[] for _ in range(n_d)]
+        # phantom events per layer: (position, layer option, is_backward)
+        pevents: list[list[tuple[int, int, bool]]] = [[] for _ in self.layers]
+        for p, (i, o, _t) in enumerate(seq):
+            for d in reads[i][o]:
+                events[d].append((p, 0))
+            for d, bit in writes[i]:
+                events[d].append((p, bit))
+            j = layer[i]
+            if kind[i] == "bwd":
+                pevents[j].append((p, opt_lo[i][o], True))
+            elif kind[i] == "fwd" and opt_lo[i][o] >= 0:
+                pevents[j].append((p, opt_lo[i][o], False))
+        # phantom decisions: keep[p] for a phantom-saving forward at p
+        drop_at_phase_end: dict[int, list[int]] = {}  # phase -> layers whose phantom drops
+        wasted = False
+        for j, evs in enumerate(pevents):
+            for n, (p, lo, is_bwd) in enumerate(evs):
+                if is_bwd:
+                    continue
+                if n + 1 < len(evs):
+                    _q, lo2, bwd2 = evs[n + 1]
+                    keep = bwd2 and lo2 == lo
+                    if not keep:
+                        wasted = True
+                else:
+                    keep = False  # nothing consumes it (yet)
+                    if final:
+                        wasted = True
+                if not keep:
+                    drop_at_phase_end.setdefault(seq[p][2], []).append(j)
+        ev_next = [0] * n_d  # index of the next unprocessed event of each datum
+
+        live = bytearray(n_d)
+        mask = [0] * n_d
+        for d in self.inputs:
+            live[d] = 1
+        saved = [-1] * len(self.layers)
+        ops: list[Op] = []
+        mem = sum(size[d] for d in self.inputs)
+        for d in self.inputs:
+            if not events[d]:
+                live[d] = 0
+                mem -= size[d]
+                if want_ops:
+                    ops.append(Op("delete", data=self.data[d]))
+        peak = mem
+        save_peak: int | None = None
+        in_window = False
+        valid = True
+        for p, (i, o, t) in enumerate(seq):
+            ki = kind[i]
+            j = layer[i]
+            lo = opt_lo[i][o]
+            for d in reads[i][o]:
+                if not live[d] or mask[d] != self.full[d]:
+                    valid = False
+            if ki == "bwd" and saved[j] != lo:
+                valid = False
+            add = 0
+            for d, bit in writes[i]:
+                if live[d] and self.ncre[d] > 1 and not (mask[d] & bit):
+                    continue  # accumulated in place
+                add += size[d]
+            ph = phantom[j][lo] if ki == "fwd" and lo >= 0 else 0
+            here = mem + add + ph + self.opt_over[i][o]
+            if here > peak:
+                peak = here
+            for d, bit in writes[i]:
+                if not live[d]:
+                    live[d] = 1
+                    mem += size[d]
+                    mask[d] = bit
+                elif mask[d] & bit:
+                    if self.ncre[d] > 1:
+                        valid = False  # accumulated twice
+                else:
+                    mask[d] |= bit
+            if ki == "fwd" and lo >= 0:
+                if saved[j] < 0:
+                    mem += ph
+                elif saved[j] != lo:
+                    valid = False
+                    mem += ph - phantom[j][saved[j]]
+                saved[j] = lo
+            elif ki == "bwd" and saved[j] >= 0:
+                mem -= phantom[j][saved[j]]
+                saved[j] = -1
+            if want_ops:
+                ops.append(Op("compute", node=self.names[i],
+                              option=None if ki == "loss" else self.opt_names[i][o]))
+            # deletions after this compute, in data order
+            touched = sorted({d for d in reads[i][o]} | {d for d, _ in writes[i]})
+            for d in touched:
+                evs = events[d]
+                e = ev_next[d]
+                while e < len(evs) and evs[e][0] <= p:
+                    e += 1
+                ev_next[d] = e
+                if not live[d]:
+                    continue
+                m = mask[d]
+                needed = None
+                for _q, bit in evs[e:]:
+                    if bit == 0:
+                        needed = True
+                        break
+                    if m & bit:
+                        needed = False
+                        break
+                    m |= bit
+                if needed is None:
+                    needed = final and self.is_output[d]
+                if not needed:
+                    live[d] = 0
+                    mask[d] = 0
+                    mem -= size[d]
+                    if want_ops:
+                        ops.append(Op("delete", data=self.data[d]))
+            if i == t:  # the phase's frontier: its last compute; drop what it does not keep
+                for jj in drop_at_phase_end.get(t, ()):
+                    if saved[jj] >= 0:
+                        mem -= phantom[jj][saved[jj]]
+                        saved[jj] = -1
+                        if want_ops:
+                            ops.append(Op("drop_phantom", layer=self.layers[jj]))
+            # the save window: samples after each compute (and what follows it) from the first
+            # computation of the node before the loss through the loss
+            if i == t and t == loss - 1:
+                in_window = True
+            if in_window:
+                save_peak = mem if save_peak is None else max(save_peak, mem)
+            if i == loss:
+                in_window = False
+        if final:
+            for d in range(n_d):
+                if self.is_output[d] and (not live[d] or mask[d] != self.full[d]):
+                    valid = False
+            if any(s >= 0 for s in saved):
+                valid = False
+        return _Eval(valid, peak, save_peak, ops, wasted)
+
+    def plan(self, seq: list[tuple[int, int, int]], budget: int | None,
+             save_budget: int | None) -> Plan:
+        ev = self.evaluate(seq, final=True, want_ops=True)
+        return Plan(graph=self.graph.name, ops=ev.ops, budget_peak=budget, budget_save=save_budget,
+                    meta={"planner": "bruteforce_rockmate"})
+
+    def plan_of(self, e: _Eval, budget: int | None = None, save_budget: int | None = None) -> Plan:
+        return Plan(graph=self.graph.name, ops=e.ops, budget_peak=budget, budget_save=save_budget,
+                    meta={"planner": "bruteforce_rockmate"})
+
+    def space_size(self) -> int:
+        n = 1
+        for t in range(self.T):
+            n *= len(self.opt_names[t])
+            for k in range(t):
+                if k != self.loss:
+                    n *= 1 + len(self.opt_names[k])
+        return n
+
+
+def best_rockmate_plan(graph: Graph, peak_budget: int, save_budget: int | None = None, *,
+                       prune_with: str = "fast", stats: SearchStats | None = None
+                       ) -> tuple[float | None, Plan | None]:
+    """(least total time, a plan reaching it) over the plans of the H-Rockmate phase space (see
+    the module docstring) whose simulated peak is <= `peak_budget` and, when given, whose loss
+    phase memory is <= `save_budget`; (None, None) when none fits.
+
+    `prune_with`: "fast" (the module's evaluator) or "simulate" (replay every prefix with
+    `schedlang.simulate.simulate`: slow, for checking the evaluator)."""
+    ev = _Evaluator(graph)
+    if ev.T > MAX_COMPUTE_NODES:
+        raise ValueError(f"brute force is for H-graphs of at most {MAX_COMPUTE_NODES} compute "
+                         f"nodes, not {ev.T}")
+    if prune_with not in ("fast", "simulate"):
+        raise ValueError(f"prune_with must be 'fast' or 'simulate', not {prune_with!r}")
+    st = stats if stats is not None else SearchStats()
+    st.space = ev.space_size()
+    T, loss = ev.T, ev.loss
+    # the cheapest time of the frontier computations of phases t..T-1
+    rest = [0.0] * (T + 1)
+    for t in range(T - 1, -1, -1):
+        rest[t] = rest[t + 1] + ev.min_time[t]
+    best_time = math.inf
+    best_seq: list[tuple[int, int, int]] | None = None
+    seq: list[tuple[int, int, int]] = []
+
+    # simulate() falls back to the graph's save budget when given None; the save samples never
+    # exceed the peak, so the peak budget stands for "no save budget" (as in the model)
+    sim_save = save_budget if save_budget is not None else peak_budget
+
+    def prefix_ok(final: bool) -> bool:
+        st.prefixes += 1
+        e = ev.evaluate(seq, final=final, want_ops=prune_with == "simulate")
+        if e.wasted_phantom:
+            return False  # dominated (module docstring)
+        if prune_with == "fast":
+            if not e.valid or e.peak > peak_budget:
+                return False
+            return save_budget is None or e.save_peak is None or e.save_peak <= save_budget
+        res = simulate(ev.plan_of(e), graph, budget=peak_budget, save_budget=sim_save)
+        if final:
+            return res.valid and bool(res.fits_budget)
+        # a prefix: op-level errors only (the end checks concern the whole plan), and the
+        # samples so far
+        if any(msg.startswith("op ") for msg in res.errors) or res.peak_bytes > peak_budget:
+            return False
+        return res.save_peak_bytes is None or res.save_peak_bytes <= sim_save
+
+    def search(t: int, k: int, spent: float) -> None:
+        nonlocal best_time, best_seq
+        if k == t:
+            for o in ev.by_time[t]:
+                cost = spent + ev.opt_time[t][o]
+                if cost + rest[t + 1] >= best_time - _EPS * max(1.0, abs(best_time)):
+                    break
+                seq.append((t, o, t))
+                final = t == T - 1
+                if prefix_ok(final):
+                    if final:
+                        st.complete += 1
+                        best_time, best_seq = cost, list(seq)
+                    else:
+                        search(t + 1, 0, cost)
+                seq.pop()
+            return
+        nxt = k + 1 if k + 1 != loss else k + 2
+        if nxt > t:
+            nxt = t
+        search(t, nxt, spent)  # k not recomputed in phase t
+        if k == loss:
+            return
+        for o in ev.by_time[k]:
+            cost = spent + ev.opt_time[k][o]
+            if cost + rest[t] >= best_time - _EPS * max(1.0, abs(best_time)):
+                break
+            seq.append((k, o, t))
+            if prefix_ok(False):
+                search(t, nxt, cost)
+            seq.pop()
+
+    search(0, 0, 0.0)
+    if best_seq is None:
+        return None, None
+    plan = ev.plan(best_seq, peak_budget, save_budget)
+    res = simulate(plan, graph, budget=peak_budget, save_budget=sim_save)
+    st.verified += 1
+    if not res.valid or not res.fits_budget or not math.isclose(res.time, best_time, rel_tol=1e-9,
+                                                                 abs_tol=1e-12):
+        raise AssertionError(f"bruteforce_rockmate: the evaluator accepted a plan the simulator "
+                             f"rejects (time {best_time} vs {res.time}): {res.errors}\n"
+                             + "\n".join(str(op) for op in plan.ops))
+    plan.predicted_peak = res.peak_bytes
+    plan.predicted_time = res.time
+    return best_time, plan
