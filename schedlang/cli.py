@@ -200,8 +200,9 @@ def cmd_simulate(args) -> int:
 
     plan = Plan.load(args.plan)
     graph, budgets = load_graph(args.graph)
-    budget = resolve_budget(args.budget, graph) if args.budget else None
-    res = simulate(plan, graph, budget=budget)
+    # --budget, else the budgets of the graph file, else the plan's own
+    budget = resolve_budget(args.budget, graph) if args.budget else budgets.get("peak")
+    res = simulate(plan, graph, budget=budget, save_budget=budgets.get("save"))
     if args.json:
         print(json.dumps(res.to_json()))
     else:
@@ -304,7 +305,7 @@ def _print_sweep(prob, args, points, ref_peak, ref_time, total) -> None:
             p.status.value,
             "-" if p.objective is None else f"{p.objective:.6g}",
             "-" if p.predicted_peak is None else format_size(p.predicted_peak),
-            "-" if p.overhead is None else f"{100 * p.overhead:+.2f}%",
+            "-" if p.overhead is None else f"{100 * p.overhead + 0.0:+.2f}%".replace("-0.00%", "+0.00%"),
             "-" if p.gap is None else f"{100 * p.gap:.3g}%",
             f"{p.solve_time:.2f}",
         ])

@@ -192,15 +192,16 @@ class SweepPoint:
 
 
 def reference(graph: Graph | None) -> tuple[int | None, float | None]:
-    """(peak bytes, time) of the no-recomputation plan; (None, None) without compute nodes."""
-    if graph is None or not graph.nodes:
+    """(peak bytes, time) of the no-recomputation plan; (None, None) without graph data."""
+    if graph is None or not (graph.nodes or graph.layers):
         return None, None
     plan = no_recompute_plan(graph)
     return _reference_peak(graph), simulate(plan, graph).time
 
 
 def _reference_peak(graph: Graph) -> int:
-    return no_recompute_peak(graph) if graph.nodes else 0
+    # both vocabularies: the Checkmate view (nodes) and layered data (layers)
+    return no_recompute_peak(graph) if graph.nodes or graph.layers else 0
 
 
 def solve_at(program, budget: int, *, backend: str = "pyomo", solver: str = "highs",

@@ -139,3 +139,17 @@ def test_model_without_graph_data_says_so(capsys):
     code, _, err = run(capsys, "solve", str(ROOT / "models" / "checkmate.sched"))
     assert code == 2
     assert err.startswith(f"{ROOT / 'models' / 'checkmate.sched'}:") and "no graph data was given" in err
+
+
+def test_simulate_checks_the_budgets_of_the_graph_file(capsys, tmp_path):
+    plan_path = tmp_path / "plan.json"
+    assert run(capsys, "solve", CHAIN, "--plan-out", str(plan_path))[0] == 0
+    plan = Plan.load(plan_path)
+    plan.budget_peak = None  # only the graph file's `budget peak 120MiB` is left to check
+    plan.save(plan_path)
+    tight = tmp_path / "tight.sched"
+    tight.write_text(Path(CHAIN).read_text().replace("budget peak 120MiB", "budget peak 100MiB"))
+    code, out, _ = run(capsys, "simulate", str(plan_path), "--graph", str(tight))
+    assert code == 3 and "budget" in out
+    code, _, _ = run(capsys, "simulate", str(plan_path), "--graph", CHAIN)
+    assert code == 0

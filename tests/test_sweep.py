@@ -247,3 +247,15 @@ def test_cli_plot_into_a_missing_folder_exits_2(capsys, tmp_path):
     code, _, err = run(capsys, "sweep", CHAIN, "--budgets", "100%",
                        "--plot", str(tmp_path / "no" / "p.png"))
     assert code == 2 and "does not exist" in err and "sweep [" not in err
+
+
+def test_sweep_on_layered_data_with_percent_budgets():
+    from schedlang.sweep import sweep
+
+    points = sweep(str(ROOT / "examples" / "tiny_transformer.sched"), "80MiB,50%..100%/3")
+    assert [p.result.status.value for p in points][-3:] == ["optimal"] * 3
+    assert points[-1].budget_percent == pytest.approx(100)
+    solved = [p for p in points if p.result.status.value == "optimal"]
+    assert all(p.result.simulated.valid for p in solved)
+    objectives = [p.result.objective for p in solved]
+    assert objectives == sorted(objectives, reverse=True)
