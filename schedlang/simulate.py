@@ -193,13 +193,8 @@ def _replay(plan: Plan, graph: Graph, arr: _Arrays, errors: _Errors) -> tuple[in
         kind = op.op
         if kind == "compute":
             name = op.node
-            i = index.get(name) if name is not None else None
+            i = _resolve(k, "compute", name, index, "node", errors)
             if i is None:
-                if name is None:
-                    errors.add(f"op {k}: compute op names no node")
-                else:
-                    hint = _hint(name, index, errors)
-                    errors.add(f"op {k}: compute of unknown node {name!r}{hint}")
                 continue
             if op.option is not None:
                 errors.add(f"op {k}: compute {name!r} with option {op.option!r}, but node "
@@ -220,13 +215,8 @@ def _replay(plan: Plan, graph: Graph, arr: _Arrays, errors: _Errors) -> tuple[in
             computes += 1
         elif kind == "delete":
             name = op.data
-            i = index.get(name) if name is not None else None
+            i = _resolve(k, "delete", name, index, "data", errors)
             if i is None:
-                if name is None:
-                    errors.add(f"op {k}: delete op names no data")
-                else:
-                    hint = _hint(name, index, errors)
-                    errors.add(f"op {k}: delete of unknown data {name!r}{hint}")
                 continue
             if not live[i]:
                 errors.add(f"op {k}: delete {name!r}, which is not in memory ({whereabouts(i)})")
@@ -247,6 +237,17 @@ def _replay(plan: Plan, graph: Graph, arr: _Arrays, errors: _Errors) -> tuple[in
         noun = "node is" if len(never) == 1 else "nodes are"
         errors.add(f"{len(never)} {noun} never computed: {shown}{more}", always=True)
     return peak, total_time, computes
+
+
+def _resolve(k: int, op_kind: str, name, index: dict[str, int], what: str, errors: "_Errors"):
+    """The index of the node/data/layer an op names, or None after recording why not."""
+    i = index.get(name) if name is not None else None
+    if i is None:
+        if name is None:
+            errors.add(f"op {k}: {op_kind} op names no {what}")
+        else:
+            errors.add(f"op {k}: {op_kind} of unknown {what} {name!r}{_hint(name, index, errors)}")
+    return i
 
 
 def _hint(name: str, index: dict[str, int], errors: _Errors) -> str:
@@ -553,12 +554,8 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
         if kind_k == "compute":
             last_compute = k
             name = op.node
-            i = index.get(name) if name is not None else None
+            i = _resolve(k, "compute", name, index, "node", errors)
             if i is None:
-                if name is None:
-                    errors.add(f"op {k}: compute op names no node")
-                else:
-                    errors.add(f"op {k}: compute of unknown node {name!r}{_hint(name, index, errors)}")
                 continue
             ki = kind[i]
             oname = op.option
@@ -676,12 +673,8 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
             continue
         if kind_k == "delete":
             name = op.data
-            d = data_index.get(name) if name is not None else None
+            d = _resolve(k, "delete", name, data_index, "data", errors)
             if d is None:
-                if name is None:
-                    errors.add(f"op {k}: delete op names no data")
-                else:
-                    errors.add(f"op {k}: delete of unknown data {name!r}{_hint(name, data_index, errors)}")
                 continue
             if not live[d]:
                 errors.add(f"op {k}: delete {name!r}, which is not in memory ({datum_state(d)})")
@@ -692,13 +685,8 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
             deleted_at[d] = k
         elif kind_k == "drop_phantom":
             name = op.layer
-            j = layer_index.get(name) if name is not None else None
+            j = _resolve(k, "drop_phantom", name, layer_index, "layer", errors)
             if j is None:
-                if name is None:
-                    errors.add(f"op {k}: drop_phantom op names no layer")
-                else:
-                    errors.add(f"op {k}: drop_phantom of unknown layer {name!r}"
-                               f"{_hint(name, layer_index, errors)}")
                 continue
             if saved[j] < 0:
                 errors.add(f"op {k}: drop_phantom {name!r}, but no phantom of layer {name!r} is "
