@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=_nonnegative(int), help="solver threads (0: the solver's choice)")
     s.add_argument("--no-presolve", action="store_true", help="give the solver the model as lowered")
     s.add_argument("--plan-out", help="write the plan (schedlang.plan/1 JSON) here")
+    s.add_argument("--warm-start", metavar="NAME", help="run heuristic planner NAME at the "
+                   "budget and give its plan to the solver as a MIP start (no_recompute, or one "
+                   "of `schedlang plan --list`)")
     s.add_argument("--json", action="store_true", help="one JSON object on stdout")
     s.add_argument("--verbose", action="store_true", help="show the solver's log")
 
@@ -57,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--graph", required=True, help="graph data (.sched or checkmate-nx .json)")
     m.add_argument("--budget", help="peak budget to check against (size or percent)")
     m.add_argument("--json", action="store_true")
+    m.add_argument("--allocator", action="store_true", help="also assign buffers: the max-live "
+                   "lower bound and the arena size per method (inplace, pool, greedy_by_size)")
 
     w = sub.add_parser("sweep", help="solve at many budgets: the memory/time trade-off")
     w.add_argument("file")
@@ -80,6 +85,15 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--format", required=True, choices=["checkmate-nx"])
     i.add_argument("-o", "--output", required=True)
     i.add_argument("--budget", help="also write `budget peak` (size or percent)")
+
+    p = sub.add_parser("plan", help="make a plan with a heuristic planner (no solver)")
+    p.add_argument("file", nargs="?", help="graph data (.sched or checkmate-nx .json)")
+    p.add_argument("--planner", help="planner name (schedlang plan --list)")
+    p.add_argument("--list", action="store_true", help="list the planners: name, views, description")
+    p.add_argument("--budget", help="peak budget: a size (14GiB) or a percent of the "
+                   "no-recomputation peak (90%%); overrides the data's `budget peak`")
+    p.add_argument("--plan-out", help="write the plan (schedlang.plan/1 JSON) here")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return ap
 
 
@@ -87,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"check": cmd_check, "solve": cmd_solve, "simulate": cmd_simulate,
-                "import": cmd_import, "sweep": cmd_sweep}[args.command](args)
+                "import": cmd_import, "sweep": cmd_sweep,
+                "plan": cmd_plan}[args.command](args)
     except SchedError as e:
         print(str(e), file=sys.stderr)
         return e.exit_code
@@ -125,7 +140,7 @@ def cmd_solve(args) -> int:
     prob.lower()
     result = prob.solve(backend=args.backend, solver=args.solver, time_limit=args.time_limit,
                         gap=args.gap, threads=args.threads, presolve=not args.no_presolve,
-                        verbose=args.verbose)
+                        warm_start=args.warm_start, verbose=args.verbose)
     if args.plan_out and result.plan is not None:
         result.plan.save(args.plan_out)
         result.plan_path = args.plan_out
@@ -159,8 +174,14 @@ def _print_result(prob, r) -> None:
     if r.gap is not None:
         line += f"  gap {100 * r.gap:.3g}%"
     print(line)
-    if r.message:
-        print(f"message   {r.message}")
+    ws = getattr(r, "warm_start", None)
+    message = r.message
+    if ws is not None:
+        message = message.replace(ws.summary(), "").strip("; ")
+    if message:
+        print(f"message   {message}")
+    if ws is not None:
+        print(f"warm start {ws.summary()[len('warm start '):]}")
     if r.plan is not None:
         computed = [op.node for op in r.plan.ops if op.op == "compute"]
         print(f"plan      {len(r.plan.ops)} ops, {len(computed)} computes "
@@ -203,8 +224,16 @@ def cmd_simulate(args) -> int:
     # --budget, else the budgets of the graph file, else the plan's own
     budget = resolve_budget(args.budget, graph) if args.budget else budgets.get("peak")
     res = simulate(plan, graph, budget=budget, save_budget=budgets.get("save"))
+    alloc = None
+    if getattr(args, "allocator", False):
+        from .allocator import summary
+
+        alloc = summary(plan, graph)
     if args.json:
-        print(json.dumps(res.to_json()))
+        out = res.to_json()
+        if alloc is not None:
+            out["allocator"] = alloc
+        print(json.dumps(out))
     else:
         from .units import format_size
 
@@ -214,6 +243,10 @@ def cmd_simulate(args) -> int:
             print(f"  error: {e}")
         for w in res.warnings:
             print(f"  warning: {w}")
+        if alloc is not None:
+            from .allocator import format_summary
+
+            print(format_summary(alloc))
     return 0 if res.valid else 3
 
 
@@ -321,6 +354,140 @@ def _print_sweep(prob, args, points, ref_peak, ref_time, total) -> None:
             counts[p.status.value] = counts.get(p.status.value, 0) + 1
     rest = "".join(f", {n} {s}" for s, n in counts.items())
     print(f"total     {len(points)} budgets in {total:.2f} s: {solved} solved{rest}")
+
+
+def cmd_plan(args) -> int:
+    """`schedlang plan`: a heuristic planner's plan, replayed; 0 fits, 3 over budget, 2 bad input.
+
+    `simulated.valid` says the plan replays (dependencies, phantoms, every node computed);
+    `fits_budget` says its peak (and, on layered data, its loss-phase memory) is within the
+    budgets. `status` is "feasible" when it fits or there is no budget, else "infeasible".
+    """
+    import time
+
+    from .errors import Loc, did_you_mean
+    from .planners import graph_view, planners, run_planner
+    from .problem import resolve_budget
+    from .simulate import no_recompute_plan, simulate
+
+    table = planners()
+    if args.list:
+        rows = [{"name": p.name, "views": list(p.views), "description": p.description}
+                for p in table.values()]
+        if args.json:
+            print(json.dumps(rows))
+        else:
+            width = max(len(r["name"]) for r in rows)
+            vwidth = max(len(", ".join(r["views"])) for r in rows)
+            for r in rows:
+                print(f"{r['name'].ljust(width)}  {', '.join(r['views']).ljust(vwidth)}  "
+                      f"{r['description']}")
+        return 0
+    where = Loc("schedlang plan")
+    if not args.file:
+        raise SchedError("a graph FILE is needed (or --list to list the planners)", where)
+    if not args.planner:
+        raise SchedError(f"--planner NAME is needed; planners: {', '.join(table)}", where)
+    if args.planner not in table:
+        raise SchedError(f"unknown planner '{args.planner}'{did_you_mean(args.planner, table)}; "
+                         f"planners: {', '.join(table)} (schedlang plan --list)", where)
+
+    no_limit = 1 << 62
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    graph, budgets = load_graph(args.file)
+    for key, value in budgets.items():  # planners read the save budget from the graph
+        graph.budgets.setdefault(key, value)
+    budget = resolve_budget(args.budget, graph) if args.budget else budgets.get("peak")
+    save_budget = budgets.get("save")
+    timings["parse"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan = run_planner(args.planner, graph, budget)
+    timings["plan"] = time.perf_counter() - t0
+    plan.budget_peak = budget
+    if save_budget is not None:
+        plan.budget_save = save_budget
+    t0 = time.perf_counter()
+    sim = simulate(plan, graph, budget=no_limit, save_budget=no_limit)
+    timings["simulate"] = time.perf_counter() - t0
+    ref_plan = no_recompute_plan(graph)
+    ref = simulate(ref_plan, graph, budget=no_limit, save_budget=no_limit)
+
+    problems = list(sim.errors)
+    fits = sim.valid
+    if budget is not None and sim.peak_bytes > budget:
+        fits = False
+        problems.append(f"peak memory {sim.peak_bytes} B exceeds the peak budget {budget} B by "
+                        f"{sim.peak_bytes - budget} B")
+    if (save_budget is not None and sim.save_peak_bytes is not None
+            and sim.save_peak_bytes > save_budget):
+        fits = False
+        problems.append(f"memory during the loss phase reaches {sim.save_peak_bytes} B, over the "
+                        f"save budget {save_budget} B by {sim.save_peak_bytes - save_budget} B")
+    overhead = sim.time / ref.time - 1.0 if ref.time > 0 else None
+    status = "feasible" if fits else "infeasible"
+    plan_path = None
+    if args.plan_out:
+        plan.save(args.plan_out)
+        plan_path = args.plan_out
+
+    if args.json:
+        print(json.dumps({
+            "status": status,
+            "objective": sim.time,
+            "planner": args.planner,
+            "view": graph_view(graph),
+            "budget_bytes": budget,
+            "save_budget_bytes": save_budget,
+            "fits_budget": fits,
+            "overhead": overhead,
+            "reference": {"peak_bytes": ref.peak_bytes, "time": ref.time},
+            "timings": {k: round(v, 6) for k, v in timings.items()},
+            "predicted": {"peak_bytes": plan.predicted_peak, "time": plan.predicted_time},
+            "simulated": {"valid": sim.valid, "peak_bytes": sim.peak_bytes, "time": sim.time,
+                          "fits_budget": fits, "save_peak_bytes": sim.save_peak_bytes,
+                          "errors": problems[:10]},
+            "message": "" if sim.valid else "the plan does not replay in the simulator",
+            "plan": plan_path if plan_path else [op.to_json() for op in plan.ops],
+        }, default=str))
+    else:
+        _print_plan(args.planner, graph, plan, sim, ref, budget, save_budget, fits, overhead,
+                    problems, plan_path, timings)
+    if not sim.valid:
+        print(f"error: planner '{args.planner}' made a plan that does not replay in the "
+              f"simulator; this is a bug in the planner: {sim.errors[0]}", file=sys.stderr)
+        return 5
+    return 0 if fits else 3
+
+
+def _print_plan(name, graph, plan, sim, ref, budget, save_budget, fits, overhead, problems,
+                plan_path, timings) -> None:
+    from .planners import graph_view
+    from .units import format_size
+
+    print(f"planner   {name}  on graph {graph.name} ({graph_view(graph)} data)")
+    if budget is not None:
+        print(f"budget    {format_size(budget)} ({budget} B)"
+              + (f", save {format_size(save_budget)}" if save_budget is not None else ""))
+    computed = [op.node for op in plan.ops if op.op == "compute"]
+    print(f"plan      {len(plan.ops)} ops, {len(computed)} computes "
+          f"({len(computed) - len(set(computed))} recomputations)")
+    if plan.predicted_peak is not None and plan.predicted_time is not None:
+        print(f"predicted peak {format_size(plan.predicted_peak)}, time {plan.predicted_time:.6g}")
+    print(f"simulated {'valid' if sim.valid else 'INVALID'}: peak {format_size(sim.peak_bytes)} "
+          f"({sim.peak_bytes} B), time {sim.time:.6g}")
+    if overhead is not None:
+        print(f"overhead  {100 * overhead + 0.0:+.2f}% vs no recomputation (peak "
+              f"{format_size(ref.peak_bytes)}, time {ref.time:.6g})")
+    if budget is None and save_budget is None:
+        print("fits      yes (no budget)")
+    else:
+        print(f"fits      {'yes' if fits else 'NO'}")
+    for problem in problems[:5]:
+        print(f"  {problem}")
+    if plan_path:
+        print(f"plan written to {plan_path}")
+    print("timings   " + ", ".join(f"{k} {v:.3f}s" for k, v in timings.items()))
 
 
 if __name__ == "__main__":

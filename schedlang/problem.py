@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .check import check_program
 from .decoders import decode
-from .errors import CheckError, DataError, Loc
+from .errors import CheckError, DataError, Loc, SchedError
 from .graph import Graph
 from .ir import IRModel
 from .plan import Plan
@@ -65,6 +65,7 @@ class Result:
     message: str = ""
     budget_bytes: int | None = None
     plan_path: str | None = None
+    warm_start: "WarmStart | None" = None
 
     def to_json(self) -> dict:
         plan_field = self.plan_path if self.plan_path else (
@@ -85,8 +86,52 @@ class Result:
                            "time": self.simulated.time, "errors": self.simulated.errors[:10]}
                           if self.simulated else None),
             "message": self.message,
+            "warm_start": self.warm_start.to_json() if self.warm_start else None,
             "plan": plan_field,
         }
+
+
+@dataclass
+class WarmStart:
+    """What became of a requested MIP start (`Problem.solve(warm_start=...)`).
+
+    `planner`: the planner's name (a Plan: its meta's planner, else "plan"; a vector: None);
+    `time`, `peak_bytes`, `fits`: the plan replayed by the simulator against the budget
+    (None for a vector); `encoded`: the plan was written in the model's variables;
+    `feasible`: that vector satisfies the model's rows, bounds and integrality; `objective`:
+    its objective value; `passed`: it was handed to the backend (only feasible vectors are);
+    `accepted`: the backend gave it to the solver as a MIP start (the solver takes a feasible
+    start as its first incumbent); `message`: why not, when not.
+    """
+
+    planner: str | None = None
+    time: float | None = None
+    peak_bytes: int | None = None
+    fits: bool | None = None
+    valid: bool | None = None
+    encoded: bool = False
+    feasible: bool = False
+    objective: float | None = None
+    passed: bool = False
+    accepted: bool = False
+    message: str = ""
+    x: object = field(default=None, repr=False)  # the full-length vector, when encoded
+
+    def to_json(self) -> dict:
+        return {"planner": self.planner, "time": self.time, "peak_bytes": self.peak_bytes,
+                "fits": self.fits, "valid": self.valid, "encoded": self.encoded,
+                "feasible": self.feasible, "objective": self.objective,
+                "passed": self.passed, "accepted": self.accepted, "message": self.message}
+
+    def summary(self) -> str:
+        """One line for `Result.message` and the CLI."""
+        who = f"planner {self.planner}" if self.planner else "the given vector"
+        if self.time is not None:
+            fit = "fits" if self.fits else ("over the budget" if self.valid else "invalid plan")
+            who += f" (time {self.time:.6g}, {fit})"
+        if self.accepted:
+            return f"warm start from {who}: given to the solver as a MIP start"
+        return f"warm start from {who} not used, solved cold: {self.message}"
 
 
 @dataclass
@@ -121,12 +166,39 @@ class Problem:
     def solve(self, backend: str = "pyomo", solver: str = "highs", time_limit: float | None = None,
               gap: float | None = None, threads: int | None = None, presolve: bool = True,
               warm_start=None, verbose: bool = False) -> Result:
+        """Solve the lowered model. `warm_start`: a MIP start given as a planner name (run on
+        the graph at the peak budget), a `Plan`, or a full-length column vector; a plan is
+        encoded in the model's variables (`decoders.encode`). Only a start that satisfies the
+        model is passed to the solver; otherwise the solve runs cold, and `Result.warm_start`
+        and `Result.message` say why."""
         from .backends import solve_ir
+        from .solvers import supports_warm_start
 
         ir = self.ir if self.ir is not None else self.lower()
+        ws = None
+        x0 = None
+        ws_time = None
+        if warm_start is not None:
+            t0 = time.perf_counter()
+            ws = self.prepare_warm_start(warm_start, ir)
+            ws_time = time.perf_counter() - t0
+            x0 = ws.x if ws.feasible else None
+            ws.passed = x0 is not None
         sol = solve_ir(ir, backend=backend, solver=solver, time_limit=time_limit, gap=gap,
-                       threads=threads, presolve=presolve, warm_start=warm_start, verbose=verbose)
+                       threads=threads, presolve=presolve, warm_start=x0, verbose=verbose)
+        message = sol.message
+        if ws is not None:
+            if ws.passed:
+                ignored = "warm start ignored" in sol.message
+                ws.accepted = (supports_warm_start(sol.solver, sol.backend) and not ignored
+                               and sol.status != Status.ERROR)
+                if not ws.accepted and not ws.message:
+                    ws.message = ("the backend did not pass it to the solver" if not ignored
+                                  else "the backend ignored it (see the message)")
+            message = "; ".join(m for m in (message, ws.summary()) if m)
         timings = dict(self.timings)
+        if ws_time is not None:
+            timings["warm_start"] = ws_time  # planner, simulation, encoding and check
         timings["presolve"] = sol.timings.get("presolve", 0.0)
         timings["build"] = sol.timings.get("build", 0.0)
         timings["solve"] = sol.timings.get("solve", 0.0)
@@ -142,8 +214,97 @@ class Problem:
                 sim = simulate(plan, self.graph)
                 timings["simulate"] = time.perf_counter() - t0
         return Result(sol.status, sol.objective, sol.bound, sol.gap, sol.backend, sol.solver,
-                      sol.model_size or ir.size_summary(), timings, plan, sim, sol, sol.message,
-                      self.budgets.get("peak"))
+                      sol.model_size or ir.size_summary(), timings, plan, sim, sol, message,
+                      self.budgets.get("peak"), warm_start=ws)
+
+    def prepare_warm_start(self, warm_start, ir: IRModel | None = None) -> "WarmStart":
+        """A `WarmStart` for a planner name, a `Plan` or a vector: the plan replayed by the
+        simulator, encoded, and the vector checked against the model's rows and bounds.
+        An unknown planner name raises `SchedError`; every other failure is reported in the
+        result (`feasible` False, `message`)."""
+        import numpy as np
+
+        from .decoders import encode
+        from .decoders.encode import check_point, objective_value
+
+        ir = ir if ir is not None else (self.ir if self.ir is not None else self.lower())
+        budget = self.budgets.get("peak")
+        ws = WarmStart()
+        if isinstance(warm_start, str):
+            ws.planner = warm_start
+            if self.graph is None:
+                ws.message = "the problem has no graph data to run a planner on"
+                return ws
+            check_planner_name(warm_start)
+            try:
+                plan = run_named_planner(warm_start, self.graph, budget)
+            except SchedError as exc:
+                ws.message = f"the planner failed: {getattr(exc, 'message', exc)}"
+                return ws
+            except Exception as exc:  # a planner's bug must not stop the solve
+                ws.message = f"the planner failed: {type(exc).__name__}: {exc}"
+                return ws
+        elif isinstance(warm_start, Plan):
+            plan = warm_start
+            ws.planner = str(plan.meta.get("planner", "plan"))
+        else:
+            x = np.asarray(warm_start, dtype=float).ravel()
+            if x.shape[0] != ir.n_columns:
+                raise SchedError(f"warm start has {x.shape[0]} values, the model "
+                                 f"{ir.n_columns} columns")
+            ws.x, ws.encoded = x, True
+            ws.feasible, why = check_point(ir, x)
+            ws.objective = objective_value(ir, x)
+            if not ws.feasible:
+                ws.message = f"it violates the model: {why}"
+            return ws
+
+        if self.graph is not None:
+            sim = simulate(plan, self.graph, budget=budget)
+            ws.time, ws.peak_bytes = sim.time, sim.peak_bytes
+            over = [e for e in sim.errors if "exceeds the peak budget" in e]
+            ws.valid = len(sim.errors) == len(over)  # replays (the budget aside)
+            ws.fits = bool(ws.valid and sim.fits_budget is not False)
+        notes: list[str] = []
+        x = encode(self.program, ir, plan, self.graph, notes) if self.graph is not None else None
+        if x is None:
+            ws.message = notes[0] if notes else "the plan cannot be encoded"
+            return ws
+        ws.x, ws.encoded = x, True
+        ws.feasible, why = check_point(ir, x)
+        ws.objective = objective_value(ir, x)
+        if not ws.feasible:
+            if ws.fits is False and ws.valid:
+                ws.message = f"the plan is over the budget, its encoding violates the model ({why})"
+            elif ws.valid is False:
+                ws.message = f"the plan does not replay, its encoding violates the model ({why})"
+            else:
+                ws.message = f"its encoding violates the model: {why}"
+        return ws
+
+
+def run_named_planner(name: str, graph: Graph, budget: int | None) -> Plan:
+    """Run planner `name` from the registry (`schedlang.planners`); `no_recompute` works
+    even while the registry does not list it (the simulator's reference plan)."""
+    from .planners import planners, run_planner
+    from .simulate import no_recompute_plan
+
+    if name == "no_recompute" and name not in planners():
+        plan = no_recompute_plan(graph)
+        plan.budget_peak = budget
+        return plan
+    return run_planner(name, graph, budget)
+
+
+def check_planner_name(name: str) -> None:
+    """`SchedError` (exit 2) naming the known planners when `name` is not one of them."""
+    from .errors import did_you_mean
+    from .planners import planners
+
+    known = dict.fromkeys(["no_recompute", *planners()])
+    if name not in known:
+        raise SchedError(f"unknown planner '{name}'{did_you_mean(name, known)}; planners: "
+                         f"{', '.join(known)}")
 
 
 def load(*paths, model: str | None = None, budget=None, text: str | None = None) -> Problem:

@@ -61,6 +61,7 @@ layers of 3 options (see the test file for measured cases).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 from schedlang.graph import Graph
@@ -74,12 +75,19 @@ MAX_COMPUTE_NODES = 7  # 3 layers: 3 forwards, the loss, 3 backwards
 _EPS = 1e-9
 
 
+def _below(x: float, best: float) -> bool:
+    """x is better than best by more than rounding (best may be infinite)."""
+    return x < best - _EPS * max(1.0, abs(best)) if math.isfinite(best) else True
+
+
 @dataclass
 class SearchStats:
     space: int = 0  # compute sequences in the space
-    prefixes: int = 0  # prefixes evaluated
-    complete: int = 0  # complete sequences that passed every check
-    verified: int = 0  # plans replayed by `simulate` (each improvement)
+    states: int = 0  # search nodes expanded (states, or prefixes for the replay engine)
+    memo: int = 0  # distinct states remembered (states engine)
+    complete: int = 0  # improving complete plans found
+    verified: int = 0  # plans replayed by `simulate`
+    seconds: float = 0.0
 
 
 @dataclass
@@ -203,13 +211,13 @@ class _Evaluator:
         saved = [-1] * len(self.layers)
         ops: list[Op] = []
         mem = sum(size[d] for d in self.inputs)
+        peak = mem  # the simulator starts the peak at the inputs
         for d in self.inputs:
             if not events[d]:
                 live[d] = 0
                 mem -= size[d]
                 if want_ops:
                     ops.append(Op("delete", data=self.data[d]))
-        peak = mem
         save_peak: int | None = None
         in_window = False
         valid = True
@@ -325,97 +333,313 @@ class _Evaluator:
         return n
 
 
-def best_rockmate_plan(graph: Graph, peak_budget: int, save_budget: int | None = None, *,
-                       prune_with: str = "fast", stats: SearchStats | None = None
-                       ) -> tuple[float | None, Plan | None]:
-    """(least total time, a plan reaching it) over the plans of the H-Rockmate phase space (see
-    the module docstring) whose simulated peak is <= `peak_budget` and, when given, whose loss
-    phase memory is <= `save_budget`; (None, None) when none fits.
 
-    `prune_with`: "fast" (the module's evaluator) or "simulate" (replay every prefix with
-    `schedlang.simulate.simulate`: slow, for checking the evaluator)."""
-    ev = _Evaluator(graph)
-    if ev.T > MAX_COMPUTE_NODES:
-        raise ValueError(f"brute force is for H-graphs of at most {MAX_COMPUTE_NODES} compute "
-                         f"nodes, not {ev.T}")
-    if prune_with not in ("fast", "simulate"):
-        raise ValueError(f"prune_with must be 'fast' or 'simulate', not {prune_with!r}")
-    st = stats if stats is not None else SearchStats()
-    st.space = ev.space_size()
+# ---------------------------------------------------------------------- the search over states
+def _search_states(ev: _Evaluator, peak_budget: int, save_budget: int | None, dominance: bool,
+                   st: SearchStats, bound: float) -> list[tuple[int, int, int]] | None:
+    """Depth-first search over (phase, next node of the phase, memory state), memoized.
+
+    The memory management is not looked up in the future: after each compute, each datum it
+    touched is either kept, and then *owes a read* (a read of it must come before it is
+    re-created, the plan ends, or it is deleted; an ``output`` is read by the end), or deleted.
+    A kept datum that is re-created, deleted or left at the end without its read, and a read of
+    a datum that is absent or incomplete, end the branch; so of all the managements of a compute
+    sequence exactly one survives: the module's (eager) one. Phantoms likewise: kept until the
+    layer's backward consumes it, or (without `dominance`) dropped at the end of the phase; a
+    kept phantom meets a phantom-saving forward of its layer (the one-phantom rule), a backward
+    with another option or the end: the branch ends; a dropped one meets its backward in the
+    same phase: the branch ends (eager keeps it). The state after a prefix is then exact (memory,
+    live data and their contributions, what is owed, saved phantoms), and the cheapest time at
+    which a state was reached prunes later arrivals (what follows depends on the state only:
+    the peak and the save samples are checked at each step)."""
     T, loss = ev.T, ev.loss
-    # the cheapest time of the frontier computations of phases t..T-1
+    nd = len(ev.data)
+    reads, writes, kind, layer, opt_lo = ev.reads, ev.writes, ev.kind, ev.layer, ev.opt_lo
+    size, full, phantom, over = ev.size, ev.full, ev.phantom, ev.opt_over
+    is_output = ev.is_output
+    readers: list[set[int]] = [set() for _ in range(nd)]
+    for i in range(T):
+        for per in reads[i]:
+            for d in per:
+                readers[d].add(i)
+
+    def may_read(d: int, t: int, i: int) -> bool:
+        """Some compute can still read d after node i of phase t."""
+        for u in readers[d]:
+            if u == loss:
+                if t < loss or (t == loss and i < loss):
+                    return True
+            elif t < T - 1 or i < u <= t:
+                return True
+        return False
+
+    rest = [0.0] * (T + 1)  # cheapest frontier computations of phases t..T-1
+    for t in range(T - 1, -1, -1):
+        rest[t] = rest[t + 1] + ev.min_time[t]
+    best = [bound]
+    best_seq: list[list[tuple[int, int, int]] | None] = [None]
+    seq: list[tuple[int, int, int]] = []
+    memo: dict[tuple, float] = {}
+
+
+    def apply(i: int, o: int, t: int, cont: tuple, wait: int, saved: tuple, dropend: int,
+              mem: int):
+        """The states after computing (i, o) in phase t and managing what it touched."""
+        ki, j, lo = kind[i], layer[i], opt_lo[i][o]
+        rd = reads[i][o]
+        for d in rd:
+            if cont[d] != full[d]:
+                return  # absent (-1) or incomplete
+        if ki == "bwd" and (saved[j] != lo or dropend >> j & 1):
+            return
+        c = list(cont)
+        add = 0
+        for d, bit in writes[i]:
+            cur = c[d]
+            if cur >= 0:
+                if cur & bit:
+                    return  # re-created while kept: eager would have deleted it
+                c[d] = cur | bit  # accumulated in place
+            else:
+                add += size[d]
+                c[d] = bit
+        ph = 0
+        if ki == "fwd" and lo >= 0:
+            if saved[j] >= 0:
+                return  # one phantom per layer
+            ph = phantom[j][lo]
+        if mem + add + ph + over[i][o] > peak_budget:
+            return
+        mem2 = mem + add + ph
+        sv = list(saved)
+        if ki == "fwd" and lo >= 0:
+            sv[j] = lo
+        elif ki == "bwd":
+            mem2 -= phantom[j][lo]
+            sv[j] = -1
+        w = wait
+        for d in rd:
+            w &= ~(1 << d)  # the read it owed is done
+        touched = sorted(set(rd) | {d for d, _ in writes[i]})
+        choices = []
+        for d in touched:
+            if w >> d & 1:
+                choices.append((True,))  # accumulated while owing a read: stays
+            elif may_read(d, t, i) or is_output[d]:
+                choices.append((True, False))
+            else:
+                choices.append((False,))
+        ph_choices = (False,)
+        if ki == "fwd" and lo >= 0 and not dominance:
+            ph_choices = (False, True)  # True: dropped at the end of the phase
+        sample = (i == t and t == loss - 1) or t == loss
+        for combo in _product(choices):
+            c2 = list(c)
+            w2 = w
+            m2 = mem2
+            for d, keep in zip(touched, combo):
+                if keep:
+                    w2 |= 1 << d
+                else:
+                    c2[d] = -1
+                    w2 &= ~(1 << d)
+                    m2 -= size[d]
+            for drop in ph_choices:
+                de = dropend | (1 << j) if drop else dropend
+                sv2 = sv
+                m3 = m2
+                if i == t and de:  # the frontier ends the phase: drop what is not kept
+                    sv2 = list(sv)
+                    for jj in range(len(sv2)):
+                        if de >> jj & 1 and sv2[jj] >= 0:
+                            m3 -= phantom[jj][sv2[jj]]
+                            sv2[jj] = -1
+                    de = 0
+                if sample and save_budget is not None and m3 > save_budget:
+                    continue
+                yield tuple(c2), w2, tuple(sv2), de, m3
+
+    def finished(cont: tuple, wait: int, saved: tuple) -> bool:
+        for d in range(nd):
+            if is_output[d]:
+                if cont[d] != full[d]:
+                    return False
+            elif wait >> d & 1:
+                return False  # kept, never read again
+        return all(s < 0 for s in saved)
+
+    def search(t: int, k: int, cont: tuple, wait: int, saved: tuple, dropend: int, mem: int,
+               spent: float) -> None:
+        key = (t, k, cont, wait, saved, dropend)
+        prev = memo.get(key)
+        if prev is not None and not _below(spent, prev):
+            return
+        memo[key] = spent
+        st.states += 1
+        if k == t:
+            for o in ev.by_time[t]:
+                cost = spent + ev.opt_time[t][o]
+                if not _below(cost + rest[t + 1], best[0]):
+                    break
+                seq.append((t, o, t))
+                for c2, w2, s2, d2, m2 in apply(t, o, t, cont, wait, saved, dropend, mem):
+                    if t == T - 1:
+                        if finished(c2, w2, s2) and _below(cost, best[0]):
+                            st.complete += 1
+                            best[0] = cost
+                            best_seq[0] = list(seq)
+                    else:
+                        search(t + 1, 0, c2, w2, s2, d2, m2, cost)
+                seq.pop()
+            return
+        nxt = k + 1 if k + 1 != loss else k + 2
+        nxt = min(nxt, t)
+        search(t, nxt, cont, wait, saved, dropend, mem, spent)  # k is not recomputed
+        for o in ev.by_time[k]:
+            cost = spent + ev.opt_time[k][o]
+            if not _below(cost + rest[t], best[0]):
+                break
+            seq.append((k, o, t))
+            for c2, w2, s2, d2, m2 in apply(k, o, t, cont, wait, saved, dropend, mem):
+                search(t, nxt, c2, w2, s2, d2, m2, cost)
+            seq.pop()
+
+    cont0 = [-1] * nd
+    mem0 = 0
+    wait0 = 0
+    for d in ev.inputs:
+        mem0 += size[d]
+        if readers[d]:
+            cont0[d] = full[d]
+            wait0 |= 1 << d
+    if sum(size[d] for d in ev.inputs) <= peak_budget:
+        search(0, 0, tuple(cont0), wait0, tuple([-1] * len(ev.layers)), 0,
+               sum(size[d] for d in ev.inputs if readers[d]), 0.0)
+    st.memo = len(memo)
+    return best_seq[0]
+
+
+def _product(choices: list[tuple]):
+    if not choices:
+        yield ()
+        return
+    head, tail = choices[0], choices[1:]
+    for x in head:
+        for rest in _product(tail):
+            yield (x,) + rest
+
+
+# ---------------------------------------------------------------------- the search over prefixes
+def _search_replay(ev: _Evaluator, peak_budget: int, save_budget: int | None, dominance: bool,
+                   prune_with: str, st: SearchStats, bound: float
+                   ) -> list[tuple[int, int, int]] | None:
+    """The same space, searched by replaying every prefix from scratch (no memo): with
+    `prune_with="simulate"` each prefix is replayed by `schedlang.simulate.simulate` itself.
+    Slow; it is the cross-check of `_search_states` on small instances."""
+    T, loss = ev.T, ev.loss
     rest = [0.0] * (T + 1)
     for t in range(T - 1, -1, -1):
         rest[t] = rest[t + 1] + ev.min_time[t]
-    best_time = math.inf
-    best_seq: list[tuple[int, int, int]] | None = None
+    best = [bound]
+    best_seq: list[list[tuple[int, int, int]] | None] = [None]
     seq: list[tuple[int, int, int]] = []
-
     # simulate() falls back to the graph's save budget when given None; the save samples never
     # exceed the peak, so the peak budget stands for "no save budget" (as in the model)
     sim_save = save_budget if save_budget is not None else peak_budget
 
+
     def prefix_ok(final: bool) -> bool:
-        st.prefixes += 1
+        st.states += 1
         e = ev.evaluate(seq, final=final, want_ops=prune_with == "simulate")
-        if e.wasted_phantom:
-            return False  # dominated (module docstring)
+        if dominance and e.wasted_phantom:
+            return False
         if prune_with == "fast":
             if not e.valid or e.peak > peak_budget:
                 return False
             return save_budget is None or e.save_peak is None or e.save_peak <= save_budget
-        res = simulate(ev.plan_of(e), graph, budget=peak_budget, save_budget=sim_save)
+        res = simulate(ev.plan_of(e), ev.graph, budget=peak_budget, save_budget=sim_save)
         if final:
             return res.valid and bool(res.fits_budget)
-        # a prefix: op-level errors only (the end checks concern the whole plan), and the
-        # samples so far
+        # a prefix: op-level errors only (the end checks concern whole plans), samples so far
         if any(msg.startswith("op ") for msg in res.errors) or res.peak_bytes > peak_budget:
             return False
         return res.save_peak_bytes is None or res.save_peak_bytes <= sim_save
 
     def search(t: int, k: int, spent: float) -> None:
-        nonlocal best_time, best_seq
         if k == t:
             for o in ev.by_time[t]:
                 cost = spent + ev.opt_time[t][o]
-                if cost + rest[t + 1] >= best_time - _EPS * max(1.0, abs(best_time)):
+                if not _below(cost + rest[t + 1], best[0]):
                     break
                 seq.append((t, o, t))
                 final = t == T - 1
                 if prefix_ok(final):
                     if final:
                         st.complete += 1
-                        best_time, best_seq = cost, list(seq)
+                        best[0] = cost
+                        best_seq[0] = list(seq)
                     else:
                         search(t + 1, 0, cost)
                 seq.pop()
             return
         nxt = k + 1 if k + 1 != loss else k + 2
-        if nxt > t:
-            nxt = t
-        search(t, nxt, spent)  # k not recomputed in phase t
-        if k == loss:
-            return
+        nxt = min(nxt, t)
+        search(t, nxt, spent)
         for o in ev.by_time[k]:
             cost = spent + ev.opt_time[k][o]
-            if cost + rest[t] >= best_time - _EPS * max(1.0, abs(best_time)):
+            if not _below(cost + rest[t], best[0]):
                 break
             seq.append((k, o, t))
             if prefix_ok(False):
                 search(t, nxt, cost)
             seq.pop()
 
-    search(0, 0, 0.0)
+    if sum(ev.size[d] for d in ev.inputs) <= peak_budget:
+        search(0, 0, 0.0)
+    return best_seq[0]
+
+
+# ---------------------------------------------------------------------- entry point
+def best_rockmate_plan(graph: Graph, peak_budget: int, save_budget: int | None = None, *,
+                       engine: str = "states", prune_with: str = "fast", dominance: bool = True,
+                       stats: SearchStats | None = None) -> tuple[float | None, Plan | None]:
+    """(least total time, a plan reaching it) over the plans of the H-Rockmate phase space (see
+    the module docstring) whose simulated peak is <= `peak_budget` and, when given, whose loss
+    phase memory is <= `save_budget`; (None, None) when none fits. The plan has been replayed by
+    `schedlang.simulate.simulate`: valid, within both budgets, of the returned time.
+
+    `engine`: "states" (memoized search, the default) or "replay" (every prefix replayed from
+    scratch; `prune_with` "fast" uses the module's evaluator, "simulate" the simulator).
+    `dominance=False` keeps the plans that drop a phantom unconsumed (see the module docstring).
+    """
+    t0 = time.perf_counter()
+    ev = _Evaluator(graph)
+    if ev.T > MAX_COMPUTE_NODES:
+        raise ValueError(f"brute force is for H-graphs of at most {MAX_COMPUTE_NODES} compute "
+                         f"nodes, not {ev.T}")
+    st = stats if stats is not None else SearchStats()
+    st.space = ev.space_size()
+    if engine == "states":
+        best_seq = _search_states(ev, peak_budget, save_budget, dominance, st, math.inf)
+    elif engine == "replay":
+        if prune_with not in ("fast", "simulate"):
+            raise ValueError(f"prune_with must be 'fast' or 'simulate', not {prune_with!r}")
+        best_seq = _search_replay(ev, peak_budget, save_budget, dominance, prune_with, st, math.inf)
+    else:
+        raise ValueError(f"engine must be 'states' or 'replay', not {engine!r}")
+    st.seconds = time.perf_counter() - t0
     if best_seq is None:
         return None, None
+    best_time = sum(ev.opt_time[i][o] for i, o, _ in best_seq)
     plan = ev.plan(best_seq, peak_budget, save_budget)
+    sim_save = save_budget if save_budget is not None else peak_budget
     res = simulate(plan, graph, budget=peak_budget, save_budget=sim_save)
     st.verified += 1
     if not res.valid or not res.fits_budget or not math.isclose(res.time, best_time, rel_tol=1e-9,
                                                                  abs_tol=1e-12):
-        raise AssertionError(f"bruteforce_rockmate: the evaluator accepted a plan the simulator "
+        raise AssertionError(f"bruteforce_rockmate: the search accepted a plan the simulator "
                              f"rejects (time {best_time} vs {res.time}): {res.errors}\n"
                              + "\n".join(str(op) for op in plan.ops))
     plan.predicted_peak = res.peak_bytes
     plan.predicted_time = res.time
-    return best_time, plan
+    return res.time, plan

