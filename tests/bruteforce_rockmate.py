@@ -1,5 +1,7 @@
 """Exact optimum of the H-Rockmate phase model by enumeration (a test oracle for tiny layered graphs).
 
+`best_rockmate_plan(graph, peak_budget, save_budget=None) -> (time | None, Plan | None)`.
+
 The space is the one `models/rockmate.sched` expresses (its header comments state where it
 departs from the seed):
 
@@ -9,54 +11,59 @@ departs from the seed):
   options or ``fast_forward``, a backward with one of its layer's options. The loss runs exactly
   once, in its own phase.
 * memory management is a function of the compute sequence, chosen so that no management the
-  ILP can express does better:
+  model can express does better (so the optimum over this space is the model's):
 
   - data: after each compute, every datum it read or wrote is deleted unless its content is
-    read again. Looking forward from there through the datum's events: a read of it keeps it;
-    a creator whose contribution is already in it (a recomputation of a single creator, or a
-    second contribution of the same creator to an accumulated gradient) means this content is
-    never read, so it goes now; a creator that has not contributed yet accumulates into it and
-    the look goes on. At the end of the plan, ``output`` data are kept. An input never read is
-    deleted before the first op. This deletes each datum at the earliest point the model can
-    delete it (`D[t, k, d]` after a creator or a user of d), so memory is pointwise minimal;
+    read again. Looking forward through the datum's events: a read keeps it; a creator whose
+    contribution is already in it (a recomputation of its single creator, or a second
+    contribution of the same creator to an accumulated gradient) means this content is never
+    read, so it goes now; a creator that has not contributed yet accumulates into it and the
+    look goes on. At the end, ``output`` data are kept. An input nobody reads is deleted before
+    the first op. Each datum goes at the earliest point the model can delete it (`D[t, k, d]`
+    right after a creator or a user of d), so memory is pointwise minimal; in particular a datum
+    is never alive when its only creator runs again;
   - phantoms: the phantom saved by a forward with option o is kept until the backward of its
     layer when the next event of the layer among {its backward, a forward with an option other
-    than fast_forward} is a backward run with option o (it consumes it). Otherwise it is dropped
-    at the end of the phase in which it was made: the model cannot drop a phantom in the middle
-    of a phase (`Sp` is per phase, the phantom is counted until the phase ends). The model's
-    one-phantom rule (a forward saving a phantom never runs while one of its layer is saved from
-    an earlier phase, nor twice in a phase) holds by construction: a kept phantom is never
-    followed by a phantom-saving forward of its layer before its backward consumes it, and a
-    node runs at most once per phase.
+    than fast_forward} is the backward run with option o (it consumes it); otherwise it is
+    dropped at the end of the phase in which it was made: the model cannot drop a phantom in the
+    middle of a phase (`Sp` is per phase: it is counted until the phase ends). The model's
+    one-phantom rule (no phantom-saving forward of a layer while a phantom of the layer is saved
+    from an earlier phase) holds by construction.
 
-* validity, peak, save peak and time are those of `schedlang.simulate.simulate`, the referee.
-  Every plan this module returns has been replayed by it (valid, within both budgets, its time
-  the returned time). For speed, the search itself prunes prefixes with `_Evaluator`, which
-  follows the simulator's rules (module docstring of `schedlang.simulate`) on the compute
-  sequence with the management above; `tests/test_rockmate_bruteforce.py` checks that it agrees
-  with `simulate` on complete plans, and, on small instances, that pruning with `simulate`
-  itself (``prune_with="simulate"``) gives the same optimum.
+* validity, peak, loss-phase memory and time are those of `schedlang.simulate.simulate`, the
+  referee: every plan returned has been replayed by it (valid, within both budgets, its time the
+  returned time; an `AssertionError` otherwise). The search itself steps the simulator's rules
+  (`schedlang.simulate`'s module docstring) op by op; `tests/test_rockmate_bruteforce.py` checks
+  this stepping against `simulate` (`_Evaluator.evaluate` on random sequences) and the search
+  against one that replays every prefix with `simulate` itself (``engine="replay",
+  prune_with="simulate"``).
 
-Pruning (each keeps at least one optimal plan of the space):
+The search (`_search_states`): depth first over phases, in each phase over the nodes k < t
+(first "not recomputed", then the options cheapest first), then node t. The management is not
+looked up in the future: after each compute each datum it touched is either kept, and then owes
+a read (being re-created, deleted, or left at the end before that read kills the branch), or
+deleted (a later read of it kills the branch); phantoms likewise. So each compute sequence
+keeps exactly one management, the one above, and the state after a prefix is exact: live data
+with their contributions, what is owed, saved phantoms, memory. Cuts, each keeping an optimal
+plan of the space:
 
-* validity and memory of a prefix: a prefix's verdict on validity does not depend on what
-  follows (every deletion or drop decision looks ahead only to the datum's or layer's next
-  event), and the prefix managed as if the plan ended there holds a subset of what the full
-  plan holds at every point, so its peak and save samples are lower bounds;
-* time: times are non-negative; a branch whose spent time plus the cheapest remaining frontier
-  computations reaches the best time found is cut; options are tried cheapest first, "no
-  recomputation" before any recomputation;
-* dominance: a forward run with an option other than fast_forward whose phantom is not
-  consumed (the next phantom event of its layer is not a backward with the same option) is
-  cut: the same plan with fast_forward at that op (time and overhead are the minima of the
-  layer's forward options, no phantom, the same data) is valid, no slower and never uses more
-  memory.
+* a step over the peak budget, or (in the loss phase, and right after the first computation of
+  the last forward) over the save budget, or invalid;
+* time: spent time plus the cheapest remaining frontier computations reaching the best time
+  found (times are non-negative);
+* memo: a state (phase, next node, memory state) reached before at no greater time (what follows
+  depends only on the state);
+* dominance (``dominance=True``, the default): a forward run with an option other than
+  fast_forward whose phantom is dropped unconsumed. The same plan with fast_forward there (time
+  and overhead are the minima of the layer's forward options, no phantom, the same data) is
+  valid, no slower and never holds more memory; the tests check on small instances that
+  ``dominance=False`` finds the same optima.
 
-Search size: the space holds prod_t (options of node t) * prod_{k < t, k != loss} (1 + options
-of k) compute sequences: 3 * 12 * 16 * 32 * 96 ~ 1.8e6 for 2 layers of 2 options, 4 * 20 * 25
-* 75 * 300 ~ 4.5e7 for 2 layers of 3 options, and ~ 3.4e15 for 3 layers of 3 options.
-`SearchStats` counts what is visited: typically 1e2-1e5 prefixes, under a few seconds for 3
-layers of 3 options (see the test file for measured cases).
+Search size: the space holds prod_t (options of t) * prod_{k < t, k != loss} (1 + options of k)
+compute sequences (`SearchStats.space`): 3*12*16*32*96 ~ 1.8e6 for 2 layers of 2 options,
+4*20*25*75*300 ~ 4.5e7 for 2 layers of 3 options, 3.4e15 for 3 layers of 3 options. The search
+expands 1e3-1e4 states for 2 layers and 1e4-5e4 for 3 layers of 3 options (0.05-0.3 s; see
+`SearchStats`).
 """
 from __future__ import annotations
 

@@ -149,47 +149,64 @@ def save_budget_for(name: str, peak: int) -> int | None:
 
 # ---------------------------------------------------------------------- the ILP
 def solve(graph: Graph, peak: int, save: int | None, backend: str):
+    """(problem, result) of models/rockmate.sched on `graph` at these budgets."""
     graph.budgets = {"peak": peak} if save is None else {"peak": peak, "save": save}
     try:
-        return schedlang.load(text="use rockmate\n" + write_graph(graph)).solve(backend=backend)
+        prob = schedlang.load(text="use rockmate\n" + write_graph(graph))
     finally:
         graph.budgets = {}
+    return prob, prob.solve(backend=backend)
 
 
-def recomputed_while_live(plan, graph: Graph) -> list[str]:
-    """Computes, in `plan`, of the only creator of a datum that is in memory at that moment (the
-    simulator counts the new copy next to the old one; see KNOWN_ISSUE)."""
-    h = build_hgraph(graph)
+def creators_run_on_live_data(prob, res) -> list[str]:
+    """Where the solution runs a creator k of a datum d that is alive just before k (P, and the
+    C and D of the events before k in the phase) and either allocates a second version
+    (C[t, k, d] = 1) or, d having no other creator, counts no new copy (C[t, k, d] = 0)."""
+    h = build_hgraph(prob.graph)
+    order = {k.name: n for n, k in enumerate(h.compute)}
     creators = h.creators()
-    live = set(h.inputs)
+    touch: dict[str, set[str]] = {d: set(creators[d]) for d in h.data}
+    for k, d in h.uses:
+        touch[d].add(k)
+    for k, _o, d in h.option_uses:
+        touch[d].add(k)
+    x = res.solution.x
+
+    def values(name: str) -> dict:
+        fam = prob.ir.family(name)
+        return dict(zip(fam.keys, x[fam.offset: fam.offset + fam.size].tolist()))
+
+    R, P, C, D = values("R"), values("P"), values("C"), values("D")
+    ran = {(t, k) for (t, k, _o), v in R.items() if v > 0.5}
     out = []
-    for n, op in enumerate(plan.ops):
-        if op.op == "compute":
-            for k, d in h.creates:
-                if k == op.node:
-                    if d in live and len(creators[d]) == 1:
-                        out.append(f"op {n}: {k} recomputes {d!r} while it is in memory")
-                    live.add(d)
-        elif op.op == "delete":
-            live.discard(op.data)
+    for t, k in sorted(ran, key=lambda tk: (order[tk[0]], order[tk[1]])):
+        for c, d in h.creates:
+            if c != k:
+                continue
+            before = P.get((t, d), 0.0)
+            before += sum(C.get((t, e, d), 0.0) for e in creators[d] if order[e] < order[k])
+            before -= sum(D.get((t, e, d), 0.0) for e in touch[d] if order[e] < order[k])
+            alloc = C.get((t, k, d), 0.0) > 0.5
+            if before > 0.5 and (alloc or len(creators[d]) == 1):
+                out.append(f"phase {t}: {k} runs while {d} is alive, C = {int(alloc)}, "
+                           f"D = {int(D.get((t, k, d), 0.0) > 0.5)}")
     return out
 
 
-#: the decoded plan of an optimal solution may not replay when the solver picks, among equally
-#: good solutions, one that recomputes the only creator of a datum still in memory (P = 1):
-#: with C = 0 the model counts no new copy (the simulator does: peak over budget); with C = 1
-#: and D = 1 at that compute the model releases the old copy, but the phases decoder emits
-#: `delete` after the compute, which deletes the new one (a later reader fails). The objective
-#: is right either way (an equally good solution deletes the old copy first).
-KNOWN_ISSUE = ("models/rockmate.sched + phases decoder: a single-creator datum recomputed while "
-               "still in memory (C = 0: new copy not counted; C = D = 1: decoder deletes the new "
-               "copy)")
+#: The decoded plan of an optimal solution may not replay when the solver picks, among equally
+#: good solutions, one that runs a creator of a datum still alive (see the report of
+#: tests/bruteforce_rockmate.py): with C = 0 on a datum with a single creator, the model counts
+#: no new copy (the simulator does: the peak goes over budget); with C = 1 and D = 1 at that
+#: compute, the model allocates a second version and releases the old one, but the phases
+#: decoder emits `delete` after the compute, which deletes the datum (a later reader fails).
+#: The objective is right either way (an equally good solution deletes the old copy first).
+KNOWN_ISSUE = "models/rockmate.sched allows a creator to run on its live datum"
 
 
 def check_against_bruteforce(name: str, peak: int, save: int | None, backend: str) -> None:
     graph = INSTANCES[name]
     best, _plan = brute(name, peak, save)
-    res = solve(graph, peak, save, backend)
+    prob, res = solve(graph, peak, save, backend)
     where = f"{name} peak={peak / MiB} MiB save={None if save is None else save / MiB} MiB {backend}"
     if best is None:
         assert res.status == Status.INFEASIBLE, f"{where}: brute force infeasible, ILP {res.status}"
@@ -199,7 +216,7 @@ def check_against_bruteforce(name: str, peak: int, save: int | None, backend: st
         f"{where}: ILP {res.objective} != brute force {best}"
     sim = simulate(res.plan, graph, budget=peak, save_budget=save if save is not None else peak)
     if not (sim.valid and sim.fits_budget):
-        culprits = recomputed_while_live(res.plan, graph)
+        culprits = creators_run_on_live_data(prob, res)
         if culprits:
             pytest.xfail(f"{KNOWN_ISSUE}: {where}: {culprits[0]}; {sim.errors[0]}")
     assert sim.valid and sim.fits_budget, (where, sim.errors, [str(op) for op in res.plan.ops])
