@@ -569,10 +569,12 @@ def allocate_values(lv: Liveness, method: str = "greedy_by_size", *,
 
 
 def allocate_all(plan: Plan, graph: Graph, *, free_at: str = "delete",
-                 inplace: InplaceRule = True) -> tuple[Liveness, list[AllocationReport]]:
-    """The liveness and one report per method in `METHODS` (``inplace`` uses `inplace`)."""
+                 inplace: InplaceRule = True, restarts: int = 0) -> tuple[Liveness, list[AllocationReport]]:
+    """The liveness and one report per method in `METHODS` (``inplace`` uses `inplace`;
+    ``greedy_by_size`` tries `restarts` perturbed orders after the plain one)."""
     lv = liveness(plan, graph, free_at=free_at)
-    reports = [allocate_values(lv, m, inplace=inplace if m == "inplace" else False)
+    reports = [allocate_values(lv, m, inplace=inplace if m == "inplace" else False,
+                               restarts=restarts if m == "greedy_by_size" else 0)
                for m in METHODS]
     return lv, reports
 
@@ -600,14 +602,14 @@ def conflicts(assignments: list[Assignment]) -> list[str]:
 
 
 # --- the CLI's view ------------------------------------------------------------------------
-def summary(plan: Plan, graph: Graph, *, free_at: str = "delete") -> dict:
+def summary(plan: Plan, graph: Graph, *, free_at: str = "delete", restarts: int = 0) -> dict:
     """What ``schedlang simulate --allocator`` reports, as JSON-ready data.
 
     ``{"free_at", "max_live_bytes", "max_live_at", "values", "methods": [report.to_json()]}``,
     or ``{"error": message}`` when the plan does not replay (budgets aside).
     """
     try:
-        lv, reports = allocate_all(plan, graph, free_at=free_at)
+        lv, reports = allocate_all(plan, graph, free_at=free_at, restarts=restarts)
     except DataError as exc:
         return {"error": exc.message}
     return {"free_at": free_at, "max_live_bytes": lv.max_live_bytes,

@@ -373,3 +373,19 @@ def test_cli_allocator_on_an_invalid_plan(tmp_path, capsys):
     assert code == 3
     res = json.loads(capsys.readouterr().out)
     assert "does not replay" in res["allocator"]["error"]
+
+
+def test_cli_greedy_by_size_reaches_max_live_on_the_chain_example(tmp_path, capsys):
+    import json as _json
+
+    from schedlang.cli import main as cli_main
+
+    root = Path(__file__).resolve().parent.parent
+    plan_path = tmp_path / "p.json"
+    assert cli_main(["solve", str(root / "examples" / "chain.sched"), "--plan-out", str(plan_path)]) == 0
+    capsys.readouterr()
+    assert cli_main(["simulate", str(plan_path), "--graph", str(root / "examples" / "chain.sched"),
+                     "--allocator", "--json"]) == 0
+    report = _json.loads(capsys.readouterr().out)["allocator"]
+    greedy = next(m for m in report["methods"] if m["method"] == "greedy_by_size")
+    assert greedy["arena_bytes"] <= 1.05 * report["max_live_bytes"]

@@ -317,3 +317,34 @@ def test_three_layers_of_three_options_search_quickly():
     t, plan = best_rockmate_plan(INSTANCES["chain3x3"], tightest_peak("chain3x3"), stats=stats)
     assert t is not None and stats.space > 10**15
     assert stats.seconds < 10, stats
+
+
+# ---------------------------------------------------------------------- minimal reproducers
+def one_layer_copy() -> Graph:
+    """1 layer, 1 option (phantom 3 MiB, backward needs h1), every datum 1 MiB. At peak 6 MiB
+    and save 4 MiB the optimum (time 4) drops the phantom during the loss phase and recomputes
+    L1.fwd in the phase of L1.bwd; h1 must be gone by then (6 MiB = x + h1.grad + h1 + phantom).
+    The model may keep h1 (P = 1) and recompute L1.fwd with C = 0: no new copy counted, but the
+    simulator counts it (7 MiB)."""
+    return chain("one_layer_copy", [1, 1], [[opt("p", 1, 1, 3, ["out"])]])
+
+
+def one_layer_two_options() -> Graph:
+    """1 layer, 2 options; at peak 10 MiB the optimum (time 9) recomputes L1.fwd with option q
+    in the phase of L1.bwd. The model may keep h1 alive through it and delete it right after
+    (C = 0, D = 1): the simulator counts the new copy of h1 (14 MiB)."""
+    return chain("one_layer_two_options", [1, 4], [[opt("p", 3, 1, 3, ["out"]),
+                                                     opt("q", 3, 2, 1, ["in"])]])
+
+
+REPRODUCERS = {"one_layer_copy": (one_layer_copy, 6 * MiB, 4 * MiB),
+               "one_layer_two_options": (one_layer_two_options, 10 * MiB, None)}
+for _name, (_make, _peak, _save) in REPRODUCERS.items():
+    INSTANCES[_name] = _make()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(REPRODUCERS))
+def test_minimal_reproducers(name, backend):
+    _make, peak, save = REPRODUCERS[name]
+    check_against_bruteforce(name, peak, save, backend)
