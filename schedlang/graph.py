@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .errors import Loc
+from .errors import DataError, Loc
 
 NODE_KINDS = ("forward", "backward", "loss")
 
@@ -99,3 +99,12 @@ class Graph:
 
     def _node_index(self) -> dict[str, Node]:
         return {n.name: n for n in self.nodes}
+
+    def node_positions(self) -> dict[str, int]:
+        """name -> position in `nodes` (the Checkmate view); DataError on a repeated name."""
+        index: dict[str, int] = {}
+        for i, n in enumerate(self.nodes):
+            if n.name in index:
+                raise DataError(f"graph '{self.name}' has two nodes named '{n.name}'", self.loc)
+            index[n.name] = i
+        return index

@@ -147,11 +147,7 @@ class _Arrays:
 def _arrays(graph: Graph) -> _Arrays:
     """Index the Checkmate view; raise `DataError` when it is inconsistent."""
     names = [n.name for n in graph.nodes]
-    index: dict[str, int] = {}
-    for i, name in enumerate(names):
-        if name in index:
-            raise DataError(f"graph '{graph.name}' has two nodes named '{name}'", graph.loc)
-        index[name] = i
+    index = graph.node_positions()
     preds: list[set[int]] = [set() for _ in names]
     succs: list[set[int]] = [set() for _ in names]
     for u, v in graph.edges:

@@ -110,11 +110,7 @@ def write_graph(graph: Graph) -> str:
     if graph.layers or graph.data or graph.loss is not None:
         return _write_layered(graph)
     names = [n.name for n in graph.nodes]
-    position: dict[str, int] = {}
-    for i, name in enumerate(names):
-        if name in position:
-            raise DataError(f"graph '{graph.name}' has two nodes named '{name}'", graph.loc)
-        position[name] = i
+    position = graph.node_positions()
     quoted = [quote_name(name) for name in names]
 
     consumers: list[set[int]] = [set() for _ in names]

@@ -82,11 +82,7 @@ class CheckmateView:
 
 def checkmate_view(graph: Graph) -> CheckmateView:
     names = [node.name for node in graph.nodes]
-    index: dict[str, int] = {}
-    for i, name in enumerate(names):
-        if name in index:
-            raise DataError(f"graph '{graph.name}' has two nodes named '{name}'", graph.loc)
-        index[name] = i
+    index = graph.node_positions()
     preds: list[set[int]] = [set() for _ in names]
     succs: list[set[int]] = [set() for _ in names]
     for u, v in graph.edges:

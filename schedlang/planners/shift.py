@@ -113,11 +113,7 @@ def dag_from_graph(graph: Graph) -> Dag:
         raise DataError(f"shift: graph '{graph.name}' is layered data; the shift scheduler "
                         "works on the Checkmate view (nodes and edges)", graph.loc)
     names = [n.name for n in graph.nodes]
-    index: dict[str, int] = {}
-    for i, name in enumerate(names):
-        if name in index:
-            raise DataError(f"graph '{graph.name}' has two nodes named '{name}'", graph.loc)
-        index[name] = i
+    index = graph.node_positions()
     succs: list[set[int]] = [set() for _ in names]
     edges: list[tuple[int, int]] = []
     for u, v in graph.edges:
