@@ -30,6 +30,9 @@ departs from the seed):
     one-phantom rule (no phantom-saving forward of a layer while a phantom of the layer is saved
     from an earlier phase) holds by construction.
 
+* sub-step profiles (the correction terms) count as in the simulator: the peak of an op with a
+  profile is the largest of its end state and its steps, a step not counting the inputs it
+  frees that are deleted right after the op; deleting as early as possible is still best.
 * validity, peak, loss-phase memory and time are those of `schedlang.simulate.simulate`, the
   referee: every plan returned has been replayed by it (valid, within both budgets, its time the
   returned time; an `AssertionError` otherwise). The search itself steps the simulator's rules
@@ -56,8 +59,9 @@ plan of the space:
 * dominance (``dominance=True``, the default): a forward run with an option other than
   fast_forward whose phantom is dropped unconsumed. The same plan with fast_forward there (time
   and overhead are the minima of the layer's forward options, no phantom, the same data) is
-  valid, no slower and never holds more memory; the tests check on small instances that
-  ``dominance=False`` finds the same optima.
+  valid, no slower and never holds more memory (for an option with a sub-step profile, only
+  when fast_forward's overhead is at most the phantom: the cut is not made otherwise); the
+  tests check on small instances that ``dominance=False`` finds the same optima.
 
 Search size: the space holds prod_t (options of t) * prod_{k < t, k != loss} (1 + options of k)
 compute sequences (`SearchStats.space`): 3*12*16*32*96 ~ 1.8e6 for 2 layers of 2 options,
@@ -166,6 +170,42 @@ class _Evaluator:
         # options of each node, cheapest first (ties: declaration order)
         self.by_time = [sorted(range(len(t)), key=lambda o, t=t: (t[o], o)) for t in self.opt_time]
         self.min_time = [min(t) for t in self.opt_time]
+        # sub-step profiles (correction terms): per node and option, [(overhead, freed inputs,
+        # created outputs)]; empty: the flat overhead
+        self.steps = [[[(int(st.overhead), frozenset(dindex[d] for d in st.frees),
+                         frozenset(dindex[d] for d in st.creates)) for st in o.steps]
+                       for o in k.options] for k in h.compute]
+        # a phantom-saving forward option whose phantom is dropped unconsumed is dominated by
+        # fast_forward (no slower, same data, no phantom) when fast_forward's transient memory
+        # is no more than the option's: always with a flat overhead (fast_forward's is the
+        # least), with a profile when it is at most the phantom (the profile's end state)
+        self.ff_dominates = []
+        for i, k in enumerate(h.compute):
+            row = []
+            for o, opt in enumerate(k.options):
+                if self.kind[i] != "fwd" or self.opt_lo[i][o] < 0:
+                    row.append(False)
+                    continue
+                ff = self.opt_names[i].index(FAST_FORWARD)
+                ph = self.phantom[self.layer[i]][self.opt_lo[i][o]]
+                row.append(not self.steps[i][o] or self.opt_over[i][ff] <= ph)
+            self.ff_dominates.append(row)
+
+    def op_peak(self, i: int, o: int, mem: int, add: int, new, ph: int, freed) -> int:
+        """Memory while (i, o) runs (the simulator's rule): `mem` before it, `add` bytes of the
+        data copies `new` it allocates, the phantom `ph` it saves; with a sub-step profile, each
+        step counts the outputs created by then and not the freed inputs in `freed` (the data
+        deleted right after the op)."""
+        prof = self.steps[i][o]
+        if not prof:
+            return mem + add + ph + self.opt_over[i][o]
+        size = self.size
+        here = mem + add + ph
+        for overhead, frees, creates in prof:
+            step = (mem + ph + overhead + sum(size[d] for d in new if d in creates)
+                    - sum(size[d] for d in frees if d in freed))
+            here = max(here, step)
+        return here
 
     # ------------------------------------------------------------------ replay
     def evaluate(self, seq: list[tuple[int, int, int]], final: bool, want_ops: bool = False) -> _Eval:
@@ -201,11 +241,11 @@ class _Evaluator:
                 if n + 1 < len(evs):
                     _q, lo2, bwd2 = evs[n + 1]
                     keep = bwd2 and lo2 == lo
-                    if not keep:
+                    if not keep and self.ff_dominates[seq[p][0]][seq[p][1]]:
                         wasted = True
                 else:
                     keep = False  # nothing consumes it (yet)
-                    if final:
+                    if final and self.ff_dominates[seq[p][0]][seq[p][1]]:
                         wasted = True
                 if not keep:
                     drop_at_phase_end.setdefault(seq[p][2], []).append(j)
@@ -238,14 +278,14 @@ class _Evaluator:
             if ki == "bwd" and saved[j] != lo:
                 valid = False
             add = 0
+            new = []
             for d, bit in writes[i]:
                 if live[d] and self.ncre[d] > 1 and not (mask[d] & bit):
                     continue  # accumulated in place
                 add += size[d]
+                new.append(d)
             ph = phantom[j][lo] if ki == "fwd" and lo >= 0 else 0
-            here = mem + add + ph + self.opt_over[i][o]
-            if here > peak:
-                peak = here
+            mem_before = mem
             for d, bit in writes[i]:
                 if not live[d]:
                     live[d] = 1
@@ -271,6 +311,7 @@ class _Evaluator:
                               option=None if ki == "loss" else self.opt_names[i][o]))
             # deletions after this compute, in data order
             touched = sorted({d for d in reads[i][o]} | {d for d, _ in writes[i]})
+            gone = []
             for d in touched:
                 evs = events[d]
                 e = ev_next[d]
@@ -292,11 +333,16 @@ class _Evaluator:
                 if needed is None:
                     needed = final and self.is_output[d]
                 if not needed:
-                    live[d] = 0
-                    mask[d] = 0
-                    mem -= size[d]
-                    if want_ops:
-                        ops.append(Op("delete", data=self.data[d]))
+                    gone.append(d)
+            here = self.op_peak(i, o, mem_before, add, new, ph, gone)
+            if here > peak:
+                peak = here
+            for d in gone:
+                live[d] = 0
+                mask[d] = 0
+                mem -= size[d]
+                if want_ops:
+                    ops.append(Op("delete", data=self.data[d]))
             if i == t:  # the phase's frontier: its last compute; drop what it does not keep
                 for jj in drop_at_phase_end.get(t, ()):
                     if saved[jj] >= 0:
@@ -352,17 +398,17 @@ def _search_states(ev: _Evaluator, peak_budget: int, save_budget: int | None, do
     A kept datum that is re-created, deleted or left at the end without its read, and a read of
     a datum that is absent or incomplete, end the branch; so of all the managements of a compute
     sequence exactly one survives: the module's (eager) one. Phantoms likewise: kept until the
-    layer's backward consumes it, or (without `dominance`) dropped at the end of the phase; a
-    kept phantom meets a phantom-saving forward of its layer (the one-phantom rule), a backward
-    with another option or the end: the branch ends; a dropped one meets its backward in the
-    same phase: the branch ends (eager keeps it). The state after a prefix is then exact (memory,
+    layer's backward consumes it, or (where the dominance cut is off) dropped at the end of the
+    phase; a kept phantom meets a phantom-saving forward of its layer (the one-phantom rule), a
+    backward with another option or the end: the branch ends; a dropped one meets its backward
+    in the same phase: the branch ends (eager keeps it). The state after a prefix is then exact (memory,
     live data and their contributions, what is owed, saved phantoms), and the cheapest time at
     which a state was reached prunes later arrivals (what follows depends on the state only:
     the peak and the save samples are checked at each step)."""
     T, loss = ev.T, ev.loss
     nd = len(ev.data)
     reads, writes, kind, layer, opt_lo = ev.reads, ev.writes, ev.kind, ev.layer, ev.opt_lo
-    size, full, phantom, over = ev.size, ev.full, ev.phantom, ev.opt_over
+    size, full, phantom, over, steps = ev.size, ev.full, ev.phantom, ev.opt_over, ev.steps
     is_output = ev.is_output
     readers: list[set[int]] = [set() for _ in range(nd)]
     for i in range(T):
@@ -401,6 +447,7 @@ def _search_states(ev: _Evaluator, peak_budget: int, save_budget: int | None, do
             return
         c = list(cont)
         add = 0
+        new = []
         for d, bit in writes[i]:
             cur = c[d]
             if cur >= 0:
@@ -409,14 +456,16 @@ def _search_states(ev: _Evaluator, peak_budget: int, save_budget: int | None, do
                 c[d] = cur | bit  # accumulated in place
             else:
                 add += size[d]
+                new.append(d)
                 c[d] = bit
         ph = 0
         if ki == "fwd" and lo >= 0:
             if saved[j] >= 0:
                 return  # one phantom per layer
             ph = phantom[j][lo]
-        if mem + add + ph + over[i][o] > peak_budget:
-            return
+        profiled = bool(steps[i][o])
+        if mem + add + ph + (0 if profiled else over[i][o]) > peak_budget:
+            return  # with a profile: its end state
         mem2 = mem + add + ph
         sv = list(saved)
         if ki == "fwd" and lo >= 0:
@@ -437,10 +486,14 @@ def _search_states(ev: _Evaluator, peak_budget: int, save_budget: int | None, do
             else:
                 choices.append((False,))
         ph_choices = (False,)
-        if ki == "fwd" and lo >= 0 and not dominance:
+        if ki == "fwd" and lo >= 0 and not (dominance and ev.ff_dominates[i][o]):
             ph_choices = (False, True)  # True: dropped at the end of the phase
         sample = (i == t and t == loss - 1) or t == loss
         for combo in _product(choices):
+            if profiled:
+                freed = [d for d, keep in zip(touched, combo) if not keep]
+                if ev.op_peak(i, o, mem, add, new, ph, freed) > peak_budget:
+                    continue
             c2 = list(c)
             w2 = w
             m2 = mem2
