@@ -173,6 +173,17 @@ def _write_layered(graph: Graph) -> str:
                     f"{format_size(o.bwd_overhead)} phantom {format_size(o.phantom)}")
             if o.needs:
                 text += f" needs {names(o.needs)}"
+            for side, steps in (("fwd_steps", o.fwd_steps), ("bwd_steps", o.bwd_steps)):
+                if steps:
+                    parts = []
+                    for st in steps:
+                        part = format_size(st.overhead)
+                        if st.frees:
+                            part += f" frees {names(st.frees)}"
+                        if st.creates:
+                            part += f" creates {names(st.creates)}"
+                        parts.append(part)
+                    text += f"\n        {side} (" + ", ".join(parts) + ")"
             lines.append(text)
         lines.append("  }")
     if graph.loss is not None:

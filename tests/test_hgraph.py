@@ -81,3 +81,16 @@ def test_layers_out_of_topological_order_are_rejected(tmp_path):
     with pytest.raises(DataError) as err:
         hgraph_of(text, tmp_path)
     assert "topological order" in str(err.value)
+
+
+def test_layered_data_round_trips_through_the_writer_with_profiles(tmp_path):
+    from schedlang.writer import write_graph
+
+    g = load_program([ROOT / "examples" / "profiled.sched"]).graph
+    out = tmp_path / "again.sched"
+    out.write_text(write_graph(g))
+    again = load_program([out]).graph
+    strip = lambda layers: [(l.name, l.inputs, l.outputs, [(o.name, o.phantom, o.needs, o.fwd_steps, o.bwd_steps)
+                                                         for o in l.options]) for l in layers]  # noqa: E731
+    assert strip(again.layers) == strip(g.layers)
+    assert any(o.fwd_steps for l in again.layers for o in l.options)
