@@ -119,7 +119,11 @@ def test_wheel_ships_grammar_and_models(tmp_path):
     wheel = next(tmp_path.glob("schedlang-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "schedlang/grammar/schedlang.lark" in names
-    assert "schedlang/models/checkmate.sched" in names
+    for model in (ROOT / "models").glob("*.sched"):
+        assert f"schedlang/models/{model.name}" in names
+    # every subpackage of the source tree is in the wheel (the list in pyproject is explicit)
+    for init in (ROOT / "schedlang").rglob("__init__.py"):
+        assert init.relative_to(ROOT).as_posix() in names
 
 
 @pytest.mark.parametrize("argv,needle", [
