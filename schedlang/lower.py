@@ -76,7 +76,7 @@ class Lowering:
         if g is None:
             return
         self.graph_tables: dict[str, tuple[KeyIndex, np.ndarray]] = {}
-        self.graph_elems: dict[str, dict[int, int]] = {}
+        self.graph_elems: dict[str, np.ndarray] = {}
         if g.layers:
             from .hgraph import build_hgraph
 
@@ -144,9 +144,15 @@ class Lowering:
         self.sets["step_pending"] = rows(pending, 4)
         self.graph_tables["step_overhead"] = (KeyIndex(self.sets["steps"].cols, len(self.u) + 1),
                                               np.array(step_mem, dtype=float))
-        self.graph_elems["fwd"] = {code(k.layer): code(k.name) for k in h.compute if k.kind == "fwd"}
-        self.graph_elems["bwd"] = {code(k.layer): code(k.name) for k in h.compute if k.kind == "bwd"}
-        self.graph_elems["layer"] = {code(k.name): code(k.layer) for k in h.compute if k.layer}
+        # fwd(j), bwd(j), layer(k): code -> code lookup arrays (INVALID where undefined)
+        pairs = {"fwd": [(code(k.layer), code(k.name)) for k in h.compute if k.kind == "fwd"],
+                 "bwd": [(code(k.layer), code(k.name)) for k in h.compute if k.kind == "bwd"],
+                 "layer": [(code(k.name), code(k.layer)) for k in h.compute if k.layer]}
+        for f, items in pairs.items():
+            lookup = np.full(len(self.u), INVALID, dtype=np.int64)
+            src, dst = np.array(items, dtype=np.int64).reshape(-1, 2).T
+            lookup[src] = dst
+            self.graph_elems[f] = lookup
 
     def _graph_table(self, f: str, e, t: Table) -> Const:
         if f not in self.graph_tables:
@@ -166,11 +172,13 @@ class Lowering:
         if table is None:
             raise DataError(f"{f}() needs layered graph data", e.loc)
         codes = self._elem_codes(e.args[0], t)
-        out = np.array([table.get(int(c), INVALID) for c in codes], dtype=np.int64)
+        known = (codes >= 0) & (codes < len(table))
+        out = np.full(len(codes), INVALID, dtype=np.int64)
+        out[known] = table[codes[known]]
         if (out < 0).any():
             bad = self.u.value(int(codes[out < 0][0]))
             raise DataError(f"{f}({bad!r}): not a {'layer' if f != 'layer' else 'layer node'}", e.loc)
-        return Elem(out, self.sets["compute_nodes"])
+        return Elem(out, self.sets["layers" if f == "layer" else "compute_nodes"])
 
     def _graph_attr(self, arr_name: str, codes: np.ndarray, loc: Loc, what: str) -> np.ndarray:
         if self.g is None:

@@ -27,6 +27,9 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
     h = build_hgraph(graph)
     order = [k.name for k in h.compute]
     layer_of = {k.name: (k.kind, k.layer) for k in h.compute}
+    outputs_of: dict[str, list[str]] = {}
+    for c, d in h.creates:
+        outputs_of.setdefault(c, []).append(d)
     runs: dict[tuple, str] = {(t, k): o for (t, k, o), v in R.items() if v > 0.5}
     deletes: dict[tuple, list] = {}
     for (t, k, d), v in D.items():
@@ -43,8 +46,7 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
                 continue
             kind, layer = layer_of[k]
             ops.append(Op("compute", node=k, option=None if kind == "loss" else o))
-            for d, _ in ((d, c) for (c, d) in h.creates if c == k):
-                live.add(d)
+            live.update(outputs_of.get(k, ()))
             if kind == "fwd" and o != FAST_FORWARD:
                 phantoms[layer] = o
             elif kind == "bwd":
