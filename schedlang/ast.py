@@ -233,6 +233,7 @@ class DataStmt(Node):
     name: str
     size: Value
     role: str = ""
+    pinned: bool = False
 
 
 @dataclass
@@ -244,6 +245,7 @@ class OptionStmt(Node):
     bwd_overhead: Value | None = None
     phantom: Value | None = None
     needs: list = field(default_factory=list)
+    pinned: bool = False
     fwd_steps: list = field(default_factory=list)  # [StepStmt]
     bwd_steps: list = field(default_factory=list)
 
@@ -283,6 +285,12 @@ class GraphDecl(Node):
 class BudgetDecl(Node):
     kind: str
     value: Value
+
+
+@dataclass
+class BandwidthDecl(Node):
+    kind: str          # "offload" (device -> host) or "prefetch" (host -> device)
+    value: Value       # unit "B/s" (or a plain 0); `inf` as Value(inf, "", "inf")
 
 
 @dataclass

@@ -26,9 +26,13 @@ BUILTIN_SETS = {
     # sub-step profiles (correction terms): options that have one, their steps (k, o, i), the
     # inputs a step frees (k, o, i, d) and the outputs not created yet at a step (k, o, i, d)
     "stepped": 2, "steps": 3, "step_frees": 4, "step_pending": 4,
+    # what may be offloaded to host memory: data nodes and (layer, option) phantoms not `pinned`
+    "offloadable_data": 1, "offloadable_phantoms": 2,
 }
 CHECKMATE_VIEW = ("nodes", "edges", "forward_nodes", "backward_nodes")
-BUILTIN_SCALARS = {"budget.peak": "size", "budget.save": "size", "inf": ""}
+# bandwidths are plain numbers, bytes per second (0 when not given); budget.host is inf when not given
+BUILTIN_SCALARS = {"budget.peak": "size", "budget.save": "size", "budget.host": "size",
+                   "bandwidth.offload": "", "bandwidth.prefetch": "", "inf": ""}
 # function -> (min args, max args, result type, result dim)
 FUNCTIONS = {
     "size": (1, 1, "num", "size"), "time": (1, 2, "num", "time"),
@@ -246,9 +250,11 @@ class Checker:
             return T("num", BUILTIN_SCALARS[e.id])
         d = self.p.decls.get(e.id)
         if d is None:
-            if e.id.startswith("budget."):
-                raise CheckError(f"unknown budget '{e.id}'{did_you_mean(e.id, ['budget.peak', 'budget.save'])}; "
-                                 "budgets are budget.peak and budget.save", e.loc)
+            for prefix, what in (("budget.", "budget"), ("bandwidth.", "bandwidth")):
+                if e.id.startswith(prefix):
+                    known = [n for n in BUILTIN_SCALARS if n.startswith(prefix)]
+                    raise CheckError(f"unknown {what} '{e.id}'{did_you_mean(e.id, known)}; the {what}s "
+                                     f"are {', '.join(known)}", e.loc)
             raise CheckError(f"unknown name '{e.id}'{did_you_mean(e.id, list(s) + self.names())}", e.loc)
         if d.index is not None and not isinstance(d, ast.ConstraintDecl):
             n = index_arity(d.index)

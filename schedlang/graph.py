@@ -35,6 +35,7 @@ class DataNode:
     size: int
     role: str = ""  # "", "input" or "output" (must be alive at the end)
     loc: Loc | None = None
+    pinned: bool = False  # never offloaded to host memory
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Option:
     loc: Loc | None = None
     fwd_steps: list[Step] = field(default_factory=list)  # sub-step profiles (correction terms)
     bwd_steps: list[Step] = field(default_factory=list)
+    pinned: bool = False  # its phantom is never offloaded to host memory
 
 
 @dataclass
@@ -89,7 +91,10 @@ class Graph:
     data: list[DataNode] = field(default_factory=list)
     layers: list[Layer] = field(default_factory=list)
     loss: Loss | None = None
-    budgets: dict[str, int] = field(default_factory=dict)  # "peak", "save" -> bytes
+    budgets: dict[str, int] = field(default_factory=dict)  # "peak", "save", "host" -> bytes
+    # "offload" (device -> host), "prefetch" (host -> device) -> bytes per second; absent: 0,
+    # i.e. no offloading; math.inf: transfers take no time
+    bandwidths: dict[str, float] = field(default_factory=dict)
     time_unit: str = ""  # "s" when the data gave time units, "" for abstract units
     loc: Loc | None = None
 

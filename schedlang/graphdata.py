@@ -78,7 +78,8 @@ def build_graph(decl: ast.GraphDecl) -> Graph:
         elif isinstance(item, ast.DataStmt):
             loc = name_loc(item.name, item.loc)
             declare(item.name, loc, "data")
-            g.data.append(DataNode(str(item.name), _size(item.size, f"size of data '{item.name}'"), item.role, loc))
+            g.data.append(DataNode(str(item.name), _size(item.size, f"size of data '{item.name}'"), item.role, loc,
+                                   item.pinned))
         elif isinstance(item, ast.LayerStmt):
             g.layers.append(_layer(item, times))
         elif isinstance(item, ast.LossStmt):
@@ -122,7 +123,7 @@ def _layer(item: ast.LayerStmt, times: _Times) -> Layer:
             _size(o.fwd_overhead, f"forward overhead of {what}", 0),
             times(o.bwd, f"backward time of {what}"), _size(o.bwd_overhead, f"backward overhead of {what}", 0),
             _size(o.phantom, f"phantom of {what}", 0), [str(n) for n in o.needs], o.loc,
-            steps["fwd"], steps["bwd"]))
+            steps["fwd"], steps["bwd"], o.pinned))
     if not options:
         raise DataError(f"layer '{item.name}' has no option", name_loc(item.name, item.loc))
     return Layer(str(item.name), [str(n) for n in item.inputs], [str(n) for n in item.outputs],
@@ -177,11 +178,32 @@ def _check_order(g: Graph, edges: list[ast.EdgeStmt]) -> None:
                                 f"'{t}' after '{e.source}'", name_loc(t, e.loc))
 
 
+BUDGET_KINDS = ("peak", "save", "host")
+BANDWIDTH_KINDS = ("offload", "prefetch")
+
+
 def budget_value(b: ast.BudgetDecl) -> int:
-    if b.kind not in ("peak", "save"):
-        raise DataError(f"unknown budget '{b.kind}'{did_you_mean(b.kind, ['peak', 'save'])}; "
-                        "budgets are 'peak' and 'save'", name_loc(b.kind, b.loc))
+    if b.kind not in BUDGET_KINDS:
+        raise DataError(f"unknown budget '{b.kind}'{did_you_mean(b.kind, BUDGET_KINDS)}; "
+                        "budgets are 'peak', 'save' and 'host' (host memory for offloaded tensors)",
+                        name_loc(b.kind, b.loc))
     nbytes = _size(b.value, f"budget {b.kind}")
     if nbytes <= 0:
         raise DataError(f"budget {b.kind} must be positive, got {format_size(nbytes)}", b.value.loc)
     return nbytes
+
+
+def bandwidth_value(b: ast.BandwidthDecl) -> float:
+    """Bytes per second; 0 disables transfers in that direction, inf makes them free."""
+    if b.kind not in BANDWIDTH_KINDS:
+        raise DataError(f"unknown bandwidth '{b.kind}'{did_you_mean(b.kind, BANDWIDTH_KINDS)}; "
+                        "bandwidths are 'offload' (device to host) and 'prefetch' (host to device)",
+                        name_loc(b.kind, b.loc))
+    v = b.value
+    if v.unit == "?":
+        raise DataError(f"bandwidth {b.kind} must be a rate such as 16GB/s, 0 or inf, not '{v.text}'", v.loc)
+    if not v.unit and v.value != 0:
+        raise DataError(f"bandwidth {b.kind} needs a unit: write e.g. {v.text}GB/s (bytes per second)", v.loc)
+    if v.unit == "B/s" and v.text == "inf":
+        return float("inf")
+    return v.value * SIZE_UNITS.get(v.unit[:-2], 1) if v.unit else 0.0

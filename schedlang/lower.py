@@ -121,6 +121,11 @@ class Lowering:
         self.sets["phantom_options"] = rows(list(h.phantoms), 2)
         self.sets["inputs"] = rows([(d,) for d in h.inputs], 1)
         self.sets["outputs"] = rows([(d,) for d in h.outputs], 1)
+        pinned_data = {d.name for d in self.g.data if d.pinned}
+        pinned_opts = {(layer.name, o.name) for layer in self.g.layers for o in layer.options if o.pinned}
+        self.sets["offloadable_data"] = rows([(d,) for d in h.data if d not in pinned_data], 1)
+        self.sets["offloadable_phantoms"] = rows([jo for jo, b in h.phantoms.items()
+                                                  if b > 0 and jo not in pinned_opts], 2)
         base = len(self.u) + 1
         opts = self.sets["options"].cols
         self.graph_tables["time"] = (KeyIndex(opts, base), np.array([o.time for k in h.compute for o in k.options]))
@@ -506,6 +511,13 @@ class Lowering:
             return Elem(t.cols[e.id], t.homes.get(e.id))
         if e.id == "inf":
             return Const(np.full(t.m, np.inf))
+        if e.id == "budget.host" and "host" not in self.budgets:
+            host = self.g.budgets.get("host") if self.g is not None else None
+            # host memory: unlimited unless given
+            return Const(np.full(t.m, np.inf if host is None else float(host)), "size")
+        if e.id.startswith("bandwidth."):
+            bw = self.g.bandwidths.get(e.id.split(".", 1)[1], 0.0) if self.g is not None else 0.0
+            return Const(np.full(t.m, float(bw)))
         if e.id.startswith("budget."):
             kind = e.id.split(".", 1)[1]
             if kind == "save" and "save" not in self.budgets and "peak" in self.budgets:

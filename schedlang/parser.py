@@ -335,7 +335,7 @@ class _Builder(Transformer):
 
     @v_args(meta=True)
     def data_stmt(self, meta, c):
-        return ast.DataStmt(self.L(meta), c[0], self._value(c[1]), c[2] or "")
+        return ast.DataStmt(self.L(meta), c[0], self._value(c[1]), c[2] or "", c[3] is not None)
 
     def data_role(self, c):
         return str(c[0])
@@ -367,6 +367,8 @@ class _Builder(Transformer):
                 opt.fwd_steps = value
             elif key == "bwd_steps":
                 opt.bwd_steps = value
+            elif key == "pinned":
+                opt.pinned = True
             else:
                 opt.needs = value
         return opt
@@ -399,6 +401,9 @@ class _Builder(Transformer):
     def step_creates(self, c):
         return c[0]
 
+    def pinned(self, c):
+        return ("pinned", True, None)
+
     def needs_part(self, c):
         return ("needs", c[0], None)
 
@@ -421,6 +426,19 @@ class _Builder(Transformer):
     @v_args(meta=True)
     def budget_decl(self, meta, c):
         return ast.BudgetDecl(self.L(meta), self.at(c[0]), self._value(c[1]))
+
+    @v_args(meta=True)
+    def bandwidth_decl(self, meta, c):
+        tok = c[1]
+        loc = Loc(self.path, tok.line, tok.column)
+        if tok.type == "RATE":
+            value, unit = _split_number(str(tok)[:-2])
+            value = ast.Value(loc, value, unit + "/s", str(tok))
+        elif tok.type == "NAME":  # `inf`; any other name is reported by graphdata.bandwidth_value
+            value = ast.Value(loc, float("inf"), "B/s" if str(tok) == "inf" else "?", str(tok))
+        else:
+            value = ast.Value(loc, float(tok), "", str(tok))
+        return ast.BandwidthDecl(self.L(meta), self.at(c[0]), value)
 
 
 class _Where:
@@ -524,7 +542,7 @@ _CLOSER = {"(": "RPAR", "[": "RSQB", "{": "RBRACE"}
 _EXPR_START = {"NAME", "NUMBER", "QUANTITY", "STRING", "LPAR", "LBRACE", "MINUS", "NOT", "IF",
                "SUM", "ANY", "ALL", "MAX", "MIN"}
 _DECL_START = {"MODEL", "USE", "DROP", "DECODE", "SET", "PARAM", "VAR", "EXPR", "CONSTRAINT",
-               "MINIMIZE", "MAXIMIZE", "GRAPH", "BUDGET", "$END"}
+               "MINIMIZE", "MAXIMIZE", "GRAPH", "BUDGET", "BANDWIDTH", "$END"}
 _OPERATORS = {"+", "-", "*", "/", "union", "diff", "inter", "and", "or", "implies", "iff",
               "<=", ">=", "==", "!=", "<", ">", "..", "in", "not"}
 

@@ -13,7 +13,10 @@ A plan file is a JSON object, readable without schedlang::
 Ops are objects holding ``op`` and only the fields that are present. Op indices in messages
 are 0-based positions in the ``ops`` array (``op 12`` is ``ops[12]``). An optional top-level
 ``meta`` object carries free-form information (planner name, solver status, ...); readers
-ignore top-level keys they do not know.
+ignore top-level keys they do not know. ``docs/plans.md`` describes every op and what the
+simulator checks; ``offload`` / ``prefetch`` name exactly one of ``data`` or ``layer`` (that
+layer's saved phantom) with an optional ``fraction`` in (0, 1], and ``wait`` a ``channel``
+(``"offload"`` or ``"prefetch"``), optionally with ``data`` or ``layer``.
 """
 from __future__ import annotations
 
@@ -32,11 +35,14 @@ OP_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "compute": (("node",), ("option",)),
     "delete": (("data",), ()),
     "drop_phantom": (("layer",), ()),
-    "offload": (("data",), ("layer", "fraction")),
-    "prefetch": (("data",), ("layer", "fraction")),
+    # offload / prefetch: exactly one of data / layer (checked in `_op_from_json`)
+    "offload": ((), ("data", "layer", "fraction")),
+    "prefetch": ((), ("data", "layer", "fraction")),
     "wait": (("channel",), ("data", "layer")),
 }
 OP_KINDS = tuple(OP_FIELDS)
+#: the transfer channels a ``wait`` op names (device -> host, host -> device)
+CHANNELS = ("offload", "prefetch")
 
 _STR_FIELDS = ("node", "data", "option", "layer", "channel")
 _ALL_FIELDS = ("node", "data", "option", "layer", "fraction", "channel")
@@ -292,8 +298,27 @@ def _op_from_json(index: int, raw: Any, fail) -> Op:
         elif key == "fraction":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise fail(f"{where}: field 'fraction' must be a number, not {_json_type(value)}")
-            if not (0.0 <= value <= 1.0):
-                raise fail(f"{where}: field 'fraction' must be between 0 and 1, not {value!r}")
+            if not (0.0 < value <= 1.0):  # also rejects NaN
+                raise fail(f"{where}: field 'fraction' must be between 0 (excluded) and 1, "
+                           f"not {value!r}")
             value = float(value)
         values[key] = value
+    if kind in ("offload", "prefetch"):
+        named = [key for key in ("data", "layer") if key in values]
+        if len(named) != 1:
+            what = "both" if named else "neither"
+            raise fail(f"{where}: {_a(kind)} op names exactly one of 'data' (a data node) or "
+                       f"'layer' (that layer's saved phantom), not {what}")
+    elif kind == "wait":
+        channel = values["channel"]
+        if channel not in CHANNELS:
+            raise fail(f"{where}: field 'channel' must be one of {', '.join(map(repr, CHANNELS))}"
+                       f", not {channel!r}{did_you_mean(channel, CHANNELS)}")
+        if "data" in values and "layer" in values:
+            raise fail(f"{where}: a wait op names at most one of 'data' or 'layer', not both")
     return Op(op=kind, **values)
+
+
+def _a(word: str) -> str:
+    """`word` with its indefinite article: 'an offload', 'a prefetch'."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"

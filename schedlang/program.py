@@ -17,7 +17,7 @@ from pathlib import Path
 from . import ast
 from .errors import CheckError, DataError, Loc, did_you_mean
 from .graph import Graph
-from .graphdata import budget_value, build_graph
+from .graphdata import bandwidth_value, budget_value, build_graph
 from .parser import name_loc, parse_file, parse_text
 from .resources import models_dir, shipped_models
 
@@ -39,6 +39,7 @@ class Program:
     graph: Graph | None = None
     budgets: dict[str, int] = field(default_factory=dict)
     budget_locs: dict[str, Loc] = field(default_factory=dict)
+    bandwidths: dict[str, float] = field(default_factory=dict)  # "offload"/"prefetch" -> B/s
     files: list[str] = field(default_factory=list)
     modules: list[ast.Module] = field(default_factory=list)
 
@@ -134,6 +135,13 @@ class _Merger:
                 local[key] = name_loc(item.kind, item.loc)
                 p.budgets[item.kind] = budget_value(item)
                 p.budget_locs[item.kind] = item.loc
+            elif isinstance(item, ast.BandwidthDecl):
+                key = ("bandwidth", str(item.kind))
+                if key in local:
+                    raise DataError(f"bandwidth {item.kind} is given twice (first at {local[key]})",
+                                    name_loc(item.kind, item.loc))
+                local[key] = name_loc(item.kind, item.loc)
+                p.bandwidths[item.kind] = bandwidth_value(item)
 
     def _declare(self, item, local: dict):
         p = self.program
@@ -191,4 +199,9 @@ def load_program(paths: list, extra_models: list[str] | None = None, text: str |
         merger.add_path(Path(path))
     if text is not None:
         merger.add_module(parse_text(text, text_path), Path.cwd())
-    return merger.program
+    program = merger.program
+    if program.graph is not None:  # machine data the simulator and planners read off the graph
+        program.graph.bandwidths.update(program.bandwidths)
+        if "host" in program.budgets:
+            program.graph.budgets["host"] = program.budgets["host"]
+    return program

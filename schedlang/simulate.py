@@ -66,16 +66,41 @@ replayed on their H-graph (`schedlang.hgraph.build_hgraph`): compute nodes ``LAY
   ILP calls U[t, k]); the maximum is ``save_peak_bytes`` (None when the loss is never
   computed). ``fits_budget`` covers both budgets.
 
-Ops ``offload``, ``prefetch`` and ``wait`` are not supported on either view yet.
+Transfers (layered graphs only; the Checkmate view reports them as unsupported). Three
+channels: compute, offload (device -> host) and prefetch (host -> device). A tensor is a datum
+(``data``) or a layer's saved phantom (``layer``); ``docs/plans.md`` has the full rules.
+
+* time: compute ops run back to back (the current time advances by each compute's time). A
+  transfer is issued at the current time, starts when its channel is free (transfers on one
+  channel run one after the other, in issue order) and lasts fraction x bytes / bandwidth
+  (``graph.bandwidths``; absent or 0: the transfer is an error; ``inf``: it takes no time).
+  ``wait(channel[, x])`` moves the current time to the end of every transfer issued so far on
+  the channel (of x only, when given). Every transfer must be waited by the end of the plan;
+  the plan's time is the current time at its end.
+* ``offload(x, fraction)``: x is on the device (a datum: live and complete; a phantom: saved),
+  not pinned; its host copy grows by the fraction (at most 1 in all; it persists to the end,
+  and is valid for the same value recomputed later; a phantom's host copy belongs to the
+  option that saved it). Host memory = sum of host fractions x bytes, checked against the host
+  budget (``host_budget``, else ``graph.budgets["host"]``) at each offload. Until the offload
+  is waited, freeing x's device copy (delete, drop_phantom, a backward consuming the phantom,
+  a recomputation replacing x) is an error.
+* ``prefetch(x, fraction)``: the first prefetch of a round needs x off the device and
+  allocates x's full size (counted in memory and the peak from then on, save window
+  included). The fractions of a round must stay within the fraction of x whose offload has
+  ended by the prefetch's issue time. A ``wait`` on the prefetch channel covering x when the
+  round's fractions sum to 1 completes it: x is on the device again (a datum, complete; a
+  phantom, saved with the option of its host copy). Using x, or creating it, while a round is
+  in progress is an error, as is a round never completed.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .errors import DataError, Loc, did_you_mean
 from .graph import Graph
 from .hgraph import FAST_FORWARD, build_hgraph
-from .plan import OP_KINDS, Op, Plan
+from .plan import CHANNELS, OP_KINDS, Op, Plan, _a
 
 #: at most this many replay errors are listed; the rest are counted
 MAX_ERRORS = 50
@@ -95,6 +120,12 @@ class SimResult:
     # Checkmate graph), and the save budget it was checked against
     save_peak_bytes: int | None = None
     save_budget_bytes: int | None = None
+    # layered graphs: the most host memory the offloads use (bytes, rounded; 0 without
+    # offloads; None on a Checkmate graph), the host budget checked, and the time the compute
+    # channel spent in `wait` ops (included in `time`)
+    host_peak_bytes: int | None = None
+    host_budget_bytes: int | None = None
+    wait_time: float = 0.0
 
     def to_json(self) -> dict:
         return {
@@ -105,6 +136,9 @@ class SimResult:
             "budget_bytes": self.budget_bytes,
             "save_peak_bytes": self.save_peak_bytes,
             "save_budget_bytes": self.save_budget_bytes,
+            "host_peak_bytes": self.host_peak_bytes,
+            "host_budget_bytes": self.host_budget_bytes,
+            "wait_time": self.wait_time,
             "errors": list(self.errors),
             "warnings": list(self.warnings),
         }
@@ -220,6 +254,10 @@ def _replay(plan: Plan, graph: Graph, arr: _Arrays, errors: _Errors) -> tuple[in
             live[i] = 0
             live_bytes -= size[i]
             deleted_at[i] = k
+        elif kind in ("offload", "prefetch", "wait"):
+            errors.add(f"op {k}: {kind} ops are not supported for this graph (graph "
+                       f"'{graph.name}' is in the Checkmate view; transfers are replayed on "
+                       "layered graphs only)")
         elif kind in OP_KINDS:
             errors.add(f"op {k}: {kind} ops are not supported for this graph "
                        f"(graph '{graph.name}' has no layers, phantoms or offload channels)")
@@ -254,13 +292,14 @@ def _hint(name: str, index: dict[str, int], errors: _Errors) -> str:
 
 
 def simulate(plan: Plan, graph: Graph, *, budget: int | None = None,
-             save_budget: int | None = None) -> SimResult:
-    """Replay `plan` on `graph`: validity, peak memory (bytes) and total compute time.
+             save_budget: int | None = None, host_budget: int | None = None) -> SimResult:
+    """Replay `plan` on `graph`: validity, peak memory (bytes) and total time.
 
     The peak budget checked is `budget` when given, else the plan's, else the graph's
     (``graph.budgets["peak"]``); with none, `fits_budget` is None. On a layered graph the save
     budget is checked too (`save_budget`, else ``plan.budget_save``, else
-    ``graph.budgets["save"]``) against the memory of the loss phase (see the module docstring).
+    ``graph.budgets["save"]``) against the memory of the loss phase, and the host budget of the
+    offloads (`host_budget`, else ``graph.budgets["host"]``; see the module docstring).
     """
     errors = _Errors()
     warnings: list[str] = []
@@ -277,9 +316,18 @@ def simulate(plan: Plan, graph: Graph, *, budget: int | None = None,
 
     save_peak: int | None = None
     save_at = -1
+    host_peak: int | None = None
+    host_over = False
+    wait_time = 0.0
     if isinstance(arrays, _HArrays):
-        peak, total_time, computes, save_peak, save_at = _replay_layered(plan, arrays, errors)
+        if host_budget is None:
+            host_budget = graph.budgets.get("host")
+        out = _replay_layered(plan, arrays, errors, host_budget=host_budget)
+        peak, total_time, computes = out.peak, out.time, out.computes
+        save_peak, save_at = out.save_peak, out.save_at
+        host_peak, host_over, wait_time = out.host_peak, out.host_over, out.wait_time
     else:
+        host_budget = None
         peak, total_time, computes = _replay(plan, graph, arrays, errors)
 
     if budget is None:
@@ -302,6 +350,8 @@ def simulate(plan: Plan, graph: Graph, *, budget: int | None = None,
                 errors.add(f"memory during the loss phase reaches {save_peak} B ({where}), over "
                            f"the save budget {save_budget} B by {save_peak - save_budget} B",
                            always=True)
+        if host_budget is not None:
+            checks.append(not host_over)  # the excess is reported at the offload
     else:
         save_budget = None
     fits: bool | None = all(checks) if checks else None
@@ -315,7 +365,8 @@ def simulate(plan: Plan, graph: Graph, *, budget: int | None = None,
     return SimResult(valid=not found, peak_bytes=peak, time=total_time, errors=found,
                      fits_budget=fits, warnings=warnings, budget_bytes=budget,
                      computes=computes, save_peak_bytes=save_peak,
-                     save_budget_bytes=save_budget)
+                     save_budget_bytes=save_budget, host_peak_bytes=host_peak,
+                     host_budget_bytes=host_budget, wait_time=wait_time)
 
 
 def _close(a: float, b: float) -> bool:
@@ -363,7 +414,7 @@ def no_recompute_peak(graph: Graph) -> int:
     plan = no_recompute_plan(graph)
     errors = _Errors()
     if _is_layered(graph):
-        peak = _replay_layered(plan, _harrays(graph), errors)[0]
+        peak = _replay_layered(plan, _harrays(graph), errors).peak
     else:
         peak, _, _ = _replay(plan, graph, _arrays(graph), errors)
     if errors.items:  # cannot happen for a topologically ordered graph
@@ -409,6 +460,11 @@ class _HArrays:
     layer_opts: list[list[str]]
     phantom: list[list[int]]  # bytes, per layer and layer option
     loss: int
+    # transfers: "offload" / "prefetch" -> bytes per second (as the graph gives them), and
+    # what may never be offloaded (per datum; per layer and layer option)
+    bandwidth: dict = field(default_factory=dict)
+    data_pinned: list[bool] = field(default_factory=list)
+    opt_pinned: list[list[bool]] = field(default_factory=list)
 
 
 def _harrays(graph: Graph) -> _HArrays:
@@ -428,6 +484,7 @@ def _harrays(graph: Graph) -> _HArrays:
     layer_index = {name: j for j, name in enumerate(layers)}
     layer_opts = [[o.name for o in layer.options] for layer in graph.layers]
     layer_opt_index = [{o: i for i, o in enumerate(opts)} for opts in layer_opts]
+    pinned = {d.name: getattr(d, "pinned", False) for d in graph.data}
 
     uses: list[list[int]] = [[] for _ in names]
     for k, d in h.uses:
@@ -478,16 +535,32 @@ def _harrays(graph: Graph) -> _HArrays:
         layers=layers, layer_index=layer_index, layer_opts=layer_opts,
         phantom=[[int(h.phantoms[(name, o)]) for o in opts] for name, opts in zip(layers, layer_opts)],
         loss=index[h.loss] if h.loss is not None else -1,
+        bandwidth=dict(graph.bandwidths),
+        data_pinned=[bool(pinned.get(d, False)) for d in data],
+        opt_pinned=[[bool(getattr(o, "pinned", False)) for o in layer.options]
+                    for layer in graph.layers],
     )
 
 
-def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
-                    ) -> tuple[int, float, int, int | None, int]:
-    """Replay the ops on the H-graph.
+@dataclass
+class _LayeredReplay:
+    peak: int
+    time: float
+    computes: int
+    save_peak: int | None  # None: no loss phase
+    save_at: int  # op index of the save peak, -1: before the loss phase's first op
+    host_peak: int = 0  # bytes, rounded
+    host_over: bool = False  # an offload went over the host budget
+    wait_time: float = 0.0  # time the compute channel spent waiting for transfers
 
-    Returns (peak bytes, time, compute count, save peak or None, op index of the save peak or
-    -1 for "before the loss phase's first op") and fills `errors`.
-    """
+
+#: tolerance on sums of transfer fractions
+_FRACTION_EPS = 1e-9
+
+
+def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors,
+                    host_budget: int | None = None) -> _LayeredReplay:
+    """Replay the ops on the H-graph; fills `errors`."""
     names, index, kind, layer_of = ha.names, ha.index, ha.kind, ha.layer
     opt_index, opt_names, opt_time, opt_overhead = ha.opt_index, ha.opt_names, ha.opt_time, ha.opt_overhead
     opt_layer_opt, uses, opt_uses, creates = ha.opt_layer_opt, ha.uses, ha.opt_uses, ha.creates
@@ -510,17 +583,36 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
 
     mem = sum(size[d] for d in ha.inputs)
     peak = mem
-    total_time = 0.0
+    total_time = 0.0  # the compute channel's current time
     computes = 0
+
+    # Transfers. A tensor t is a datum (t < nd) or the phantom of layer t - nd.
+    host_frac = [0.0] * (nd + nl)  # fraction of t offloaded (its host copy)
+    host_opt = [-1] * nl  # the layer option of a phantom's host copy
+    offloads: list[list[tuple[float, float]]] = [[] for _ in range(nd + nl)]  # (end, fraction)
+    # per channel: unwaited transfers, t -> [(op, end)]; every tensor ever transferred
+    pending: dict[str, dict[int, list[tuple[int, float]]]] = {c: {} for c in CHANNELS}
+    offloading = pending["offload"]  # the unwaited offloads, by tensor
+    issued: dict[str, set] = {c: set() for c in CHANNELS}
+    free_at = {c: 0.0 for c in CHANNELS}  # when each transfer channel becomes free
+    round_frac = [-1.0] * (nd + nl)  # fraction prefetched in the round in progress; -1: none
+    round_at = [-1] * (nd + nl)  # the op that started it
+    round_bytes = [0] * (nd + nl)  # the device buffer it allocated
+    host_used = 0.0
+    host_peak = 0.0
+    host_over = False
+    wait_time = 0.0
     # The loss phase: memory is sampled after each compute together with the deletes and drops
-    # that follow it (the H-Rockmate ILP's U[t, k]), i.e. just before the next compute; the
+    # that follow it (the H-Rockmate ILP's U[t, k]), i.e. just before the next compute or the
+    # transfers issued for it (a prefetch buffer belongs to the step it is issued for); the
     # window restarts at each first computation of a node before the loss, and closes at the
-    # first compute after the loss's (or at the end of the plan).
+    # first compute or transfer after the loss's (or at the end of the plan).
     window_max, window_at = mem, -1
     save_peak: int | None = None
     save_at = -1
     loss_done = False
     last_compute = -1
+    sampled = False  # the state after the last compute and its frees is already sampled
 
     freed_after: dict[int, set] = {}  # compute op -> data deleted right after it
     last = -1
@@ -531,24 +623,102 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
             freed_after.setdefault(last, set()).add(ha.data_index[op.data])
 
     def datum_state(d: int) -> str:
+        if round_frac[d] >= 0:
+            return round_state(d)
         if deleted_at[d] >= 0:
-            return f"deleted by op {deleted_at[d]}"
+            return f"deleted by op {deleted_at[d]}{on_host(d)}"
         if not creators[d]:
             return "nothing creates it and it is not an input"
         return "never created before"
 
     def phantom_state(j: int) -> str:
-        return gone[j] or "its forward never saved one"
+        if round_frac[nd + j] >= 0:
+            return round_state(nd + j)
+        return (gone[j] or "its forward never saved one") + on_host(nd + j)
+
+    def on_host(t: int) -> str:
+        if host_frac[t] >= 1.0 - _FRACTION_EPS:
+            return "; a copy is on the host: prefetch it back"
+        return f"; {host_frac[t]:g} of it is on the host" if host_frac[t] > 0 else ""
+
+    def round_state(t: int) -> str:
+        return (f"its prefetch started by op {round_at[t]} has not completed: "
+                f"{round_frac[t]:g} of it prefetched, and a wait on channel 'prefetch' "
+                "completes it once the fractions sum to 1")
+
+    def label(t: int) -> str:
+        return repr(data[t]) if t < nd else f"the phantom of layer {layers[t - nd]!r}"
+
+    def keep_for_offload(k: int, t: int, action: str) -> None:
+        """`action` at op k frees t's device copy: an error while an offload of t is unwaited."""
+        waiting = offloading.pop(t, None)  # reported once
+        if waiting:
+            errors.add(f"op {k}: {action}, but the offload of {label(t)} (op {waiting[0][0]}) "
+                       "is not waited: the transfer still reads it (wait on channel 'offload' "
+                       "first)")
+
+    def cancel_round(k: int, t: int, action: str) -> None:
+        """`action` at op k creates t on the device: an error during a prefetch round of t."""
+        nonlocal mem
+        if round_frac[t] >= 0:
+            errors.add(f"op {k}: {action} while a prefetch of {label(t)} is in progress "
+                       f"(started by op {round_at[t]}): one copy at a time")
+            mem -= round_bytes[t]
+            round_frac[t] = -1.0
+
+    def transfer_target(k: int, op: Op) -> int | None:
+        if (op.data is None) == (op.layer is None):
+            errors.add(f"op {k}: {_a(op.op)} op names exactly one of 'data' (a data node) or "
+                       f"'layer' (that layer's saved phantom), not "
+                       f"{'neither' if op.data is None else 'both'}")
+            return None
+        if op.data is not None:
+            return _resolve(k, op.op, op.data, data_index, "data", errors)
+        j = _resolve(k, op.op, op.layer, layer_index, "layer", errors)
+        return None if j is None else nd + j
+
+    def transfer_fraction(k: int, op: Op) -> float | None:
+        f = 1.0 if op.fraction is None else op.fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f <= 1.0:
+            errors.add(f"op {k}: the fraction of {_a(op.op)} op must be between 0 (excluded) and "
+                       f"1, not {f!r}")
+            return None
+        return float(f)
+
+    def bandwidth(k: int, op: Op, t: int) -> float | None:
+        chan = op.op
+        bw = ha.bandwidth.get(chan, 0)
+        if isinstance(bw, bool) or not isinstance(bw, (int, float)) or math.isnan(bw) or bw < 0:
+            errors.add(f"op {k}: {chan} of {label(t)}: the graph's {chan} bandwidth is {bw!r}, "
+                       "not a number of bytes per second")
+            return None
+        if bw == 0:
+            errors.add(f"op {k}: {chan} of {label(t)}, but the {chan} bandwidth is 0 (the "
+                       f"graph gives none: declare `bandwidth {chan} ...`), so no transfer is "
+                       "possible")
+            return None
+        return float(bw)
+
+    def issue(k: int, chan: str, t: int, nbytes: float, bw: float) -> float:
+        """Start a transfer of `nbytes` on `chan` at op k; returns its end time."""
+        start = max(total_time, free_at[chan])
+        end = start + (nbytes / bw if nbytes else 0.0)
+        free_at[chan] = end
+        pending[chan].setdefault(t, []).append((k, end))
+        issued[chan].add(t)
+        return end
 
     for k, op in enumerate(plan.ops):
         kind_k = op.op
-        if kind_k == "compute" and save_peak is None:
+        if kind_k in ("compute", "offload", "prefetch") and save_peak is None and not sampled:
             if mem > window_max:  # after the previous compute and what followed it
                 window_max, window_at = mem, last_compute
             if loss_done:
                 save_peak, save_at = window_max, window_at
+            sampled = True
         if kind_k == "compute":
             last_compute = k
+            sampled = False
             name = op.node
             i = _resolve(k, "compute", name, index, "node", errors)
             if i is None:
@@ -577,8 +747,8 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
                            f"{first_at[i]}); it must be computed exactly once")
             for d in uses[i]:
                 if not live[d]:
-                    errors.add(f"op {k}: compute {name!r} needs {data[d]!r}, which is not in "
-                               f"memory ({datum_state(d)})")
+                    errors.add(f"op {k}: compute {name!r} needs {data[d]!r}, which is "
+                               f"{_not_here(round_frac[d])} ({datum_state(d)})")
                 elif mask[d] != full[d]:
                     errors.add(f"op {k}: compute {name!r} needs {data[d]!r}, which is "
                                f"incomplete: {_missing(ha, d, mask[d])}")
@@ -588,11 +758,16 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
                 for d in opt_uses[i][o]:
                     if not live[d]:
                         errors.add(f"op {k}: compute {name!r} with option {opt_names[i][o]!r} needs "
-                                   f"{data[d]!r}, which is not in memory ({datum_state(d)})")
+                                   f"{data[d]!r}, which is {_not_here(round_frac[d])} "
+                                   f"({datum_state(d)})")
                     elif mask[d] != full[d]:
                         errors.add(f"op {k}: compute {name!r} with option {opt_names[i][o]!r} needs "
                                    f"{data[d]!r}, which is incomplete: {_missing(ha, d, mask[d])}")
-                if saved[j] < 0:
+                if saved[j] < 0 and round_frac[nd + j] >= 0:
+                    errors.add(f"op {k}: backward {name!r} with option {opt_names[i][o]!r} needs "
+                               f"the phantom of layer {layers[j]!r}, which is used before its "
+                               f"prefetch completed ({phantom_state(j)})")
+                elif saved[j] < 0:
                     errors.add(f"op {k}: backward {name!r} with option {opt_names[i][o]!r} needs "
                                f"the phantom of layer {layers[j]!r}, but no phantom of "
                                f"{layers[j]!r} is saved ({phantom_state(j)})")
@@ -627,6 +802,8 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
             # the effects
             for d, bit in creates[i]:
                 if not live[d]:
+                    if round_frac[d] >= 0:
+                        cancel_round(k, d, f"compute {name!r} creates {data[d]!r}")
                     live[d] = 1
                     mem += size[d]
                     mask[d] = bit
@@ -635,14 +812,22 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
                         errors.add(f"op {k}: {name!r} adds its contribution to {data[d]!r} a second "
                                    f"time (the gradient would be accumulated twice; delete "
                                    f"{data[d]!r} first)")
-                    # a single creator: the new copy replaces the old one
+                    else:  # a single creator: the new copy replaces the old one
+                        if d in offloading:
+                            keep_for_offload(k, d, f"compute {name!r} replaces {data[d]!r}")
                 else:
                     mask[d] |= bit
             if ki == "fwd" and lo >= 0:
                 cur = saved[j]
                 if cur < 0:
+                    if round_frac[nd + j] >= 0:
+                        cancel_round(k, nd + j, f"forward {name!r} saves a phantom of layer "
+                                     f"{layers[j]!r}")
                     mem += ph
-                elif cur != lo:
+                elif nd + j in offloading:
+                    keep_for_offload(k, nd + j, f"forward {name!r} replaces the phantom of layer "
+                                     f"{layers[j]!r}")
+                if cur >= 0 and cur != lo:
                     errors.add(f"op {k}: forward {name!r} with option {opt_names[i][o]!r} saves a "
                                f"phantom of layer {layers[j]!r}, which already has one saved with "
                                f"option {layer_opts[j][cur]!r} (by op {saved_by[j]}): only one "
@@ -652,6 +837,9 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
                 saved[j] = lo
                 saved_by[j] = k
             elif ki == "bwd" and saved[j] >= 0:
+                if nd + j in offloading:
+                    keep_for_offload(k, nd + j, f"backward {name!r} consumes the phantom of "
+                                     f"layer {layers[j]!r}")
                 mem -= phantom[j][saved[j]]
                 saved[j] = -1
                 gone[j] = f"consumed by the backward at op {k}"
@@ -675,6 +863,8 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
             if not live[d]:
                 errors.add(f"op {k}: delete {name!r}, which is not in memory ({datum_state(d)})")
                 continue
+            if d in offloading:
+                keep_for_offload(k, d, f"delete {name!r}")
             live[d] = 0
             mask[d] = 0
             mem -= size[d]
@@ -688,12 +878,137 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
                 errors.add(f"op {k}: drop_phantom {name!r}, but no phantom of layer {name!r} is "
                            f"saved ({phantom_state(j)})")
                 continue
+            if nd + j in offloading:
+                keep_for_offload(k, nd + j, f"drop_phantom {name!r}")
             mem -= phantom[j][saved[j]]
             saved[j] = -1
             gone[j] = f"dropped by op {k}"
-        elif kind_k in OP_KINDS:
-            errors.add(f"op {k}: {kind_k} ops are not supported yet (graph '{ha.graph_name}' has "
-                       "no offload channels)")
+        elif kind_k == "offload":
+            t = transfer_target(k, op)
+            f = transfer_fraction(k, op)
+            if t is None or f is None:
+                continue
+            if t < nd:
+                if ha.data_pinned[t]:
+                    errors.add(f"op {k}: offload of {label(t)}, which is pinned: it may never be "
+                               "offloaded")
+                    continue
+                if not live[t]:
+                    errors.add(f"op {k}: offload of {label(t)}, which is not on the device "
+                               f"({datum_state(t)})")
+                    continue
+                if mask[t] != full[t]:
+                    errors.add(f"op {k}: offload of {label(t)}, which is incomplete: "
+                               f"{_missing(ha, t, mask[t])}")
+                    continue
+                nbytes = size[t]
+            else:
+                j = t - nd
+                lo = saved[j]
+                if lo < 0:
+                    errors.add(f"op {k}: offload of {label(t)}, but no phantom of "
+                               f"{layers[j]!r} is saved ({phantom_state(j)})")
+                    continue
+                if ha.opt_pinned[j][lo]:
+                    errors.add(f"op {k}: offload of {label(t)}, saved with option "
+                               f"{layer_opts[j][lo]!r}, which is pinned: its phantom may never be "
+                               "offloaded")
+                    continue
+                if host_frac[t] > 0 and host_opt[j] != lo:
+                    errors.add(f"op {k}: offload of {label(t)}, saved with option "
+                               f"{layer_opts[j][lo]!r}, but the host holds its phantom of option "
+                               f"{layer_opts[j][host_opt[j]]!r}: a host copy holds one option")
+                    continue
+                nbytes = phantom[j][lo]
+            if host_frac[t] + f > 1.0 + _FRACTION_EPS:
+                errors.add(f"op {k}: offload of {label(t)} offloads more than the whole tensor "
+                           f"({host_frac[t]:g} already offloaded, plus {f:g})")
+                continue
+            bw = bandwidth(k, op, t)
+            if bw is None:
+                continue
+            if t >= nd:
+                host_opt[t - nd] = saved[t - nd]
+            host_frac[t] += f
+            host_used += f * nbytes
+            host_peak = max(host_peak, host_used)
+            if host_budget is not None and host_used > host_budget + 1e-9 * max(1.0, host_budget):
+                host_over = True
+                errors.add(f"op {k}: offload of {label(t)} brings host memory to "
+                           f"{round(host_used)} B, over the host budget {host_budget} B by "
+                           f"{round(host_used - host_budget)} B")
+            offloads[t].append((issue(k, "offload", t, f * nbytes, bw), f))
+        elif kind_k == "prefetch":
+            t = transfer_target(k, op)
+            f = transfer_fraction(k, op)
+            if t is None or f is None:
+                continue
+            if round_frac[t] < 0:  # a new round
+                here = live[t] if t < nd else saved[t - nd] >= 0
+                if here:
+                    where = ("still in memory" if t < nd
+                             else f"saved by op {saved_by[t - nd]}")
+                    errors.add(f"op {k}: prefetch of {label(t)}, which is on the device "
+                               f"({where}): one copy at a time")
+                    continue
+                if host_frac[t] <= 0:
+                    errors.add(f"op {k}: prefetch of {label(t)}, which was never offloaded")
+                    continue
+            bw = bandwidth(k, op, t)
+            if bw is None:
+                continue
+            if round_frac[t] < 0:
+                round_frac[t] = 0.0
+                round_at[t] = k
+                round_bytes[t] = size[t] if t < nd else phantom[t - nd][host_opt[t - nd]]
+                mem += round_bytes[t]  # the whole tensor's buffer, from the round's first op
+                if mem > peak:
+                    peak = mem
+            done = sum(fr for end, fr in offloads[t] if end <= total_time)
+            got = round_frac[t] + f
+            if got > done + _FRACTION_EPS:
+                errors.add(f"op {k}: prefetch of {label(t)} brings back {got:g} of it in this "
+                           f"round, more than has been offloaded by then ({done:g}; an offload "
+                           "counts once it has ended: wait on channel 'offload' first)")
+            round_frac[t] = got
+            issue(k, "prefetch", t, f * round_bytes[t], bw)
+        elif kind_k == "wait":
+            chan = op.channel
+            if chan not in CHANNELS:
+                errors.add(f"op {k}: wait on channel {chan!r}: a channel is 'offload' or "
+                           f"'prefetch'{did_you_mean(str(chan), CHANNELS)}")
+                continue
+            if op.data is not None and op.layer is not None:
+                errors.add(f"op {k}: a wait op names at most one of 'data' or 'layer', not both")
+                continue
+            if op.data is None and op.layer is None:
+                waited = list(pending[chan].items())
+                pending[chan].clear()
+            else:
+                t = transfer_target(k, op)
+                if t is None:
+                    continue
+                if t not in issued[chan]:
+                    errors.add(f"op {k}: wait for {label(t)} on channel {chan!r}, but no {chan} "
+                               f"of {label(t)} was issued before")
+                    continue
+                waited = [(t, pending[chan].pop(t, []))]
+            latest = max((end for _, lst in waited for _, end in lst), default=total_time)
+            if latest > total_time:
+                wait_time += latest - total_time
+                total_time = latest
+            if chan == "prefetch":
+                for t, _ in waited:
+                    if round_frac[t] >= 0 and abs(round_frac[t] - 1.0) <= _FRACTION_EPS:
+                        round_frac[t] = -1.0  # complete: the tensor is on the device again
+                        if t < nd:
+                            live[t] = 1
+                            mask[t] = full[t]
+                        else:
+                            saved[t - nd] = host_opt[t - nd]
+                            saved_by[t - nd] = k
+        elif kind_k in OP_KINDS:  # unreachable while every op kind is handled above
+            errors.add(f"op {k}: {kind_k} ops are not supported on layered graphs")
             continue
         else:
             errors.add(f"op {k}: unknown op kind {kind_k!r}")
@@ -721,7 +1036,23 @@ def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors
         if saved[j] >= 0:
             errors.add(f"phantom of layer {layers[j]!r} still saved at the end (option "
                        f"{layer_opts[j][saved[j]]!r}, saved by op {saved_by[j]})", always=True)
-    return peak, total_time, computes, save_peak, save_at
+    for chan in CHANNELS:
+        for t, lst in sorted(pending[chan].items()):
+            ops = ", ".join(str(kk) for kk, _ in lst)
+            errors.add(f"transfer of {label(t)} on channel {chan!r} (op{'s' if len(lst) > 1 else ''}"
+                       f" {ops}) never waited", always=True)
+    for t in range(nd + nl):
+        if round_frac[t] >= 0 and t not in pending["prefetch"]:
+            errors.add(f"the prefetch of {label(t)} started by op {round_at[t]} never completed "
+                       f"({round_frac[t]:g} of it prefetched; a wait on channel 'prefetch' "
+                       "completes it once the fractions sum to 1)", always=True)
+    return _LayeredReplay(peak=peak, time=total_time, computes=computes, save_peak=save_peak,
+                          save_at=save_at, host_peak=round(host_peak), host_over=host_over,
+                          wait_time=wait_time)
+
+
+def _not_here(prefetching: float) -> str:
+    return "used before its prefetch completed" if prefetching >= 0 else "not in memory"
 
 
 def _missing(ha: _HArrays, d: int, got: int) -> str:
@@ -763,7 +1094,8 @@ def _no_recompute_layered(graph: Graph) -> Plan:
         ops += [Op("delete", data=ha.data[d]) for d in freed_after[p + 1]]
     plan = Plan(graph=graph.name, ops=ops, meta={"planner": "no_recompute"})
     errors = _Errors()
-    peak, total, _, _, _ = _replay_layered(plan, ha, errors)
+    out = _replay_layered(plan, ha, errors)
+    peak, total = out.peak, out.time
     if errors.items:  # cannot happen for a consistent H-graph
         raise DataError(f"graph '{graph.name}': the no-recomputation plan does not replay: "
                         f"{errors.items[0]}", graph.loc)

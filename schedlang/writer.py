@@ -35,7 +35,7 @@ RESERVED = frozenset("""
     graph node edge budget peak save time size forward backward loss data layer option grad
     input output fwd bwd overhead phantom needs use model set param var expr constraint
     minimize maximize forall sum where in and or not implies max min first next prev last
-    binary integer continuous bandwidth true false
+    binary integer continuous bandwidth pinned host offload prefetch true false
     B KB MB GB KiB MiB GiB TiB s ms us ns
 """.split())
 
@@ -143,8 +143,21 @@ def write_graph(graph: Graph) -> str:
 
 
 def _budget_lines(graph: Graph) -> list[str]:
-    return [f"budget {kind} {format_size(graph.budgets[kind])}"
-            for kind in ("peak", "save") if graph.budgets.get(kind) is not None]
+    lines = [f"budget {kind} {format_size(graph.budgets[kind])}"
+             for kind in ("peak", "save", "host") if graph.budgets.get(kind) is not None]
+    for kind in ("offload", "prefetch"):
+        if kind in graph.bandwidths:
+            lines.append(f"bandwidth {kind} {format_rate(graph.bandwidths[kind])}")
+    return lines
+
+
+def format_rate(bps: float) -> str:
+    """Bytes per second as .sched text: inf, 0, or an exact number of B/s."""
+    if math.isinf(bps):
+        return "inf"
+    if bps == 0:
+        return "0"
+    return f"{bps:.17g}B/s"
 
 
 def _write_layered(graph: Graph) -> str:
@@ -163,7 +176,8 @@ def _write_layered(graph: Graph) -> str:
     lines.append(header + " {")
     for d in graph.data:
         role = f" {d.role}" if d.role else ""
-        lines.append(f"  data {quote_name(d.name)} {format_size(d.size)}{role}")
+        pinned = " pinned" if d.pinned else ""
+        lines.append(f"  data {quote_name(d.name)} {format_size(d.size)}{role}{pinned}")
     for layer in graph.layers:
         lines.append(f"  layer {quote_name(layer.name)} {names(layer.inputs)} -> {names(layer.outputs)} {{")
         lines.append(f"    grad {names(layer.grad_inputs)} -> {names(layer.grad_outputs)}")
@@ -173,6 +187,8 @@ def _write_layered(graph: Graph) -> str:
                     f"{format_size(o.bwd_overhead)} phantom {format_size(o.phantom)}")
             if o.needs:
                 text += f" needs {names(o.needs)}"
+            if o.pinned:
+                text += " pinned"
             for side, steps in (("fwd_steps", o.fwd_steps), ("bwd_steps", o.bwd_steps)):
                 if steps:
                     parts = []

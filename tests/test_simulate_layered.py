@@ -293,12 +293,13 @@ def test_unknown_and_missing_options_and_nodes():
     assert errs[0] == "op 0: compute of unknown node 'blok1.fwd' (did you mean 'block1.fwd'?)"
 
 
-def test_unsupported_ops_are_errors():
+def test_offload_without_bandwidth_is_an_error():
     plan = plan_of(TINY_NO_RECOMPUTE)
     plan.ops.insert(0, Op("offload", data="x"))
     r = simulate(plan, tiny())
     assert not r.valid and r.errors == [
-        "op 0: offload ops are not supported yet (graph 'tiny_transformer' has no offload channels)"]
+        "op 0: offload of 'x', but the offload bandwidth is 0 (the graph gives none: declare "
+        "`bandwidth offload ...`), so no transfer is possible"]
 
 
 def test_inconsistent_layered_graphs_are_reported_not_raised(tmp_path):

@@ -8,12 +8,23 @@ phase t), phantom[t, j, o] (layer j's phantom saved with option o before phase t
 Within a phase, nodes run in the H-graph's order; after each compute, the data the model deletes
 there are deleted; at the end of a phase, data not kept into the next phase are deleted and
 phantoms not kept are dropped.
+
+Offloading models (models/offload.sched) add the roles offload[t, d], prefetch[t, d], arrive[t, d]
+(a prefetch round completes at the end of phase t) and their phantom counterparts
+phantom_offload / phantom_prefetch / phantom_arrive[t, j, o]; transfers overlap the frontier
+node t of phase t. That step becomes: its transfers (offload / prefetch ops), the compute, a
+wait for every transfer issued in it (so the step lasts as long as its slowest channel, like
+the model's time), then the arrivals and the step's deletes. Fractions are cleaned of solver noise:
+an offload never exceeds what is left of the tensor, and a round's fractions sum to exactly 1.
 """
 from __future__ import annotations
 
 from ..hgraph import FAST_FORWARD, build_hgraph
 from ..plan import Op, Plan
 from ..units import UNITS
+
+_EPS = 1e-5  # transfer fractions below this are solver noise (binaries bound them
+# within the solver's integrality tolerance, 1e-6 or so)
 
 
 def decode_phases(decl, ir, solution, graph) -> Plan:
@@ -35,6 +46,7 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
     for (t, k, d), v in D.items():
         if v > 0.5:
             deletes.setdefault((t, k), []).append(d)
+    moves = _Transfers(decl, ir, solution)
     data_order = list(h.data)
     live = set(h.inputs)
     phantoms: dict[str, str] = {}  # layer -> option saved
@@ -45,12 +57,21 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
             if o is None:
                 continue
             kind, layer = layer_of[k]
+            # transfers start with the node and the step ends when all three channels are done
+            issued = moves.issue(t, k, ops)
             ops.append(Op("compute", node=k, option=None if kind == "loss" else o))
             live.update(outputs_of.get(k, ()))
             if kind == "fwd" and o != FAST_FORWARD:
                 phantoms[layer] = o
             elif kind == "bwd":
                 phantoms.pop(layer, None)
+            for channel, field, x in issued:
+                ops.append(Op("wait", channel=channel, **{field: x}))
+            for field, x, jo in moves.arrivals(t, k):
+                if field == "data":
+                    live.add(x)
+                else:
+                    phantoms[x] = jo
             for d in sorted(deletes.get((t, k), []), key=data_order.index):
                 if d in live:
                     ops.append(Op("delete", data=d))
@@ -77,3 +98,72 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
         peak = int(round(max([top] + ran) * scale))
     return Plan(graph=graph.name, ops=ops, predicted_peak=peak, predicted_time=solution.objective,
                 meta={"decoder": "phases"})
+
+
+class _Transfers:
+    """The transfer roles of an offloading model, step by step (absent roles: no transfers)."""
+
+    def __init__(self, decl, ir, solution):
+        from . import role_values
+
+        def values(role):
+            return role_values(decl, ir, solution, role, required=False) or {}
+
+        self.offload = _by_step(values("offload"), "data")
+        self.offload += _by_step(values("phantom_offload"), "layer")
+        self.prefetch = _by_step(values("prefetch"), "data")
+        self.prefetch += _by_step(values("phantom_prefetch"), "layer")
+        self.arrive = _by_step(values("arrive"), "data") + _by_step(values("phantom_arrive"), "layer")
+        self.host: dict[tuple, float] = {}  # (field, x) -> fraction offloaded so far
+        self.round: dict[tuple, float] = {}  # (field, x) -> fraction of the current prefetch round
+
+    def issue(self, t, k, ops: list) -> list[tuple[str, str, str]]:
+        """Append the step's offload and prefetch ops; return (channel, field, x) to wait for."""
+        issued = []
+        for field, x, _, v in _at(self.offload, t, k):
+            key = (field, x)
+            f = min(v, 1.0 - self.host.get(key, 0.0))
+            if f > _EPS:
+                f = 1.0 if f > 1.0 - _EPS else f
+                self.host[key] = self.host.get(key, 0.0) + f
+                ops.append(Op("offload", fraction=f, **{field: x}))
+                issued.append(("offload", field, x))
+        arriving = {(field, x) for field, x, _, v in _at(self.arrive, t, k) if v > 0.5}
+        for field, x, _, v in _at(self.prefetch, t, k):
+            key = (field, x)
+            done = self.round.get(key, 0.0)
+            # never more than the host holds; a round that ends here sums to exactly 1
+            f = 1.0 - done if key in arriving else min(v, self.host.get(key, 0.0) - done)
+            if f > _EPS:
+                self.round[key] = done + f
+                ops.append(Op("prefetch", fraction=f, **{field: x}))
+                issued.append(("prefetch", field, x))
+        for key in arriving:
+            rest = 1.0 - self.round.get(key, 0.0)
+            if rest > 1e-12 and ("prefetch", *key) not in issued:
+                ops.append(Op("prefetch", fraction=rest, **{key[0]: key[1]}))
+                issued.append(("prefetch", *key))
+            self.round[key] = 0.0
+        return issued
+
+    def arrivals(self, t, k) -> list[tuple[str, str, str | None]]:
+        """(field, x, option of a phantom) that are on the device from the end of step (t, k)."""
+        return [(field, x, o) for field, x, o, v in _at(self.arrive, t, k) if v > 0.5]
+
+
+def _by_step(values: dict, field: str) -> list[tuple]:
+    """[(t, k, field, x, phantom option or None, value)] of a transfer role's nonzero values.
+
+    Transfers run during the frontier step of a phase (step (t, t)): a role is indexed by
+    (t, d) for data and (t, j, o) for phantoms."""
+    out = []
+    for key, v in values.items():
+        if v <= _EPS:
+            continue
+        t, x, *rest = key
+        out.append((t, t, field, x, rest[0] if rest else None, v))
+    return out
+
+
+def _at(rows: list[tuple], t, k) -> list[tuple]:
+    return [(field, x, o, v) for (t2, k2, field, x, o, v) in rows if t2 == t and k2 == k]
