@@ -80,14 +80,38 @@ def unet(depth: int = 3, act: int = 16 * MiB) -> Graph:
     return g
 
 
-def write_example(graph: Graph, path: Path, header: str, budget: str | None = None) -> None:
+def write_example(graph: Graph, path: Path, header: str, budget: str | None = None,
+                  model: str = "rockmate") -> None:
     from schedlang.problem import resolve_budget
     from schedlang.writer import write_graph
 
     if budget:
         graph.budgets["peak"] = resolve_budget(budget, graph)
-    text = "".join(f"# {line}\n" for line in header.strip().splitlines()) + "use rockmate\n\n"
+    text = "".join(f"# {line}\n" for line in header.strip().splitlines()) + f"use {model}\n\n"
     path.write_text(text + write_graph(graph))
+
+
+def write_offload_examples(root: Path, n_layers: int = 6, bandwidth: float = 24e9) -> None:
+    """examples/transformer6_offload.sched (recompute and offload) and two one-line variants
+    that switch either off: the three curves of the offload sweep."""
+    g = transformer_chain(n_layers)
+    g.bandwidths = {"offload": bandwidth, "prefetch": bandwidth}
+    name = f"transformer{n_layers}"
+    both = root / "examples" / f"{name}_offload.sched"
+    write_example(g, both,
+                  f"{n_layers} transformer-like blocks (3 options each) and a host link of "
+                  f"{bandwidth / 1e9:g} GB/s each way,\n"
+                  "solved with models/offload.sched: each activation and phantom is kept, recomputed\n"
+                  "or offloaded. Made by bench/instances.py. Budget: 40% of the no-recomputation peak.\n"
+                  "The same graph with offloading or recomputation switched off, as three curves:\n"
+                  f"  schedlang sweep examples/{name}_offload.sched --compare examples/{name}_recompute_only.sched\n"
+                  f"      --compare examples/{name}_offload_only.sched --budgets 30%..100%/8 --plot offload.png",
+                  "40%", model="offload")
+    for variant, line, what in (("recompute_only", "param allow_offload = 0", "no offloading"),
+                                ("offload_only", "param allow_recompute = 0", "no recomputation")):
+        (root / "examples" / f"{name}_{variant}.sched").write_text(
+            f"# examples/{both.name} with {what}: a one-line override of models/offload.sched\n"
+            f'use "{both.name}"\n{line}\n')
 
 
 if __name__ == "__main__":
@@ -102,3 +126,4 @@ if __name__ == "__main__":
                   "connections: data used far from where it is produced), so each encoder output's\n"
                   "gradient gets two contributions. Made by bench/instances.py. Budget: 70% of the\n"
                   "no-recomputation peak.\n  schedlang solve examples/unet.sched", "70%")
+    write_offload_examples(root)

@@ -78,7 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--plot", metavar="OUT.png", help="write the memory/time Pareto curve "
                    "(needs matplotlib)")
     w.add_argument("--json", action="store_true", help="a JSON list on stdout: per budget, the "
-                   "solve --json object plus budget_percent and overhead")
+                   "solve --json object plus budget_percent and overhead (with --compare: "
+                   "{\"curves\": [{\"file\": ..., \"points\": [...]}, ...]})")
+    w.add_argument("--compare", metavar="FILE", action="append", default=[],
+                   help="another problem to sweep at the same budgets, one more curve in the "
+                   "table and the plot (repeatable; e.g. the same graph with offloading or "
+                   "recomputation switched off)")
 
     i = sub.add_parser("import", help="convert graph data from other tools to .sched")
     i.add_argument("file")
@@ -94,6 +99,15 @@ def _parser() -> argparse.ArgumentParser:
                    "no-recomputation peak (90%%); overrides the data's `budget peak`")
     p.add_argument("--plan-out", help="write the plan (schedlang.plan/1 JSON) here")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+    # PyTorch front end (needs torch; the argument definitions import no torch)
+    from .pytorch.run import add_run_arguments
+    from .pytorch.trace import add_trace_arguments
+
+    add_trace_arguments(sub.add_parser("trace", help="trace and profile a PyTorch module into "
+                                                     "layered graph data (needs torch)"))
+    add_run_arguments(sub.add_parser("run", help="train a PyTorch module with a plan; predicted vs "
+                                                 "measured peak and time (needs torch)"))
     return ap
 
 
@@ -102,13 +116,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"check": cmd_check, "solve": cmd_solve, "simulate": cmd_simulate,
                 "import": cmd_import, "sweep": cmd_sweep,
-                "plan": cmd_plan}[args.command](args)
+                "plan": cmd_plan, "trace": cmd_trace, "run": cmd_run}[args.command](args)
     except SchedError as e:
         print(str(e), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("schedlang: interrupted", file=sys.stderr)
         return 130
+
+
+def cmd_trace(args) -> int:
+    from .pytorch.trace import trace_main
+
+    return trace_main(args)
+
+
+def cmd_run(args) -> int:
+    from .pytorch.run import run_main
+
+    return run_main(args)
 
 
 def cmd_check(args) -> int:
@@ -275,52 +301,70 @@ def cmd_sweep(args) -> int:
 
     if args.plot:
         check_plot_target(args.plot)  # before a long sweep, not after it
-    prob = prepare(args.file, args.model)
-    budgets = parse_budgets(args.budgets, prob.graph)
-    ref_peak, ref_time = reference(prob.graph)
-    graph_name = prob.graph.name if prob.graph else "-"
+    files = [args.file] + args.compare
+    problems = [prepare(f, args.model) for f in files]  # every file checked before any solve
     tty = sys.stderr.isatty()
     started = [0.0]
-
-    def where(budget):
-        pct = f"{100.0 * budget / ref_peak:.4g}%, " if ref_peak else ""
-        return f"{pct}{format_size(budget)}"
-
-    def progress(k, n, budget, point):
-        head = f"sweep [{k}/{n}] {where(budget)}: "
-        if point is None:
-            started[0] = time.perf_counter()
-            if tty:
-                print(head + "solving...", end="", file=sys.stderr, flush=True)
-            return
-        line = head + point.status.value
-        if point.objective is not None:
-            line += f", objective {point.objective:.6g}"
-        line += f", {time.perf_counter() - started[0]:.2f} s"
-        print(("\r\x1b[K" if tty else "") + line, file=sys.stderr, flush=True)
-
+    curves: dict[str, list] = {}
     t0 = time.perf_counter()
-    points = sweep_problem(prob, budgets, backend=args.backend, solver=args.solver,
-                           time_limit=args.time_limit, gap=args.gap, threads=args.threads,
-                           progress=progress)
-    total = time.perf_counter() - t0
+    for path, prob in zip(files, problems):
+        budgets = parse_budgets(args.budgets, prob.graph)
+        ref_peak, ref_time = reference(prob.graph)
+        label = f"{Path(path).stem} " if len(files) > 1 else ""
+
+        def where(budget, ref_peak=ref_peak):
+            pct = f"{100.0 * budget / ref_peak:.4g}%, " if ref_peak else ""
+            return f"{pct}{format_size(budget)}"
+
+        def progress(k, n, budget, point, where=where, label=label):
+            head = f"sweep {label}[{k}/{n}] {where(budget)}: "
+            if point is None:
+                started[0] = time.perf_counter()
+                if tty:
+                    print(head + "solving...", end="", file=sys.stderr, flush=True)
+                return
+            line = head + point.status.value
+            if point.objective is not None:
+                line += f", objective {point.objective:.6g}"
+            line += f", {time.perf_counter() - started[0]:.2f} s"
+            print(("\r\x1b[K" if tty else "") + line, file=sys.stderr, flush=True)
+
+        t1 = time.perf_counter()
+        points = sweep_problem(prob, budgets, backend=args.backend, solver=args.solver,
+                               time_limit=args.time_limit, gap=args.gap, threads=args.threads,
+                               progress=progress)
+        curves[path] = points
+        if not args.json:
+            _print_sweep(prob, args, points, ref_peak, ref_time, time.perf_counter() - t1)
+        bad = [p for p in points if p.solved and p.simulated_valid is False]
+        if bad:
+            print(f"error: the decoded plan of {path} at budget {where(bad[0].budget_bytes)} does "
+                  "not replay in the simulator; this is a bug in schedlang or in the model's "
+                  "decoder declaration", file=sys.stderr)
+            return 5
     if args.json:
-        print(json.dumps([p.to_json() for p in points]))
-    else:
-        _print_sweep(prob, args, points, ref_peak, ref_time, total)
+        if len(files) == 1:
+            print(json.dumps([p.to_json() for p in curves[args.file]]))
+        else:
+            print(json.dumps({"curves": [{"file": f, "points": [p.to_json() for p in pts]}
+                                         for f, pts in curves.items()]}))
+    elif len(files) > 1:
+        print(f"total     {len(files)} sweeps in {time.perf_counter() - t0:.2f} s")
     if args.plot:
-        plot_sweep(points, args.plot, ref_peak=ref_peak,
-                   title=f"{graph_name}: memory vs time overhead\nmodel {prob.program.name}, "
-                         f"{args.solver} via {args.backend}")
+        first = problems[0]
+        graph_name = first.graph.name if first.graph else "-"
+        ref_peak = reference(first.graph)[0]
+        if len(files) == 1:
+            plot_sweep(curves[args.file], args.plot, ref_peak=ref_peak,
+                       title=f"{graph_name}: memory vs time overhead\nmodel {first.program.name}, "
+                             f"{args.solver} via {args.backend}")
+        else:
+            plot_sweep({Path(f).stem: pts for f, pts in curves.items()}, args.plot, ref_peak=ref_peak,
+                       title=f"{graph_name}: memory vs time overhead, {len(files)} formulations\n"
+                             f"{args.solver} via {args.backend}")
         if not args.json:
             print(f"plot written to {args.plot}")
-    bad = [p for p in points if p.solved and p.simulated_valid is False]
-    if bad:
-        print(f"error: the decoded plan at budget {where(bad[0].budget_bytes)} does not replay in "
-              "the simulator; this is a bug in schedlang or in the model's decoder declaration",
-              file=sys.stderr)
-        return 5
-    return exit_code(points)
+    return max(exit_code(pts) for pts in curves.values()) if len(files) > 1 else exit_code(curves[args.file])
 
 
 def _print_sweep(prob, args, points, ref_peak, ref_time, total) -> None:

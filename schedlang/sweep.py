@@ -292,22 +292,50 @@ def _pct(p: float | None) -> str:
     return "-" if p is None else f"{p:.4g}%"
 
 
-def plot_sweep(points: list[SweepPoint], out, title: str = "", ref_peak: int | None = None,
+def plot_sweep(points, out, title: str = "", ref_peak: int | None = None,
                loc: Loc = Loc("--plot")) -> None:
     """Write the memory/time Pareto curve of a sweep to `out` (PNG, matplotlib's Agg backend).
 
-    x: simulated peak memory of each solved point; y: time overhead in percent; each point is
-    labelled with its budget(s); budgets without a solution are marked on the x axis at their
-    budget. Raises `SchedError` (exit 2) when matplotlib is missing or `out` cannot be written.
+    `points` is one sweep (a list of `SweepPoint`) or several, as {label: points} (one curve
+    each, e.g. recompute only / offload only / both). x: simulated peak memory of each solved
+    point; y: time overhead in percent; each point is labelled with its budget(s); budgets
+    without a solution are marked on the x axis at their budget. Raises `SchedError` (exit 2)
+    when matplotlib is missing or `out` cannot be written.
     """
+    curves = points if isinstance(points, dict) else {"": points}
     fig = _figure(loc)
+    every = [p for pts in curves.values() for p in pts]
+    unit, scale = _size_unit([p.simulated_peak for p in every if p.solved and p.simulated_peak is not None]
+                             + [p.budget_bytes for p in every] + ([ref_peak] if ref_peak else []))
+    ax = fig.subplots()
+    colors = ["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
+    ys_all: list[float] = []
+    for n, (label, pts) in enumerate(curves.items()):
+        ys_all += _plot_curve(ax, pts, label, colors[n % len(colors)], unit, scale,
+                              annotate=len(curves) == 1)
+    if ref_peak:
+        ax.axvline(ref_peak / scale, color="gray", linestyle="--", linewidth=1,
+                   label=f"no recomputation ({ref_peak / scale:.3g} {unit})")
+    ax.set_xlabel(f"peak memory ({unit})")
+    ax.set_ylabel("time overhead vs no recomputation (%)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    if ys_all and min(ys_all) >= 0:
+        ax.set_ylim(bottom=min(-0.05 * max(max(ys_all), 1.0), 0))
+    fig.tight_layout()
+    try:
+        fig.savefig(out, format="png")
+    except OSError as exc:
+        raise DataError(f"cannot write the plot to {out}: {exc.strerror or exc}", loc) from None
+
+
+def _plot_curve(ax, points: list[SweepPoint], label: str, color: str, unit: str, scale: int,
+                annotate: bool) -> list[float]:
+    """One sweep's solved points as a line, its unsolved budgets on the x axis; the y values."""
     solved = [p for p in points
               if p.solved and p.simulated_peak is not None and p.overhead is not None]
     unsolved = [p for p in points if not p.solved]
-    unit, scale = _size_unit([p.simulated_peak for p in solved] + [p.budget_bytes for p in points]
-                             + ([ref_peak] if ref_peak else []))
-
-    ax = fig.subplots()
     # several budgets may give the same plan: one marker, the budgets in one label
     groups: dict[tuple, list[SweepPoint]] = {}
     for p in solved:
@@ -315,10 +343,13 @@ def plot_sweep(points: list[SweepPoint], out, title: str = "", ref_peak: int | N
     keys = sorted(groups)
     xs = [k[0] / scale for k in keys]
     ys = [k[1] for k in keys]
+    prefix = f"{label}: " if label else ""
     if keys:
-        ax.plot(xs, ys, "-o", color="tab:blue", zorder=3,
-                label="solved: simulated peak vs time overhead")
+        ax.plot(xs, ys, "-o", color=color, zorder=3,
+                label=prefix + "solved: simulated peak vs time overhead")
         for x, y, key in zip(xs, ys, keys):
+            if not annotate:
+                continue
             names = ", ".join(_pct(p.budget_percent) if p.budget_percent is not None
                               else f"{p.budget_bytes / scale:.3g} {unit}" for p in groups[key])
             feasible = any(p.status is Status.FEASIBLE for p in groups[key])
@@ -328,36 +359,23 @@ def plot_sweep(points: list[SweepPoint], out, title: str = "", ref_peak: int | N
         import matplotlib.transforms as mtransforms
 
         trans = mtransforms.blended_transform_factory(ax.transData, ax.transAxes)
-        for status, marker, color in ((Status.INFEASIBLE, "x", "tab:red"),
-                                      (Status.UNBOUNDED, "x", "tab:red"),
-                                      (Status.NO_SOLUTION, "s", "tab:orange"),
-                                      (Status.ERROR, "D", "tab:gray")):
+        for status, marker, mark_color in ((Status.INFEASIBLE, "x", "tab:red"),
+                                           (Status.UNBOUNDED, "x", "tab:red"),
+                                           (Status.NO_SOLUTION, "s", "tab:orange"),
+                                           (Status.ERROR, "D", "tab:gray")):
             group = [p for p in unsolved if p.status is status]
             if not group:
                 continue
             ax.plot([p.budget_bytes / scale for p in group], [0.0] * len(group), marker,
-                    color=color, markersize=9, mew=2, transform=trans, clip_on=False,
-                    zorder=4, label=f"{status.value} budget")
+                    color=mark_color if annotate else color, markersize=9, mew=2, transform=trans,
+                    clip_on=False, zorder=4, label=f"{prefix}{status.value} budget")
             for p in group:
-                ax.annotate(_pct(p.budget_percent) if p.budget_percent is not None else
-                            f"{p.budget_bytes / scale:.3g} {unit}", (p.budget_bytes / scale, 0.0),
-                            xycoords=trans, textcoords="offset points", xytext=(0, 9),
-                            ha="center", fontsize=8, color=color)
-    if ref_peak:
-        ax.axvline(ref_peak / scale, color="gray", linestyle="--", linewidth=1,
-                   label=f"no recomputation ({ref_peak / scale:.3g} {unit})")
-    ax.set_xlabel(f"peak memory ({unit})")
-    ax.set_ylabel("time overhead vs no recomputation (%)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    if keys and min(ys) >= 0:
-        ax.set_ylim(bottom=min(-0.05 * max(max(ys), 1.0), 0))
-    fig.tight_layout()
-    try:
-        fig.savefig(out, format="png")
-    except OSError as exc:
-        raise DataError(f"cannot write the plot to {out}: {exc.strerror or exc}", loc) from None
+                if annotate:
+                    ax.annotate(_pct(p.budget_percent) if p.budget_percent is not None else
+                                f"{p.budget_bytes / scale:.3g} {unit}", (p.budget_bytes / scale, 0.0),
+                                xycoords=trans, textcoords="offset points", xytext=(0, 9),
+                                ha="center", fontsize=8, color=mark_color)
+    return ys
 
 
 def _figure(loc: Loc = Loc("--plot")):

@@ -27,7 +27,8 @@ from decimal import Decimal
 from .errors import DataError
 from .graph import NODE_KINDS, Graph
 
-_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
+# the grammar's NAME: each dotted part starts with a letter or _ (blocks.0.out must be quoted)
+_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 #: words of the language (keywords and units) that a bare name must not spell; quoting them
 #: costs nothing and keeps the data readable whatever the lexer does with keywords
@@ -157,6 +158,9 @@ def format_rate(bps: float) -> str:
         return "inf"
     if bps == 0:
         return "0"
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6)):  # a round rate reads as one
+        if bps >= scale and float(bps / scale).is_integer():
+            return f"{int(bps / scale)}{unit}"
     return f"{bps:.17g}B/s"
 
 

@@ -1,0 +1,226 @@
+"""Measuring the tensor memory a piece of PyTorch code uses on its compute device.
+
+`MemoryTracker` is a context manager with `.baseline` (live bytes at entry), `.current` (live
+bytes now) and `.peak` (the most live bytes since entry or the last `reset_peak()`).
+
+* On CUDA it reads the caching allocator's counters: `torch.cuda.memory_allocated` and
+  `torch.cuda.max_memory_allocated` after `torch.cuda.reset_peak_memory_stats` at entry. Every
+  tensor on the device counts, whoever made it; the baseline is what was allocated at entry.
+* On CPU there is no allocator counter, so the tracker watches tensor storages itself: a
+  `TorchDispatchMode` sees the outputs of every aten op run inside the context (forward ops,
+  factory functions, and the backward's ops: the autograd engine carries the mode to the
+  thread that runs the backward), and counts each new storage once, keyed by the storage (views
+  and in-place results share their input's storage and are not counted again; an output the
+  op's schema declares as an alias of an input is skipped). A `weakref.finalize` on the
+  storage's Python object takes its bytes off when the storage is freed (torch keeps one Python
+  object per storage for as long as the storage lives, checked on torch 2.13). Storages can
+  also change size without an op the mode sees (`untyped_storage().resize_(0)`), so the live
+  total is the sum of the tracked storages' *current* sizes, re-read after every op.
+  Tensors that existed before the context are invisible to the mode: the caller declares the
+  resident ones (`resident=[parameters, inputs, ...]`); their storages are tracked from entry
+  (their bytes are the baseline; resizing them is seen) but never counted twice.
+
+The CPU tracker is exact for what it covers (tests check: a temporary created and dropped leaves
+`.current` unchanged; `a = x*2; b = a*2; del a` peaks at two tensors; in-place ops do not count
+twice; backward's gradient buffers are seen; `resize_(0)` frees). It does not see memory that
+is not a tensor storage (allocator rounding, workspace buffers inside kernels, the one-off
+buffers of ops that allocate and free within a kernel), so it measures what the CUDA caching
+allocator would report up to rounding of each block to 512 bytes. `torch.profiler`'s memory
+events were the alternative; they cost more and report allocator events, not storages.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Iterable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+__all__ = ["MemoryTracker", "storage_bytes", "tensor_bytes"]
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of the tensor's own elements (numel × element size)."""
+    return t.numel() * t.element_size()
+
+
+def storage_bytes(tensors: Iterable) -> int:
+    """Bytes of the distinct storages behind `tensors` (each storage counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for t in _tensors(tensors):
+        s = t.untyped_storage()
+        key = s.data_ptr()
+        if key in seen or s.nbytes() == 0:
+            continue
+        seen.add(key)
+        total += s.nbytes()
+    return total
+
+
+def _tensors(items) -> list:
+    leaves, _ = tree_flatten(list(items) if not isinstance(items, torch.Tensor) else [items])
+    out = []
+    for x in leaves:
+        if isinstance(x, torch.nn.Module):
+            out += list(x.parameters()) + list(x.buffers())
+        elif isinstance(x, torch.Tensor):
+            out.append(x)
+    return out
+
+
+def _device_of(device, resident) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    for t in resident:
+        return t.device
+    return torch.device("cpu")
+
+
+class _StorageCounter(TorchDispatchMode):
+    """The dispatch mode of the CPU tracker: registers every new output storage."""
+
+    def __init__(self, tracker: "MemoryTracker"):
+        super().__init__()
+        self.tracker = tracker
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tr = self.tracker
+        with tr._lock:
+            flat, _ = tree_flatten(out)
+            returns = func._schema.returns
+            if len(returns) == len(flat):
+                aliased = [r.alias_info is not None for r in returns]
+            elif len(returns) == 1:  # one Tensor[] return
+                aliased = [returns[0].alias_info is not None] * len(flat)
+            else:
+                aliased = [False] * len(flat)
+            for t, alias in zip(flat, aliased):
+                if isinstance(t, torch.Tensor) and not alias:
+                    tr._register(t)
+            tr._refresh()
+        return out
+
+
+class MemoryTracker:
+    """Live tensor bytes on a device while the context is open (see the module docstring).
+
+    ``with MemoryTracker(resident=[model, x]) as mt: ...`` then ``mt.peak``, ``mt.current``,
+    ``mt.baseline`` (bytes) and ``mt.peak - mt.baseline`` (the code's extra peak).
+    `device` defaults to the device of the first resident tensor, else CPU.
+    """
+
+    def __init__(self, resident: Iterable = (), device=None):
+        self._resident = _tensors(resident)
+        self.device = _device_of(device, self._resident)
+        self.cuda = self.device.type == "cuda"
+        self.baseline = 0
+        self._peak = 0
+        self._current = 0
+        self._entries: dict[int, tuple] = {}  # storage data_ptr -> (weakref to storage, finalizer)
+        self._lock = threading.RLock()
+        self._mode: _StorageCounter | None = None
+        self._open = False
+
+    # --- context -------------------------------------------------------------------------
+    def __enter__(self) -> "MemoryTracker":
+        if self._open:
+            raise RuntimeError("MemoryTracker is already open")
+        self._open = True
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            self.baseline = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._current = self._peak = self.baseline
+            return self
+        for t in self._resident:
+            if t.device.type == self.device.type:
+                self._register(t)
+        self._refresh()
+        self.baseline = self._current
+        self._peak = self._current
+        self._mode = _StorageCounter(self)
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            self._current = torch.cuda.memory_allocated(self.device)
+            self._peak = max(self._peak, torch.cuda.max_memory_allocated(self.device))
+        else:
+            self._mode.__exit__(*exc)
+            self._mode = None
+            self._refresh()
+            for _, fin in list(self._entries.values()):
+                fin.detach()
+            self._entries.clear()
+        self._open = False
+
+    # --- readings ------------------------------------------------------------------------
+    @property
+    def current(self) -> int:
+        if self._open:
+            if self.cuda:
+                torch.cuda.synchronize(self.device)
+                self._current = torch.cuda.memory_allocated(self.device)
+            else:
+                self._refresh()
+        return self._current
+
+    @property
+    def peak(self) -> int:
+        if self._open:
+            if self.cuda:
+                torch.cuda.synchronize(self.device)
+                self._peak = max(self._peak, torch.cuda.max_memory_allocated(self.device))
+            else:
+                self._refresh()
+        return self._peak
+
+    def reset_peak(self) -> None:
+        """Start a new peak from the current live bytes."""
+        if self.cuda and self._open:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self._peak = self.current
+
+    # --- CPU bookkeeping -----------------------------------------------------------------
+    def _register(self, t: torch.Tensor) -> None:
+        if t.device.type != self.device.type or t.is_meta:
+            return
+        try:
+            s = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # tensors without storage (sparse, ...)
+            return
+        key = s.data_ptr()
+        if s.nbytes() == 0 or key == 0:
+            return
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is s:
+            return
+        if entry is not None:  # a dead storage's address reused before its finalizer ran
+            entry[1].detach()
+        ref = weakref.ref(s)
+        fin = weakref.finalize(s, self._forget, key, ref)
+        self._entries[key] = (ref, fin)
+
+    def _forget(self, key: int, ref) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is ref:
+                del self._entries[key]
+            self._refresh()
+
+    def _refresh(self) -> None:
+        total = 0
+        for ref, _ in self._entries.values():
+            s = ref()
+            if s is not None:
+                total += s.nbytes()
+        self._current = total
+        if total > self._peak:
+            self._peak = total

@@ -1,0 +1,365 @@
+"""Trace a PyTorch module into layered graph data (the H-Rockmate vocabulary) for `use rockmate`.
+
+`trace(model, sample_inputs, layers=None, ...)` = `partition` + `profile` + `to_graph`: a
+`schedlang.graph.Graph` with
+
+* `data` for every tensor the layers exchange: the model's inputs (role `input`), each layer's
+  outputs, `loss` (the loss value) and the gradients `<data>.grad`; a model input's gradient
+  `inputK.grad` has role `output` when the input requires grad; `<layer>.params.grad` (role
+  `output`) holds the gradients of the parameters whose gradient that layer's backward creates
+  (the first backward to reach a parameter: the last layer using it);
+* `layer NAME (inputs) -> (outputs) { grad (output grads) -> (input grads, params grad);
+  option autograd/recompute/selective ... }` from the measured times, overheads and phantoms;
+* `loss (model outputs) -> (loss, model outputs' grads)` with a tiny time.
+
+Times are in seconds (written with units). Parameters and buffers are fixed memory: not in the
+graph data; their bytes are in `TraceInfo.resident_bytes`, on `graph.trace_info`, and in a
+comment line of the written file that `read_trace_info` reads back::
+
+    # schedlang.pytorch resident_bytes 171904 param_bytes 171904 buffer_bytes 0 device cpu
+
+This module imports torch only when tracing, so that the CLI can import
+`add_trace_arguments` and `trace_main` without it.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import DataError, Loc, SchedError
+from ..graph import DataNode, Graph, Layer, Loss, Option
+
+__all__ = ["TraceInfo", "to_graph", "trace", "write_trace", "read_trace_info",
+           "add_trace_arguments", "trace_main", "LOSS_TIME"]
+
+WHERE = Loc("trace")
+LOSS_TIME = 1e-6  # seconds: the loss node's time (the loss itself is the user's)
+_INFO_RE = re.compile(r"#\s*schedlang\.pytorch\s+(.*)$")
+
+
+@dataclass
+class TraceInfo:
+    """What the runtime needs besides the graph data: fixed memory and the layers' modules."""
+
+    resident_bytes: int  # parameters + buffers (unique storages)
+    param_bytes: int
+    buffer_bytes: int
+    device: str
+    layer_calls: dict[str, list[str]] = field(default_factory=dict)  # layer -> submodules
+    input_grads: list[str] = field(default_factory=list)  # model inputs with a gradient
+    profiled: object = None  # the ProfiledGraph (None when read back from a file)
+
+    def comment(self) -> str:
+        return (f"# schedlang.pytorch resident_bytes {self.resident_bytes} param_bytes "
+                f"{self.param_bytes} buffer_bytes {self.buffer_bytes} device {self.device}")
+
+
+def _graph_name(text: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]", "_", text).strip("_").lower() or "model"
+    return name if not name[0].isdigit() else "m_" + name
+
+
+def _round_time(t: float) -> float:
+    """Seconds to 4 significant digits (measurements are not more precise than that)."""
+    return float(f"{float(t):.4g}")
+
+
+def to_graph(profiled, name: str | None = None, title: str | None = None,
+             loss_time: float = LOSS_TIME) -> Graph:
+    """The layered `Graph` of a `ProfiledGraph`; `graph.trace_info` holds a `TraceInfo`."""
+    part = profiled.part
+    g = Graph(name or _graph_name(type(part.root).__name__), title or "", time_unit="s")
+    sizes = {d: m.nbytes for d, m in part.data.items()}
+    declared: set[str] = set()
+
+    def data(d: str, size: int, role: str = "") -> None:
+        if d in declared:
+            return
+        declared.add(d)
+        g.data.append(DataNode(d, int(size), role))
+
+    input_grads = set(profiled.input_grads)
+    for d in part.inputs:
+        data(d, sizes[d], "input")
+    for lp in profiled.layers:
+        for d in part.layer(lp.name).outputs:
+            data(d, sizes[d])
+    loss_outputs = ["loss"]
+    data("loss", 4)
+    for d in part.outputs:
+        if part.data[d].requires_grad:
+            loss_outputs.append(f"{d}.grad")
+            data(f"{d}.grad", sizes[d], "output" if d in input_grads else "")
+    for lp in reversed(profiled.layers):
+        for d in lp.grad_outputs:
+            data(f"{d}.grad", sizes[d], "output" if d in input_grads else "")
+        if lp.grad_inputs and lp.param_grads:
+            data(f"{lp.name}.params.grad", lp.param_grad_bytes, "output")
+    for lp in profiled.layers:
+        layer = part.layer(lp.name)
+        grad_outputs = [f"{d}.grad" for d in lp.grad_outputs]
+        if lp.grad_inputs and lp.param_grads:
+            grad_outputs.append(f"{lp.name}.params.grad")
+        opts = [Option(o.name, _round_time(o.fwd_time), int(o.fwd_overhead), _round_time(o.bwd_time),
+                       int(o.bwd_overhead), int(o.phantom), list(o.needs))
+                for o in lp.options]
+        g.layers.append(Layer(lp.name, list(layer.inputs), list(layer.outputs),
+                              [f"{d}.grad" for d in lp.grad_inputs], grad_outputs, opts))
+    g.loss = Loss(list(part.outputs), loss_outputs, float(loss_time))
+    g.trace_info = TraceInfo(profiled.resident_bytes, profiled.param_bytes, profiled.buffer_bytes,
+                             profiled.device, {l.name: list(l.calls) for l in part.layers},
+                             list(profiled.input_grads), profiled)
+    return g
+
+
+def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, device=None,
+          name: str | None = None) -> Graph:
+    """Partition, profile and describe `model` as layered graph data (see the module docstring).
+
+    `graph.trace_info` is the `TraceInfo` (resident bytes, the profiled layers)."""
+    if importlib.util.find_spec("torch") is None:
+        raise SchedError("tracing a PyTorch model needs torch: pip install 'schedlang[torch]'",
+                         WHERE)
+    from .partition import partition
+    from .profile import OPTIONS, profile
+
+    part = partition(model, sample_inputs, layers)
+    profiled = profile(part, repeats=repeats, options=options or OPTIONS, device=device)
+    shapes = ", ".join("x".join(str(s) for s in part.data[d].shape) for d in part.inputs)
+    return to_graph(profiled, name=name, title=f"{type(model).__name__} ({shapes}) traced on "
+                    f"{profiled.device}")
+
+
+def graph_text(graph: Graph, info: TraceInfo | None = None, model: str = "rockmate") -> str:
+    """The `.sched` text of a traced graph: comments, `use MODEL`, the graph data."""
+    from ..writer import write_graph
+
+    info = info if info is not None else getattr(graph, "trace_info", None)
+    lines = []
+    if info is not None:
+        lines.append(f"# traced by schedlang.pytorch: {len(graph.layers)} layers; parameters and "
+                     "buffers are fixed memory, not in the data below")
+        lines.append(info.comment())
+        for layer, calls in info.layer_calls.items():
+            if calls and calls != [layer]:
+                lines.append(f"# layer {layer} runs {', '.join(calls)}")
+    if model:
+        lines.append(f"use {model}")
+    return "\n".join(lines) + ("\n" if lines else "") + write_graph(graph)
+
+
+def write_trace(graph: Graph, path, info: TraceInfo | None = None, model: str = "rockmate") -> None:
+    """Write a traced graph as a `.sched` file that `schedlang solve` solves."""
+    try:
+        Path(path).write_text(graph_text(graph, info, model))
+    except OSError as exc:
+        raise SchedError(f"cannot write {path}: {exc.strerror or exc}", Loc(str(path))) from None
+
+
+def read_trace_info(path) -> TraceInfo | None:
+    """The `TraceInfo` comment of a traced `.sched` file (None when it has none)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise SchedError(f"cannot read {path}: {exc.strerror or exc}", Loc(str(path))) from None
+    info = None
+    calls: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        m = _INFO_RE.match(line.strip())
+        if m:
+            words = m.group(1).split()
+            fields = dict(zip(words[::2], words[1::2]))
+            try:
+                info = TraceInfo(int(fields["resident_bytes"]), int(fields.get("param_bytes", 0)),
+                                 int(fields.get("buffer_bytes", 0)), fields.get("device", "cpu"))
+            except (KeyError, ValueError):
+                raise DataError(f"malformed schedlang.pytorch comment: {line.strip()}",
+                                Loc(str(path))) from None
+        elif line.startswith("# layer ") and " runs " in line:
+            layer, _, rest = line[len("# layer "):].partition(" runs ")
+            calls[layer.strip()] = [c.strip() for c in rest.split(",")]
+    if info is not None:
+        info.layer_calls = calls
+    return info
+
+
+# --- the CLI -----------------------------------------------------------------------------------
+_DTYPES = {"float32": "float32", "float": "float32", "fp32": "float32", "float16": "float16",
+           "half": "float16", "fp16": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16",
+           "float64": "float64", "double": "float64", "int64": "int64", "long": "int64",
+           "int32": "int32", "int": "int32", "bool": "bool"}
+
+
+def add_trace_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of `schedlang trace` (needs no torch)."""
+    p.add_argument("factory", metavar="MODULE:FACTORY",
+                   help="a callable returning an nn.Module, or (module, inputs[, loss_fn]); "
+                        "MODULE is a dotted module name or a .py file")
+    p.add_argument("--input-shape", action="append", default=[], metavar="8,3,32,32",
+                   help="shape of a random sample input (repeat for several inputs); needed "
+                        "when FACTORY returns no inputs")
+    p.add_argument("--input-dtype", action="append", default=[], metavar="DTYPE",
+                   help="dtype of the matching --input-shape (float32 default; int64 inputs "
+                        "are drawn in [0, 2))")
+    p.add_argument("--layers", help="comma-separated submodule names to use as layers "
+                   "(default: chosen automatically)")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per measure (median; 5)")
+    p.add_argument("--options", default="autograd,recompute,selective",
+                   help="options to profile (autograd,recompute,selective)")
+    p.add_argument("--device", help="device to move the model and inputs to (cpu, cuda, "
+                   "cuda:1); default: where the factory put them")
+    p.add_argument("--name", help="graph name (default: the model's class name)")
+    p.add_argument("--budget", help="also write `budget peak` (a size, or a percent of the "
+                   "no-recomputation peak)")
+    p.add_argument("-o", "--output", required=True, help="the .sched file to write")
+
+
+def _load_factory(spec: str):
+    where = Loc(spec)
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise SchedError(f"expected MODULE:FACTORY, got '{spec}'", where)
+    try:
+        if module_name.endswith(".py") or "/" in module_name or Path(module_name).is_file():
+            path = Path(module_name)
+            if not path.is_file():
+                raise SchedError(f"no such file: {module_name}", where)
+            mspec = importlib.util.spec_from_file_location(_graph_name(path.stem), path)
+            module = importlib.util.module_from_spec(mspec)
+            sys.modules[mspec.name] = module
+            mspec.loader.exec_module(module)
+        else:
+            if "" not in sys.path and str(Path.cwd()) not in sys.path:
+                sys.path.insert(0, str(Path.cwd()))
+            module = importlib.import_module(module_name)
+    except SchedError:
+        raise
+    except ImportError as exc:
+        raise SchedError(f"cannot import '{module_name}': {exc}", where) from None
+    except Exception as exc:  # the user's module failed while loading
+        raise SchedError(f"importing '{module_name}' failed: {type(exc).__name__}: {exc}",
+                         where) from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise SchedError(f"'{module_name}' has no attribute '{attr}'", where)
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise SchedError(f"'{spec}' is not callable", where)
+    return obj
+
+
+def _make_inputs(shapes: list[str], dtypes: list[str]):
+    import torch
+
+    if len(dtypes) > len(shapes):
+        raise SchedError("more --input-dtype than --input-shape", Loc("--input-dtype"))
+    inputs = []
+    for k, text in enumerate(shapes):
+        try:
+            shape = tuple(int(s) for s in re.split(r"[,x]", text.strip()))
+        except ValueError:
+            raise SchedError(f"bad --input-shape '{text}': expected sizes like 8,3,32,32",
+                             Loc("--input-shape")) from None
+        if not shape or any(s <= 0 for s in shape):
+            raise SchedError(f"bad --input-shape '{text}': sizes must be positive",
+                             Loc("--input-shape"))
+        dname = dtypes[k].lower() if k < len(dtypes) else "float32"
+        if dname not in _DTYPES:
+            raise SchedError(f"unknown --input-dtype '{dname}' ({', '.join(sorted(set(_DTYPES)))})",
+                             Loc("--input-dtype"))
+        dtype = getattr(torch, _DTYPES[dname])
+        if dtype.is_floating_point:
+            inputs.append(torch.randn(shape, dtype=dtype))
+        else:
+            inputs.append(torch.randint(0, 2, shape, dtype=dtype))
+    return tuple(inputs)
+
+
+def trace_main(args) -> int:
+    """`schedlang trace`: trace MODULE:FACTORY and write GRAPH.sched; SchedError on bad input."""
+    try:
+        import torch
+        from torch import nn
+    except ImportError:
+        raise SchedError("`schedlang trace` needs torch: pip install 'schedlang[torch]'",
+                         WHERE) from None
+    from ..problem import resolve_budget
+    from ..units import format_size
+
+    if args.repeats is None or args.repeats < 1:
+        raise SchedError(f"--repeats must be at least 1, got {args.repeats}", Loc("--repeats"))
+    options = [o.strip() for o in args.options.split(",") if o.strip()]
+    factory = _load_factory(args.factory)
+    try:
+        made = factory()
+    except Exception as exc:
+        raise SchedError(f"{args.factory}() failed: {type(exc).__name__}: {exc}",
+                         Loc(args.factory)) from None
+    inputs = None
+    if isinstance(made, nn.Module):
+        model = made
+    elif isinstance(made, (tuple, list)) and made and isinstance(made[0], nn.Module):
+        model = made[0]
+        if len(made) > 1:
+            inputs = made[1]
+            if isinstance(inputs, torch.Tensor):
+                inputs = (inputs,)
+    else:
+        raise SchedError(f"{args.factory}() returned {type(made).__name__}; expected an "
+                         "nn.Module or (module, inputs[, loss_fn])", Loc(args.factory))
+    if args.input_shape:
+        inputs = _make_inputs(args.input_shape, args.input_dtype)
+    if inputs is None:
+        raise SchedError(f"{args.factory}() returned no sample inputs: give --input-shape",
+                         Loc(args.factory))
+    if args.device:
+        try:
+            device = torch.device(args.device)
+            model = model.to(device)
+            inputs = tuple(x.to(device) for x in inputs)
+        except (RuntimeError, AssertionError) as exc:
+            raise SchedError(f"cannot use device '{args.device}': {exc}", Loc("--device")) from None
+    layers = [s.strip() for s in args.layers.split(",") if s.strip()] if args.layers else None
+    try:
+        graph = trace(model, tuple(inputs), layers, repeats=args.repeats, options=options,
+                      name=args.name)
+    except SchedError:
+        raise
+    except Exception as exc:  # the user's model failed while being profiled
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SchedError(f"profiling {type(model).__name__} failed: {type(exc).__name__}: {first}",
+                         Loc(args.factory)) from None
+    if args.budget:
+        graph.budgets["peak"] = resolve_budget(args.budget, graph, Loc("--budget"))
+    write_trace(graph, args.output)
+    info = graph.trace_info
+    print(f"wrote {args.output}: graph {graph.name}, {len(graph.layers)} layers, "
+          f"{len(graph.data)} data; fixed memory (parameters, buffers) "
+          f"{format_size(info.resident_bytes)}")
+    for layer in graph.layers:
+        opts = ", ".join(o.name for o in layer.options)
+        print(f"  {layer.name}: {', '.join(layer.inputs)} -> {', '.join(layer.outputs)} [{opts}]")
+    print(f"solve it with: schedlang solve {args.output} --budget 70%")
+    return 0
+
+
+def main(argv=None) -> int:  # `python -m schedlang.pytorch.trace ...`, until the CLI has it
+    ap = argparse.ArgumentParser(prog="schedlang trace", description="trace a PyTorch module "
+                                 "into layered graph data")
+    add_trace_arguments(ap)
+    args = ap.parse_args(argv)
+    try:
+        return trace_main(args)
+    except SchedError as e:
+        print(str(e), file=sys.stderr)
+        return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Small PyTorch models shared by the PyTorch tests (tracing, profiling, runtime).
+
+Each `make_*()` returns `(model, sample_inputs, loss_fn)`: `model(*sample_inputs)` runs, and
+`loss_fn(outputs)` turns what the model returns into a scalar. Sizes are small (CPU tests) but
+activations outweigh parameters, so that recomputation can save memory (solving the traced
+graph at 70% of its no-recomputation peak must be feasible); the factories take keyword
+arguments to scale them (benchmarks). Seeded: equal calls give equal models and inputs.
+Importing this module needs torch.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _seed(seed: int) -> None:
+    torch.manual_seed(seed)
+
+
+# --- MLP as nn.Sequential --------------------------------------------------------------------
+def make_mlp(batch: int = 256, width: int = 32, depth: int = 4, seed: int = 0):
+    """nn.Sequential of Linear/ReLU pairs and a final Linear; loss: mean of squares."""
+    _seed(seed)
+    mods: list[nn.Module] = []
+    for _ in range(depth):
+        mods += [nn.Linear(width, width), nn.ReLU()]
+    mods.append(nn.Linear(width, 4))
+    model = nn.Sequential(*mods)
+    x = torch.randn(batch, width)
+    return model, (x,), lambda out: out.pow(2).mean()
+
+
+# --- MLP with dropout --------------------------------------------------------------------------
+def make_dropout_mlp(batch: int = 256, width: int = 32, hidden: int = 64, seed: int = 0):
+    """nn.Sequential with Dropout between layers (training mode): tests RNG reproduction."""
+    _seed(seed)
+    model = nn.Sequential(
+        nn.Linear(width, hidden), nn.GELU(), nn.Dropout(0.2),
+        nn.Linear(hidden, hidden), nn.GELU(), nn.Dropout(0.2),
+        nn.Linear(hidden, width),
+    )
+    model.train()
+    x = torch.randn(batch, width, requires_grad=True)
+    return model, (x,), lambda out: out.pow(2).mean()
+
+
+# --- GPT-like transformer ----------------------------------------------------------------------
+class CausalSelfAttention(nn.Module):
+    def __init__(self, dim: int, heads: int, context: int, dropout: float):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.attn_drop = nn.Dropout(dropout)
+        self.resid_drop = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.tril(torch.ones(context, context, dtype=torch.bool)),
+                             persistent=False)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        h = self.heads
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q = q.view(b, t, h, c // h).transpose(1, 2)
+        k = k.view(b, t, h, c // h).transpose(1, 2)
+        v = v.view(b, t, h, c // h).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // h))
+        att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
+        att = self.attn_drop(F.softmax(att, dim=-1))
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.resid_drop(self.proj(y))
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int, context: int, dropout: float):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = CausalSelfAttention(dim, heads, context, dropout)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim),
+                                 nn.Dropout(dropout))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab: int = 64, context: int = 16, dim: int = 32, heads: int = 4,
+                 layers: int = 3, dropout: float = 0.1):
+        super().__init__()
+        self.tok_emb = nn.Embedding(vocab, dim)
+        self.pos_emb = nn.Embedding(context, dim)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(dim, heads, context, dropout) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, idx):
+        t = idx.size(1)
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def make_gpt(batch: int = 2, context: int = 16, vocab: int = 64, dim: int = 32, heads: int = 4,
+             layers: int = 3, dropout: float = 0.1, seed: int = 0):
+    """GPT-like: token + position embeddings, `blocks` (ModuleList), final LayerNorm, head.
+    Loss: cross-entropy against the next token."""
+    _seed(seed)
+    model = GPT(vocab, context, dim, heads, layers, dropout)
+    model.train()
+    idx = torch.randint(0, vocab, (batch, context))
+    targets = torch.roll(idx, -1, dims=1)
+
+    def loss_fn(logits):
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+    return model, (idx,), loss_fn
+
+
+# --- U-Net-like CNN ----------------------------------------------------------------------------
+def _double_conv(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(cout, cout, 3, padding=1), nn.ReLU())
+
+
+class UNet(nn.Module):
+    """Two levels: encoder convs, max pooling, a bottleneck, a decoder that upsamples and
+    concatenates the encoder's output of the same level (skip connections across levels)."""
+
+    def __init__(self, cin: int = 3, base: int = 4, classes: int = 2):
+        super().__init__()
+        self.enc1 = _double_conv(cin, base)
+        self.enc2 = _double_conv(base, 2 * base)
+        self.bottleneck = _double_conv(2 * base, 4 * base)
+        self.up2 = nn.ConvTranspose2d(4 * base, 2 * base, 2, stride=2)
+        self.dec2 = _double_conv(4 * base, 2 * base)
+        self.up1 = nn.ConvTranspose2d(2 * base, base, 2, stride=2)
+        self.dec1 = _double_conv(2 * base, base)
+        self.out = nn.Conv2d(base, classes, 1)
+
+    def forward(self, x):
+        e1 = self.enc1(x)
+        e2 = self.enc2(F.max_pool2d(e1, 2))
+        b = self.bottleneck(F.max_pool2d(e2, 2))
+        d2 = self.dec2(torch.cat([self.up2(b), e2], dim=1))
+        d1 = self.dec1(torch.cat([self.up1(d2), e1], dim=1))
+        return self.out(d1)
+
+
+def make_unet(batch: int = 2, size: int = 32, cin: int = 3, base: int = 4, seed: int = 0):
+    """U-Net-like CNN; loss: mean of squares of the logits."""
+    _seed(seed)
+    model = UNet(cin, base)
+    x = torch.randn(batch, cin, size, size)
+    return model, (x,), lambda out: out.pow(2).mean()
+
+
+ALL = {"mlp": make_mlp, "dropout_mlp": make_dropout_mlp, "gpt": make_gpt, "unet": make_unet}
