@@ -200,6 +200,9 @@ class _Builder:
         if read and self.kinds[v] == "data":
             self.reads[node].add(v)
 
+    def size_of(self, v: int) -> int:
+        return self.sizes[v]
+
     def free(self, node: int, v: int) -> None:
         """The plan frees `v` here: a use with free_at="delete"."""
         if self.release:
@@ -252,9 +255,15 @@ def _build_layered(plan: Plan, graph: Graph, b: _Builder) -> list[str | None]:
         cur[d] = b.new(0, "data", ha.data[d], ha.size[d])
         mask[d] = 0
     op_names: list[str | None] = []
+    sending: dict[tuple, list[int]] = {}  # offloads not waited yet: tensor -> device values read
+    incoming: dict[tuple, list] = {}  # prefetch rounds: tensor -> [buffer value, fraction so far]
+    host_phantom: dict[int, int] = {}  # layer -> bytes of the phantom copy on the host
     for k, op in enumerate(plan.ops):
         node = k + 1
         op_names.append(op.node if op.op == "compute" else None)
+        if op.op == "offload" and op.layer is not None:
+            j = ha.layer_index[op.layer]
+            host_phantom[j] = b.size_of(ph[j])
         if op.op == "compute":
             i = ha.index[op.node]
             o = 0 if op.option is None else ha.opt_index[i][op.option]
@@ -286,10 +295,41 @@ def _build_layered(plan: Plan, graph: Graph, b: _Builder) -> list[str | None]:
             mask.pop(d, None)
         elif op.op == "drop_phantom":
             b.free(node, ph.pop(ha.layer_index[op.layer]))
+        elif op.op in ("offload", "prefetch"):
+            key = ("data", ha.data_index[op.data]) if op.data is not None else ("layer", ha.layer_index[op.layer])
+            live = cur if key[0] == "data" else ph
+            if op.op == "offload":  # the device copy is read until the transfer is waited
+                b.use(node, live[key[1]], read=False)
+                sending.setdefault(key, []).append(live[key[1]])
+                continue
+            if key not in incoming:  # a prefetch round allocates the whole tensor at its start
+                kind, name, size = (("data", ha.data[key[1]], ha.size[key[1]]) if key[0] == "data" else
+                                    ("phantom", ha.layers[key[1]], host_phantom[key[1]]))
+                incoming[key] = [b.new(node, kind, name, size), 0.0]
+            incoming[key][1] += 1.0 if op.fraction is None else op.fraction
+        elif op.op == "wait":
+            for key in [x for x in list(sending) + list(incoming) if _waits_for(op, x, ha)]:
+                if op.channel == "offload" and key in sending:
+                    for v in sending.pop(key):
+                        b.use(node, v, read=False)
+                elif op.channel == "prefetch" and key in incoming and incoming[key][1] >= 1.0 - 1e-9:
+                    value, _ = incoming.pop(key)
+                    (cur if key[0] == "data" else ph)[key[1]] = value
+                    if key[0] == "data":
+                        mask[key[1]] = ha.full[key[1]]
     exit_node = len(plan.ops) + 1
     for v in list(cur.values()) + list(ph.values()):
         b.use(exit_node, v, read=False)
     return op_names
+
+
+def _waits_for(op, key: tuple, ha) -> bool:
+    """Whether a `wait` op covers the transfers of `key` (("data", d) or ("layer", j))."""
+    if op.data is not None:
+        return key == ("data", ha.data_index[op.data])
+    if op.layer is not None:
+        return key == ("layer", ha.layer_index[op.layer])
+    return True
 
 
 def liveness(plan: Plan, graph: Graph, *, free_at: str = "delete",
