@@ -25,6 +25,7 @@ from ..units import UNITS
 
 _EPS = 1e-5  # transfer fractions below this are solver noise (binaries bound them
 # within the solver's integrality tolerance, 1e-6 or so)
+_WHOLE = 1e-4  # a host copy this close to whole is whole (noise dropped from its parts)
 
 
 def decode_phases(decl, ir, solution, graph) -> Plan:
@@ -122,10 +123,12 @@ class _Transfers:
         issued = []
         for field, x, _, v in _at(self.offload, t, k):
             key = (field, x)
-            f = min(v, 1.0 - self.host.get(key, 0.0))
+            host = self.host.get(key, 0.0)
+            f = min(v, 1.0 - host)
             if f > _EPS:
-                f = 1.0 if f > 1.0 - _EPS else f
-                self.host[key] = self.host.get(key, 0.0) + f
+                if host + f > 1.0 - _WHOLE:  # the last part: make the host copy whole
+                    f = 1.0 - host
+                self.host[key] = host + f
                 ops.append(Op("offload", fraction=f, **{field: x}))
                 issued.append(("offload", field, x))
         arriving = {(field, x) for field, x, _, v in _at(self.arrive, t, k) if v > 0.5}
