@@ -1,0 +1,500 @@
+"""One call: a module that trains within a memory budget.
+
+    model = schedlang.pytorch.fit(model, sample_inputs, budget="60%")
+    loss_fn(model(*inputs)).backward(); optimizer.step()     # as usual
+    model.memory_report()
+
+`fit` partitions the module into layers and profiles them (`schedlang.pytorch.trace`), solves
+`models/rockmate.sched` on the layered graph data at the budget, and returns a `FitModule`
+whose parameters are the original module's and whose forward/backward execute the plan
+(`schedlang.pytorch.runtime`).
+
+The budget is the peak of all tensor memory on the compute device during a training step
+(parameters, gradients, activations, temporaries: what ``torch.cuda.max_memory_allocated``
+reports), given as a size ("2GiB", bytes) or as a percentage ("60%") of the peak of plain
+execution (no recomputation, predicted from the profile). What the plan does not move —
+parameters and buffers, and the step's inputs, which the caller keeps alive for the whole
+step — is *resident*: the graph's activation budget is the budget minus the resident bytes.
+A budget at or above the plain peak gives plain execution (no solve). A budget the solver
+cannot meet raises `FitError` with the smallest feasible budget found by bisection with the
+solver.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..errors import SchedError
+from ..graph import Graph
+from ..plan import Plan
+from ..simulate import no_recompute_plan, simulate
+from ..units import format_size, parse_size
+
+__all__ = ["fit", "FitModule", "FitError", "MemoryReport", "resolve_fit_budget", "prepare"]
+
+
+class FitError(SchedError):
+    """The budget cannot be met (exit code 3, like an infeasible solve)."""
+
+    exit_code = 3
+
+
+@dataclass
+class MemoryReport:
+    budget_bytes: int | None
+    predicted_peak_bytes: int
+    measured_peak_bytes: int | None
+    plain_peak_bytes: int  # predicted peak without recomputation
+    resident_bytes: int
+    plan_time_overhead: float  # predicted plan time / predicted plain time - 1
+    plain: bool  # plain execution (no plan)
+    measured_step_s: float | None = None
+    solve_s: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in self.__dict__.items()}
+
+    def __str__(self) -> str:
+        lines = [f"budget          {_fmt(self.budget_bytes)}",
+                 f"predicted peak  {_fmt(self.predicted_peak_bytes)}"
+                 f"  (plain execution: {_fmt(self.plain_peak_bytes)}, resident "
+                 f"{_fmt(self.resident_bytes)})",
+                 f"measured peak   {_fmt(self.measured_peak_bytes)}",
+                 f"time overhead   {100 * self.plan_time_overhead:+.1f}% (predicted)"
+                 + ("  plain execution" if self.plain else "")]
+        return "\n".join(lines)
+
+
+def _fmt(n) -> str:
+    return "-" if n is None else f"{format_size(n)} ({n} B)"
+
+
+# --- preparation: partition, trace, resident bytes ----------------------------------------------
+@dataclass
+class Prepared:
+    partitioned: object
+    graph: Graph  # the layered graph data as solved (resident data at 0 bytes)
+    resident_bytes: int
+    plain_peak: int  # whole step, resident included
+    plain_time: float
+    info: object = None
+    loss_overhead: int = 0  # the loss function's memory beyond the outputs' gradients
+    output_bytes: int = 0  # the model's outputs
+
+
+def loss_moment(plan: Plan, graph: Graph) -> int:
+    """Memory (graph bytes) right after the plan's loss: live data and saved phantoms."""
+    sizes = {d.name: d.size for d in graph.data}
+    live = {d.name for d in graph.data if d.role == "input"}
+    layers = {lay.name: lay for lay in graph.layers}
+    phantoms: dict[str, int] = {}
+    for op in plan.ops:
+        if op.op == "compute":
+            if op.node == "loss":
+                live.update(graph.loss.outputs)
+                break
+            name, _, side = op.node.rpartition(".")
+            lay = layers[name]
+            if side == "fwd":
+                live.update(lay.outputs)
+                opt = next((o for o in lay.options if o.name == op.option), None)
+                if opt is not None:
+                    phantoms[name] = opt.phantom
+            else:
+                live.update(lay.grad_outputs)
+                phantoms.pop(name, None)
+        elif op.op == "delete":
+            live.discard(op.data)
+        elif op.op == "drop_phantom":
+            phantoms.pop(op.layer, None)
+    return sum(sizes.get(d, 0) for d in live) + sum(phantoms.values())
+
+
+def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn) -> tuple[int, int]:
+    """(bytes the loss function's forward and backward use beyond the gradients of the model's
+    outputs and the loss value, bytes of the outputs), measured on one sample output."""
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    from .memory import MemoryTracker
+
+    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), torch.no_grad():
+        out = model(*sample_inputs)
+    out = tree_map(lambda t: t.detach().requires_grad_(True)
+                   if isinstance(t, torch.Tensor) and t.is_floating_point() else t, out)
+    leaves = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+    out_bytes = sum(t.numel() * t.element_size() for t in leaves)
+    with MemoryTracker(resident=leaves, device=dev) as mt:
+        loss = loss_fn(out)
+        loss.backward()
+        extra = mt.peak - mt.baseline
+    grads = sum(t.grad.numel() * t.grad.element_size() for t in leaves if t.grad is not None)
+    return max(0, extra - grads - loss.numel() * loss.element_size()), out_bytes
+
+
+def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = None,
+            loss_fn=None, **trace_kwargs) -> Prepared:
+    """Partition and profile `model` (or take `graph`, e.g. read from a .sched file)."""
+    from .partition import partition
+
+    if isinstance(sample_inputs, torch.Tensor):
+        sample_inputs = (sample_inputs,)
+    sample_inputs = tuple(sample_inputs)
+    info = None
+    part = None
+    if graph is None:
+        from .trace import trace
+
+        graph = trace(model, sample_inputs, layers=layers, **trace_kwargs)
+        info = getattr(graph, "trace_info", None)
+        part = getattr(getattr(info, "profiled", None), "part", None)
+    if part is None:
+        part = partition(model, sample_inputs, layers)
+    # a copy whose data sizes may change (not a deep copy: the trace info holds the model)
+    graph = copy.copy(graph)
+    graph.data = [copy.copy(d) for d in graph.data]
+    graph.layers = [_consistent_times(_with_fast_forward_overhead(lay)) for lay in graph.layers]
+    params = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+              for t in list(model.parameters()) + list(model.buffers())}
+    resident = sum(params.values())
+    # the inputs stay alive through the step (the caller holds them): resident, whatever the
+    # plan deletes; their data count 0 bytes in the graph the plan is solved on
+    names = set(part.inputs)
+    resident += sum(part.data[d].nbytes for d in part.inputs if d in part.data)
+    for d in graph.data:
+        if d.name in names:
+            d.size = 0
+    graph.budgets = {}
+    loss_overhead = out_bytes = 0
+    if loss_fn is not None:
+        loss_overhead, out_bytes = measure_loss_overhead(model, sample_inputs, loss_fn)
+    base = no_recompute_plan(graph)
+    sim = simulate(base, graph)
+    peak = max(sim.peak_bytes, loss_moment(base, graph) + loss_overhead)
+    return Prepared(part, graph, resident, peak + resident, sim.time, info, loss_overhead,
+                    out_bytes)
+
+
+def _with_fast_forward_overhead(layer):
+    """A copy of `layer` whose `fast_forward` costs what the runtime's does.
+
+    The H-graph gives a forward's `fast_forward` option (a forward under ``no_grad``) the
+    smallest forward overhead of the layer's options. Under autograd a layer's temporaries
+    are mostly saved (they are its phantom), so its forward overhead is small, while a
+    ``no_grad`` forward holds them transiently: the ``recompute`` option's forward is exactly
+    the runtime's fast forward. So every other option gets that overhead as its flat forward
+    overhead (which only the fast forward's minimum reads), and keeps its own as a one-step
+    profile (``fwd_steps``: same peak as the flat overhead gave)."""
+    from ..graph import Step
+
+    rec = next((o for o in layer.options if o.name == "recompute"), None)
+    if rec is None:
+        return layer
+    layer = copy.copy(layer)
+    options = []
+    for o in layer.options:
+        if o is not rec and o.fwd_overhead < rec.fwd_overhead and not o.fwd_steps:
+            o = copy.copy(o)
+            o.fwd_steps = [Step(o.fwd_overhead, [], list(layer.outputs))]
+            o.fwd_overhead = rec.fwd_overhead
+        options.append(o)
+    layer.options = options
+    return layer
+
+
+def _consistent_times(layer):
+    """A copy of `layer` whose option times obey what the options run: a ``recompute``
+    backward runs the forward again and then the backward, so it takes at least its own
+    forward plus ``autograd``'s backward; a ``selective`` backward at least ``autograd``'s.
+    Profiles of small layers on a loaded CPU break these bounds (timer noise), and the solver
+    then prefers recomputation because the noise made it look cheaper."""
+    auto = next((o for o in layer.options if o.name == "autograd"), None)
+    if auto is None:
+        return layer
+    fixed = []
+    for o in layer.options:
+        low = None
+        if o.name == "recompute":
+            low = o.fwd_time + auto.bwd_time
+        elif o.name == "selective":
+            low = auto.bwd_time
+        if low is not None and o.bwd_time < low:
+            o = copy.copy(o)
+            o.bwd_time = low
+        fixed.append(o)
+    layer = copy.copy(layer)
+    layer.options = fixed
+    return layer
+
+
+def resolve_fit_budget(budget, plain_peak: int) -> int:
+    """Bytes from a size ('2GiB', 3e9, 1000000) or a percentage ('60%') of `plain_peak`."""
+    if isinstance(budget, bool):
+        raise SchedError(f"budget {budget!r} is not a size or a percentage")
+    if isinstance(budget, (int, float)):
+        if budget <= 0:
+            raise SchedError(f"budget {budget} must be positive")
+        return int(budget)
+    text = str(budget).strip()
+    if text.endswith("%"):
+        try:
+            pct = float(text[:-1])
+        except ValueError:
+            raise SchedError(f"budget '{text}' is not a percentage (e.g. 60%)") from None
+        if pct <= 0:
+            raise SchedError(f"budget {text} must be positive")
+        return int(plain_peak * pct / 100)
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise SchedError(f"budget: {exc}") from None
+    if value <= 0:
+        raise SchedError(f"budget {text} must be positive")
+    return value
+
+
+# --- solving --------------------------------------------------------------------------------------
+def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
+               time_limit: float | None = None, backend: str = "pyomo",
+               loss_overhead: int = 0, output_bytes: int = 0) -> Plan | None:
+    """The rockmate plan of `graph` within `activation_budget` bytes, or None if none found.
+
+    `loss_overhead`: memory the loss function adds at the loss (the graph's loss node has
+    none); the save budget (memory during the loss phase) keeps room for it and for the
+    model's outputs, which the loss phase's samples may not count."""
+    import schedlang
+    from ..solution import Status
+    from ..writer import write_graph
+
+    g = copy.copy(graph)
+    g.budgets = {"peak": int(activation_budget)}
+    if loss_overhead:
+        save = int(activation_budget) - loss_overhead - output_bytes
+        if save <= 0:
+            return None
+        g.budgets["save"] = save
+    try:
+        from .trace import graph_text  # quotes names like blocks.0.out
+        text = graph_text(g, None, "rockmate")
+    except ImportError:
+        text = "use rockmate\n" + write_graph(g)
+    prob = schedlang.load(text=text)
+    res = prob.solve(backend=backend, solver=solver, time_limit=time_limit)
+    if res.plan is None or res.status not in (Status.OPTIMAL, Status.FEASIBLE):
+        return None
+    sim = simulate(res.plan, graph, budget=int(activation_budget))
+    if not sim.valid:
+        return None
+    res.plan.predicted_peak = max(sim.peak_bytes, loss_moment(res.plan, graph) + loss_overhead)
+    res.plan.predicted_time = sim.time
+    res.plan.meta.setdefault("planner", "rockmate")
+    res.plan.meta["status"] = res.status.value
+    return res.plan
+
+
+def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit,
+                      backend: str = "pyomo", rel: float = 0.03, max_solves: int = 8,
+                      **kw) -> int | None:
+    """Bisection with the solver between an infeasible `low` and `high` (activation bytes):
+    the smallest budget found feasible (within `rel`, at most `max_solves` solves), or None
+    if `high` is not."""
+    plan = solve_plan(graph, high, solver, time_limit, backend, **kw)
+    if plan is None:
+        return None
+    best = plan.predicted_peak
+    solves = 1
+    while best - low > max(rel * best, 1024) and solves < max_solves:
+        solves += 1
+        mid = (low + best) // 2
+        plan = solve_plan(graph, mid, solver, time_limit, backend, **kw)
+        if plan is None:
+            low = mid
+        else:
+            best = plan.predicted_peak
+    return best
+
+
+# --- the module ----------------------------------------------------------------------------------
+class FitModule(nn.Module):
+    """`module` trained by a plan. Same call signature; the parameters are `module`'s."""
+
+    def __init__(self, module: nn.Module, prepared: Prepared, plan: Plan | None,
+                 budget: int | None, measure: bool = True, solve_s: float | None = None):
+        super().__init__()
+        self.module = module
+        self._prep = prepared
+        self._plan = plan
+        self._budget = budget
+        self.measure = measure
+        self._solve_s = solve_s
+        self._executor = None
+        self._runner: list = []  # the PlanModule (in a list: not a submodule of this one)
+        self._measured: int | None = None
+        self._step_s: float | None = None
+        self._tracker = None
+        self._t0 = 0.0
+        if plan is not None:
+            from .runtime import PlanExecutor
+
+            self._executor = PlanExecutor(prepared.partitioned, plan, prepared.graph)
+            self._runner = [self._executor.module()]
+
+    @property
+    def plan(self) -> Plan | None:
+        return self._plan
+
+    @property
+    def graph(self) -> Graph:
+        return self._prep.graph
+
+    @property
+    def plain(self) -> bool:
+        return self._plan is None
+
+    def predicted_peak(self) -> int:
+        if self._plan is None:
+            return self._prep.plain_peak
+        return int(self._plan.predicted_peak) + self._prep.resident_bytes
+
+    def memory_report(self) -> MemoryReport:
+        plain_time = self._prep.plain_time
+        plan_time = plain_time if self._plan is None else float(self._plan.predicted_time or 0)
+        overhead = plan_time / plain_time - 1 if plain_time > 0 else 0.0
+        return MemoryReport(self._budget, self.predicted_peak(), self._measured,
+                            self._prep.plain_peak, self._prep.resident_bytes, overhead,
+                            self._plan is None, self._step_s, self._solve_s)
+
+    # measuring one training step: forward to the end of the backward
+    def _open_tracker(self, tensors) -> None:
+        from .memory import MemoryTracker
+
+        self._close_tracker()
+        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+        self._tracker = MemoryTracker(resident=[self.module, *tensors, *grads])
+        self._tracker.__enter__()
+        self._t0 = time.perf_counter()
+
+    def _close_tracker(self) -> None:
+        tr = self._tracker
+        if tr is None:
+            return
+        self._tracker = None
+        try:
+            tr.__exit__(None, None, None)
+        except Exception:  # a mode entered on another thread: keep the reading only
+            pass
+        self._measured = tr.peak
+        self._step_s = time.perf_counter() - self._t0
+
+    def forward(self, *args, **kwargs):
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        training = torch.is_grad_enabled()
+        if not (self.measure and training):
+            return self._call(*args, **kwargs)
+        self._open_tracker(tensors)
+        try:
+            out = self._call(*args, **kwargs)
+        except BaseException:
+            self._close_tracker()
+            raise
+        # close the tracker when the backward of this step ends
+        leaves = [o for o in _flat(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+        if not leaves:
+            self._close_tracker()
+            return out
+        _StepEnd.attach(self, leaves)
+        return out
+
+    def _call(self, *args, **kwargs):
+        if self._executor is None:
+            return self.module(*args, **kwargs)
+        return self._runner[0](*args, **kwargs)
+
+
+def _flat(out) -> list:
+    from torch.utils._pytree import tree_flatten
+
+    return tree_flatten(out)[0]
+
+
+class _StepEnd:
+    """Closes a FitModule's tracker once the backward has run through the whole model: a hook
+    on the gradient of the graph's first node (the dummy of the plan's Function, or the
+    model's first parameter)."""
+
+    @staticmethod
+    def attach(fm: FitModule, outputs: list) -> None:
+        # the end of the backward: autograd calls a callback queued on the engine at the
+        # first gradient computed for one of the outputs
+        def on_grad(grad):
+            torch.autograd.Variable._execution_engine.queue_callback(fm._close_tracker)
+            return grad
+
+        hooked = False
+        for o in outputs:
+            if o.grad_fn is not None:
+                o.register_hook(on_grad)
+                hooked = True
+                break
+        if not hooked:
+            fm._close_tracker()
+
+
+# --- the one call ---------------------------------------------------------------------------------
+def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs",
+        time_limit: float | None = 60.0, layers=None, backend: str = "pyomo",
+        graph: Graph | None = None, plan: Plan | None = None, measure: bool = True,
+        loss_fn=None, prepared: Prepared | None = None, **trace_kwargs) -> FitModule:
+    """`model` wrapped to train within `budget` (see the module docstring).
+
+    `loss_fn(outputs) -> scalar`: the loss the training step applies to the model's outputs.
+    Optional; given, its memory (measured once on a sample output) is part of the prediction
+    and of the plan's constraints (the save budget of the loss phase); without it the loss is
+    assumed to need no memory beyond the outputs' gradients. `prepared`: the result of
+    `prepare(...)` for this model (to fit at several budgets with one profile).
+
+    `graph` (layered graph data of this model, as `trace` writes it) skips profiling;
+    `plan` (made for that graph) skips solving. `measure`: track the peak of every training
+    step (CPU: a dispatch mode, which slows the step; CUDA: the allocator's counters)."""
+    prep = prepared if prepared is not None else prepare(
+        model, sample_inputs, layers=layers, graph=graph, loss_fn=loss_fn, **trace_kwargs)
+    extra = {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes}
+    if plan is not None:
+        sim = simulate(plan, prep.graph)
+        if not sim.valid:
+            raise SchedError(f"the plan does not replay on graph '{prep.graph.name}': "
+                             f"{sim.errors[0]}")
+        plan.predicted_peak = max(sim.peak_bytes,
+                                  loss_moment(plan, prep.graph) + prep.loss_overhead)
+        plan.predicted_time = sim.time
+        want = None if budget is None else resolve_fit_budget(budget, prep.plain_peak)
+        return FitModule(model, prep, plan, want, measure)
+    want = resolve_fit_budget(budget, prep.plain_peak)
+    if want >= prep.plain_peak:
+        return FitModule(model, prep, None, want, measure)
+    activation = want - prep.resident_bytes
+    if activation <= 0:
+        raise FitError(f"budget {format_size(want)} ({want} B) is below the resident memory "
+                       f"alone ({format_size(prep.resident_bytes)}: parameters, buffers and "
+                       "inputs)")
+    t0 = time.perf_counter()
+    found = solve_plan(prep.graph, activation, solver, time_limit, backend, **extra)
+    solve_s = time.perf_counter() - t0
+    if found is None:
+        # the formulation rounds the budget down to whole KiB: a KiB above plain execution's
+        # activation peak always admits its plan
+        high = prep.plain_peak - prep.resident_bytes + prep.output_bytes + 1024
+        best = smallest_feasible(prep.graph, activation, high, solver, time_limit, backend,
+                                 **extra)
+        smallest = "unknown" if best is None else \
+            f"{format_size(best + prep.resident_bytes)} ({best + prep.resident_bytes} B)"
+        raise FitError(f"no plan fits the budget {format_size(want)} ({want} B): the smallest "
+                       f"feasible budget found is {smallest} (bisection with the solver "
+                       f"{solver}; plain execution needs {format_size(prep.plain_peak)}, "
+                       f"of which {format_size(prep.resident_bytes)} resident)")
+    return FitModule(model, prep, found, want, measure, solve_s)

@@ -1,0 +1,266 @@
+"""`schedlang run MODULE:FACTORY --budget 60%`: train a few steps within a memory budget.
+
+MODULE is a dotted module name (importable from the current directory) or a path to a .py
+file; FACTORY a callable in it returning ``(model, sample_inputs, loss_fn)``,
+``(model, sample_inputs)`` or a model (then ``--input-shape`` makes random float inputs; a
+shape is ``8,3,32,32``, repeat the option for several inputs). Without a loss function the
+loss is the mean of squares of the outputs. The command fits the model (profile, solve, or
+``--graph``/``--plan`` given), trains ``--steps`` steps with SGD, and reports the predicted
+and measured peak and the step time, of the plan and of plain execution.
+
+Wire it into the CLI (schedlang/cli.py)::
+
+    # in _parser():
+    from .pytorch.run import add_run_arguments          # imports no torch
+    r = sub.add_parser("run", help="train a PyTorch model a few steps within a budget")
+    add_run_arguments(r)
+
+    # in main()'s dispatch table:
+    "run": cmd_run,
+
+    def cmd_run(args) -> int:
+        from .pytorch.run import run_main
+        return run_main(args)                           # SchedError -> main() prints it
+
+Exit codes: 0 ok, 2 bad input, 3 the budget cannot be met (no plan, or the measured peak
+went over it).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from ..errors import SchedError
+
+
+class RunError(SchedError):
+    """Bad `schedlang run` input (module, factory, shapes)."""
+
+
+def add_run_arguments(p) -> None:
+    """Arguments of `schedlang run` on an argparse (sub)parser; imports nothing heavy."""
+    p.add_argument("target", metavar="MODULE:FACTORY",
+                   help="a factory returning (model, sample_inputs[, loss_fn]) or a model; "
+                   "MODULE is a dotted name or a .py path")
+    p.add_argument("--budget", default="100%", help="peak budget of a training step: a size "
+                   "(2GiB) or a percent of plain execution's peak (60%%); default 100%%")
+    p.add_argument("--input-shape", action="append", metavar="SHAPE", default=None,
+                   help="shape of a random input when FACTORY returns a model only "
+                   "(e.g. 8,3,32,32); repeat for several inputs")
+    p.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
+    p.add_argument("--repeats", type=int, default=5, help="profiling runs per layer (default 5)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--solver", default="highs", help="MILP solver (default highs)")
+    p.add_argument("--time-limit", type=float, default=60.0, help="solver seconds (default 60)")
+    p.add_argument("--layers", default=None, help="comma list of submodules to use as layers")
+    p.add_argument("--graph", default=None, help="layered graph data of the model (.sched), "
+                   "instead of profiling")
+    p.add_argument("--plan", default=None, help="a plan (schedlang.plan/1 JSON) for --graph, "
+                   "instead of solving")
+    p.add_argument("--plan-out", default=None, help="write the plan used here")
+    p.add_argument("--graph-out", default=None, help="write the profiled graph data here")
+    p.add_argument("--no-plain", action="store_true", help="do not also time plain execution")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+
+def _load_factory(target: str):
+    if ":" not in target:
+        raise RunError(f"'{target}' is not MODULE:FACTORY (e.g. mymodels:make_gpt)")
+    mod_name, _, attr = target.rpartition(":")
+    if not mod_name or not attr:
+        raise RunError(f"'{target}' is not MODULE:FACTORY (e.g. mymodels:make_gpt)")
+    path = Path(mod_name)
+    try:
+        if mod_name.endswith(".py") or path.is_file():
+            if not path.is_file():
+                raise RunError(f"no such file: {mod_name}")
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules.setdefault(path.stem, module)
+            spec.loader.exec_module(module)
+        else:
+            if str(Path.cwd()) not in sys.path:
+                sys.path.insert(0, str(Path.cwd()))
+            module = importlib.import_module(mod_name)
+    except RunError:
+        raise
+    except ModuleNotFoundError as exc:
+        raise RunError(f"cannot import '{mod_name}': {exc}") from None
+    except Exception as exc:  # the user's module failed while importing
+        raise RunError(f"importing '{mod_name}' failed: {type(exc).__name__}: {exc}") from None
+    factory = getattr(module, attr, None)
+    if factory is None:
+        from ..errors import did_you_mean
+
+        names = [n for n in dir(module) if not n.startswith("_")]
+        raise RunError(f"'{mod_name}' has no '{attr}'{did_you_mean(attr, names)}")
+    if not callable(factory):
+        raise RunError(f"'{target}' is not callable")
+    return factory
+
+
+def _parse_shape(text: str) -> tuple:
+    try:
+        shape = tuple(int(s) for s in text.replace("x", ",").split(",") if s.strip())
+    except ValueError:
+        raise RunError(f"--input-shape '{text}' is not a shape like 8,3,32,32") from None
+    if not shape or any(s <= 0 for s in shape):
+        raise RunError(f"--input-shape '{text}' must list positive sizes")
+    return shape
+
+
+def _build(args):
+    import torch
+
+    factory = _load_factory(args.target)
+    try:
+        made = factory()
+    except Exception as exc:
+        raise RunError(f"{args.target}() failed: {type(exc).__name__}: {exc}") from None
+    loss_fn = None
+    if isinstance(made, torch.nn.Module):
+        model, inputs = made, None
+    elif isinstance(made, tuple) and made and isinstance(made[0], torch.nn.Module):
+        model = made[0]
+        inputs = made[1] if len(made) > 1 else None
+        loss_fn = made[2] if len(made) > 2 else None
+    else:
+        raise RunError(f"{args.target}() returned {type(made).__name__}; expected a model or "
+                       "(model, sample_inputs[, loss_fn])")
+    if args.input_shape:
+        inputs = tuple(torch.randn(_parse_shape(s)) for s in args.input_shape)
+    if inputs is None:
+        raise RunError(f"{args.target}() returned no sample inputs: give --input-shape")
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    if loss_fn is None:
+        def loss_fn(out):
+            from torch.utils._pytree import tree_flatten
+
+            leaves = [t for t in tree_flatten(out)[0]
+                      if isinstance(t, torch.Tensor) and t.is_floating_point()]
+            return sum(t.float().pow(2).mean() for t in leaves)
+    return model, tuple(inputs), loss_fn
+
+
+def _train(module, inputs, loss_fn, steps: int, device):
+    import torch
+
+    opt = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=1e-3)
+    times, peaks = [], []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        loss = loss_fn(module(*inputs))
+        loss.backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - t0)
+        report = getattr(module, "memory_report", None)
+        if report is not None:
+            peaks.append(report().measured_peak_bytes)
+        opt.step()
+    return times, peaks
+
+
+def run_main(args) -> int:
+    """`schedlang run`: returns the exit code; user errors raise SchedError (the CLI prints
+    them)."""
+    try:
+        import torch
+    except ImportError:
+        raise SchedError("schedlang run needs torch: pip install 'schedlang[torch]'") from None
+    from ..plan import Plan
+    from ..units import format_size
+    from .fit import fit
+
+    if args.steps < 1:
+        raise RunError("--steps must be at least 1")
+    if args.plan and not args.graph:
+        raise RunError("--plan needs --graph (the graph data the plan was made for)")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RunError("--device cuda: CUDA is not available")
+    model, inputs, loss_fn = _build(args)
+    model = model.to(device)
+    inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
+    graph = plan = None
+    if args.graph:
+        graph = _read_graph(args.graph)
+    if args.plan:
+        plan = Plan.load(args.plan)
+    layers = args.layers.split(",") if args.layers else None
+    t0 = time.perf_counter()
+    kwargs = {} if graph is not None else {"repeats": max(1, args.repeats)}
+    fm = fit(model, inputs, args.budget, solver=args.solver, time_limit=args.time_limit,
+             layers=layers, graph=graph, plan=plan, loss_fn=loss_fn, **kwargs)
+    fit_s = time.perf_counter() - t0
+    if args.plan_out and fm.plan is not None:
+        fm.plan.save(args.plan_out)
+    if args.graph_out:
+        from .trace import write_trace
+
+        write_trace(fm.graph, args.graph_out, None, "rockmate")
+    times, peaks = _train(fm, inputs, loss_fn, args.steps, device)
+    rep = fm.memory_report()
+    measured = max(p for p in peaks if p is not None) if any(p is not None for p in peaks) \
+        else None
+    plain_times = None
+    if not args.no_plain:
+        plain_times, _ = _train(model, inputs, loss_fn, args.steps, device)
+    step = statistics.median(times[1:] or times)
+    plain_step = statistics.median(plain_times[1:] or plain_times) if plain_times else None
+    pred = rep.predicted_peak_bytes
+    err = None if measured is None else (measured - pred) / pred
+    out = {
+        "target": args.target, "device": str(device), "steps": args.steps,
+        "budget_bytes": rep.budget_bytes, "plain": rep.plain,
+        "predicted_peak_bytes": rep.predicted_peak_bytes, "measured_peak_bytes": measured,
+        "prediction_error": err, "plain_peak_bytes": rep.plain_peak_bytes,
+        "resident_bytes": rep.resident_bytes,
+        "predicted_time_overhead": rep.plan_time_overhead,
+        "step_s": step, "plain_step_s": plain_step,
+        "measured_time_overhead": None if not plain_step else step / plain_step - 1,
+        "fit_s": fit_s, "plan_ops": None if fm.plan is None else len(fm.plan.ops),
+        "fits_budget": None if measured is None or rep.budget_bytes is None
+        else measured <= rep.budget_bytes,
+    }
+    if args.json:
+        print(json.dumps(out))
+    else:
+        def fmt(n):
+            return "-" if n is None else f"{format_size(n)} ({n} B)"
+        print(f"model      {args.target} on {device}, {args.steps} steps"
+              + (" (plain execution: the budget covers it)" if rep.plain else
+                 f", plan of {out['plan_ops']} ops"))
+        print(f"budget     {fmt(rep.budget_bytes)}   plain peak {fmt(rep.plain_peak_bytes)}")
+        print(f"predicted  {fmt(rep.predicted_peak_bytes)}")
+        line = f"measured   {fmt(measured)}"
+        if err is not None:
+            line += f"   ({100 * err:+.2f}% vs predicted)"
+        print(line)
+        line = f"step time  {1000 * step:.2f} ms"
+        if plain_step:
+            line += f"   plain {1000 * plain_step:.2f} ms ({100 * (step / plain_step - 1):+.1f}%)"
+        line += f"   predicted overhead {100 * rep.plan_time_overhead:+.1f}%"
+        print(line)
+        print(f"fit        {fit_s:.2f} s (profile and solve)")
+    if out["fits_budget"] is False:
+        return 3
+    return 0
+
+
+def _read_graph(path: str):
+    from ..program import load_program
+
+    program = load_program([Path(path)], None)
+    if program.graph is None or not program.graph.layers:
+        raise RunError(f"{path}: no layered graph data (data, layer, loss declarations)")
+    return program.graph

@@ -1,0 +1,932 @@
+"""Executing a layered Plan on the real PyTorch module, with the simulator's exact semantics.
+
+`PlanExecutor(partitioned, plan, graph)` interprets the ops of a Plan made for the layered
+graph of a partitioned module (see `schedlang.simulate._replay_layered` for the semantics):
+
+* every layer runs on *detached* copies of its input data, so the autograd graph of one layer
+  never reaches into another: a layer's autograd graph is its **phantom**;
+* ``compute(L.fwd, option)``:
+
+  - ``autograd``: the forward runs with autograd on; the graph (the phantom) is kept, the
+    outputs become data (plain tensors that share the outputs' storage). Tensors autograd
+    saves that are views of the layer's interface data (its inputs and outputs) are not held
+    by the phantom: a saved-tensor hook replaces them by a reference to the datum, resolved
+    when the backward runs (the datum's value at that time, recomputed or not). The phantom
+    therefore holds only what is internal to the layer, as the graph data counts it. The
+    graph's roots (the outputs) and leaves (the detached inputs) keep their autograd identity
+    but their `.data` becomes a zero-byte placeholder (an expanded scalar), so that neither
+    holds the data's memory.
+  - ``selective``: the same through ``torch.utils.checkpoint`` (non-reentrant) with the
+    selective policy of `schedlang.pytorch.profile`;
+  - ``recompute``: a forward under ``no_grad``; the phantom is only the RNG state;
+  - ``fast_forward``: a forward under ``no_grad``, no phantom.
+
+  The RNG state (CPU and the device's CUDA generator) is recorded before the *first* forward
+  of each layer in a training step, and every later run of that layer (forward or the
+  ``recompute`` backward) runs from it inside ``torch.random.fork_rng``: dropout masks, hence
+  outputs and gradients, are those of the first run, and the global RNG stream advances as in
+  eager PyTorch.
+* ``compute(L.bwd, option)``: ``torch.autograd.backward`` from the layer's outputs with the
+  output gradients; ``recompute`` first runs the forward again with autograd (same RNG).
+  Input gradients land in the data ``x.grad`` (accumulated in place when several layers
+  contribute); parameter gradients accumulate in ``param.grad`` as plain autograd does. The
+  phantom is consumed: autograd frees each node's saved tensors as it runs (as in plain
+  PyTorch).
+* ``delete(d)`` drops the datum's reference. A phantom that refers to d keeps nothing when
+  its option ``needs`` d (the plan brings d back before that backward); otherwise it keeps d
+  (counted in ``last_stats["pinned"]``: graph data that forgot a ``needs``). The gradient of a
+  model output arrives from the autograd engine, which holds it until the plan's backward
+  returns: deleting it frees its storage (``resize_(0)``) when it fills that storage alone.
+* ``drop_phantom(L)`` drops the layer's autograd graph.
+* ``offload`` / ``prefetch`` / ``wait``: copies to host memory and back. On CUDA the copies are
+  non-blocking, into pinned host buffers, on two side streams ordered with events; on CPU they
+  are plain copies into a separate host buffer (the same code path, synchronous).
+
+The ops before the loss are the forward part, the ops after it the backward part.
+`PlanExecutor.module()` wraps the partitioned module: its forward runs the forward part and
+returns the model outputs through a ``torch.autograd.Function`` whose backward runs the
+backward part with the loss's gradient as ``<output>.grad``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import SchedError
+from ..graph import Graph
+from ..hgraph import FAST_FORWARD
+from ..plan import Op, Plan
+
+__all__ = ["PlanExecutor", "PlanError", "PlanModule"]
+
+
+class PlanError(SchedError):
+    """A plan that cannot run on this partitioned module (names, options, order)."""
+
+
+#: options with the forward run under autograd and the graph kept as the phantom
+_GRAPH_OPTIONS = ("autograd", "selective")
+_NO_GRAD_OPTIONS = ("recompute", FAST_FORWARD)
+
+
+def _is_params_grad(name: str) -> bool:
+    return name.endswith(".params.grad")
+
+
+_SCALARS: dict = {}
+
+
+def _scalar(dtype, device) -> torch.Tensor:
+    """One zero scalar per dtype and device, made once (a step allocates nothing for it)."""
+    key = (dtype, str(device))
+    z = _SCALARS.get(key)
+    if z is None:
+        z = _SCALARS[key] = torch.zeros((), dtype=dtype, device=device)
+    return z
+
+
+def _placeholder(t: torch.Tensor) -> torch.Tensor:
+    """A tensor with `t`'s sizes, dtype and device and no memory of its own."""
+    return _scalar(t.dtype, t.device).expand(t.shape)
+
+
+def _extent(t: torch.Tensor) -> tuple[int, int]:
+    """[first, last] element offsets of `t` in its storage."""
+    first = t.storage_offset()
+    last = first + sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
+    return first, last
+
+
+class _Saved:
+    """What a phantom keeps for one tensor autograd saved: the tensor, or a reference to the
+    datum it is a view of (name, sizes, strides, offset relative to the datum's)."""
+
+    __slots__ = ("tensor", "ref", "host", "event", "resident", "fetched")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor: torch.Tensor | None = tensor
+        self.ref: tuple | None = None
+        self.host: torch.Tensor | None = None  # the host copy (offload)
+        self.event = None
+        self.resident = False  # a parameter or buffer: never offloaded
+        self.fetched = False
+
+
+@dataclass
+class _Phantom:
+    option: str
+    leaves: dict[str, torch.Tensor] = field(default_factory=dict)  # input datum -> leaf
+    kept: dict[str, torch.Tensor] = field(default_factory=dict)  # inputs deleted, still needed
+    roots: list[tuple[str, torch.Tensor]] = field(default_factory=list)  # (output, graph root)
+    saved: list[_Saved] = field(default_factory=list)
+    host_bytes: float = 0  # offloaded so far
+    host_total: int = 0  # bytes of its device tensors
+    fetched_bytes: float = 0  # prefetch round in progress
+    offloaded: bool = False  # an offload op copied it (or began to)
+
+
+@dataclass
+class _Transfer:
+    """One datum or phantom on its way to or from host memory."""
+
+    host: torch.Tensor | None = None
+    shape: tuple = ()
+    done: int = 0  # elements copied so far
+    buffer: torch.Tensor | None = None  # prefetch: the device buffer being filled
+    fetched: int = 0
+    event: Any = None
+
+
+class _Run:
+    """The state of one training step."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, torch.Tensor] = {}
+        self.phantoms: dict[str, _Phantom] = {}
+        self.rng: dict[str, tuple] = {}
+        self.offloaded: dict[str, _Transfer] = {}  # datum -> host copy
+        self.fetching: dict[str, _Transfer] = {}
+        self.phantom_host: dict[str, _Phantom] = {}  # dropped phantoms with a host copy
+        self.pinned = 0  # deletes a phantom kept alive
+        self.pinned_names: list[str] = []
+        # output gradients handed over by the autograd engine, which holds them until the
+        # plan's backward returns: deleting them frees their storage (see `_delete`)
+        self.engine_grads: set[str] = set()
+        self.offloaded_bytes = 0  # copied to the host
+        self.prefetched_bytes = 0  # copied back
+        self.input_requires_grad: list[bool] = []
+
+
+class PlanExecutor:
+    """Runs `plan` (made for `graph`) on `partitioned` (see the module docstring)."""
+
+    def __init__(self, partitioned, plan: Plan, graph: Graph):
+        self.part = partitioned
+        self.plan = plan
+        self.graph = graph
+        self.layers = {lp.name: lp for lp in partitioned.layers}
+        self.glayers = {gl.name: gl for gl in graph.layers}
+        missing = [n for n in self.glayers if n not in self.layers]
+        if missing:
+            raise PlanError(f"graph '{graph.name}' has layer '{missing[0]}', which the "
+                            "partitioned module does not have")
+        self.data_names = {d.name for d in graph.data}
+        self.needs = {(gl.name, o.name): set(o.needs) for gl in graph.layers for o in gl.options}
+        self.loss_outputs = list(graph.loss.outputs) if graph.loss is not None else []
+        self.model_outputs = list(partitioned.outputs)
+        self.model_inputs = list(partitioned.inputs)
+        self.device = self._find_device()
+        self._check_plan()
+        loss_at = [k for k, op in enumerate(plan.ops) if op.op == "compute" and op.node == "loss"]
+        if len(loss_at) != 1:
+            raise PlanError(f"the plan computes the loss {len(loss_at)} times; it must be once")
+        self.forward_ops = plan.ops[:loss_at[0]]
+        self.backward_ops = plan.ops[loss_at[0] + 1:]
+        self.streams = None
+        self.last_stats: dict = {}
+
+    # --- set-up ----------------------------------------------------------------------------
+    def _find_device(self) -> torch.device:
+        for p in self.part.root.parameters():
+            return p.device
+        for b in self.part.root.buffers():
+            return b.device
+        return torch.device("cpu")
+
+    def _check_plan(self) -> None:
+        for k, op in enumerate(self.plan.ops):
+            if op.op == "compute":
+                node = op.node or ""
+                if node == "loss":
+                    continue
+                layer, _, side = node.rpartition(".")
+                if side not in ("fwd", "bwd") or layer not in self.glayers:
+                    raise PlanError(f"op {k}: compute of unknown node {node!r}")
+                opts = [o.name for o in self.glayers[layer].options]
+                if side == "fwd":
+                    opts.append(FAST_FORWARD)
+                option = op.option
+                if option is None and len(opts) == 1:
+                    option = opts[0]
+                if option not in opts:
+                    raise PlanError(f"op {k}: compute {node!r} with option {option!r}; the "
+                                    f"layer has {', '.join(opts)}")
+                kind = self._option_kind(layer, option)
+                if kind is None:
+                    raise PlanError(f"op {k}: option {option!r} of layer {layer!r} has no "
+                                    "runtime: options are autograd, recompute, selective "
+                                    "(and fast_forward)")
+            elif op.op == "delete" or (op.op in ("offload", "prefetch") and op.data):
+                if op.data not in self.data_names:
+                    raise PlanError(f"op {k}: {op.op} of unknown data {op.data!r}")
+            elif op.op == "drop_phantom" or (op.op in ("offload", "prefetch") and op.layer):
+                if op.layer not in self.glayers:
+                    raise PlanError(f"op {k}: {op.op} of unknown layer {op.layer!r}")
+
+    def _option_kind(self, layer: str, option: str | None) -> str | None:
+        """The runtime behaviour of an option: its name when known; an option named otherwise
+        (e.g. by a profiler: ``autograd_0``) maps by prefix."""
+        if option is None:
+            opts = self.glayers[layer].options
+            option = opts[0].name if len(opts) == 1 else None
+        if option is None:
+            return None
+        for kind in ("fast_forward", "autograd", "recompute", "selective"):
+            if option == kind or option.startswith(kind):
+                return kind
+        return None
+
+    # --- public API --------------------------------------------------------------------------
+    def new_run(self) -> _Run:
+        return _Run()
+
+    def forward(self, run: _Run, inputs: list) -> list[torch.Tensor]:
+        """Run the forward part; returns the model outputs (detached tensors)."""
+        if len(inputs) != len(self.model_inputs):
+            raise PlanError(f"the module takes {len(self.model_inputs)} tensor inputs, got "
+                            f"{len(inputs)}")
+        for name, x in zip(self.model_inputs, inputs):
+            run.values[name] = x.detach() if isinstance(x, torch.Tensor) else x
+        run.input_requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad
+                                   for x in inputs]
+        for op in self.forward_ops:
+            self._do(run, op)
+        outs = []
+        for name in self.model_outputs:
+            if name not in run.values:
+                raise PlanError(f"model output {name!r} is not in memory at the loss")
+            outs.append(run.values[name])
+        return outs
+
+    def backward(self, run: _Run, grads: list) -> list:
+        """Run the backward part with the model outputs' gradients; returns the gradients of
+        the model inputs (None where an input needs none)."""
+        for name, g in zip(self.model_outputs, grads):
+            gname = f"{name}.grad"
+            if gname in self.data_names and g is not None:
+                run.values[gname] = g
+                run.engine_grads.add(gname)
+        for name in self.loss_outputs:
+            if name not in run.values and not name.endswith(".grad") and name in self.data_names:
+                run.values[name] = _scalar(torch.float32, self.device)  # the loss value: unused
+        for op in self.backward_ops:
+            self._do(run, op)
+        out = []
+        for name, rg in zip(self.model_inputs, run.input_requires_grad):
+            out.append(run.values.get(f"{name}.grad") if rg else None)
+        self._finish(run)
+        return out
+
+    def run_ops(self, run: _Run, ops: list[Op]) -> None:
+        """Run some ops on a run's state (tests and tools)."""
+        for op in ops:
+            self._do(run, op)
+
+    def module(self) -> "PlanModule":
+        return PlanModule(self)
+
+    # --- ops ---------------------------------------------------------------------------------
+    def _do(self, run: _Run, op: Op) -> None:
+        kind = op.op
+        if kind == "compute":
+            if op.node == "loss":
+                return
+            layer, _, side = op.node.rpartition(".")
+            option = op.option
+            if option is None:
+                option = self.glayers[layer].options[0].name
+            if side == "fwd":
+                self._forward(run, layer, option)
+            else:
+                self._backward(run, layer, option)
+        elif kind == "delete":
+            self._delete(run, op.data)
+        elif kind == "drop_phantom":
+            self._drop_phantom(run, op.layer)
+        elif kind == "offload":
+            self._offload(run, op)
+        elif kind == "prefetch":
+            self._prefetch(run, op)
+        elif kind == "wait":
+            self._wait(run, op)
+        else:
+            raise PlanError(f"unknown op {kind!r}")
+
+    def _inputs_of(self, run: _Run, layer: str) -> list[torch.Tensor]:
+        xs = []
+        for d in self.layers[layer].inputs:
+            if d not in run.values:
+                self._late_prefetch(run, d)
+            if d not in run.values:
+                raise PlanError(f"layer {layer!r} needs {d!r}, which is not in memory")
+            xs.append(run.values[d])
+        return xs
+
+    def _rng_get(self) -> tuple:
+        cuda = (torch.cuda.get_rng_state(self.device)
+                if self.device.type == "cuda" else None)
+        return torch.get_rng_state(), cuda
+
+    def _replaying(self, run: _Run, layer: str):
+        """A context for a run of `layer` from the RNG state of its first forward."""
+        state = run.rng.get(layer)
+        if state is None:
+            run.rng[layer] = self._rng_get()
+            return _nullcontext()
+        devices = [self.device] if self.device.type == "cuda" else []
+        return _ForkedRng(devices, state, self.device)
+
+    def _grad_inputs(self, layer: str) -> list[bool]:
+        produced = set(self.glayers[layer].grad_outputs)
+        return [f"{d}.grad" in produced for d in self.layers[layer].inputs]
+
+    def _forward(self, run: _Run, layer: str, option: str) -> None:
+        kind = self._option_kind(layer, option)
+        lp = self.layers[layer]
+        xs = self._inputs_of(run, layer)
+        old = run.phantoms.get(layer)
+        if kind in _GRAPH_OPTIONS or kind == "recompute":
+            if old is not None:  # replaced by the new one
+                self._drop_phantom(run, layer)
+        if kind in _NO_GRAD_OPTIONS:
+            with self._replaying(run, layer), torch.no_grad():
+                outs = lp.module(*xs)
+            outs = _as_tuple(outs)
+            for name, t in zip(lp.outputs, outs):
+                run.values[name] = t
+            if kind == "recompute":
+                run.phantoms[layer] = _Phantom(option)
+            return
+        # autograd / selective: keep the graph
+        needs = self._grad_inputs(layer)
+        leaves = []
+        for x, need in zip(xs, needs):
+            leaf = x.detach()
+            if need and leaf.is_floating_point():
+                leaf.requires_grad_(True)
+            leaves.append(leaf)
+        ph = _Phantom(option)
+        if kind == "autograd":
+            def pack(t):
+                rec = _Saved(t)
+                ph.saved.append(rec)
+                return rec
+
+            def unpack(rec):
+                return self._unpack(run, rec, layer)
+
+            with self._replaying(run, layer), torch.enable_grad(), \
+                    torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+                outs = _as_tuple(lp.module(*leaves))
+        else:
+            from torch.utils.checkpoint import checkpoint
+
+            context_fn = _selective_context_fn()
+            with self._replaying(run, layer), torch.enable_grad():
+                outs = _as_tuple(checkpoint(lp.module, *leaves, use_reentrant=False,
+                                            context_fn=context_fn))
+        iface = [(d, leaf) for d, leaf in zip(lp.inputs, leaves)]
+        values = []
+        for name, t in zip(lp.outputs, outs):
+            v = t.detach()
+            values.append(v)
+            iface.append((name, v))
+            run.values[name] = v
+        self._refer(ph, iface)
+        for name, t in zip(lp.outputs, outs):
+            if t.requires_grad and t.grad_fn is not None:
+                ph.roots.append((name, t))
+                t.data = _placeholder(t)
+            elif t.requires_grad:  # a leaf returned as is: its gradient is the output's
+                ph.roots.append((name, t))
+        for d, leaf in zip(lp.inputs, leaves):
+            if leaf.requires_grad:
+                ph.leaves[d] = leaf
+                # the memory is the datum's; the checkpoint's frame (selective) reads its
+                # inputs again at the backward, which restores them first
+                leaf.data = _placeholder(leaf)
+        run.phantoms[layer] = ph
+
+    def _refer(self, ph: _Phantom, iface: list[tuple[str, torch.Tensor]]) -> None:
+        """Replace saved tensors that lie inside an interface datum by references to it."""
+        spans = []
+        resident = self._resident_ptrs() if ph.saved else set()
+        for name, t in iface:
+            if t.numel() == 0:
+                continue
+            s = t.untyped_storage()
+            spans.append((name, s.data_ptr(), t, _extent(t)))
+        for rec in ph.saved:
+            t = rec.tensor
+            if t is None or t.numel() == 0 or t.device != self.device:
+                if t is not None:
+                    rec.tensor = t.detach()
+                continue
+            ptr = t.untyped_storage().data_ptr()
+            if ptr in resident:
+                rec.tensor = t.detach()
+                rec.resident = True
+                continue
+            lo, hi = _extent(t)
+            for name, p, it, (ilo, ihi) in spans:
+                if p == ptr and t.dtype == it.dtype and ilo <= lo and hi <= ihi:
+                    rec.ref = (name, tuple(t.shape), tuple(t.stride()),
+                               lo - ilo, tuple(it.stride()))
+                    rec.tensor = None
+                    break
+            else:
+                rec.tensor = t.detach()
+
+    def _resident_ptrs(self) -> set:
+        """Storages of the module's parameters and buffers (resident, never offloaded)."""
+        ptrs = set()
+        for t in list(self.part.root.parameters()) + list(self.part.root.buffers()):
+            ptrs.add(t.untyped_storage().data_ptr())
+        return ptrs
+
+    def _unpack(self, run: _Run, rec: _Saved, layer: str) -> torch.Tensor:
+        if rec.tensor is not None:
+            return rec.tensor
+        if rec.host is not None:  # offloaded and not prefetched: bring it back now
+            self._sync_event(rec.event)
+            return rec.host.to(self.device)
+        name, shape, stride, rel, istride = rec.ref
+        v = run.values.get(name)
+        if v is None:
+            raise PlanError(f"the backward of layer {layer!r} reads {name!r}, which is not in "
+                            "memory (the graph data should list it in the option's needs)")
+        if tuple(v.stride()) != istride:
+            if istride != tuple(torch.empty(v.shape, device="meta").stride()):
+                raise PlanError(f"{name!r} was recomputed with another memory layout")
+            v = v.contiguous()
+        return v.as_strided(shape, stride, v.storage_offset() + rel)
+
+    def _backward(self, run: _Run, layer: str, option: str) -> None:
+        kind = self._option_kind(layer, option)
+        lp = self.layers[layer]
+        gl = self.glayers[layer]
+        ph = run.phantoms.pop(layer, None)
+        if ph is None:
+            raise PlanError(f"backward of layer {layer!r} without its phantom")
+        needs = self._grad_inputs(layer)
+        if kind == "recompute":
+            xs = self._inputs_of(run, layer)
+            leaves = []
+            for d, x, need in zip(lp.inputs, xs, needs):
+                leaf = x.detach()
+                if need and leaf.is_floating_point():
+                    leaf.requires_grad_(True)
+                    ph.leaves[d] = leaf
+                leaves.append(leaf)
+            with self._replaying(run, layer), torch.enable_grad():
+                outs = _as_tuple(lp.module(*leaves))
+            ph.roots = [(name, t) for name, t in zip(lp.outputs, outs) if t.requires_grad]
+            del leaves, outs
+        elif kind == "selective":
+            for d, leaf in ph.leaves.items():  # the checkpoint recomputes from its inputs
+                v = run.values.get(d, ph.kept.get(d))
+                if v is None:
+                    raise PlanError(f"the backward of layer {layer!r} (selective) needs {d!r}, "
+                                    "which is not in memory")
+                leaf.data = v
+        roots, grads = [], []
+        consumed = set(gl.grad_inputs)
+        for name, t in ph.roots:
+            gname = f"{name}.grad"
+            if gname not in consumed:
+                continue
+            g = run.values.get(gname)
+            if g is None:
+                raise PlanError(f"backward of layer {layer!r} needs {gname!r}, which is not in "
+                                "memory")
+            roots.append(t)
+            grads.append(g)
+        # the graph alone holds the saved tensors now: autograd frees each node's as it runs,
+        # as in plain PyTorch (the phantom shrinks during its backward)
+        ph.saved.clear()
+        ph.roots.clear()
+        if roots:
+            with torch.enable_grad():
+                torch.autograd.backward(roots, grads)
+        del roots, grads
+        produced = set(gl.grad_outputs)
+        for d in lp.inputs:
+            gname = f"{d}.grad"
+            if gname not in produced:
+                continue
+            leaf = ph.leaves.get(d)
+            g = leaf.grad if leaf is not None else None
+            if leaf is not None:
+                leaf.grad = None
+            if g is None:
+                ref = run.values.get(d)
+                meta = self.part.data.get(d)
+                if ref is not None:
+                    g = torch.zeros_like(ref)
+                else:
+                    g = torch.zeros(meta.shape, dtype=meta.dtype, device=self.device)
+            self._accumulate(run, gname, g)
+        for gname in produced:
+            if _is_params_grad(gname):
+                run.values.setdefault(gname, _PARAMS_GRAD)
+        ph.roots.clear()
+        ph.leaves.clear()
+        ph.saved.clear()
+
+    def _accumulate(self, run: _Run, gname: str, g: torch.Tensor) -> None:
+        cur = run.values.get(gname)
+        if cur is None:
+            run.values[gname] = g
+            return
+        ptr = cur.untyped_storage().data_ptr()
+        shared = any(v is not cur and isinstance(v, torch.Tensor) and v.numel()
+                     and v.untyped_storage().data_ptr() == ptr
+                     for v in run.values.values())
+        if shared or cur.shape != g.shape:
+            run.values[gname] = cur + g
+        else:
+            cur.add_(g)
+
+    def _delete(self, run: _Run, name: str) -> None:
+        v = run.values.pop(name, None)
+        if v is None:
+            if name in run.offloaded or name in run.fetching:
+                return
+            raise PlanError(f"delete of {name!r}, which is not in memory")
+        if v is _PARAMS_GRAD:
+            return
+        if name in run.engine_grads:
+            run.engine_grads.discard(name)
+            ptr = v.untyped_storage().data_ptr() if isinstance(v, torch.Tensor) else 0
+            shared = any(isinstance(w, torch.Tensor) and w.numel() and
+                         w.untyped_storage().data_ptr() == ptr for w in run.values.values())
+            if not shared:  # (an identity layer may have passed it on as an input gradient)
+                _release_engine_grad(v)
+            return
+        # a phantom that refers to the datum: when the option's backward `needs` it, the plan
+        # brings it back before that backward (the reference resolves then); otherwise the
+        # phantom keeps it (the graph data did not list it: counted in `pinned`)
+        for layer, ph in run.phantoms.items():
+            if name in self.needs.get((layer, ph.option), ()):
+                continue
+            for rec in ph.saved:
+                if rec.ref is not None and rec.ref[0] == name:
+                    _n, shape, stride, rel, _ = rec.ref
+                    rec.tensor = v.as_strided(shape, stride, v.storage_offset() + rel)
+                    rec.ref = None
+                    run.pinned += 1
+                    run.pinned_names.append(name)
+            if self._option_kind_of_phantom(ph) == "selective" and name in ph.leaves:
+                ph.kept[name] = v
+                run.pinned += 1
+                run.pinned_names.append(name)
+
+    def _option_kind_of_phantom(self, ph: _Phantom) -> str | None:
+        for kind in ("autograd", "recompute", "selective"):
+            if ph.option == kind or ph.option.startswith(kind):
+                return kind
+        return None
+
+    def _drop_phantom(self, run: _Run, layer: str) -> None:
+        ph = run.phantoms.pop(layer, None)
+        if ph is None:
+            raise PlanError(f"drop_phantom of layer {layer!r}, which has none")
+        if self._keep_host_phantom(run, layer, ph):
+            return
+        ph.roots.clear()
+        ph.leaves.clear()
+        ph.kept.clear()
+        ph.saved.clear()
+
+    def _finish(self, run: _Run) -> None:
+        run.phantoms.clear()
+        run.offloaded.clear()
+        run.fetching.clear()
+        run.phantom_host.clear()
+        run.rng.clear()
+        run.values.clear()
+        self.last_stats = {"pinned": run.pinned, "pinned_data": list(run.pinned_names),
+                           "offloaded_bytes": run.offloaded_bytes,
+                           "prefetched_bytes": run.prefetched_bytes}
+
+    # --- offload -----------------------------------------------------------------------------
+    # A datum's host copy (`run.offloaded`) persists to the end of the step and serves the
+    # same value recomputed later; a prefetch round allocates the full device buffer at its
+    # first prefetch, and the wait on channel 'prefetch' that finds every element copied makes
+    # the datum live again. A phantom's host copy holds the tensors its graph saved (those
+    # internal to the layer); dropping a phantom whose host copy is complete keeps the graph
+    # (without its device tensors) so that a prefetch can bring it back.
+    def _side_streams(self):
+        if self.device.type != "cuda":
+            return None
+        if self.streams is None:
+            self.streams = (torch.cuda.Stream(self.device), torch.cuda.Stream(self.device))
+        return self.streams
+
+    def _copy(self, dst: torch.Tensor, src: torch.Tensor, channel: int):
+        """Copy on the channel's side stream (CUDA: non-blocking, ordered after the compute
+        stream's work so far; returns its event) or now (CPU: returns None)."""
+        streams = self._side_streams()
+        if streams is None:
+            dst.copy_(src)
+            return None
+        stream = streams[channel]
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            dst.copy_(src, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(stream)
+        for t in (src, dst):
+            if t.device.type == "cuda":
+                t.record_stream(stream)  # not reused before the copy is done
+        return event
+
+    def _sync_event(self, event) -> None:
+        if event is not None:
+            torch.cuda.current_stream(self.device).wait_event(event)
+
+    def _host_empty(self, shape, dtype) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device="cpu",
+                           pin_memory=self.device.type == "cuda")
+
+    def _offload(self, run: _Run, op: Op) -> None:
+        fraction = 1.0 if op.fraction is None else op.fraction
+        if op.layer is not None:
+            self._offload_phantom(run, op.layer, fraction)
+            return
+        name = op.data
+        v = run.values.get(name)
+        if v is None or v is _PARAMS_GRAD:
+            raise PlanError(f"offload of {name!r}, which is not in memory")
+        tr = run.offloaded.get(name)
+        if tr is None:
+            tr = run.offloaded[name] = _Transfer(host=self._host_empty(v.numel(), v.dtype),
+                                                 shape=tuple(v.shape))
+        n = v.numel()
+        stop = min(n, tr.done + math.ceil(fraction * n - 1e-9))
+        if stop > tr.done:
+            flat = v.reshape(-1)
+            tr.event = self._copy(tr.host[tr.done:stop], flat[tr.done:stop], 0)
+            run.offloaded_bytes += (stop - tr.done) * v.element_size()
+            tr.done = stop
+
+    def _phantom_records(self, ph: _Phantom) -> list[_Saved]:
+        return [rec for rec in ph.saved if not rec.resident and
+                (rec.tensor is not None or rec.host is not None)]
+
+    def _offload_phantom(self, run: _Run, layer: str, fraction: float) -> None:
+        ph = run.phantoms.get(layer)
+        if ph is None:
+            raise PlanError(f"offload of the phantom of layer {layer!r}, which has none saved")
+        ph.offloaded = True
+        recs = self._phantom_records(ph)
+        total = sum(r.tensor.numel() * r.tensor.element_size() for r in recs
+                    if r.tensor is not None)
+        target = ph.host_bytes + fraction * total
+        for rec in recs:
+            if ph.host_bytes >= target - 1e-6:
+                break
+            if rec.host is not None or rec.tensor is None:
+                continue
+            t = rec.tensor
+            rec.host = self._host_empty(t.shape, t.dtype)
+            rec.event = self._copy(rec.host, t, 0)
+            ph.host_bytes += t.numel() * t.element_size()
+            run.offloaded_bytes += t.numel() * t.element_size()
+        ph.host_total = total
+
+    def _keep_host_phantom(self, run: _Run, layer: str, ph: _Phantom) -> bool:
+        """Dropping `ph`: keep its graph with its host copy when the copy is complete."""
+        recs = self._phantom_records(ph)
+        if not ph.offloaded or any(r.host is None for r in recs):
+            return False
+        for rec in recs:
+            self._sync_event(rec.event)
+            rec.event = None
+            rec.tensor = None
+        run.phantom_host[layer] = ph
+        return True
+
+    def _prefetch(self, run: _Run, op: Op) -> None:
+        fraction = 1.0 if op.fraction is None else op.fraction
+        if op.layer is not None:
+            ph = run.phantom_host.get(op.layer)
+            if ph is None:
+                raise PlanError(f"prefetch of the phantom of layer {op.layer!r}, which has no "
+                                "host copy off the device")
+            recs = self._phantom_records(ph)
+            if ph.fetched_bytes == 0:
+                for rec in recs:  # the round allocates the whole phantom
+                    self._sync_event(rec.event)
+                    rec.event = None
+                    rec.tensor = torch.empty(rec.host.shape, dtype=rec.host.dtype,
+                                             device=self.device)
+                    rec.fetched = False
+            target = ph.fetched_bytes + fraction * ph.host_total
+            for rec in recs:
+                if ph.fetched_bytes >= target - 1e-6:
+                    break
+                if rec.fetched:
+                    continue
+                rec.event = self._copy(rec.tensor, rec.host, 1)
+                rec.fetched = True
+                ph.fetched_bytes += rec.host.numel() * rec.host.element_size()
+                run.prefetched_bytes += rec.host.numel() * rec.host.element_size()
+            return
+        name = op.data
+        tr = run.offloaded.get(name)
+        if tr is None:
+            raise PlanError(f"prefetch of {name!r}, which has no host copy")
+        n = tr.host.numel()
+        if name not in run.fetching:
+            self._sync_event(tr.event)  # the offload is complete before the host is read
+            tr.buffer = torch.empty(n, dtype=tr.host.dtype, device=self.device)
+            tr.fetched = 0
+            run.fetching[name] = tr
+        stop = min(n, tr.fetched + math.ceil(fraction * n - 1e-9))
+        if stop > tr.fetched:
+            tr.event = self._copy(tr.buffer[tr.fetched:stop], tr.host[tr.fetched:stop], 1)
+            run.prefetched_bytes += (stop - tr.fetched) * tr.host.element_size()
+            tr.fetched = stop
+
+    def _wait(self, run: _Run, op: Op) -> None:
+        channel = op.channel
+        if channel == "offload":
+            if op.layer is not None:
+                ph = run.phantoms.get(op.layer) or run.phantom_host.get(op.layer)
+                recs = self._phantom_records(ph) if ph is not None else []
+            elif op.data is not None:
+                recs = [run.offloaded[op.data]] if op.data in run.offloaded else []
+            else:
+                recs = list(run.offloaded.values()) + [
+                    r for ph in run.phantoms.values() for r in self._phantom_records(ph)]
+            for rec in recs:
+                self._sync_event(rec.event)
+                rec.event = None
+            return
+        if op.layer is not None:
+            layers = [op.layer]
+        elif op.data is not None:
+            layers = []
+        else:
+            layers = list(run.phantom_host)
+        for layer in layers:
+            ph = run.phantom_host.get(layer)
+            if ph is None or ph.fetched_bytes < ph.host_total - 1e-6:
+                continue
+            for rec in self._phantom_records(ph):
+                self._sync_event(rec.event)
+                rec.event = None
+            ph.fetched_bytes = 0
+            del run.phantom_host[layer]
+            run.phantoms[layer] = ph
+        names = [op.data] if op.data is not None else ([] if op.layer else list(run.fetching))
+        for name in names:
+            tr = run.fetching.get(name)
+            if tr is not None and tr.fetched >= tr.host.numel():
+                self._finish_prefetch(run, name)
+
+    def _finish_prefetch(self, run: _Run, name: str) -> None:
+        tr = run.fetching.pop(name, None)
+        if tr is None:
+            return
+        if tr.fetched < tr.host.numel() or tr.done < tr.host.numel():
+            raise PlanError(f"{name!r} is only partly back on the device ({tr.done} of "
+                            f"{tr.host.numel()} elements offloaded, {tr.fetched} prefetched)")
+        self._sync_event(tr.event)
+        tr.event = None
+        run.values[name] = tr.buffer.view(tr.shape)
+        tr.buffer = None
+
+    def _late_prefetch(self, run: _Run, name: str) -> None:
+        """A datum read while still on its way back: wait for it."""
+        if name in run.fetching:
+            self._finish_prefetch(run, name)
+
+
+def _release_engine_grad(t: torch.Tensor) -> None:
+    """Free the storage of a gradient the autograd engine handed to the plan's backward: the
+    engine keeps a reference until the backward returns but never reads it again. Only a
+    gradient that fills its whole storage is freed (not a slice of a larger gradient, nor a
+    broadcast value). A user hook that kept this very tensor (``retain_grad`` on the model's
+    output) would see it emptied."""
+    if not isinstance(t, torch.Tensor) or t.numel() == 0 or not t.is_contiguous():
+        return
+    storage = t.untyped_storage()
+    if storage.nbytes() == t.numel() * t.element_size():
+        storage.resize_(0)
+
+
+class _Marker:
+    """The datum `<layer>.params.grad`: the gradients live in the parameters' `.grad`."""
+
+    def __repr__(self) -> str:
+        return "<params.grad>"
+
+
+_PARAMS_GRAD = _Marker()
+
+
+def _as_tuple(outs) -> tuple:
+    if isinstance(outs, torch.Tensor):
+        return (outs,)
+    return tuple(outs)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _ForkedRng:
+    """fork_rng set to a recorded state: the global RNG is untouched afterwards."""
+
+    def __init__(self, devices, state, device):
+        self.fork = torch.random.fork_rng(devices=devices)
+        self.state = state
+        self.device = device
+
+    def __enter__(self):
+        self.fork.__enter__()
+        torch.set_rng_state(self.state[0])
+        if self.state[1] is not None:
+            torch.cuda.set_rng_state(self.state[1], self.device)
+        return self
+
+    def __exit__(self, *exc):
+        return self.fork.__exit__(*exc)
+
+
+def _selective_context_fn():
+    """The `context_fn` of the selective option: `schedlang.pytorch.profile`'s, so that the
+    runtime keeps what the profiler measured."""
+    from .profile import selective_context
+
+    return selective_context
+
+
+# --- the autograd.Function and the module ------------------------------------------------------
+class _PlanFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, executor, run, dummy, *inputs):
+        outs = executor.forward(run, list(inputs))
+        ctx.executor = executor
+        ctx.run = run
+        ctx.n_inputs = len(inputs)
+        result = []
+        for t in outs:
+            r = t.detach()
+            if not r.is_floating_point():
+                ctx.mark_non_differentiable(r)
+            result.append(r)
+        return tuple(result)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        run = ctx.run
+        ctx.run = None
+        if run is None:
+            raise RuntimeError("the plan's backward ran twice for one forward (retain_graph "
+                               "is not supported by schedlang's runtime)")
+        in_grads = ctx.executor.backward(run, list(grads))
+        return (None, None, None, *in_grads)
+
+
+class PlanModule(nn.Module):
+    """The partitioned module run by a plan. Its parameters are the original module's."""
+
+    def __init__(self, executor: PlanExecutor):
+        super().__init__()
+        self.inner = executor.part.root
+        self._executor = [executor]  # not a submodule, not a parameter holder
+
+    @property
+    def executor(self) -> PlanExecutor:
+        return self._executor[0]
+
+    def forward(self, *args, **kwargs):
+        ex = self.executor
+        part = ex.part
+        if not torch.is_grad_enabled():
+            return part.run_eager(*args, **kwargs) if kwargs else part.run_eager(*args)
+        tensors = _flatten_inputs(part, args, kwargs)
+        run = ex.new_run()
+        dummy = torch.empty(0, device=ex.device, requires_grad=True)
+        outs = _PlanFunction.apply(ex, run, dummy, *tensors)
+        return part.unflatten(list(outs))
+
+
+def _flatten_inputs(part, args, kwargs) -> list:
+    fl = getattr(part, "flatten_inputs", None)
+    if fl is not None:
+        return list(fl(*args, **kwargs))
+    if kwargs:
+        raise PlanError("keyword arguments are not supported by this partitioned module")
+    return [a for a in args if isinstance(a, torch.Tensor)]
