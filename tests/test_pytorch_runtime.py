@@ -286,6 +286,24 @@ def test_fit_gradients_and_measured_peaks(name):
         assert lo <= hi, measured
 
 
+@pytest.mark.parametrize("bandwidth", ["inf", 1e9])
+def test_fit_with_a_host_link_offloads_and_keeps_the_gradients(bandwidth):
+    """With a host link, fit solves models/offload.sched: the plan offloads and prefetches,
+    replays in the simulator, and the step's gradients equal eager PyTorch."""
+    from schedlang.pytorch.fit import fit, prepare
+
+    model, inputs, loss_fn = ALL["gpt"](batch=8, context=64, layers=4)
+    ref = eager_grads(model, inputs, loss_fn)
+    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
+    fm = fit(model, inputs, "50%", loss_fn=loss_fn, prepared=prep, bandwidth=bandwidth)
+    kinds = [op.op for op in fm.plan.ops]
+    assert "offload" in kinds and "prefetch" in kinds and "wait" in kinds
+    assert fm.plan.meta["planner"] == "offload"
+    got = fit_step(fm, model, inputs, loss_fn)
+    assert_same(ref, got, exact=False)
+    assert fm.memory_report().measured_peak_bytes is not None
+
+
 def test_fit_plain_above_peak_and_optimizer():
     """A budget at or above plain execution's peak runs the module itself; the fitted
     module's parameters are the model's, and optimizer steps train it."""

@@ -22,6 +22,7 @@ solver.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -258,6 +259,26 @@ def resolve_fit_budget(budget, plain_peak: int) -> int:
     return value
 
 
+def parse_bandwidth(value) -> float:
+    """Bytes per second from a number or from text: "16GB/s", "12GiB/s", "inf", "0"."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        rate = float(value)
+    else:
+        from ..units import SIZE_UNITS
+
+        text = str(value).strip()
+        unit = next((u for u in sorted(SIZE_UNITS, key=len, reverse=True) if text.endswith(u + "/s")), None)
+        try:
+            rate = float("inf") if text == "inf" else (
+                float(text[: -len(unit) - 2]) * SIZE_UNITS[unit] if unit else float(text))
+        except ValueError:
+            raise SchedError(f"bandwidth {value!r}: expected bytes per second, e.g. 16GB/s, "
+                             "12GiB/s, inf or a number") from None
+    if rate < 0 or rate != rate:
+        raise SchedError(f"bandwidth {value!r} must be a non-negative rate")
+    return rate
+
+
 # --- solving --------------------------------------------------------------------------------------
 def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
                time_limit: float | None = None, backend: str = "pyomo",
@@ -273,6 +294,8 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
 
     g = copy.copy(graph)
     g.budgets = {"peak": int(activation_budget)}
+    # with a host link, recompute or offload (models/offload.sched); else recompute only
+    model = "offload" if g.bandwidths.get("offload") and g.bandwidths.get("prefetch") else "rockmate"
     if loss_overhead:
         save = int(activation_budget) - loss_overhead - output_bytes
         if save <= 0:
@@ -280,9 +303,9 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
         g.budgets["save"] = save
     try:
         from .trace import graph_text  # quotes names like blocks.0.out
-        text = graph_text(g, None, "rockmate")
+        text = graph_text(g, None, model)
     except ImportError:
-        text = "use rockmate\n" + write_graph(g)
+        text = f"use {model}\n" + write_graph(g)
     prob = schedlang.load(text=text)
     res = prob.solve(backend=backend, solver=solver, time_limit=time_limit)
     if res.plan is None or res.status not in (Status.OPTIMAL, Status.FEASIBLE):
@@ -292,7 +315,7 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
         return None
     res.plan.predicted_peak = max(sim.peak_bytes, loss_moment(res.plan, graph) + loss_overhead)
     res.plan.predicted_time = sim.time
-    res.plan.meta.setdefault("planner", "rockmate")
+    res.plan.meta.setdefault("planner", model)
     res.plan.meta["status"] = res.status.value
     return res.plan
 
@@ -449,7 +472,8 @@ class _StepEnd:
 def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs",
         time_limit: float | None = 60.0, layers=None, backend: str = "pyomo",
         graph: Graph | None = None, plan: Plan | None = None, measure: bool = True,
-        loss_fn=None, prepared: Prepared | None = None, **trace_kwargs) -> FitModule:
+        loss_fn=None, prepared: Prepared | None = None, bandwidth=None,
+        **trace_kwargs) -> FitModule:
     """`model` wrapped to train within `budget` (see the module docstring).
 
     `loss_fn(outputs) -> scalar`: the loss the training step applies to the model's outputs.
@@ -460,9 +484,17 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
 
     `graph` (layered graph data of this model, as `trace` writes it) skips profiling;
     `plan` (made for that graph) skips solving. `measure`: track the peak of every training
-    step (CPU: a dispatch mode, which slows the step; CUDA: the allocator's counters)."""
+    step (CPU: a dispatch mode, which slows the step; CUDA: the allocator's counters).
+    `bandwidth`: the host link, bytes per second each way (a number, or text such as
+    "16GB/s" or "inf"): data and phantoms may then be offloaded to host memory as well as
+    recomputed (`models/offload.sched`); None: recomputation only."""
     prep = prepared if prepared is not None else prepare(
         model, sample_inputs, layers=layers, graph=graph, loss_fn=loss_fn, **trace_kwargs)
+    if bandwidth is not None:
+        rate = parse_bandwidth(bandwidth)
+        linked = copy.copy(prep.graph)
+        linked.bandwidths = {"offload": rate, "prefetch": rate}
+        prep = dataclasses.replace(prep, graph=linked)  # the caller's `prepared` stays as it is
     extra = {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes}
     if plan is not None:
         sim = simulate(plan, prep.graph)

@@ -650,8 +650,13 @@ class PlanExecutor:
             torch.cuda.current_stream(self.device).wait_event(event)
 
     def _host_empty(self, shape, dtype) -> torch.Tensor:
-        return torch.empty(shape, dtype=dtype, device="cpu",
-                           pin_memory=self.device.type == "cuda")
+        # outside any dispatch mode: on CPU, the memory tracker counts the compute device's
+        # tensors, and a host copy is not one of them
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes():
+            return torch.empty(shape, dtype=dtype, device="cpu",
+                               pin_memory=self.device.type == "cuda")
 
     def _offload(self, run: _Run, op: Op) -> None:
         fraction = 1.0 if op.fraction is None else op.fraction
