@@ -20,31 +20,9 @@ TINY = ROOT / "examples" / "tiny_transformer.sched"
 MiB = 2**20
 ms = 1e-3
 
-# a pinned copy of examples/tiny_transformer.sched, so that the hand computations below do not
-# follow edits of the example (x, h1, h2, h2.grad, h1.grad, x.grad: 8MiB each; loss: 4B)
-TINY_TEXT = """
-graph tiny_transformer "2 blocks" {
-  data x        8MiB  input
-  data h1       8MiB
-  data h2       8MiB
-  data loss     4B
-  data h2.grad  8MiB
-  data h1.grad  8MiB
-  data x.grad   8MiB  output
-  layer block1 (x) -> (h1) {
-    grad (h1.grad) -> (x.grad)
-    option autograd   fwd 1.9ms overhead 12MiB  bwd 3.8ms overhead 30MiB  phantom 96MiB
-    option recompute  fwd 1.9ms overhead 12MiB  bwd 5.7ms overhead 42MiB  phantom 0 needs (x)
-    option keep_attn  fwd 1.9ms overhead 12MiB  bwd 4.6ms overhead 36MiB  phantom 40MiB needs (h1)
-  }
-  layer block2 (h1) -> (h2) {
-    grad (h2.grad) -> (h1.grad)
-    option autograd   fwd 1.9ms overhead 12MiB  bwd 3.8ms overhead 30MiB  phantom 96MiB
-    option recompute  fwd 1.9ms overhead 12MiB  bwd 5.7ms overhead 42MiB  phantom 0 needs (h1)
-  }
-  loss (h2) -> (loss, h2.grad) time 0.1ms
-}
-"""
+# the pinned copy of examples/tiny_transformer.sched the layered simulator tests use
+# (x, h1, h2, h2.grad, h1.grad, x.grad: 8MiB each; loss: 4B)
+from .test_simulate_layered import TINY_TEXT  # noqa: E402
 
 #: compute time of every plan below that runs each node once: 1.9 + 1.9 + 0.1 + 3.8 + 3.8 ms
 COMPUTE = 11.5 * ms
