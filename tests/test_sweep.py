@@ -259,3 +259,27 @@ def test_sweep_on_layered_data_with_percent_budgets():
     assert all(p.result.simulated.valid for p in solved)
     objectives = [p.result.objective for p in solved]
     assert objectives == sorted(objectives, reverse=True)
+
+
+def test_cli_compare_sweeps_several_files_at_the_same_budgets(capsys, tmp_path):
+    """--compare: one curve per file (here recompute + offload vs recompute only), the same
+    budgets for each; JSON lists the curves; the plot has them all."""
+    pytest.importorskip("matplotlib")
+    tiny = ROOT / "examples" / "tiny_transformer.sched"
+    both = tmp_path / "both.sched"
+    both.write_text(f'use offload\nuse "{tiny}"\nbandwidth offload inf\nbandwidth prefetch inf\n')
+    only = tmp_path / "recompute_only.sched"
+    only.write_text('use "both.sched"\nparam allow_offload = 0\n')
+    out_png = tmp_path / "curves.png"
+    code, out, _ = run(capsys, "sweep", str(both), "--compare", str(only), "--budgets", "60%,100%",
+                       "--json", "--plot", str(out_png))
+    assert code == 0
+    curves = json.loads(out)["curves"]
+    assert [c["file"] for c in curves] == [str(both), str(only)]
+    assert [p["budget_bytes"] for p in curves[0]["points"]] == [p["budget_bytes"] for p in curves[1]["points"]]
+    for with_offload, without in zip(curves[0]["points"], curves[1]["points"]):
+        assert with_offload["simulated"]["valid"] and without["simulated"]["valid"]
+        assert with_offload["objective"] <= without["objective"] + 1e-9
+    # at the file's save budget, offloading the phantoms saves time here
+    assert curves[0]["points"][1]["objective"] < curves[1]["points"][1]["objective"]
+    assert out_png.read_bytes().startswith(b"\x89PNG")
