@@ -454,3 +454,27 @@ def test_run_command(tmp_path, capsys):
                           ((f"{factory}:small", "--plan", "p.json"), "--plan needs --graph")]:
         with pytest.raises(SchedError, match=message):
             run(*argv)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("bandwidth", [None, "16GB/s"])
+def test_cuda_fit_matches_eager_and_its_prediction(bandwidth):
+    """On CUDA (side streams and pinned host buffers for offload): gradients equal eager
+    PyTorch, and the step's torch.cuda.max_memory_allocated is within the budget and within
+    2% of the prediction."""
+    from schedlang.pytorch.fit import fit, prepare
+
+    model, inputs, loss_fn = ALL["gpt"](batch=16, context=128, layers=4)
+    model = model.cuda()
+    inputs = tuple(x.cuda() for x in inputs)
+    ref = eager_grads(model, inputs, loss_fn)
+    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=3)
+    for pct in (80, 60, 45):
+        fm = fit(model, inputs, f"{pct}%", loss_fn=loss_fn, prepared=prep, bandwidth=bandwidth)
+        got = fit_step(fm, model, inputs, loss_fn)
+        assert_same(ref, got, exact=False)
+        rep = fm.memory_report()
+        assert rep.measured_peak_bytes <= rep.budget_bytes
+        assert abs(rep.measured_peak_bytes - rep.predicted_peak_bytes) <= 0.02 * rep.predicted_peak_bytes
+
