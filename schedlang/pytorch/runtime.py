@@ -49,6 +49,7 @@ backward part with the loss's gradient as ``<output>.grad``.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -336,7 +337,7 @@ class PlanExecutor:
         state = run.rng.get(layer)
         if state is None:
             run.rng[layer] = self._rng_get()
-            return _nullcontext()
+            return contextlib.nullcontext()
         devices = [self.device] if self.device.type == "cuda" else []
         return _ForkedRng(devices, state, self.device)
 
@@ -840,14 +841,6 @@ def _as_tuple(outs) -> tuple:
     if isinstance(outs, torch.Tensor):
         return (outs,)
     return tuple(outs)
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 class _ForkedRng:
