@@ -41,6 +41,25 @@ def parse_size(text: str) -> int:
     return int(round(float(number) * SIZE_UNITS.get(unit, 1)))
 
 
+def parse_rate(value) -> float:
+    """A transfer rate in bytes per second: a number, or text such as '16GB/s', '12GiB/s',
+    'inf' or '0'. Raises ValueError with a readable reason."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        rate = float(value)
+    else:
+        text = str(value).strip()
+        unit = next((u for u in sorted(SIZE_UNITS, key=len, reverse=True) if text.endswith(u + "/s")), None)
+        try:
+            rate = float("inf") if text == "inf" else (
+                float(text[: -len(unit) - 2]) * SIZE_UNITS[unit] if unit else float(text))
+        except ValueError:
+            raise ValueError(f"'{value}' is not a rate (expected bytes per second, e.g. 16GB/s, "
+                             "12GiB/s, inf or a number)") from None
+    if not rate >= 0:
+        raise ValueError(f"'{value}' must be a non-negative rate")
+    return rate
+
+
 def format_size(nbytes: float) -> str:
     for unit in ("GiB", "MiB", "KiB"):
         if abs(nbytes) >= SIZE_UNITS[unit]:

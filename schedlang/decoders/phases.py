@@ -59,7 +59,7 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
                 continue
             kind, layer = layer_of[k]
             # transfers start with the node and the step ends when all three channels are done
-            issued = moves.issue(t, k, ops)
+            issued = moves.issue(t, ops) if k == t else []  # transfers overlap the frontier
             ops.append(Op("compute", node=k, option=None if kind == "loss" else o))
             live.update(outputs_of.get(k, ()))
             if kind == "fwd" and o != FAST_FORWARD:
@@ -68,7 +68,7 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
                 phantoms.pop(layer, None)
             for channel, field, x in issued:
                 ops.append(Op("wait", channel=channel, **{field: x}))
-            for field, x, jo in moves.arrivals(t, k):
+            for field, x, jo in (moves.arrivals(t) if k == t else ()):
                 if field == "data":
                     live.add(x)
                 else:
@@ -110,18 +110,17 @@ class _Transfers:
         def values(role):
             return role_values(decl, ir, solution, role, required=False) or {}
 
-        self.offload = _by_step(values("offload"), "data")
-        self.offload += _by_step(values("phantom_offload"), "layer")
-        self.prefetch = _by_step(values("prefetch"), "data")
-        self.prefetch += _by_step(values("phantom_prefetch"), "layer")
-        self.arrive = _by_step(values("arrive"), "data") + _by_step(values("phantom_arrive"), "layer")
+        self.offload = _by_phase(values("offload"), "data", values("phantom_offload"))
+        self.prefetch = _by_phase(values("prefetch"), "data", values("phantom_prefetch"))
+        self.arrive = _by_phase(values("arrive"), "data", values("phantom_arrive"))
         self.host: dict[tuple, float] = {}  # (field, x) -> fraction offloaded so far
         self.round: dict[tuple, float] = {}  # (field, x) -> fraction of the current prefetch round
 
-    def issue(self, t, k, ops: list) -> list[tuple[str, str, str]]:
-        """Append the step's offload and prefetch ops; return (channel, field, x) to wait for."""
+    def issue(self, t, ops: list) -> list[tuple[str, str, str]]:
+        """Append the offload and prefetch ops of phase t's frontier step; return (channel,
+        field, x) to wait for."""
         issued = []
-        for field, x, _, v in _at(self.offload, t, k):
+        for field, x, _, v in self.offload.get(t, ()):
             key = (field, x)
             host = self.host.get(key, 0.0)
             f = min(v, 1.0 - host)
@@ -131,8 +130,8 @@ class _Transfers:
                 self.host[key] = host + f
                 ops.append(Op("offload", fraction=f, **{field: x}))
                 issued.append(("offload", field, x))
-        arriving = {(field, x) for field, x, _, v in _at(self.arrive, t, k) if v > 0.5}
-        for field, x, _, v in _at(self.prefetch, t, k):
+        arriving = {(field, x) for field, x, _, v in self.arrive.get(t, ()) if v > 0.5}
+        for field, x, _, v in self.prefetch.get(t, ()):
             key = (field, x)
             done = self.round.get(key, 0.0)
             # never more than the host holds; a round that ends here sums to exactly 1
@@ -149,24 +148,19 @@ class _Transfers:
             self.round[key] = 0.0
         return issued
 
-    def arrivals(self, t, k) -> list[tuple[str, str, str | None]]:
-        """(field, x, option of a phantom) that are on the device from the end of step (t, k)."""
-        return [(field, x, o) for field, x, o, v in _at(self.arrive, t, k) if v > 0.5]
+    def arrivals(self, t) -> list[tuple[str, str, str | None]]:
+        """(field, x, option of a phantom) on the device from the end of phase t's frontier."""
+        return [(field, x, o) for field, x, o, v in self.arrive.get(t, ()) if v > 0.5]
 
 
-def _by_step(values: dict, field: str) -> list[tuple]:
-    """[(t, k, field, x, phantom option or None, value)] of a transfer role's nonzero values.
-
-    Transfers run during the frontier step of a phase (step (t, t)): a role is indexed by
-    (t, d) for data and (t, j, o) for phantoms."""
-    out = []
-    for key, v in values.items():
-        if v <= _EPS:
-            continue
-        t, x, *rest = key
-        out.append((t, t, field, x, rest[0] if rest else None, v))
+def _by_phase(data_values: dict, field: str, phantom_values: dict) -> dict:
+    """{phase t: [(field, x, phantom option or None, value)]} of a transfer role's nonzero
+    values: data roles are indexed by (t, d), phantom roles by (t, j, o)."""
+    out: dict = {}
+    for key, v in data_values.items():
+        if v > _EPS:
+            out.setdefault(key[0], []).append((field, key[1], None, v))
+    for (t, j, o), v in phantom_values.items():
+        if v > _EPS:
+            out.setdefault(t, []).append(("layer", j, o, v))
     return out
-
-
-def _at(rows: list[tuple], t, k) -> list[tuple]:
-    return [(field, x, o, v) for (t2, k2, field, x, o, v) in rows if t2 == t and k2 == k]

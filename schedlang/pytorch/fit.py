@@ -260,23 +260,13 @@ def resolve_fit_budget(budget, plain_peak: int) -> int:
 
 
 def parse_bandwidth(value) -> float:
-    """Bytes per second from a number or from text: "16GB/s", "12GiB/s", "inf", "0"."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        rate = float(value)
-    else:
-        from ..units import SIZE_UNITS
+    """Bytes per second from a number or from text ("16GB/s", "12GiB/s", "inf", "0")."""
+    from ..units import parse_rate
 
-        text = str(value).strip()
-        unit = next((u for u in sorted(SIZE_UNITS, key=len, reverse=True) if text.endswith(u + "/s")), None)
-        try:
-            rate = float("inf") if text == "inf" else (
-                float(text[: -len(unit) - 2]) * SIZE_UNITS[unit] if unit else float(text))
-        except ValueError:
-            raise SchedError(f"bandwidth {value!r}: expected bytes per second, e.g. 16GB/s, "
-                             "12GiB/s, inf or a number") from None
-    if rate < 0 or rate != rate:
-        raise SchedError(f"bandwidth {value!r} must be a non-negative rate")
-    return rate
+    try:
+        return parse_rate(value)
+    except ValueError as exc:
+        raise SchedError(f"bandwidth: {exc}") from None
 
 
 # --- solving --------------------------------------------------------------------------------------
