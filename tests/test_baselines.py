@@ -3,7 +3,6 @@ vocabularies, the expected overhead/memory ordering, budgets respected when they
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import pytest
 
@@ -14,10 +13,8 @@ from schedlang.planners.baselines import (PLANNERS, _CView, knapsack_choose,
                                           sequential_checkpoints, sqrt_checkpoints)
 from schedlang.problem import resolve_budget
 from schedlang.simulate import no_recompute_plan, simulate
+from .paths import EXAMPLES, GRAPHS
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-GRAPHS = ROOT.parent / "shared" / "graphs"
 NO_LIMIT = 1 << 62
 BASELINES = list(PLANNERS)
 BUDGET_AWARE = ["chen_greedy", "checkpoint_sequential", "knapsack"]

@@ -11,10 +11,9 @@ import pytest
 
 from schedlang.cli import main
 from schedlang.plan import Plan
+from .paths import GRAPHS, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CHAIN = str(ROOT / "examples" / "chain.sched")
-GRAPHS = ROOT.parent / "shared" / "graphs"
 
 
 def run(capsys, *argv):

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from schedlang import cli
+from .paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 ERRORS = ROOT / "tests" / "errors"
 CASES = sorted(p.relative_to(ROOT).as_posix() for p in ERRORS.glob("e[0-9][0-9][0-9]_*.sched"))
 UPDATE = os.environ.get("SCHEDLANG_UPDATE_GOLDEN") == "1"

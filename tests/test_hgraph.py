@@ -1,15 +1,14 @@
 """The H-graph derived from layered graph data (data, layers with options, loss)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from schedlang.errors import DataError
 from schedlang.hgraph import FAST_FORWARD, build_hgraph
 from schedlang.program import load_program
+from .paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def hgraph_of(text: str, tmp_path):

@@ -10,8 +10,8 @@ from schedlang.errors import DataError
 from schedlang.graph import Graph, Node
 from schedlang.importers.checkmate_nx import load_checkmate_nx
 from schedlang.writer import format_time, quote_name, write_graph
+from .paths import GRAPHS
 
-GRAPHS = Path("/work/shared/graphs")
 
 EXPECTED = {  # file stem -> (nodes, edges, backward nodes)
     "vgg16_train": (45, 87, 23),

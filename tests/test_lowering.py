@@ -2,15 +2,14 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import schedlang
 from schedlang.presolve import presolve
+from .paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _ir(text: str):

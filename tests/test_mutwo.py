@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
@@ -15,10 +14,8 @@ from schedlang.planners.mutwo import (KEEP, RECOMPUTE, SWAP, CandidateSet, check
                                       checkmate_view, format_table, mutwo, mutwo_table,
                                       replay_peak, swap_overhead)
 from schedlang.simulate import no_recompute_peak, simulate
+from .paths import EXAMPLES, GRAPHS
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-GRAPHS = Path("/work/shared/graphs")
 TRAIN = sorted(GRAPHS.glob("*_train.json")) if GRAPHS.is_dir() else []
 HUGE = 10**30
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -10,8 +9,8 @@ import schedlang.planners as registry
 from schedlang.cli import main
 from schedlang.planners import Planner
 from schedlang.simulate import no_recompute_plan
+from .paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CHAIN = str(ROOT / "examples" / "chain.sched")
 TINY = str(ROOT / "examples" / "tiny_transformer.sched")
 VGG16 = ROOT.parent / "shared" / "graphs" / "vgg16_train.json"

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
@@ -11,8 +10,8 @@ from schedlang.graph import DataNode, Graph, Layer, Loss, Node, Option
 from schedlang.simulate import no_recompute_peak, simulate
 from schedlang.solution import Status
 from schedlang.writer import write_graph
+from .paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 MiB = 2**20
 
 

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
-from pathlib import Path
 
 import pytest
 
@@ -13,13 +11,13 @@ from schedlang.graph import Graph, Layer, Node
 from schedlang.importers.checkmate_nx import load_checkmate_nx
 from schedlang.plan import Op, Plan
 from schedlang.simulate import no_recompute_peak, no_recompute_plan, simulate
+from .paths import GRAPHS
 
 try:
     from tests.bruteforce import best_checkmate_schedule
 except ImportError:  # tests/ is on sys.path instead of the repository root
     from bruteforce import best_checkmate_schedule
 
-GRAPHS = Path("/work/shared/graphs")
 
 
 # --- tiny graphs, built by hand ----------------------------------------------------------
@@ -260,7 +258,7 @@ def test_vgg16_reference_peak_agrees_with_the_documented_budget():
     assert math.ceil(0.9 * peak) == 14242598093
 
 
-def test_simulator_is_fast_on_long_plans():
+def test_simulator_on_long_plans():
     n = 300
     g = make_graph([(f"v{i}", 1.0, 1 + i % 7) for i in range(n)],
                    [(f"v{i}", f"v{i + 1}") for i in range(n - 1)])
@@ -269,11 +267,8 @@ def test_simulator_is_fast_on_long_plans():
     while len(ops) < 100_000:
         ops.extend(base)
     plan = Plan(graph="g", ops=ops)
-    start = time.perf_counter()
-    r = simulate(plan, g)
-    elapsed = time.perf_counter() - start
+    r = simulate(plan, g)  # its speed is measured in bench/bench_simulate.py
     assert r.valid and r.computes == len(ops) // 2
-    assert elapsed < 3.0, f"simulating {len(ops)} ops took {elapsed:.2f} s"
 
 
 # --- the brute-force oracle ----------------------------------------------------------------
@@ -370,14 +365,6 @@ def test_bruteforce_agrees_with_a_naive_enumeration(make):
     g = make()
     for budget in range(no_recompute_peak(g) + 2):
         assert best_checkmate_schedule(g, budget)[0] == _naive_optimum(g, budget), budget
-
-
-def test_bruteforce_is_fast_on_six_nodes():
-    g = fwd_bwd6()
-    start = time.perf_counter()
-    for budget in range(no_recompute_peak(g) + 1):
-        best_checkmate_schedule(g, budget)
-    assert time.perf_counter() - start < 5.0
 
 
 def test_bruteforce_refuses_big_graphs():

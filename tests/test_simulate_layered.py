@@ -6,7 +6,6 @@ from the rules in the simulator's module docstring.
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,9 @@ from schedlang.plan import Op, Plan
 from schedlang.program import load_program
 from schedlang.simulate import no_recompute_peak, no_recompute_plan, simulate
 
-ROOT = Path(__file__).resolve().parent.parent
+from .layered_instances import TINY_TEXT
+from .paths import ROOT
+
 TINY = ROOT / "examples" / "tiny_transformer.sched"
 MiB = 2**20
 
@@ -25,33 +26,6 @@ def graph_of(text: str, tmp_path, name: str = "g.sched"):
     path = tmp_path / name
     path.write_text(text)
     return load_program([path]).graph
-
-
-# a pinned copy of examples/tiny_transformer.sched (whose budgets are peak 200MiB, save 120MiB),
-# so that the hand computations below do not follow edits of the example
-TINY_TEXT = """
-graph tiny_transformer "2 blocks" {
-  data x        8MiB  input
-  data h1       8MiB
-  data h2       8MiB
-  data loss     4B
-  data h2.grad  8MiB
-  data h1.grad  8MiB
-  data x.grad   8MiB  output
-  layer block1 (x) -> (h1) {
-    grad (h1.grad) -> (x.grad)
-    option autograd   fwd 1.9ms overhead 12MiB  bwd 3.8ms overhead 30MiB  phantom 96MiB
-    option recompute  fwd 1.9ms overhead 12MiB  bwd 5.7ms overhead 42MiB  phantom 0 needs (x)
-    option keep_attn  fwd 1.9ms overhead 12MiB  bwd 4.6ms overhead 36MiB  phantom 40MiB needs (h1)
-  }
-  layer block2 (h1) -> (h2) {
-    grad (h2.grad) -> (h1.grad)
-    option autograd   fwd 1.9ms overhead 12MiB  bwd 3.8ms overhead 30MiB  phantom 96MiB
-    option recompute  fwd 1.9ms overhead 12MiB  bwd 5.7ms overhead 42MiB  phantom 0 needs (h1)
-  }
-  loss (h2) -> (loss, h2.grad) time 0.1ms
-}
-"""
 
 
 def tiny(text: str = TINY_TEXT):
@@ -729,7 +703,7 @@ def test_the_mutations_include_each_kind_of_failure(three):
 
 
 # --- speed -----------------------------------------------------------------------------------
-def test_long_plans_on_200_layers_are_fast(tmp_path):
+def test_long_plans_on_200_layers(tmp_path):
     n = 200
     lines = ["graph deep {", "  data x 1MiB input"]
     lines += [f"  data h{i} {1 + i % 3}MiB" for i in range(1, n + 1)]
@@ -746,9 +720,6 @@ def test_long_plans_on_200_layers_are_fast(tmp_path):
     pad = [Op("compute", node="b1.fwd", option="fast_forward"), Op("delete", data="h1")]
     plan = Plan(graph="deep", ops=pad * ((100_000 - len(base.ops)) // 2) + base.ops)
     assert len(plan.ops) >= 99_000
-    start = time.perf_counter()
-    r = simulate(plan, g)
-    elapsed = time.perf_counter() - start
+    r = simulate(plan, g)  # its speed is measured in bench/bench_simulate.py
     assert r.valid, r.errors[:3]
     assert r.computes == 2 * n + 1 + (len(plan.ops) - len(base.ops)) // 2
-    assert elapsed < 1.0, f"simulating {len(plan.ops)} ops took {elapsed:.2f} s"

@@ -1,56 +1,19 @@
 """End-to-end: .sched text -> both backends -> plan -> simulator, against brute force."""
 from __future__ import annotations
 
-import random
-from pathlib import Path
 
 import pytest
 
 import schedlang
 from schedlang.backends import BACKENDS
-from schedlang.graph import Graph, Node
 from schedlang.simulate import no_recompute_peak, simulate
 from schedlang.solution import Status
 from schedlang.solvers import available_solvers
-from schedlang.writer import write_graph
 
 from .bruteforce import best_checkmate_schedule
+from .checkmate_instances import checkmate_problem, tiny_graphs
+from .paths import EXAMPLES
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-
-
-def _graph(name: str, nodes: list[tuple], edges: list[tuple]) -> Graph:
-    return Graph(name, nodes=[Node(n, t, s) for n, t, s in nodes], edges=edges)
-
-
-def tiny_graphs() -> list[Graph]:
-    """Chains, a diamond, a skip connection and random DAGs, all with <= 6 nodes."""
-    M = 2**20
-    graphs = [
-        _graph("chain4", [("a", 1, 4 * M), ("b", 2, 4 * M), ("gb", 1, 4 * M), ("ga", 1, 4 * M)],
-               [("a", "b"), ("b", "gb"), ("a", "ga"), ("gb", "ga")]),
-        _graph("diamond", [("a", 3, 2 * M), ("b", 1, 6 * M), ("c", 2, 4 * M), ("d", 1, 2 * M), ("e", 1, 2 * M)],
-               [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d"), ("d", "e"), ("a", "e")]),
-        _graph("train6", [("f1", 2, 8 * M), ("f2", 3, 8 * M), ("f3", 1, 8 * M), ("g3", 1, 8 * M),
-                          ("g2", 1, 8 * M), ("g1", 1, 8 * M)],
-               [("f1", "f2"), ("f2", "f3"), ("f3", "g3"), ("f2", "g3"), ("g3", "g2"), ("f1", "g2"),
-                ("g2", "g1")]),
-    ]
-    rng = random.Random(7)
-    for k in range(3):
-        n = 6
-        names = [f"n{i}" for i in range(n)]
-        nodes = [(x, rng.randint(1, 5), rng.randint(1, 6) * M) for x in names]
-        edges = [(names[i], names[i + 1]) for i in range(n - 1)]
-        edges += [(names[i], names[j]) for i in range(n) for j in range(i + 2, n) if rng.random() < 0.3]
-        graphs.append(_graph(f"random{k}", nodes, edges))
-    return graphs
-
-
-def _problem(graph: Graph, budget: int):
-    graph.budgets = {"peak": budget}
-    return schedlang.load(text="use checkmate\n" + write_graph(graph))
 
 
 CASES = [(g, frac) for g in tiny_graphs() for frac in (0.6, 0.75, 0.9, 1.0)]
@@ -61,7 +24,7 @@ CASES = [(g, frac) for g in tiny_graphs() for frac in (0.6, 0.75, 0.9, 1.0)]
 def test_checkmate_matches_brute_force(graph, frac, backend):
     budget = int(no_recompute_peak(graph) * frac)
     expected, _ = best_checkmate_schedule(graph, budget)
-    result = _problem(graph, budget).solve(backend=backend, solver="highs")
+    result = checkmate_problem(graph, budget).solve(backend=backend, solver="highs")
     if expected is None:
         assert result.status == Status.INFEASIBLE
         return

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +12,8 @@ from schedlang.problem import Result, resolve_budget
 from schedlang.simulate import no_recompute_peak
 from schedlang.solution import Status
 from schedlang.sweep import SweepPoint, exit_code, parse_budgets, prepare, sweep
+from .paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CHAIN = str(ROOT / "examples" / "chain.sched")
 MiB = 2**20
 GiB = 2**30

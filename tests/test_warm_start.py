@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,9 +16,9 @@ from schedlang.simulate import no_recompute_peak, no_recompute_plan, simulate
 from schedlang.solution import Status
 
 from .bruteforce import best_checkmate_schedule
-from .test_solve import _problem, tiny_graphs
+from .checkmate_instances import checkmate_problem, tiny_graphs
+from .paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CHAIN = ROOT / "examples" / "chain.sched"
 MIB = 2**20
 
@@ -79,7 +78,7 @@ def test_brute_force_plans_encode_to_feasible_points(graph, frac):
     best, plan = best_checkmate_schedule(graph, budget)
     if plan is None:
         pytest.skip("no schedule fits")
-    prob = _problem(graph, budget)
+    prob = checkmate_problem(graph, budget)
     prob.check()
     ir = prob.lower()
     x = encode(prob.program, ir, plan, prob.graph)

@@ -1,0 +1,13 @@
+"""Where the tests find the repository's examples and the Checkmate graph data.
+
+The graphs of `shared/graphs/` sit beside the repository (or where $SCHEDLANG_GRAPHS says);
+tests that need one skip when it is absent."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+DATA = Path(__file__).resolve().parent / "data"
+GRAPHS = Path(os.environ.get("SCHEDLANG_GRAPHS", ROOT.parent / "shared" / "graphs"))
