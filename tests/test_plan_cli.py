@@ -9,7 +9,7 @@ import pytest
 import schedlang.planners as registry
 from schedlang.cli import main
 from schedlang.planners import Planner
-from schedlang.simulate import no_recompute_plan
+from schedlang.planners.no_recompute import no_recompute_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAIN = str(ROOT / "examples" / "chain.sched")

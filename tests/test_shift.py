@@ -24,7 +24,8 @@ from schedlang.importers.checkmate_nx import load_checkmate_nx
 from schedlang.planners import planners, run_planner
 from schedlang.planners.shift import (Dag, ShiftScheduler, dag_from_graph, max_liveness_of,
                                       reorder, shift_plan, shift_schedule, sum_liveness_of)
-from schedlang.simulate import no_recompute_peak, simulate
+from schedlang.planners.no_recompute import no_recompute_peak
+from schedlang.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 VGG16 = Path("/work/shared/graphs/vgg16_train.json")

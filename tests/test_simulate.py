@@ -12,7 +12,8 @@ from schedlang.errors import DataError
 from schedlang.graph import Graph, Layer, Node
 from schedlang.importers.checkmate_nx import load_checkmate_nx
 from schedlang.plan import Op, Plan
-from schedlang.simulate import no_recompute_peak, no_recompute_plan, simulate
+from schedlang.planners.no_recompute import no_recompute_peak, no_recompute_plan
+from schedlang.simulate import simulate
 
 try:
     from tests.bruteforce import best_checkmate_schedule

@@ -14,7 +14,8 @@ import pytest
 from schedlang.hgraph import build_hgraph
 from schedlang.plan import Op, Plan
 from schedlang.program import load_program
-from schedlang.simulate import no_recompute_peak, no_recompute_plan, simulate
+from schedlang.planners.no_recompute import no_recompute_peak, no_recompute_plan
+from schedlang.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "examples" / "tiny_transformer.sched"
