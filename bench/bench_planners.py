@@ -42,7 +42,8 @@ from graphs import SHARED_GRAPHS  # noqa: E402
 from schedlang.errors import SchedError  # noqa: E402
 from schedlang.planners import PlannerNotApplicable, graph_view, planners, run_planner  # noqa: E402
 from schedlang.problem import resolve_budget  # noqa: E402
-from schedlang.simulate import no_recompute_plan, simulate  # noqa: E402
+from schedlang.planners.no_recompute import no_recompute_plan  # noqa: E402
+from schedlang.simulate import simulate  # noqa: E402
 
 NO_LIMIT = 1 << 62
 

@@ -25,7 +25,7 @@ import schedlang
 from schedlang.importers.checkmate_nx import load_checkmate_nx
 from schedlang.planners import planners
 from schedlang.problem import Problem, run_named_planner
-from schedlang.simulate import no_recompute_peak
+from schedlang.planners.no_recompute import no_recompute_peak
 from schedlang.units import format_size
 from schedlang.writer import write_graph
 

@@ -102,7 +102,7 @@ def _temporary_load_checkmate_nx(path: Path) -> Graph:
 def no_recompute_peak(graph: Graph) -> int:
     """Peak bytes of the plain topological order without recomputation."""
     try:
-        from schedlang.simulate import no_recompute_peak as real
+        from schedlang.planners.no_recompute import no_recompute_peak as real
     except ImportError:
         return _local_no_recompute_peak(graph)
     return int(real(graph))

@@ -220,9 +220,7 @@ def _validate(plan: Plan, graph: Graph) -> None:
 
 
 def _build_checkmate(plan: Plan, graph: Graph, b: _Builder) -> list[str | None]:
-    from .simulate import _arrays
-
-    arr = _arrays(graph)
+    arr = graph.checkmate_index()
     cur: dict[int, int] = {}
     op_names: list[str | None] = []
     for k, op in enumerate(plan.ops):
@@ -244,9 +242,7 @@ def _build_checkmate(plan: Plan, graph: Graph, b: _Builder) -> list[str | None]:
 
 
 def _build_layered(plan: Plan, graph: Graph, b: _Builder) -> list[str | None]:
-    from .simulate import _harrays
-
-    ha = _harrays(graph)
+    ha = graph.layered_index()
     ncre = [len(c) for c in ha.creators]
     cur: dict[int, int] = {}
     mask: dict[int, int] = {}
@@ -340,13 +336,11 @@ def liveness(plan: Plan, graph: Graph, *, free_at: str = "delete",
     """
     if free_at not in FREE_AT:
         raise ValueError(f"free_at must be one of {', '.join(FREE_AT)}, not {free_at!r}")
-    from .simulate import _is_layered
-
     if validate:
         _validate(plan, graph)
     n = len(plan.ops)
     b = _Builder(n, free_at)
-    if _is_layered(graph):
+    if graph.is_layered:
         op_names = _build_layered(plan, graph, b)
     else:
         op_names = _build_checkmate(plan, graph, b)

@@ -414,7 +414,8 @@ def cmd_plan(args) -> int:
     from .errors import Loc, did_you_mean
     from .planners import graph_view, planners, run_planner
     from .problem import resolve_budget
-    from .simulate import no_recompute_plan, simulate
+    from .planners.no_recompute import no_recompute_plan
+    from .simulate import simulate
 
     table = planners()
     if args.list:

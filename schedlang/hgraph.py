@@ -15,6 +15,10 @@ From `data`, `layer` (forward/backward pair with options) and `loss` declaration
 * phantoms: option o of layer j saves phantom(j, o) bytes from its forward to its backward;
 * inputs: data with role `input` (in memory at the start, created by nobody); outputs: data
   with role `output` (input gradients: they must be alive at the end).
+
+This module is the one home of the layered view: `build_hgraph` (the H-graph, by name) and
+`index_hgraph` (`HIndex`: the same by position, what the simulator and the allocator replay
+on). Consumers get both cached from the graph: `Graph.hgraph()`, `Graph.layered_index()`.
 """
 from __future__ import annotations
 
@@ -90,6 +94,9 @@ def build_hgraph(g: Graph) -> HGraph:
     if not g.layers:
         raise DataError(f"graph '{g.name}' has no layers: the H-graph needs `data`, `layer` and "
                         "`loss` declarations", g.loc)
+    for layer in g.layers:
+        if not layer.options:
+            raise DataError(f"layer '{layer.name}' has no option", layer.loc or g.loc)
     h = HGraph(g.name)
     for d in g.data:
         h.data[d.name] = d.size
@@ -184,3 +191,108 @@ def _check(h: HGraph, g: Graph) -> None:
                                     "topological order", locs[u])
     if not nx.is_directed_acyclic_graph(dag):  # unreachable after the order check; kept cheap
         raise DataError(f"graph '{h.name}' has a cycle", g.loc)
+
+
+@dataclass
+class HIndex:
+    """The H-graph of a layered graph by position (`index_hgraph`; `Graph.layered_index`)."""
+
+    graph_name: str
+    names: list[str]  # compute nodes in H-graph order
+    index: dict[str, int]
+    kind: list[str]  # "fwd", "bwd", "loss"
+    layer: list[int]  # layer index of each compute node, -1 for the loss
+    opt_names: list[list[str]]
+    opt_index: list[dict[str, int]]
+    opt_time: list[list[float]]
+    opt_overhead: list[list[int]]
+    # per node and option: the sub-step profile, [(overhead, freed data, created data)]
+    opt_steps: list[list[list[tuple[int, frozenset, frozenset]]]]
+    opt_layer_opt: list[list[int]]  # the layer option of each node option (-1: fast_forward, loss)
+    uses: list[tuple[int, ...]]  # data read whatever the option (deduplicated)
+    opt_uses: list[list[tuple[int, ...]]]  # per option: data read in addition to `uses`
+    creates: list[tuple[tuple[int, int], ...]]  # (datum, this creator's bit in the datum's mask)
+    data: list[str]
+    data_index: dict[str, int]
+    size: list[int]
+    full: list[int]  # every creator's bit; 0 for a datum nobody creates (inputs)
+    creators: list[list[int]]  # compute nodes; creators[d][j] has bit 1 << j
+    inputs: list[int]
+    outputs: list[int]
+    layers: list[str]
+    layer_index: dict[str, int]
+    layer_opts: list[list[str]]
+    phantom: list[list[int]]  # bytes, per layer and layer option
+    loss: int
+    # transfers: "offload" / "prefetch" -> bytes per second (as the graph gives them), and
+    # what may never be offloaded (per datum; per layer and layer option)
+    bandwidth: dict = field(default_factory=dict)
+    data_pinned: list[bool] = field(default_factory=list)
+    opt_pinned: list[list[bool]] = field(default_factory=list)
+
+
+def index_hgraph(graph: Graph, h: HGraph) -> HIndex:
+    """Index `h`, the H-graph of `graph`, by position."""
+    data = list(h.data)
+    data_index = {d: i for i, d in enumerate(data)}
+    names = [k.name for k in h.compute]
+    index = {n: i for i, n in enumerate(names)}
+    layers = [layer.name for layer in graph.layers]
+    layer_index = {name: j for j, name in enumerate(layers)}
+    layer_opts = [[o.name for o in layer.options] for layer in graph.layers]
+    layer_opt_index = [{o: i for i, o in enumerate(opts)} for opts in layer_opts]
+    pinned = {d.name: d.pinned for d in graph.data}
+
+    uses: list[list[int]] = [[] for _ in names]
+    for k, d in h.uses:
+        i, di = index[k], data_index[d]
+        if di not in uses[i]:
+            uses[i].append(di)
+    extra: dict[tuple[int, str], list[int]] = {}
+    for k, o, d in h.option_uses:
+        i, di = index[k], data_index[d]
+        lst = extra.setdefault((i, o), [])
+        if di not in uses[i] and di not in lst:
+            lst.append(di)
+    creators: list[list[int]] = [[] for _ in data]
+    creates: list[list[tuple[int, int]]] = [[] for _ in names]
+    for k, d in h.creates:
+        i, di = index[k], data_index[d]
+        if i not in creators[di]:
+            creators[di].append(i)
+            creates[i].append((di, 1 << (len(creators[di]) - 1)))
+
+    kind, layer_of, opt_names, opt_index, opt_time, opt_overhead, opt_layer_opt, opt_uses = \
+        [], [], [], [], [], [], [], []
+    opt_steps: list = []
+    for i, k in enumerate(h.compute):
+        j = layer_index[k.layer] if k.layer is not None else -1
+        kind.append(k.kind)
+        layer_of.append(j)
+        onames = [o.name for o in k.options]
+        opt_names.append(onames)
+        opt_index.append({o: n for n, o in enumerate(onames)})
+        opt_time.append([float(o.time) for o in k.options])
+        opt_overhead.append([int(o.overhead) for o in k.options])
+        opt_steps.append([[(int(st.overhead), frozenset(data_index[d] for d in st.frees),
+                            frozenset(data_index[d] for d in st.creates)) for st in o.steps]
+                          for o in k.options])
+        opt_layer_opt.append([layer_opt_index[j].get(o, -1) if j >= 0 and o != FAST_FORWARD else -1
+                              for o in onames])
+        opt_uses.append([tuple(extra.get((i, o), ())) for o in onames])
+    return HIndex(
+        graph_name=graph.name, names=names, index=index, kind=kind, layer=layer_of,
+        opt_names=opt_names, opt_index=opt_index, opt_time=opt_time, opt_overhead=opt_overhead,
+        opt_steps=opt_steps,
+        opt_layer_opt=opt_layer_opt, uses=[tuple(u) for u in uses], opt_uses=opt_uses,
+        creates=[tuple(c) for c in creates], data=data, data_index=data_index,
+        size=[int(h.data[d]) for d in data],
+        full=[(1 << len(c)) - 1 for c in creators], creators=creators,
+        inputs=[data_index[d] for d in h.inputs], outputs=[data_index[d] for d in h.outputs],
+        layers=layers, layer_index=layer_index, layer_opts=layer_opts,
+        phantom=[[int(h.phantoms[(name, o)]) for o in opts] for name, opts in zip(layers, layer_opts)],
+        loss=index[h.loss] if h.loss is not None else -1,
+        bandwidth=dict(graph.bandwidths),
+        data_pinned=[bool(pinned.get(d, False)) for d in data],
+        opt_pinned=[[bool(o.pinned) for o in layer.options] for layer in graph.layers],
+    )

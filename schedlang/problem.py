@@ -19,7 +19,8 @@ from .graph import Graph
 from .ir import IRModel
 from .plan import Plan
 from .program import Program, load_program
-from .simulate import SimResult, no_recompute_peak, simulate
+from .planners.no_recompute import no_recompute_peak
+from .simulate import SimResult, simulate
 from .solution import Solution, Status
 from .units import parse_size
 
@@ -287,7 +288,7 @@ def run_named_planner(name: str, graph: Graph, budget: int | None) -> Plan:
     """Run planner `name` from the registry (`schedlang.planners`); `no_recompute` works
     even while the registry does not list it (the simulator's reference plan)."""
     from .planners import planners, run_planner
-    from .simulate import no_recompute_plan
+    from .planners.no_recompute import no_recompute_plan
 
     if name == "no_recompute" and name not in planners():
         plan = no_recompute_plan(graph)

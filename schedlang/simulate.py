@@ -91,19 +91,29 @@ channels: compute, offload (device -> host) and prefetch (host -> device). A ten
   round's fractions sum to 1 completes it: x is on the device again (a datum, complete; a
   phantom, saved with the option of its host copy). Using x, or creating it, while a round is
   in progress is an error, as is a round never completed.
+
+Code: the replay is a state machine per view, `_CheckmateReplay` and `_LayeredReplay`, one
+method per op kind (``compute``, ``delete``, ``drop_phantom``, ``offload``, ``prefetch``,
+``wait``) over the state above, with the end-of-plan checks in ``finish``. They read the
+graph's cached indexes (`Graph.checkmate_index`, `Graph.layered_index`). `replay` returns what
+the ops measure, budgets aside; `simulate` adds the budget checks. The no-recomputation plan
+and its peak live in `schedlang.planners.no_recompute`.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from .errors import DataError, Loc, did_you_mean
-from .graph import Graph
-from .hgraph import FAST_FORWARD, build_hgraph
+from .errors import DataError, did_you_mean
+from .graph import CheckmateIndex, Graph
+from .hgraph import HIndex
 from .plan import CHANNELS, OP_KINDS, Op, Plan, _a
 
 #: at most this many replay errors are listed; the rest are counted
 MAX_ERRORS = 50
+
+#: tolerance on sums of transfer fractions
+_FRACTION_EPS = 1e-9
 
 
 @dataclass
@@ -169,126 +179,37 @@ class _Errors:
 
 
 @dataclass
-class _Arrays:
-    names: list[str]
-    index: dict[str, int]
-    size: list[int]
-    time: list[float]
-    preds: list[tuple[int, ...]]  # deduplicated, in node order
-    succs: list[tuple[int, ...]]
+class Replayed:
+    """What replaying a plan's ops measured, budgets aside (`replay`)."""
+
+    peak: int
+    time: float
+    computes: int
+    errors: list[str] = field(default_factory=list)
+    # layered graphs only (None / defaults on a Checkmate graph)
+    save_peak: int | None = None  # the most memory during the loss phase; None: no loss phase
+    save_at: int = -1  # op index of the save peak, -1: before the loss phase's first op
+    host_peak: int | None = None  # bytes, rounded
+    host_over: bool = False  # an offload went over the host budget
+    wait_time: float = 0.0  # time the compute channel spent waiting for transfers
 
 
-def _arrays(graph: Graph) -> _Arrays:
-    """Index the Checkmate view; raise `DataError` when it is inconsistent."""
-    names = [n.name for n in graph.nodes]
-    index = graph.node_positions()
-    preds: list[set[int]] = [set() for _ in names]
-    succs: list[set[int]] = [set() for _ in names]
-    for u, v in graph.edges:
-        iu, iv = index.get(u), index.get(v)
-        if iu is None or iv is None:
-            missing = u if iu is None else v
-            raise DataError(f"graph '{graph.name}': edge {u} -> {v} names an unknown node "
-                            f"'{missing}'", graph.loc)
-        preds[iv].add(iu)
-        succs[iu].add(iv)
-    return _Arrays(
-        names=names,
-        index=index,
-        size=[int(n.size) for n in graph.nodes],
-        time=[float(n.time) for n in graph.nodes],
-        preds=[tuple(sorted(p)) for p in preds],
-        succs=[tuple(sorted(s)) for s in succs],
-    )
+def replay(plan: Plan, graph: Graph, *, host_budget: int | None = None) -> Replayed:
+    """Replay `plan`'s ops on `graph` without budgets (the errors are in the result).
+
+    Raises `DataError` when the graph is inconsistent; `simulate` reports that as an error.
+    """
+    errors = _Errors()
+    out = _replayer(plan, graph, errors, host_budget).run()
+    out.errors = errors.finish()
+    return out
 
 
-def _replay(plan: Plan, graph: Graph, arr: _Arrays, errors: _Errors) -> tuple[int, float, int]:
-    """Replay the ops; returns (peak bytes, time, compute count) and fills `errors`."""
-    names, index, size, ntime, preds = arr.names, arr.index, arr.size, arr.time, arr.preds
-    n = len(names)
-    live = bytearray(n)
-    computed = bytearray(n)
-    deleted_at = [-1] * n  # op index of the latest delete, for messages
-    live_bytes = 0
-    peak = 0
-    total_time = 0.0
-    computes = 0
-
-    def whereabouts(i: int) -> str:
-        if not computed[i]:
-            return "never computed before"
-        return f"deleted by op {deleted_at[i]}"
-
-    for k, op in enumerate(plan.ops):
-        kind = op.op
-        if kind == "compute":
-            name = op.node
-            i = _resolve(k, "compute", name, index, "node", errors)
-            if i is None:
-                continue
-            if op.option is not None:
-                errors.add(f"op {k}: compute {name!r} with option {op.option!r}, but node "
-                           f"{name!r} has a single way to run (omit 'option')")
-            for p in preds[i]:
-                if not live[p]:
-                    errors.add(f"op {k}: compute {name!r} needs {names[p]!r}, which is not in "
-                               f"memory ({whereabouts(p)})")
-            with_output = live_bytes + size[i]
-            if with_output > peak:
-                peak = with_output
-            if not live[i]:
-                live[i] = 1
-                live_bytes = with_output
-            # else: the old copy is released once the new one exists; live bytes unchanged
-            computed[i] = 1
-            total_time += ntime[i]
-            computes += 1
-        elif kind == "delete":
-            name = op.data
-            i = _resolve(k, "delete", name, index, "data", errors)
-            if i is None:
-                continue
-            if not live[i]:
-                errors.add(f"op {k}: delete {name!r}, which is not in memory ({whereabouts(i)})")
-                continue
-            live[i] = 0
-            live_bytes -= size[i]
-            deleted_at[i] = k
-        elif kind in ("offload", "prefetch", "wait"):
-            errors.add(f"op {k}: {kind} ops are not supported for this graph (graph "
-                       f"'{graph.name}' is in the Checkmate view; transfers are replayed on "
-                       "layered graphs only)")
-        elif kind in OP_KINDS:
-            errors.add(f"op {k}: {kind} ops are not supported for this graph "
-                       f"(graph '{graph.name}' has no layers, phantoms or offload channels)")
-        else:
-            errors.add(f"op {k}: unknown op kind {kind!r}")
-
-    never = [names[i] for i in range(n) if not computed[i]]
-    if never:
-        shown = ", ".join(repr(x) for x in never[:10])
-        more = f" and {len(never) - 10} more" if len(never) > 10 else ""
-        noun = "node is" if len(never) == 1 else "nodes are"
-        errors.add(f"{len(never)} {noun} never computed: {shown}{more}", always=True)
-    return peak, total_time, computes
-
-
-def _resolve(k: int, op_kind: str, name, index: dict[str, int], what: str, errors: "_Errors"):
-    """The index of the node/data/layer an op names, or None after recording why not."""
-    i = index.get(name) if name is not None else None
-    if i is None:
-        if name is None:
-            errors.add(f"op {k}: {op_kind} op names no {what}")
-        else:
-            errors.add(f"op {k}: {op_kind} of unknown {what} {name!r}{_hint(name, index, errors)}")
-    return i
-
-
-def _hint(name: str, index: dict[str, int], errors: _Errors) -> str:
-    # did_you_mean is cheap for a few listed errors on graphs of a few hundred nodes
-    if errors.full or len(index) > 5000:
-        return ""
-    return did_you_mean(name, index)
+def _replayer(plan: Plan, graph: Graph, errors: _Errors,
+              host_budget: int | None) -> _CheckmateReplay | _LayeredReplay:
+    if graph.is_layered:
+        return _LayeredReplay(plan, graph.layered_index(), errors, host_budget)
+    return _CheckmateReplay(plan, graph.name, graph.checkmate_index(), errors)
 
 
 def simulate(plan: Plan, graph: Graph, *, budget: int | None = None,
@@ -306,29 +227,19 @@ def simulate(plan: Plan, graph: Graph, *, budget: int | None = None,
     if plan.graph and graph.name and plan.graph != graph.name:
         warnings.append(f"the plan was made for graph '{plan.graph}', not '{graph.name}'")
 
-    layered = _is_layered(graph)
+    layered = graph.is_layered
+    if not layered:
+        host_budget = None
+    elif host_budget is None:
+        host_budget = graph.budgets.get("host")
     try:
-        arrays: _Arrays | _HArrays = _harrays(graph) if layered else _arrays(graph)
+        replayer = _replayer(plan, graph, errors, host_budget)
     except DataError as exc:
         what = "this layered graph" if layered else "this graph"
         errors.add(f"cannot simulate {what}: {exc.message}")
         return SimResult(False, 0, 0.0, errors.finish(), None, warnings)
-
-    save_peak: int | None = None
-    save_at = -1
-    host_peak: int | None = None
-    host_over = False
-    wait_time = 0.0
-    if isinstance(arrays, _HArrays):
-        if host_budget is None:
-            host_budget = graph.budgets.get("host")
-        out = _replay_layered(plan, arrays, errors, host_budget=host_budget)
-        peak, total_time, computes = out.peak, out.time, out.computes
-        save_peak, save_at = out.save_peak, out.save_at
-        host_peak, host_over, wait_time = out.host_peak, out.host_over, out.wait_time
-    else:
-        host_budget = None
-        peak, total_time, computes = _replay(plan, graph, arrays, errors)
+    out = replayer.run()
+    peak, total_time = out.peak, out.time
 
     if budget is None:
         budget = plan.budget_peak if plan.budget_peak is not None else graph.budgets.get("peak")
@@ -342,16 +253,16 @@ def simulate(plan: Plan, graph: Graph, *, budget: int | None = None,
         if save_budget is None:
             save_budget = plan.budget_save if plan.budget_save is not None \
                 else graph.budgets.get("save")
-        if save_budget is not None and save_peak is not None:
-            checks.append(save_peak <= save_budget)
-            if save_peak > save_budget:
-                where = ("before its first op" if save_at < 0
-                         else f"after op {save_at} and the frees that follow it")
-                errors.add(f"memory during the loss phase reaches {save_peak} B ({where}), over "
-                           f"the save budget {save_budget} B by {save_peak - save_budget} B",
-                           always=True)
+        if save_budget is not None and out.save_peak is not None:
+            checks.append(out.save_peak <= save_budget)
+            if out.save_peak > save_budget:
+                where = ("before its first op" if out.save_at < 0
+                         else f"after op {out.save_at} and the frees that follow it")
+                errors.add(f"memory during the loss phase reaches {out.save_peak} B ({where}), "
+                           f"over the save budget {save_budget} B by "
+                           f"{out.save_peak - save_budget} B", always=True)
         if host_budget is not None:
-            checks.append(not host_over)  # the excess is reported at the offload
+            checks.append(not out.host_over)  # the excess is reported at the offload
     else:
         save_budget = None
     fits: bool | None = all(checks) if checks else None
@@ -364,741 +275,697 @@ def simulate(plan: Plan, graph: Graph, *, budget: int | None = None,
     found = errors.finish()
     return SimResult(valid=not found, peak_bytes=peak, time=total_time, errors=found,
                      fits_budget=fits, warnings=warnings, budget_bytes=budget,
-                     computes=computes, save_peak_bytes=save_peak,
-                     save_budget_bytes=save_budget, host_peak_bytes=host_peak,
-                     host_budget_bytes=host_budget, wait_time=wait_time)
+                     computes=out.computes, save_peak_bytes=out.save_peak,
+                     save_budget_bytes=save_budget, host_peak_bytes=out.host_peak,
+                     host_budget_bytes=host_budget, wait_time=out.wait_time)
 
 
 def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
 
 
-def no_recompute_plan(graph: Graph) -> Plan:
-    """Compute every node once in topological order; free each output after its last use.
+def _resolve(k: int, op_kind: str, name, index: dict[str, int], what: str, errors: _Errors):
+    """The index of the node/data/layer an op names, or None after recording why not."""
+    i = index.get(name) if name is not None else None
+    if i is None:
+        if name is None:
+            errors.add(f"op {k}: {op_kind} op names no {what}")
+        else:
+            errors.add(f"op {k}: {op_kind} of unknown {what} {name!r}{_hint(name, index, errors)}")
+    return i
 
-    An output is deleted right after its last consumer ran; a node without consumers is
-    deleted right after it is computed. Raises `DataError` when the graph's node list is not
-    in topological order. A layered graph gets its autograd-like plan (`_no_recompute_layered`).
+
+def _hint(name: str, index: dict[str, int], errors: _Errors) -> str:
+    # did_you_mean is cheap for a few listed errors on graphs of a few hundred nodes
+    if errors.full or len(index) > 5000:
+        return ""
+    return did_you_mean(name, index)
+
+
+# --- the replay state machines ---------------------------------------------------------------
+class _Replay:
+    """What both views share: the op loop (one method per op kind in `OPS`, named like it),
+    the data in memory and their `delete`, and the end-of-plan check that every compute node
+    ran."""
+
+    OPS: tuple[str, ...] = ()
+
+    def __init__(self, plan: Plan, errors: _Errors, names: list[str] | tuple[str, ...],
+                 data_index: dict[str, int], size: list[int] | tuple[int, ...]):
+        self.plan = plan
+        self.errors = errors
+        self.names = names  # compute nodes
+        self.computed = [0] * len(names)  # how many times each node ran
+        self.data_index = data_index  # data name -> position
+        self.size = size  # bytes per datum
+        self.live = bytearray(len(size))  # data in memory
+        self.deleted_at = [-1] * len(size)  # op index of the latest delete, for messages
+        self.mem = 0  # bytes in memory
+        self.peak = 0
+        self.time = 0.0  # the compute channel's current time
+        self.computes = 0
+        self.handlers = {kind: getattr(self, kind) for kind in self.OPS}
+
+    def run(self) -> Replayed:
+        handlers, before = self.handlers, self.before
+        for k, op in enumerate(self.plan.ops):
+            before(k, op.op)
+            handler = handlers.get(op.op)
+            if handler is not None:
+                handler(k, op)
+            elif op.op in OP_KINDS:
+                self.errors.add(self.unsupported(k, op.op))
+            else:
+                self.errors.add(f"op {k}: unknown op kind {op.op!r}")
+        self.finish()
+        return self.result()
+
+    def before(self, k: int, kind: str) -> None:
+        """Called before each op."""
+
+    def unsupported(self, k: int, kind: str) -> str:
+        raise NotImplementedError
+
+    def datum_state(self, d: int) -> str:
+        """Where datum d is, for messages about it not being in memory."""
+        raise NotImplementedError
+
+    def release(self, k: int, d: int, name: str) -> None:
+        """The delete at op k frees datum d (still live)."""
+
+    def delete(self, k: int, op: Op) -> None:
+        name = op.data
+        d = _resolve(k, "delete", name, self.data_index, "data", self.errors)
+        if d is None:
+            return
+        if not self.live[d]:
+            self.errors.add(f"op {k}: delete {name!r}, which is not in memory "
+                            f"({self.datum_state(d)})")
+            return
+        self.release(k, d, name)
+        self.live[d] = 0
+        self.mem -= self.size[d]
+        self.deleted_at[d] = k
+
+    def finish(self) -> None:
+        """The end-of-plan checks."""
+        never = [self.names[i] for i, c in enumerate(self.computed) if not c]
+        if never:
+            shown = ", ".join(repr(x) for x in never[:10])
+            more = f" and {len(never) - 10} more" if len(never) > 10 else ""
+            noun = "node is" if len(never) == 1 else "nodes are"
+            self.errors.add(f"{len(never)} {noun} never computed: {shown}{more}", always=True)
+
+    def result(self) -> Replayed:
+        return Replayed(peak=self.peak, time=self.time, computes=self.computes)
+
+
+class _CheckmateReplay(_Replay):
+    """The Checkmate view's replay (module docstring): live outputs, their bytes, the peak."""
+
+    OPS = ("compute", "delete")
+
+    def __init__(self, plan: Plan, graph_name: str, idx: CheckmateIndex, errors: _Errors):
+        super().__init__(plan, errors, idx.names, idx.index, idx.size)  # a node's output is its name
+        self.graph_name = graph_name
+        self.idx = idx
+
+    def datum_state(self, i: int) -> str:
+        if not self.computed[i]:
+            return "never computed before"
+        return f"deleted by op {self.deleted_at[i]}"
+
+    def compute(self, k: int, op: Op) -> None:
+        idx, live, name = self.idx, self.live, op.node
+        i = _resolve(k, "compute", name, idx.index, "node", self.errors)
+        if i is None:
+            return
+        if op.option is not None:
+            self.errors.add(f"op {k}: compute {name!r} with option {op.option!r}, but node "
+                            f"{name!r} has a single way to run (omit 'option')")
+        for p in idx.preds[i]:
+            if not live[p]:
+                self.errors.add(f"op {k}: compute {name!r} needs {idx.names[p]!r}, which is not "
+                                f"in memory ({self.datum_state(p)})")
+        with_output = self.mem + idx.size[i]
+        if with_output > self.peak:
+            self.peak = with_output
+        if not live[i]:
+            live[i] = 1
+            self.mem = with_output
+        # else: the old copy is released once the new one exists; live bytes unchanged
+        self.computed[i] = 1
+        self.time += idx.time[i]
+        self.computes += 1
+
+    def unsupported(self, k: int, kind: str) -> str:
+        if kind in ("offload", "prefetch", "wait"):
+            return (f"op {k}: {kind} ops are not supported for this graph (graph "
+                    f"'{self.graph_name}' is in the Checkmate view; transfers are replayed on "
+                    "layered graphs only)")
+        return (f"op {k}: {kind} ops are not supported for this graph "
+                f"(graph '{self.graph_name}' has no layers, phantoms or offload channels)")
+
+
+class _LayeredReplay(_Replay):
+    """The layered view's replay (module docstring): live data with their contributions, saved
+    phantoms, host copies and transfers, the peak and the loss phase's memory.
+
+    A tensor t is a datum (t < nd) or the phantom of layer t - nd.
     """
-    if _is_layered(graph):
-        return _no_recompute_layered(graph)
-    arr = _arrays(graph)
-    names = arr.names
-    for i, s in enumerate(arr.succs):
-        for j in s:
-            if j <= i:
-                raise DataError(f"graph '{graph.name}': nodes are not in topological order "
-                                f"(edge {names[i]} -> {names[j]})", graph.loc or Loc(graph.name))
-    # the last consumer of each output (position in node order)
-    freed_after: list[list[int]] = [[] for _ in names]
-    for i, s in enumerate(arr.succs):
-        freed_after[s[-1] if s else i].append(i)
-    ops: list[Op] = []
-    live = 0
-    peak = 0
-    total = 0.0
-    for i, name in enumerate(names):
-        ops.append(Op("compute", node=name))
-        live += arr.size[i]
-        peak = max(peak, live)
-        total += arr.time[i]
-        for j in sorted(freed_after[i]):
-            ops.append(Op("delete", data=names[j]))
-            live -= arr.size[j]
-    return Plan(graph=graph.name, ops=ops, predicted_peak=peak, predicted_time=total,
-                meta={"planner": "no_recompute"})
 
+    OPS = ("compute", "delete", "drop_phantom", "offload", "prefetch", "wait")
 
-def no_recompute_peak(graph: Graph) -> int:
-    """Simulated peak of `no_recompute_plan(graph)`: the reference for budget fractions."""
-    plan = no_recompute_plan(graph)
-    errors = _Errors()
-    if _is_layered(graph):
-        peak = _replay_layered(plan, _harrays(graph), errors).peak
-    else:
-        peak, _, _ = _replay(plan, graph, _arrays(graph), errors)
-    if errors.items:  # cannot happen for a topologically ordered graph
-        raise DataError(f"graph '{graph.name}': the no-recomputation plan does not replay: "
-                        f"{errors.items[0]}", graph.loc)
-    return peak
+    def __init__(self, plan: Plan, ha: HIndex, errors: _Errors, host_budget: int | None = None):
+        super().__init__(plan, errors, ha.names, ha.data_index, ha.size)
+        self.ha = ha
+        self.host_budget = host_budget
+        nd, nl = len(ha.data), len(ha.layers)
+        self.nd = nd
+        self.ncre = [len(c) for c in ha.creators]
+        self.mask = [0] * nd  # contributions received since the datum was last absent
+        for d in ha.inputs:
+            self.live[d] = 1
+        self.saved = [-1] * nl  # layer option of the saved phantom, -1: none
+        self.saved_by = [-1] * nl  # op that saved it
+        self.gone = [""] * nl  # how the last phantom went away, for messages
+        self.first_at = [-1] * len(ha.names)
+        self.mem = sum(ha.size[d] for d in ha.inputs)
+        self.peak = self.mem
 
+        # transfers
+        self.host_frac = [0.0] * (nd + nl)  # fraction of t offloaded (its host copy)
+        self.host_opt = [-1] * nl  # the layer option of a phantom's host copy
+        self.offloads: dict[int, list[tuple[float, float]]] = {}  # t -> [(end, fraction)]
+        # per channel: unwaited transfers, t -> [(op, end)]; every tensor ever transferred
+        self.pending: dict[str, dict[int, list[tuple[int, float]]]] = {c: {} for c in CHANNELS}
+        self.offloading = self.pending["offload"]  # the unwaited offloads, by tensor
+        self.issued: dict[str, set] = {c: set() for c in CHANNELS}
+        self.free_at = {c: 0.0 for c in CHANNELS}  # when each transfer channel becomes free
+        self.round_frac = [-1.0] * (nd + nl)  # fraction prefetched in the round in progress; -1: none
+        self.round_at = [-1] * (nd + nl)  # the op that started it
+        self.round_bytes = [0] * (nd + nl)  # the device buffer it allocated
+        self.host_used = 0.0
+        self.host_peak = 0.0
+        self.host_over = False
+        self.wait_time = 0.0
 
-# --- layered graphs: the H-graph view ---------------------------------------------------------
-def _is_layered(graph: Graph) -> bool:
-    """A graph in the H-Rockmate vocabulary (layers, a loss, or data without compute nodes)."""
-    return bool(graph.layers) or graph.loss is not None or (bool(graph.data) and not graph.nodes)
+        # The loss phase: memory is sampled after each compute together with the deletes and
+        # drops that follow it (the H-Rockmate ILP's U[t, k]), i.e. just before the next compute
+        # or the transfers issued for it (a prefetch buffer belongs to the step it is issued
+        # for); the window restarts at each first computation of a node before the loss, and
+        # closes at the first compute or transfer after the loss's (or at the end of the plan).
+        self.window_max, self.window_at = self.mem, -1
+        self.save_peak: int | None = None
+        self.save_at = -1
+        self.loss_done = False
+        self.last_compute = -1
+        self.sampled = False  # the state after the last compute and its frees is already sampled
 
+        self.freed_after: dict[int, set] = {}  # compute op -> data deleted right after it
+        last = -1
+        for k, op in enumerate(plan.ops):
+            if op.op == "compute":
+                last = k
+            elif op.op == "delete" and last >= 0 and op.data in ha.data_index:
+                self.freed_after.setdefault(last, set()).add(ha.data_index[op.data])
 
-@dataclass
-class _HArrays:
-    """The H-graph of a layered graph, indexed for the replay."""
-
-    graph_name: str
-    names: list[str]  # compute nodes in H-graph order
-    index: dict[str, int]
-    kind: list[str]  # "fwd", "bwd", "loss"
-    layer: list[int]  # layer index of each compute node, -1 for the loss
-    opt_names: list[list[str]]
-    opt_index: list[dict[str, int]]
-    opt_time: list[list[float]]
-    opt_overhead: list[list[int]]
-    # per node and option: the sub-step profile, [(overhead, freed data, created data)]
-    opt_steps: list[list[list[tuple[int, frozenset, frozenset]]]]
-    opt_layer_opt: list[list[int]]  # the layer option of each node option (-1: fast_forward, loss)
-    uses: list[tuple[int, ...]]  # data read whatever the option (deduplicated)
-    opt_uses: list[list[tuple[int, ...]]]  # per option: data read in addition to `uses`
-    creates: list[tuple[tuple[int, int], ...]]  # (datum, this creator's bit in the datum's mask)
-    data: list[str]
-    data_index: dict[str, int]
-    size: list[int]
-    full: list[int]  # every creator's bit; 0 for a datum nobody creates (inputs)
-    creators: list[list[int]]  # compute nodes; creators[d][j] has bit 1 << j
-    inputs: list[int]
-    outputs: list[int]
-    layers: list[str]
-    layer_index: dict[str, int]
-    layer_opts: list[list[str]]
-    phantom: list[list[int]]  # bytes, per layer and layer option
-    loss: int
-    # transfers: "offload" / "prefetch" -> bytes per second (as the graph gives them), and
-    # what may never be offloaded (per datum; per layer and layer option)
-    bandwidth: dict = field(default_factory=dict)
-    data_pinned: list[bool] = field(default_factory=list)
-    opt_pinned: list[list[bool]] = field(default_factory=list)
-
-
-def _harrays(graph: Graph) -> _HArrays:
-    """Index the H-graph of `graph`; raise `DataError` when the layered data is inconsistent."""
-    if graph.nodes and (graph.layers or graph.loss is not None):
-        raise DataError(f"graph '{graph.name}' has both compute nodes (Checkmate view) and layers "
-                        "or a loss (H-Rockmate view); a graph uses one vocabulary", graph.loc)
-    for layer in graph.layers:
-        if not layer.options:
-            raise DataError(f"layer '{layer.name}' has no option", layer.loc or graph.loc)
-    h = build_hgraph(graph)
-    data = list(h.data)
-    data_index = {d: i for i, d in enumerate(data)}
-    names = [k.name for k in h.compute]
-    index = {n: i for i, n in enumerate(names)}
-    layers = [layer.name for layer in graph.layers]
-    layer_index = {name: j for j, name in enumerate(layers)}
-    layer_opts = [[o.name for o in layer.options] for layer in graph.layers]
-    layer_opt_index = [{o: i for i, o in enumerate(opts)} for opts in layer_opts]
-    pinned = {d.name: getattr(d, "pinned", False) for d in graph.data}
-
-    uses: list[list[int]] = [[] for _ in names]
-    for k, d in h.uses:
-        i, di = index[k], data_index[d]
-        if di not in uses[i]:
-            uses[i].append(di)
-    extra: dict[tuple[int, str], list[int]] = {}
-    for k, o, d in h.option_uses:
-        i, di = index[k], data_index[d]
-        lst = extra.setdefault((i, o), [])
-        if di not in uses[i] and di not in lst:
-            lst.append(di)
-    creators: list[list[int]] = [[] for _ in data]
-    creates: list[list[tuple[int, int]]] = [[] for _ in names]
-    for k, d in h.creates:
-        i, di = index[k], data_index[d]
-        if i not in creators[di]:
-            creators[di].append(i)
-            creates[i].append((di, 1 << (len(creators[di]) - 1)))
-
-    kind, layer_of, opt_names, opt_index, opt_time, opt_overhead, opt_layer_opt, opt_uses = \
-        [], [], [], [], [], [], [], []
-    opt_steps: list = []
-    for i, k in enumerate(h.compute):
-        j = layer_index[k.layer] if k.layer is not None else -1
-        kind.append(k.kind)
-        layer_of.append(j)
-        onames = [o.name for o in k.options]
-        opt_names.append(onames)
-        opt_index.append({o: n for n, o in enumerate(onames)})
-        opt_time.append([float(o.time) for o in k.options])
-        opt_overhead.append([int(o.overhead) for o in k.options])
-        opt_steps.append([[(int(st.overhead), frozenset(data_index[d] for d in st.frees),
-                            frozenset(data_index[d] for d in st.creates)) for st in o.steps]
-                          for o in k.options])
-        opt_layer_opt.append([layer_opt_index[j].get(o, -1) if j >= 0 and o != FAST_FORWARD else -1
-                              for o in onames])
-        opt_uses.append([tuple(extra.get((i, o), ())) for o in onames])
-    return _HArrays(
-        graph_name=graph.name, names=names, index=index, kind=kind, layer=layer_of,
-        opt_names=opt_names, opt_index=opt_index, opt_time=opt_time, opt_overhead=opt_overhead,
-        opt_steps=opt_steps,
-        opt_layer_opt=opt_layer_opt, uses=[tuple(u) for u in uses], opt_uses=opt_uses,
-        creates=[tuple(c) for c in creates], data=data, data_index=data_index,
-        size=[int(h.data[d]) for d in data],
-        full=[(1 << len(c)) - 1 for c in creators], creators=creators,
-        inputs=[data_index[d] for d in h.inputs], outputs=[data_index[d] for d in h.outputs],
-        layers=layers, layer_index=layer_index, layer_opts=layer_opts,
-        phantom=[[int(h.phantoms[(name, o)]) for o in opts] for name, opts in zip(layers, layer_opts)],
-        loss=index[h.loss] if h.loss is not None else -1,
-        bandwidth=dict(graph.bandwidths),
-        data_pinned=[bool(pinned.get(d, False)) for d in data],
-        opt_pinned=[[bool(getattr(o, "pinned", False)) for o in layer.options]
-                    for layer in graph.layers],
-    )
-
-
-@dataclass
-class _LayeredReplay:
-    peak: int
-    time: float
-    computes: int
-    save_peak: int | None  # None: no loss phase
-    save_at: int  # op index of the save peak, -1: before the loss phase's first op
-    host_peak: int = 0  # bytes, rounded
-    host_over: bool = False  # an offload went over the host budget
-    wait_time: float = 0.0  # time the compute channel spent waiting for transfers
-
-
-#: tolerance on sums of transfer fractions
-_FRACTION_EPS = 1e-9
-
-
-def _replay_layered(plan: Plan, ha: _HArrays, errors: _Errors,
-                    host_budget: int | None = None) -> _LayeredReplay:
-    """Replay the ops on the H-graph; fills `errors`."""
-    names, index, kind, layer_of = ha.names, ha.index, ha.kind, ha.layer
-    opt_index, opt_names, opt_time, opt_overhead = ha.opt_index, ha.opt_names, ha.opt_time, ha.opt_overhead
-    opt_layer_opt, uses, opt_uses, creates = ha.opt_layer_opt, ha.uses, ha.opt_uses, ha.creates
-    data, data_index, size, full, creators = ha.data, ha.data_index, ha.size, ha.full, ha.creators
-    layers, layer_index, layer_opts, phantom = ha.layers, ha.layer_index, ha.layer_opts, ha.phantom
-    loss = ha.loss
-    ncre = [len(c) for c in creators]
-    n, nd, nl = len(names), len(data), len(layers)
-
-    live = bytearray(nd)
-    mask = [0] * nd  # contributions received since the datum was last absent
-    deleted_at = [-1] * nd
-    for d in ha.inputs:
-        live[d] = 1
-    saved = [-1] * nl  # layer option of the saved phantom, -1: none
-    saved_by = [-1] * nl  # op that saved it
-    gone = [""] * nl  # how the last phantom went away, for messages
-    computed = [0] * n
-    first_at = [-1] * n
-
-    mem = sum(size[d] for d in ha.inputs)
-    peak = mem
-    total_time = 0.0  # the compute channel's current time
-    computes = 0
-
-    # Transfers. A tensor t is a datum (t < nd) or the phantom of layer t - nd.
-    host_frac = [0.0] * (nd + nl)  # fraction of t offloaded (its host copy)
-    host_opt = [-1] * nl  # the layer option of a phantom's host copy
-    offloads: list[list[tuple[float, float]]] = [[] for _ in range(nd + nl)]  # (end, fraction)
-    # per channel: unwaited transfers, t -> [(op, end)]; every tensor ever transferred
-    pending: dict[str, dict[int, list[tuple[int, float]]]] = {c: {} for c in CHANNELS}
-    offloading = pending["offload"]  # the unwaited offloads, by tensor
-    issued: dict[str, set] = {c: set() for c in CHANNELS}
-    free_at = {c: 0.0 for c in CHANNELS}  # when each transfer channel becomes free
-    round_frac = [-1.0] * (nd + nl)  # fraction prefetched in the round in progress; -1: none
-    round_at = [-1] * (nd + nl)  # the op that started it
-    round_bytes = [0] * (nd + nl)  # the device buffer it allocated
-    host_used = 0.0
-    host_peak = 0.0
-    host_over = False
-    wait_time = 0.0
-    # The loss phase: memory is sampled after each compute together with the deletes and drops
-    # that follow it (the H-Rockmate ILP's U[t, k]), i.e. just before the next compute or the
-    # transfers issued for it (a prefetch buffer belongs to the step it is issued for); the
-    # window restarts at each first computation of a node before the loss, and closes at the
-    # first compute or transfer after the loss's (or at the end of the plan).
-    window_max, window_at = mem, -1
-    save_peak: int | None = None
-    save_at = -1
-    loss_done = False
-    last_compute = -1
-    sampled = False  # the state after the last compute and its frees is already sampled
-
-    freed_after: dict[int, set] = {}  # compute op -> data deleted right after it
-    last = -1
-    for k, op in enumerate(plan.ops):
-        if op.op == "compute":
-            last = k
-        elif op.op == "delete" and last >= 0 and op.data in ha.data_index:
-            freed_after.setdefault(last, set()).add(ha.data_index[op.data])
-
-    def datum_state(d: int) -> str:
-        if round_frac[d] >= 0:
-            return round_state(d)
-        if deleted_at[d] >= 0:
-            return f"deleted by op {deleted_at[d]}{on_host(d)}"
-        if not creators[d]:
+    # --- messages ---------------------------------------------------------------------------
+    def datum_state(self, d: int) -> str:
+        if self.round_frac[d] >= 0:
+            return self.round_state(d)
+        if self.deleted_at[d] >= 0:
+            return f"deleted by op {self.deleted_at[d]}{self.on_host(d)}"
+        if not self.ha.creators[d]:
             return "nothing creates it and it is not an input"
         return "never created before"
 
-    def phantom_state(j: int) -> str:
-        if round_frac[nd + j] >= 0:
-            return round_state(nd + j)
-        return (gone[j] or "its forward never saved one") + on_host(nd + j)
+    def phantom_state(self, j: int) -> str:
+        if self.round_frac[self.nd + j] >= 0:
+            return self.round_state(self.nd + j)
+        return (self.gone[j] or "its forward never saved one") + self.on_host(self.nd + j)
 
-    def on_host(t: int) -> str:
-        if host_frac[t] >= 1.0 - _FRACTION_EPS:
+    def on_host(self, t: int) -> str:
+        frac = self.host_frac[t]
+        if frac >= 1.0 - _FRACTION_EPS:
             return "; a copy is on the host: prefetch it back"
-        return f"; {host_frac[t]:g} of it is on the host" if host_frac[t] > 0 else ""
+        return f"; {frac:g} of it is on the host" if frac > 0 else ""
 
-    def round_state(t: int) -> str:
-        return (f"its prefetch started by op {round_at[t]} has not completed: "
-                f"{round_frac[t]:g} of it prefetched, and a wait on channel 'prefetch' "
+    def round_state(self, t: int) -> str:
+        return (f"its prefetch started by op {self.round_at[t]} has not completed: "
+                f"{self.round_frac[t]:g} of it prefetched, and a wait on channel 'prefetch' "
                 "completes it once the fractions sum to 1")
 
-    def label(t: int) -> str:
-        return repr(data[t]) if t < nd else f"the phantom of layer {layers[t - nd]!r}"
+    def label(self, t: int) -> str:
+        if t < self.nd:
+            return repr(self.ha.data[t])
+        return f"the phantom of layer {self.ha.layers[t - self.nd]!r}"
 
-    def keep_for_offload(k: int, t: int, action: str) -> None:
+    def missing(self, d: int) -> str:
+        ha, got = self.ha, self.mask[d]
+        missing = [ha.names[c] for b, c in enumerate(ha.creators[d]) if not got >> b & 1]
+        total = len(ha.creators[d])
+        return (f"the contribution of {', '.join(repr(c) for c in missing)} is missing "
+                f"({total - len(missing)} of {total} received)")
+
+    def not_here(self, d: int) -> str:
+        return "used before its prefetch completed" if self.round_frac[d] >= 0 else "not in memory"
+
+    # --- shared effects ---------------------------------------------------------------------
+    def keep_for_offload(self, k: int, t: int, action: str) -> None:
         """`action` at op k frees t's device copy: an error while an offload of t is unwaited."""
-        waiting = offloading.pop(t, None)  # reported once
+        waiting = self.offloading.pop(t, None)  # reported once
         if waiting:
-            errors.add(f"op {k}: {action}, but the offload of {label(t)} (op {waiting[0][0]}) "
-                       "is not waited: the transfer still reads it (wait on channel 'offload' "
-                       "first)")
+            self.errors.add(f"op {k}: {action}, but the offload of {self.label(t)} (op "
+                            f"{waiting[0][0]}) is not waited: the transfer still reads it (wait "
+                            "on channel 'offload' first)")
 
-    def cancel_round(k: int, t: int, action: str) -> None:
+    def cancel_round(self, k: int, t: int, action: str) -> None:
         """`action` at op k creates t on the device: an error during a prefetch round of t."""
-        nonlocal mem
-        if round_frac[t] >= 0:
-            errors.add(f"op {k}: {action} while a prefetch of {label(t)} is in progress "
-                       f"(started by op {round_at[t]}): one copy at a time")
-            mem -= round_bytes[t]
-            round_frac[t] = -1.0
+        if self.round_frac[t] >= 0:
+            self.errors.add(f"op {k}: {action} while a prefetch of {self.label(t)} is in progress "
+                            f"(started by op {self.round_at[t]}): one copy at a time")
+            self.mem -= self.round_bytes[t]
+            self.round_frac[t] = -1.0
 
-    def transfer_target(k: int, op: Op) -> int | None:
+    def free_phantom(self, j: int, how: str) -> None:
+        self.mem -= self.ha.phantom[j][self.saved[j]]
+        self.saved[j] = -1
+        self.gone[j] = how
+
+    def before(self, k: int, kind: str) -> None:
+        """Sample the loss phase's memory before a compute or a transfer (see __init__)."""
+        if kind in ("compute", "offload", "prefetch") and self.save_peak is None \
+                and not self.sampled:
+            if self.mem > self.window_max:  # after the previous compute and what followed it
+                self.window_max, self.window_at = self.mem, self.last_compute
+            if self.loss_done:
+                self.save_peak, self.save_at = self.window_max, self.window_at
+            self.sampled = True
+
+    # --- the ops ----------------------------------------------------------------------------
+    def option_of(self, k: int, i: int, oname: str | None) -> int | None:
+        """The option a compute of node i runs with, or None after recording why not."""
+        ha, name = self.ha, self.ha.names[i]
+        opts = ha.opt_names[i]
+        if oname is None:
+            if len(opts) != 1:
+                self.errors.add(f"op {k}: compute {name!r} needs an option, one of "
+                                f"{', '.join(repr(o) for o in opts)}")
+                return None
+            return 0
+        o = ha.opt_index[i].get(oname, -1)
+        if o >= 0:
+            return o
+        if ha.kind[i] == "loss":
+            self.errors.add(f"op {k}: compute 'loss' with option {oname!r}: the loss has a "
+                            "single way to run (omit 'option', or use 'loss')")
+        else:
+            self.errors.add(f"op {k}: compute {name!r} with unknown option {oname!r}"
+                            f"{did_you_mean(oname, opts)} (options: "
+                            f"{', '.join(repr(x) for x in opts)})")
+        return None
+
+    def check_reads(self, k: int, i: int, o: int) -> None:
+        """Every datum node i reads with option o is live and complete; a backward's phantom is
+        saved with option o."""
+        ha, live, mask, full, errors = self.ha, self.live, self.mask, self.ha.full, self.errors
+        name, data = ha.names[i], ha.data
+        for d in ha.uses[i]:
+            if not live[d]:
+                errors.add(f"op {k}: compute {name!r} needs {data[d]!r}, which is "
+                           f"{self.not_here(d)} ({self.datum_state(d)})")
+            elif mask[d] != full[d]:
+                errors.add(f"op {k}: compute {name!r} needs {data[d]!r}, which is "
+                           f"incomplete: {self.missing(d)}")
+        if ha.kind[i] != "bwd":
+            return
+        oname = ha.opt_names[i][o]
+        for d in ha.opt_uses[i][o]:
+            if not live[d]:
+                errors.add(f"op {k}: compute {name!r} with option {oname!r} needs "
+                           f"{data[d]!r}, which is {self.not_here(d)} "
+                           f"({self.datum_state(d)})")
+            elif mask[d] != full[d]:
+                errors.add(f"op {k}: compute {name!r} with option {oname!r} needs "
+                           f"{data[d]!r}, which is incomplete: {self.missing(d)}")
+        j, saved = ha.layer[i], self.saved
+        layer = ha.layers[j]
+        if saved[j] < 0 and self.round_frac[self.nd + j] >= 0:
+            errors.add(f"op {k}: backward {name!r} with option {oname!r} needs "
+                       f"the phantom of layer {layer!r}, which is used before its "
+                       f"prefetch completed ({self.phantom_state(j)})")
+        elif saved[j] < 0:
+            errors.add(f"op {k}: backward {name!r} with option {oname!r} needs "
+                       f"the phantom of layer {layer!r}, but no phantom of "
+                       f"{layer!r} is saved ({self.phantom_state(j)})")
+        elif saved[j] != ha.opt_layer_opt[i][o]:
+            errors.add(f"op {k}: backward {name!r} runs with option {oname!r}, "
+                       f"but the phantom of layer {layer!r} is saved with option "
+                       f"{ha.layer_opts[j][saved[j]]!r} (by op {self.saved_by[j]})")
+
+    def compute_peak(self, k: int, i: int, o: int) -> int:
+        """Memory at the compute op k of node i with option o: inputs, new data copies, the
+        phantom saved, the transient overhead (or the sub-step profile)."""
+        ha, live, mask, ncre, size, mem = self.ha, self.live, self.mask, self.ncre, self.ha.size, self.mem
+        new = []  # the data copies it creates (a contribution to a live gradient is accumulated in place)
+        add = 0
+        for d, bit in ha.creates[i]:
+            if not (live[d] and ncre[d] > 1 and not (mask[d] & bit)):
+                new.append(d)
+                add += size[d]
+        lo = ha.opt_layer_opt[i][o]
+        ph = ha.phantom[ha.layer[i]][lo] if ha.kind[i] == "fwd" and lo >= 0 else 0
+        profile = ha.opt_steps[i][o]
+        if not profile:
+            return mem + add + ph + ha.opt_overhead[i][o]
+        # a sub-step profile: the end state (no overhead) and each step, where outputs not
+        # created yet do not count and freed inputs that the plan deletes right after this
+        # node are gone (the H-Rockmate correction terms)
+        here = mem + add + ph
+        deleted_next = self.freed_after.get(k, set())
+        for overhead_s, frees_s, creates_s in profile:
+            step = (mem + ph + overhead_s + sum(size[d] for d in new if d in creates_s)
+                    - sum(size[d] for d in frees_s if d in deleted_next and live[d]))
+            here = max(here, step)
+        return here
+
+    def compute(self, k: int, op: Op) -> None:
+        self.last_compute = k
+        self.sampled = False
+        ha, errors = self.ha, self.errors
+        name = op.node
+        i = _resolve(k, "compute", name, ha.index, "node", errors)
+        if i is None:
+            return
+        o = self.option_of(k, i, op.option)
+        if o is None:
+            return
+        ki = ha.kind[i]
+        if ki == "loss" and self.computed[i]:
+            errors.add(f"op {k}: the loss is computed a second time (first by op "
+                       f"{self.first_at[i]}); it must be computed exactly once")
+        self.check_reads(k, i, o)
+        here = self.compute_peak(k, i, o)
+        if here > self.peak:
+            self.peak = here
+        self.create_outputs(k, i)
+        j, lo = ha.layer[i], ha.opt_layer_opt[i][o]
+        if ki == "fwd" and lo >= 0:
+            self.save_phantom(k, i, o, j, lo)
+        elif ki == "bwd" and self.saved[j] >= 0:
+            if self.nd + j in self.offloading:
+                self.keep_for_offload(k, self.nd + j, f"backward {name!r} consumes the phantom of "
+                                      f"layer {ha.layers[j]!r}")
+            self.free_phantom(j, f"consumed by the backward at op {k}")
+        self.time += ha.opt_time[i][o]
+        self.computes += 1
+        first = not self.computed[i]
+        self.computed[i] += 1
+        if first:
+            self.first_at[i] = k
+        if self.save_peak is None:
+            if i == ha.loss:
+                self.loss_done = True
+            elif first and i < ha.loss:
+                self.window_max, self.window_at = -1, k  # a new phase: sampled before the next compute
+
+    def create_outputs(self, k: int, i: int) -> None:
+        """Node i's contribution to each datum it creates (compute op k)."""
+        ha, live, mask, errors = self.ha, self.live, self.mask, self.errors
+        name, data = ha.names[i], ha.data
+        for d, bit in ha.creates[i]:
+            if not live[d]:
+                if self.round_frac[d] >= 0:
+                    self.cancel_round(k, d, f"compute {name!r} creates {data[d]!r}")
+                live[d] = 1
+                self.mem += ha.size[d]
+                mask[d] = bit
+            elif mask[d] & bit:
+                if self.ncre[d] > 1:
+                    errors.add(f"op {k}: {name!r} adds its contribution to {data[d]!r} a second "
+                               f"time (the gradient would be accumulated twice; delete "
+                               f"{data[d]!r} first)")
+                elif d in self.offloading:  # a single creator: the new copy replaces the old one
+                    self.keep_for_offload(k, d, f"compute {name!r} replaces {data[d]!r}")
+            else:
+                mask[d] |= bit
+
+    def save_phantom(self, k: int, i: int, o: int, j: int, lo: int) -> None:
+        """The forward i (compute op k, option o) saves the phantom of layer j with layer
+        option lo."""
+        ha, nd = self.ha, self.nd
+        name, layer = ha.names[i], ha.layers[j]
+        cur = self.saved[j]
+        ph = ha.phantom[j][lo]
+        if cur < 0:
+            if self.round_frac[nd + j] >= 0:
+                self.cancel_round(k, nd + j, f"forward {name!r} saves a phantom of layer {layer!r}")
+            self.mem += ph
+        elif nd + j in self.offloading:
+            self.keep_for_offload(k, nd + j, f"forward {name!r} replaces the phantom of layer "
+                                  f"{layer!r}")
+        if cur >= 0 and cur != lo:
+            self.errors.add(f"op {k}: forward {name!r} with option {ha.opt_names[i][o]!r} saves a "
+                            f"phantom of layer {layer!r}, which already has one saved with "
+                            f"option {ha.layer_opts[j][cur]!r} (by op {self.saved_by[j]}): only "
+                            f"one phantom option per layer (drop it first)")
+            self.mem += ph - ha.phantom[j][cur]
+        # cur == lo: the new phantom replaces the old one
+        self.saved[j] = lo
+        self.saved_by[j] = k
+
+    def release(self, k: int, d: int, name: str) -> None:
+        if d in self.offloading:
+            self.keep_for_offload(k, d, f"delete {name!r}")
+        self.mask[d] = 0
+
+    def drop_phantom(self, k: int, op: Op) -> None:
+        name = op.layer
+        j = _resolve(k, "drop_phantom", name, self.ha.layer_index, "layer", self.errors)
+        if j is None:
+            return
+        if self.saved[j] < 0:
+            self.errors.add(f"op {k}: drop_phantom {name!r}, but no phantom of layer {name!r} is "
+                            f"saved ({self.phantom_state(j)})")
+            return
+        if self.nd + j in self.offloading:
+            self.keep_for_offload(k, self.nd + j, f"drop_phantom {name!r}")
+        self.free_phantom(j, f"dropped by op {k}")
+
+    # --- transfers --------------------------------------------------------------------------
+    def transfer_target(self, k: int, op: Op) -> int | None:
         if (op.data is None) == (op.layer is None):
-            errors.add(f"op {k}: {_a(op.op)} op names exactly one of 'data' (a data node) or "
-                       f"'layer' (that layer's saved phantom), not "
-                       f"{'neither' if op.data is None else 'both'}")
+            self.errors.add(f"op {k}: {_a(op.op)} op names exactly one of 'data' (a data node) "
+                            f"or 'layer' (that layer's saved phantom), not "
+                            f"{'neither' if op.data is None else 'both'}")
             return None
         if op.data is not None:
-            return _resolve(k, op.op, op.data, data_index, "data", errors)
-        j = _resolve(k, op.op, op.layer, layer_index, "layer", errors)
-        return None if j is None else nd + j
+            return _resolve(k, op.op, op.data, self.ha.data_index, "data", self.errors)
+        j = _resolve(k, op.op, op.layer, self.ha.layer_index, "layer", self.errors)
+        return None if j is None else self.nd + j
 
-    def transfer_fraction(k: int, op: Op) -> float | None:
+    def transfer_fraction(self, k: int, op: Op) -> float | None:
         f = 1.0 if op.fraction is None else op.fraction
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f <= 1.0:
-            errors.add(f"op {k}: the fraction of {_a(op.op)} op must be between 0 (excluded) and "
-                       f"1, not {f!r}")
+            self.errors.add(f"op {k}: the fraction of {_a(op.op)} op must be between 0 (excluded) "
+                            f"and 1, not {f!r}")
             return None
         return float(f)
 
-    def bandwidth(k: int, op: Op, t: int) -> float | None:
+    def bandwidth(self, k: int, op: Op, t: int) -> float | None:
         chan = op.op
-        bw = ha.bandwidth.get(chan, 0)
+        bw = self.ha.bandwidth.get(chan, 0)
         if isinstance(bw, bool) or not isinstance(bw, (int, float)) or math.isnan(bw) or bw < 0:
-            errors.add(f"op {k}: {chan} of {label(t)}: the graph's {chan} bandwidth is {bw!r}, "
-                       "not a number of bytes per second")
+            self.errors.add(f"op {k}: {chan} of {self.label(t)}: the graph's {chan} bandwidth is "
+                            f"{bw!r}, not a number of bytes per second")
             return None
         if bw == 0:
-            errors.add(f"op {k}: {chan} of {label(t)}, but the {chan} bandwidth is 0 (the "
-                       f"graph gives none: declare `bandwidth {chan} ...`), so no transfer is "
-                       "possible")
+            self.errors.add(f"op {k}: {chan} of {self.label(t)}, but the {chan} bandwidth is 0 "
+                            f"(the graph gives none: declare `bandwidth {chan} ...`), so no "
+                            "transfer is possible")
             return None
         return float(bw)
 
-    def issue(k: int, chan: str, t: int, nbytes: float, bw: float) -> float:
+    def issue(self, k: int, chan: str, t: int, nbytes: float, bw: float) -> float:
         """Start a transfer of `nbytes` on `chan` at op k; returns its end time."""
-        start = max(total_time, free_at[chan])
+        start = max(self.time, self.free_at[chan])
         end = start + (nbytes / bw if nbytes else 0.0)
-        free_at[chan] = end
-        pending[chan].setdefault(t, []).append((k, end))
-        issued[chan].add(t)
+        self.free_at[chan] = end
+        self.pending[chan].setdefault(t, []).append((k, end))
+        self.issued[chan].add(t)
         return end
 
-    for k, op in enumerate(plan.ops):
-        kind_k = op.op
-        if kind_k in ("compute", "offload", "prefetch") and save_peak is None and not sampled:
-            if mem > window_max:  # after the previous compute and what followed it
-                window_max, window_at = mem, last_compute
-            if loss_done:
-                save_peak, save_at = window_max, window_at
-            sampled = True
-        if kind_k == "compute":
-            last_compute = k
-            sampled = False
-            name = op.node
-            i = _resolve(k, "compute", name, index, "node", errors)
-            if i is None:
-                continue
-            ki = kind[i]
-            oname = op.option
-            if oname is None:
-                if len(opt_names[i]) != 1:
-                    errors.add(f"op {k}: compute {name!r} needs an option, one of "
-                               f"{', '.join(repr(o) for o in opt_names[i])}")
-                    continue
-                o = 0
+    def offloadable_bytes(self, k: int, t: int) -> int | None:
+        """The bytes of t's device copy, or None after recording why t cannot be offloaded."""
+        ha, errors, label = self.ha, self.errors, self.label(t)
+        if t < self.nd:
+            if ha.data_pinned[t]:
+                errors.add(f"op {k}: offload of {label}, which is pinned: it may never be "
+                           "offloaded")
+            elif not self.live[t]:
+                errors.add(f"op {k}: offload of {label}, which is not on the device "
+                           f"({self.datum_state(t)})")
+            elif self.mask[t] != ha.full[t]:
+                errors.add(f"op {k}: offload of {label}, which is incomplete: {self.missing(t)}")
             else:
-                o = opt_index[i].get(oname, -1)
-                if o < 0:
-                    if ki == "loss":
-                        errors.add(f"op {k}: compute 'loss' with option {oname!r}: the loss has a "
-                                   "single way to run (omit 'option', or use 'loss')")
-                    else:
-                        errors.add(f"op {k}: compute {name!r} with unknown option {oname!r}"
-                                   f"{did_you_mean(oname, opt_names[i])} (options: "
-                                   f"{', '.join(repr(x) for x in opt_names[i])})")
-                    continue
-            if ki == "loss" and computed[i]:
-                errors.add(f"op {k}: the loss is computed a second time (first by op "
-                           f"{first_at[i]}); it must be computed exactly once")
-            for d in uses[i]:
-                if not live[d]:
-                    errors.add(f"op {k}: compute {name!r} needs {data[d]!r}, which is "
-                               f"{_not_here(round_frac[d])} ({datum_state(d)})")
-                elif mask[d] != full[d]:
-                    errors.add(f"op {k}: compute {name!r} needs {data[d]!r}, which is "
-                               f"incomplete: {_missing(ha, d, mask[d])}")
-            j = layer_of[i]
-            lo = opt_layer_opt[i][o]
-            if ki == "bwd":
-                for d in opt_uses[i][o]:
-                    if not live[d]:
-                        errors.add(f"op {k}: compute {name!r} with option {opt_names[i][o]!r} needs "
-                                   f"{data[d]!r}, which is {_not_here(round_frac[d])} "
-                                   f"({datum_state(d)})")
-                    elif mask[d] != full[d]:
-                        errors.add(f"op {k}: compute {name!r} with option {opt_names[i][o]!r} needs "
-                                   f"{data[d]!r}, which is incomplete: {_missing(ha, d, mask[d])}")
-                if saved[j] < 0 and round_frac[nd + j] >= 0:
-                    errors.add(f"op {k}: backward {name!r} with option {opt_names[i][o]!r} needs "
-                               f"the phantom of layer {layers[j]!r}, which is used before its "
-                               f"prefetch completed ({phantom_state(j)})")
-                elif saved[j] < 0:
-                    errors.add(f"op {k}: backward {name!r} with option {opt_names[i][o]!r} needs "
-                               f"the phantom of layer {layers[j]!r}, but no phantom of "
-                               f"{layers[j]!r} is saved ({phantom_state(j)})")
-                elif saved[j] != lo:
-                    errors.add(f"op {k}: backward {name!r} runs with option {opt_names[i][o]!r}, "
-                               f"but the phantom of layer {layers[j]!r} is saved with option "
-                               f"{layer_opts[j][saved[j]]!r} (by op {saved_by[j]})")
-            # the peak: inputs, new data copies, the phantom saved, the transient overhead
-            add = 0
-            for d, bit in creates[i]:
-                if live[d] and ncre[d] > 1 and not (mask[d] & bit):
-                    continue  # accumulated in place
-                add += size[d]
-            ph = phantom[j][lo] if ki == "fwd" and lo >= 0 else 0
-            profile = ha.opt_steps[i][o]
-            if not profile:
-                here = mem + add + ph + opt_overhead[i][o]
-            else:
-                # a sub-step profile: the end state (no overhead) and each step, where outputs
-                # not created yet do not count and freed inputs that the plan deletes right
-                # after this node are gone (the H-Rockmate correction terms)
-                here = mem + add + ph
-                new = [d for d, bit in creates[i]
-                       if not (live[d] and ncre[d] > 1 and not (mask[d] & bit))]
-                deleted_next = freed_after.get(k, set())
-                for overhead_s, frees_s, creates_s in profile:
-                    step = (mem + ph + overhead_s + sum(size[d] for d in new if d in creates_s)
-                            - sum(size[d] for d in frees_s if d in deleted_next and live[d]))
-                    here = max(here, step)
-            if here > peak:
-                peak = here
-            # the effects
-            for d, bit in creates[i]:
-                if not live[d]:
-                    if round_frac[d] >= 0:
-                        cancel_round(k, d, f"compute {name!r} creates {data[d]!r}")
-                    live[d] = 1
-                    mem += size[d]
-                    mask[d] = bit
-                elif mask[d] & bit:
-                    if ncre[d] > 1:
-                        errors.add(f"op {k}: {name!r} adds its contribution to {data[d]!r} a second "
-                                   f"time (the gradient would be accumulated twice; delete "
-                                   f"{data[d]!r} first)")
-                    else:  # a single creator: the new copy replaces the old one
-                        if d in offloading:
-                            keep_for_offload(k, d, f"compute {name!r} replaces {data[d]!r}")
-                else:
-                    mask[d] |= bit
-            if ki == "fwd" and lo >= 0:
-                cur = saved[j]
-                if cur < 0:
-                    if round_frac[nd + j] >= 0:
-                        cancel_round(k, nd + j, f"forward {name!r} saves a phantom of layer "
-                                     f"{layers[j]!r}")
-                    mem += ph
-                elif nd + j in offloading:
-                    keep_for_offload(k, nd + j, f"forward {name!r} replaces the phantom of layer "
-                                     f"{layers[j]!r}")
-                if cur >= 0 and cur != lo:
-                    errors.add(f"op {k}: forward {name!r} with option {opt_names[i][o]!r} saves a "
-                               f"phantom of layer {layers[j]!r}, which already has one saved with "
-                               f"option {layer_opts[j][cur]!r} (by op {saved_by[j]}): only one "
-                               f"phantom option per layer (drop it first)")
-                    mem += ph - phantom[j][cur]
-                # cur == lo: the new phantom replaces the old one
-                saved[j] = lo
-                saved_by[j] = k
-            elif ki == "bwd" and saved[j] >= 0:
-                if nd + j in offloading:
-                    keep_for_offload(k, nd + j, f"backward {name!r} consumes the phantom of "
-                                     f"layer {layers[j]!r}")
-                mem -= phantom[j][saved[j]]
-                saved[j] = -1
-                gone[j] = f"consumed by the backward at op {k}"
-            total_time += opt_time[i][o]
-            computes += 1
-            first = not computed[i]
-            computed[i] += 1
-            if first:
-                first_at[i] = k
-            if save_peak is None:
-                if i == loss:
-                    loss_done = True
-                elif first and i < loss:
-                    window_max, window_at = -1, k  # a new phase: sampled before the next compute
-            continue
-        if kind_k == "delete":
-            name = op.data
-            d = _resolve(k, "delete", name, data_index, "data", errors)
-            if d is None:
-                continue
-            if not live[d]:
-                errors.add(f"op {k}: delete {name!r}, which is not in memory ({datum_state(d)})")
-                continue
-            if d in offloading:
-                keep_for_offload(k, d, f"delete {name!r}")
-            live[d] = 0
-            mask[d] = 0
-            mem -= size[d]
-            deleted_at[d] = k
-        elif kind_k == "drop_phantom":
-            name = op.layer
-            j = _resolve(k, "drop_phantom", name, layer_index, "layer", errors)
-            if j is None:
-                continue
-            if saved[j] < 0:
-                errors.add(f"op {k}: drop_phantom {name!r}, but no phantom of layer {name!r} is "
-                           f"saved ({phantom_state(j)})")
-                continue
-            if nd + j in offloading:
-                keep_for_offload(k, nd + j, f"drop_phantom {name!r}")
-            mem -= phantom[j][saved[j]]
-            saved[j] = -1
-            gone[j] = f"dropped by op {k}"
-        elif kind_k == "offload":
-            t = transfer_target(k, op)
-            f = transfer_fraction(k, op)
-            if t is None or f is None:
-                continue
-            if t < nd:
-                if ha.data_pinned[t]:
-                    errors.add(f"op {k}: offload of {label(t)}, which is pinned: it may never be "
-                               "offloaded")
-                    continue
-                if not live[t]:
-                    errors.add(f"op {k}: offload of {label(t)}, which is not on the device "
-                               f"({datum_state(t)})")
-                    continue
-                if mask[t] != full[t]:
-                    errors.add(f"op {k}: offload of {label(t)}, which is incomplete: "
-                               f"{_missing(ha, t, mask[t])}")
-                    continue
-                nbytes = size[t]
-            else:
-                j = t - nd
-                lo = saved[j]
-                if lo < 0:
-                    errors.add(f"op {k}: offload of {label(t)}, but no phantom of "
-                               f"{layers[j]!r} is saved ({phantom_state(j)})")
-                    continue
-                if ha.opt_pinned[j][lo]:
-                    errors.add(f"op {k}: offload of {label(t)}, saved with option "
-                               f"{layer_opts[j][lo]!r}, which is pinned: its phantom may never be "
-                               "offloaded")
-                    continue
-                if host_frac[t] > 0 and host_opt[j] != lo:
-                    errors.add(f"op {k}: offload of {label(t)}, saved with option "
-                               f"{layer_opts[j][lo]!r}, but the host holds its phantom of option "
-                               f"{layer_opts[j][host_opt[j]]!r}: a host copy holds one option")
-                    continue
-                nbytes = phantom[j][lo]
-            if host_frac[t] + f > 1.0 + _FRACTION_EPS:
-                errors.add(f"op {k}: offload of {label(t)} offloads more than the whole tensor "
-                           f"({host_frac[t]:g} already offloaded, plus {f:g})")
-                continue
-            bw = bandwidth(k, op, t)
-            if bw is None:
-                continue
-            if t >= nd:
-                host_opt[t - nd] = saved[t - nd]
-            host_frac[t] += f
-            host_used += f * nbytes
-            host_peak = max(host_peak, host_used)
-            if host_budget is not None and host_used > host_budget + 1e-9 * max(1.0, host_budget):
-                host_over = True
-                errors.add(f"op {k}: offload of {label(t)} brings host memory to "
-                           f"{round(host_used)} B, over the host budget {host_budget} B by "
-                           f"{round(host_used - host_budget)} B")
-            offloads[t].append((issue(k, "offload", t, f * nbytes, bw), f))
-        elif kind_k == "prefetch":
-            t = transfer_target(k, op)
-            f = transfer_fraction(k, op)
-            if t is None or f is None:
-                continue
-            if round_frac[t] < 0:  # a new round
-                here = live[t] if t < nd else saved[t - nd] >= 0
-                if here:
-                    where = ("still in memory" if t < nd
-                             else f"saved by op {saved_by[t - nd]}")
-                    errors.add(f"op {k}: prefetch of {label(t)}, which is on the device "
-                               f"({where}): one copy at a time")
-                    continue
-                if host_frac[t] <= 0:
-                    errors.add(f"op {k}: prefetch of {label(t)}, which was never offloaded")
-                    continue
-            bw = bandwidth(k, op, t)
-            if bw is None:
-                continue
-            if round_frac[t] < 0:
-                round_frac[t] = 0.0
-                round_at[t] = k
-                round_bytes[t] = size[t] if t < nd else phantom[t - nd][host_opt[t - nd]]
-                mem += round_bytes[t]  # the whole tensor's buffer, from the round's first op
-                if mem > peak:
-                    peak = mem
-            done = sum(fr for end, fr in offloads[t] if end <= total_time)
-            got = round_frac[t] + f
-            if got > done + _FRACTION_EPS:
-                errors.add(f"op {k}: prefetch of {label(t)} brings back {got:g} of it in this "
-                           f"round, more than has been offloaded by then ({done:g}; an offload "
-                           "counts once it has ended: wait on channel 'offload' first)")
-            round_frac[t] = got
-            issue(k, "prefetch", t, f * round_bytes[t], bw)
-        elif kind_k == "wait":
-            chan = op.channel
-            if chan not in CHANNELS:
-                errors.add(f"op {k}: wait on channel {chan!r}: a channel is 'offload' or "
-                           f"'prefetch'{did_you_mean(str(chan), CHANNELS)}")
-                continue
-            if op.data is not None and op.layer is not None:
-                errors.add(f"op {k}: a wait op names at most one of 'data' or 'layer', not both")
-                continue
-            if op.data is None and op.layer is None:
-                waited = list(pending[chan].items())
-                pending[chan].clear()
-            else:
-                t = transfer_target(k, op)
-                if t is None:
-                    continue
-                if t not in issued[chan]:
-                    errors.add(f"op {k}: wait for {label(t)} on channel {chan!r}, but no {chan} "
-                               f"of {label(t)} was issued before")
-                    continue
-                waited = [(t, pending[chan].pop(t, []))]
-            latest = max((end for _, lst in waited for _, end in lst), default=total_time)
-            if latest > total_time:
-                wait_time += latest - total_time
-                total_time = latest
-            if chan == "prefetch":
-                for t, _ in waited:
-                    if round_frac[t] >= 0 and abs(round_frac[t] - 1.0) <= _FRACTION_EPS:
-                        round_frac[t] = -1.0  # complete: the tensor is on the device again
-                        if t < nd:
-                            live[t] = 1
-                            mask[t] = full[t]
-                        else:
-                            saved[t - nd] = host_opt[t - nd]
-                            saved_by[t - nd] = k
-        elif kind_k in OP_KINDS:  # unreachable while every op kind is handled above
-            errors.add(f"op {k}: {kind_k} ops are not supported on layered graphs")
-            continue
+                return ha.size[t]
+            return None
+        j = t - self.nd
+        lo = self.saved[j]
+        if lo < 0:
+            errors.add(f"op {k}: offload of {label}, but no phantom of "
+                       f"{ha.layers[j]!r} is saved ({self.phantom_state(j)})")
+        elif ha.opt_pinned[j][lo]:
+            errors.add(f"op {k}: offload of {label}, saved with option "
+                       f"{ha.layer_opts[j][lo]!r}, which is pinned: its phantom may never be "
+                       "offloaded")
+        elif self.host_frac[t] > 0 and self.host_opt[j] != lo:
+            errors.add(f"op {k}: offload of {label}, saved with option "
+                       f"{ha.layer_opts[j][lo]!r}, but the host holds its phantom of option "
+                       f"{ha.layer_opts[j][self.host_opt[j]]!r}: a host copy holds one option")
         else:
-            errors.add(f"op {k}: unknown op kind {kind_k!r}")
-            continue
+            return ha.phantom[j][lo]
+        return None
 
-    if save_peak is None and loss_done:  # the plan ends in the loss phase
-        if mem > window_max:
-            window_max, window_at = mem, last_compute
-        save_peak, save_at = window_max, window_at
+    def offload(self, k: int, op: Op) -> None:
+        t = self.transfer_target(k, op)
+        f = self.transfer_fraction(k, op)
+        if t is None or f is None:
+            return
+        nbytes = self.offloadable_bytes(k, t)
+        if nbytes is None:
+            return
+        if self.host_frac[t] + f > 1.0 + _FRACTION_EPS:
+            self.errors.add(f"op {k}: offload of {self.label(t)} offloads more than the whole "
+                            f"tensor ({self.host_frac[t]:g} already offloaded, plus {f:g})")
+            return
+        bw = self.bandwidth(k, op, t)
+        if bw is None:
+            return
+        if t >= self.nd:
+            self.host_opt[t - self.nd] = self.saved[t - self.nd]
+        self.host_frac[t] += f
+        self.host_used += f * nbytes
+        self.host_peak = max(self.host_peak, self.host_used)
+        host_budget, used = self.host_budget, self.host_used
+        if host_budget is not None and used > host_budget + 1e-9 * max(1.0, host_budget):
+            self.host_over = True
+            self.errors.add(f"op {k}: offload of {self.label(t)} brings host memory to "
+                            f"{round(used)} B, over the host budget {host_budget} B by "
+                            f"{round(used - host_budget)} B")
+        self.offloads.setdefault(t, []).append((self.issue(k, "offload", t, f * nbytes, bw), f))
 
-    never = [names[i] for i in range(n) if not computed[i]]
-    if never:
-        shown = ", ".join(repr(x) for x in never[:10])
-        more = f" and {len(never) - 10} more" if len(never) > 10 else ""
-        noun = "node is" if len(never) == 1 else "nodes are"
-        errors.add(f"{len(never)} {noun} never computed: {shown}{more}", always=True)
-    for d in ha.outputs:
-        if not live[d]:
-            errors.add(f"output {data[d]!r} is not in memory at the end ({datum_state(d)})",
-                       always=True)
-        elif mask[d] != full[d]:
-            errors.add(f"output {data[d]!r} is incomplete at the end: {_missing(ha, d, mask[d])}",
-                       always=True)
-    for j in range(nl):
-        if saved[j] >= 0:
-            errors.add(f"phantom of layer {layers[j]!r} still saved at the end (option "
-                       f"{layer_opts[j][saved[j]]!r}, saved by op {saved_by[j]})", always=True)
-    for chan in CHANNELS:
-        for t, lst in sorted(pending[chan].items()):
-            ops = ", ".join(str(kk) for kk, _ in lst)
-            errors.add(f"transfer of {label(t)} on channel {chan!r} (op{'s' if len(lst) > 1 else ''}"
-                       f" {ops}) never waited", always=True)
-    for t in range(nd + nl):
-        if round_frac[t] >= 0 and t not in pending["prefetch"]:
-            errors.add(f"the prefetch of {label(t)} started by op {round_at[t]} never completed "
-                       f"({round_frac[t]:g} of it prefetched; a wait on channel 'prefetch' "
-                       "completes it once the fractions sum to 1)", always=True)
-    return _LayeredReplay(peak=peak, time=total_time, computes=computes, save_peak=save_peak,
-                          save_at=save_at, host_peak=round(host_peak), host_over=host_over,
-                          wait_time=wait_time)
+    def prefetch(self, k: int, op: Op) -> None:
+        t = self.transfer_target(k, op)
+        f = self.transfer_fraction(k, op)
+        if t is None or f is None:
+            return
+        nd = self.nd
+        new_round = self.round_frac[t] < 0
+        if new_round:
+            on_device = self.live[t] if t < nd else self.saved[t - nd] >= 0
+            if on_device:
+                where = "still in memory" if t < nd else f"saved by op {self.saved_by[t - nd]}"
+                self.errors.add(f"op {k}: prefetch of {self.label(t)}, which is on the device "
+                                f"({where}): one copy at a time")
+                return
+            if self.host_frac[t] <= 0:
+                self.errors.add(f"op {k}: prefetch of {self.label(t)}, which was never offloaded")
+                return
+        bw = self.bandwidth(k, op, t)
+        if bw is None:
+            return
+        if new_round:
+            self.round_frac[t] = 0.0
+            self.round_at[t] = k
+            self.round_bytes[t] = (self.ha.size[t] if t < nd
+                                   else self.ha.phantom[t - nd][self.host_opt[t - nd]])
+            self.mem += self.round_bytes[t]  # the whole tensor's buffer, from the round's first op
+            if self.mem > self.peak:
+                self.peak = self.mem
+        done = sum(fr for end, fr in self.offloads.get(t, ()) if end <= self.time)
+        got = self.round_frac[t] + f
+        if got > done + _FRACTION_EPS:
+            self.errors.add(f"op {k}: prefetch of {self.label(t)} brings back {got:g} of it in "
+                            f"this round, more than has been offloaded by then ({done:g}; an "
+                            "offload counts once it has ended: wait on channel 'offload' first)")
+        self.round_frac[t] = got
+        self.issue(k, "prefetch", t, f * self.round_bytes[t], bw)
 
+    def wait(self, k: int, op: Op) -> None:
+        chan = op.channel
+        if chan not in CHANNELS:
+            self.errors.add(f"op {k}: wait on channel {chan!r}: a channel is 'offload' or "
+                            f"'prefetch'{did_you_mean(str(chan), CHANNELS)}")
+            return
+        if op.data is not None and op.layer is not None:
+            self.errors.add(f"op {k}: a wait op names at most one of 'data' or 'layer', not both")
+            return
+        pending = self.pending[chan]
+        if op.data is None and op.layer is None:
+            waited = list(pending.items())
+            pending.clear()
+        else:
+            t = self.transfer_target(k, op)
+            if t is None:
+                return
+            if t not in self.issued[chan]:
+                self.errors.add(f"op {k}: wait for {self.label(t)} on channel {chan!r}, but no "
+                                f"{chan} of {self.label(t)} was issued before")
+                return
+            waited = [(t, pending.pop(t, []))]
+        latest = max((end for _, lst in waited for _, end in lst), default=self.time)
+        if latest > self.time:
+            self.wait_time += latest - self.time
+            self.time = latest
+        if chan == "prefetch":
+            for t, _ in waited:
+                if self.round_frac[t] >= 0 and abs(self.round_frac[t] - 1.0) <= _FRACTION_EPS:
+                    self.round_frac[t] = -1.0  # complete: the tensor is on the device again
+                    if t < self.nd:
+                        self.live[t] = 1
+                        self.mask[t] = self.ha.full[t]
+                    else:
+                        self.saved[t - self.nd] = self.host_opt[t - self.nd]
+                        self.saved_by[t - self.nd] = k
 
-def _not_here(prefetching: float) -> str:
-    return "used before its prefetch completed" if prefetching >= 0 else "not in memory"
+    def unsupported(self, k: int, kind: str) -> str:  # unreachable while every kind is handled
+        return f"op {k}: {kind} ops are not supported on layered graphs"
 
+    # --- the end of the plan ------------------------------------------------------------------
+    def finish(self) -> None:
+        if self.save_peak is None and self.loss_done:  # the plan ends in the loss phase
+            if self.mem > self.window_max:
+                self.window_max, self.window_at = self.mem, self.last_compute
+            self.save_peak, self.save_at = self.window_max, self.window_at
+        super().finish()
+        ha, errors = self.ha, self.errors
+        for d in ha.outputs:
+            if not self.live[d]:
+                errors.add(f"output {ha.data[d]!r} is not in memory at the end "
+                           f"({self.datum_state(d)})", always=True)
+            elif self.mask[d] != ha.full[d]:
+                errors.add(f"output {ha.data[d]!r} is incomplete at the end: {self.missing(d)}",
+                           always=True)
+        for j, lo in enumerate(self.saved):
+            if lo >= 0:
+                errors.add(f"phantom of layer {ha.layers[j]!r} still saved at the end (option "
+                           f"{ha.layer_opts[j][lo]!r}, saved by op {self.saved_by[j]})",
+                           always=True)
+        for chan in CHANNELS:
+            for t, lst in sorted(self.pending[chan].items()):
+                ops = ", ".join(str(kk) for kk, _ in lst)
+                errors.add(f"transfer of {self.label(t)} on channel {chan!r} "
+                           f"(op{'s' if len(lst) > 1 else ''} {ops}) never waited", always=True)
+        for t, frac in enumerate(self.round_frac):
+            if frac >= 0 and t not in self.pending["prefetch"]:
+                errors.add(f"the prefetch of {self.label(t)} started by op {self.round_at[t]} "
+                           f"never completed ({frac:g} of it prefetched; a wait on channel "
+                           "'prefetch' completes it once the fractions sum to 1)", always=True)
 
-def _missing(ha: _HArrays, d: int, got: int) -> str:
-    missing = [ha.names[c] for b, c in enumerate(ha.creators[d]) if not got >> b & 1]
-    total = len(ha.creators[d])
-    return (f"the contribution of {', '.join(repr(c) for c in missing)} is missing "
-            f"({total - len(missing)} of {total} received)")
-
-
-def _no_recompute_layered(graph: Graph) -> Plan:
-    """The autograd-like plan of a layered graph, without recomputation.
-
-    Forwards in layer order with the layer's first option, the loss, backwards in reverse
-    order with the same option; each datum is deleted right after the last compute that reads
-    or creates it (an input after its last reader, before anything when nothing reads it), an
-    ``output`` never; phantoms are consumed by their backward. Raises `DataError` when the
-    layered data is inconsistent.
-    """
-    ha = _harrays(graph)
-    # (compute node, option) in H-graph order; option 0: the layer's first, the loss's only one
-    steps: list[tuple[int, int]] = [(i, 0) for i in range(len(ha.names))]
-    last = [-2] * len(ha.data)  # -2: never touched; -1: delete before the first step
-    for d in ha.inputs:
-        last[d] = -1
-    for p, (i, o) in enumerate(steps):
-        for d in ha.uses[i] + (ha.opt_uses[i][o] if ha.kind[i] == "bwd" else ()):
-            last[d] = p
-        for d, _ in ha.creates[i]:
-            last[d] = p
-    outputs = set(ha.outputs)
-    freed_after: list[list[int]] = [[] for _ in range(len(steps) + 1)]
-    for d, p in enumerate(last):
-        if p >= -1 and d not in outputs:
-            freed_after[p + 1].append(d)
-    ops: list[Op] = [Op("delete", data=ha.data[d]) for d in freed_after[0]]
-    for p, (i, o) in enumerate(steps):
-        option = None if len(ha.opt_names[i]) == 1 else ha.opt_names[i][o]
-        ops.append(Op("compute", node=ha.names[i], option=option))
-        ops += [Op("delete", data=ha.data[d]) for d in freed_after[p + 1]]
-    plan = Plan(graph=graph.name, ops=ops, meta={"planner": "no_recompute"})
-    errors = _Errors()
-    out = _replay_layered(plan, ha, errors)
-    peak, total = out.peak, out.time
-    if errors.items:  # cannot happen for a consistent H-graph
-        raise DataError(f"graph '{graph.name}': the no-recomputation plan does not replay: "
-                        f"{errors.items[0]}", graph.loc)
-    plan.predicted_peak = peak
-    plan.predicted_time = total
-    return plan
+    def result(self) -> Replayed:
+        return Replayed(peak=self.peak, time=self.time, computes=self.computes,
+                        save_peak=self.save_peak, save_at=self.save_at,
+                        host_peak=round(self.host_peak), host_over=self.host_over,
+                        wait_time=self.wait_time)

@@ -30,7 +30,8 @@ from pathlib import Path
 from .errors import DataError, Loc, SchedError
 from .graph import Graph
 from .problem import Problem, Result, load, resolve_budget
-from .simulate import no_recompute_peak, no_recompute_plan, simulate
+from .planners.no_recompute import no_recompute_peak, no_recompute_plan
+from .simulate import simulate
 from .solution import EXIT_CODES, Status
 
 BUDGETS_LOC = Loc("--budgets")

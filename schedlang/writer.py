@@ -108,22 +108,12 @@ def format_size(value: int) -> str:
 
 def write_graph(graph: Graph) -> str:
     """The `.sched` graph data text of `graph` (Checkmate view, or layered data)."""
-    if graph.layers or graph.data or graph.loss is not None:
+    graph.check_one_vocabulary()
+    if graph.is_layered:
         return _write_layered(graph)
-    names = [n.name for n in graph.nodes]
-    position = graph.node_positions()
-    quoted = [quote_name(name) for name in names]
-
-    consumers: list[set[int]] = [set() for _ in names]
-    for u, v in graph.edges:
-        if u not in position or v not in position:
-            missing = u if u not in position else v
-            raise DataError(f"graph '{graph.name}': edge {u} -> {v} names an unknown node "
-                            f"'{missing}'", graph.loc)
-        consumers[position[u]].add(position[v])
-
-    n_edges = sum(len(c) for c in consumers)
-    lines = [f"# schedlang graph data: {len(names)} nodes, {n_edges} edges"]
+    idx = graph.checkmate_index()
+    quoted = [quote_name(name) for name in idx.names]
+    lines = [f"# schedlang graph data: {idx.n} nodes, {len(idx.edges)} edges"]
     header = f"graph {quote_name(graph.name)}"
     if graph.title:
         header += " " + quote_string(re.sub(r"[\x00-\x1f\x7f]", " ", graph.title),
@@ -135,9 +125,9 @@ def write_graph(graph: Graph) -> str:
         kind = "" if node.kind == "forward" else f" {node.kind}"
         lines.append(f"  node {qname}{kind} time {format_time(node.time, graph.time_unit)} "
                      f"size {format_size(node.size)}")
-    for i, targets in enumerate(consumers):
+    for i, targets in enumerate(idx.succs):
         if targets:
-            lines.append(f"  edge {quoted[i]} -> " + ", ".join(quoted[j] for j in sorted(targets)))
+            lines.append(f"  edge {quoted[i]} -> " + ", ".join(quoted[j] for j in targets))
     lines.append("}")
     lines += _budget_lines(graph)
     return "\n".join(lines) + "\n"
@@ -166,8 +156,6 @@ def format_rate(bps: float) -> str:
 
 def _write_layered(graph: Graph) -> str:
     """Layered graph data: data nodes, layers with options, the loss."""
-    if graph.nodes:
-        raise DataError(f"graph '{graph.name}' mixes nodes and layers; write one vocabulary", graph.loc)
     unit = graph.time_unit
 
     def names(items) -> str:

@@ -14,7 +14,8 @@ from schedlang.cli import main
 from schedlang.errors import DataError
 from schedlang.graph import Graph, Node
 from schedlang.plan import Op, Plan
-from schedlang.simulate import no_recompute_plan, simulate
+from schedlang.planners.no_recompute import no_recompute_plan
+from schedlang.simulate import simulate
 from .paths import EXAMPLES, GRAPHS
 
 NO_BUDGET = 1 << 62

@@ -12,7 +12,8 @@ from schedlang.planners import planners, run_planner
 from schedlang.planners.baselines import (PLANNERS, _CView, knapsack_choose,
                                           sequential_checkpoints, sqrt_checkpoints)
 from schedlang.problem import resolve_budget
-from schedlang.simulate import no_recompute_plan, simulate
+from schedlang.planners.no_recompute import no_recompute_plan
+from schedlang.simulate import simulate
 from .paths import EXAMPLES, GRAPHS
 
 NO_LIMIT = 1 << 62

@@ -13,7 +13,8 @@ from schedlang.planners import PlannerNotApplicable, planners, run_planner
 from schedlang.planners.mutwo import (KEEP, RECOMPUTE, SWAP, CandidateSet, checkmate_ops,
                                       checkmate_view, format_table, mutwo, mutwo_table,
                                       replay_peak, swap_overhead)
-from schedlang.simulate import no_recompute_peak, simulate
+from schedlang.planners.no_recompute import no_recompute_peak
+from schedlang.simulate import simulate
 from .paths import EXAMPLES, GRAPHS
 
 TRAIN = sorted(GRAPHS.glob("*_train.json")) if GRAPHS.is_dir() else []

@@ -33,7 +33,8 @@ import pytest
 import schedlang
 from schedlang.graph import Graph
 from schedlang.program import load_program
-from schedlang.simulate import no_recompute_peak, no_recompute_plan, simulate
+from schedlang.planners.no_recompute import no_recompute_peak, no_recompute_plan
+from schedlang.simulate import simulate
 from schedlang.solution import Status
 from schedlang.writer import write_graph
 from .bruteforce_offload import OffloadStats, best_offload_plan

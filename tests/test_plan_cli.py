@@ -8,7 +8,7 @@ import pytest
 import schedlang.planners as registry
 from schedlang.cli import main
 from schedlang.planners import Planner
-from schedlang.simulate import no_recompute_plan
+from schedlang.planners.no_recompute import no_recompute_plan
 from .paths import ROOT
 
 CHAIN = str(ROOT / "examples" / "chain.sched")

@@ -14,7 +14,8 @@ torch.set_num_threads(1)  # two test workers share the CPUs: no oversubscription
 from schedlang.errors import SchedError as SchedErrorType  # noqa: E402
 from schedlang.graph import DataNode, Graph, Layer, Loss, Option  # noqa: E402
 from schedlang.plan import Op, Plan  # noqa: E402
-from schedlang.simulate import no_recompute_plan, simulate  # noqa: E402
+from schedlang.planners.no_recompute import no_recompute_plan  # noqa: E402
+from schedlang.simulate import simulate  # noqa: E402
 
 from .torch_models import ALL, make_dropout_mlp, make_mlp  # noqa: E402
 

@@ -394,7 +394,7 @@ def _solve_and_replay(text, budget):
 def test_trace_solves_and_replays(name, tmp_path):
     from schedlang.program import load_program
     from schedlang.pytorch.trace import read_trace_info, write_trace
-    from schedlang.simulate import no_recompute_peak
+    from schedlang.planners.no_recompute import no_recompute_peak
 
     model, graph = _traced(name)
     info = graph.trace_info

@@ -7,7 +7,8 @@ import pytest
 
 import schedlang
 from schedlang.graph import DataNode, Graph, Layer, Loss, Node, Option
-from schedlang.simulate import no_recompute_peak, simulate
+from schedlang.planners.no_recompute import no_recompute_peak
+from schedlang.simulate import simulate
 from schedlang.solution import Status
 from schedlang.writer import write_graph
 from .paths import ROOT

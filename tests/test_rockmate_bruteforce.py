@@ -21,7 +21,8 @@ import pytest
 import schedlang
 from schedlang.graph import Graph
 from schedlang.hgraph import build_hgraph
-from schedlang.simulate import no_recompute_peak, simulate
+from schedlang.planners.no_recompute import no_recompute_peak
+from schedlang.simulate import simulate
 from schedlang.solution import Status
 from schedlang.writer import write_graph
 from .bruteforce_rockmate import SearchStats, _Evaluator, best_rockmate_plan

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import random
-from pathlib import Path
 
 import pytest
 
@@ -23,10 +22,11 @@ from schedlang.importers.checkmate_nx import load_checkmate_nx
 from schedlang.planners import planners, run_planner
 from schedlang.planners.shift import (Dag, ShiftScheduler, dag_from_graph, max_liveness_of,
                                       reorder, shift_plan, shift_schedule, sum_liveness_of)
-from schedlang.simulate import no_recompute_peak, simulate
-from .paths import ROOT
+from schedlang.planners.no_recompute import no_recompute_peak
+from schedlang.simulate import simulate
+from .paths import GRAPHS, ROOT
 
-VGG16 = Path("/work/shared/graphs/vgg16_train.json")
+VGG16 = GRAPHS / "vgg16_train.json"
 SEEDS = range(4)
 
 

@@ -10,7 +10,8 @@ from schedlang.errors import DataError
 from schedlang.graph import Graph, Layer, Node
 from schedlang.importers.checkmate_nx import load_checkmate_nx
 from schedlang.plan import Op, Plan
-from schedlang.simulate import no_recompute_peak, no_recompute_plan, simulate
+from schedlang.planners.no_recompute import no_recompute_peak, no_recompute_plan
+from schedlang.simulate import simulate
 from .paths import GRAPHS
 
 try:
@@ -267,7 +268,7 @@ def test_simulator_on_long_plans():
     while len(ops) < 100_000:
         ops.extend(base)
     plan = Plan(graph="g", ops=ops)
-    r = simulate(plan, g)  # its speed is measured in bench/bench_simulate.py
+    r = simulate(plan, g)  # its speed is measured in bench/bench_throughput.py
     assert r.valid and r.computes == len(ops) // 2
 
 

@@ -13,7 +13,8 @@ import pytest
 from schedlang.hgraph import build_hgraph
 from schedlang.plan import Op, Plan
 from schedlang.program import load_program
-from schedlang.simulate import no_recompute_peak, no_recompute_plan, simulate
+from schedlang.planners.no_recompute import no_recompute_peak, no_recompute_plan
+from schedlang.simulate import simulate
 
 from .layered_instances import TINY_TEXT
 from .paths import ROOT
@@ -720,6 +721,6 @@ def test_long_plans_on_200_layers(tmp_path):
     pad = [Op("compute", node="b1.fwd", option="fast_forward"), Op("delete", data="h1")]
     plan = Plan(graph="deep", ops=pad * ((100_000 - len(base.ops)) // 2) + base.ops)
     assert len(plan.ops) >= 99_000
-    r = simulate(plan, g)  # its speed is measured in bench/bench_simulate.py
+    r = simulate(plan, g)  # its speed is measured in bench/bench_throughput.py
     assert r.valid, r.errors[:3]
     assert r.computes == 2 * n + 1 + (len(plan.ops) - len(base.ops)) // 2

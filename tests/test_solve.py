@@ -6,7 +6,8 @@ import pytest
 
 import schedlang
 from schedlang.backends import BACKENDS
-from schedlang.simulate import no_recompute_peak, simulate
+from schedlang.planners.no_recompute import no_recompute_peak
+from schedlang.simulate import simulate
 from schedlang.solution import Status
 from schedlang.solvers import available_solvers
 

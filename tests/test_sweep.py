@@ -9,7 +9,7 @@ import schedlang
 from schedlang.cli import main
 from schedlang.errors import DataError
 from schedlang.problem import Result, resolve_budget
-from schedlang.simulate import no_recompute_peak
+from schedlang.planners.no_recompute import no_recompute_peak
 from schedlang.solution import Status
 from schedlang.sweep import SweepPoint, exit_code, parse_budgets, prepare, sweep
 from .paths import ROOT

@@ -12,7 +12,8 @@ from schedlang.cli import main
 from schedlang.decoders import encode
 from schedlang.decoders.encode import check_point, objective_value
 from schedlang.plan import Op, Plan
-from schedlang.simulate import no_recompute_peak, no_recompute_plan, simulate
+from schedlang.planners.no_recompute import no_recompute_peak, no_recompute_plan
+from schedlang.simulate import simulate
 from schedlang.solution import Status
 
 from .bruteforce import best_checkmate_schedule

@@ -77,7 +77,7 @@ def stage_schedule(plan: Plan, graph) -> tuple[list[list[tuple[str, str, object]
     """
     order = [n.name for n in graph.nodes]
     index = {name: i for i, name in enumerate(order)}
-    if graph.layers:
+    if graph.is_layered:
         raise NotEncodable(f"graph '{graph.name}' is layered data; the stage encoder works on "
                            f"node/edge graphs")
     stages: list[list[tuple[str, str, object]]] = [[] for _ in order]

@@ -19,7 +19,7 @@ an offload never exceeds what is left of the tensor, and a round's fractions sum
 """
 from __future__ import annotations
 
-from ..hgraph import FAST_FORWARD, build_hgraph
+from ..hgraph import FAST_FORWARD
 from ..plan import Op, Plan
 from ..units import UNITS
 
@@ -36,7 +36,7 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
     Sp = role_values(decl, ir, solution, "phantom")
     D = role_values(decl, ir, solution, "delete")
     U = role_values(decl, ir, solution, "memory", required=False)
-    h = build_hgraph(graph)
+    h = graph.hgraph()
     order = [k.name for k in h.compute]
     layer_of = {k.name: (k.kind, k.layer) for k in h.compute}
     outputs_of: dict[str, list[str]] = {}

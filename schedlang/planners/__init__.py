@@ -34,7 +34,7 @@ class Planner:
 
 
 def graph_view(graph: Graph) -> str:
-    return "layered" if graph.layers else "checkmate"
+    return "layered" if graph.is_layered else "checkmate"
 
 
 def planners() -> dict[str, Planner]:

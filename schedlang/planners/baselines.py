@@ -38,7 +38,7 @@ of the resulting compute sequence: every datum is freed right after its last rea
 
 Planners (`PLANNERS`):
 
-* ``no_recompute`` -- `schedlang.simulate.no_recompute_plan`: everything once, frees after
+* ``no_recompute`` -- `schedlang.planners.no_recompute`: everything once, frees after
   last use.
 * ``checkpoint_all`` -- Checkmate's baseline of that name (``solve_checkpoint_all``): *every
   forward output is a checkpoint*, i.e. kept until its last use; nothing is recomputed. On
@@ -93,8 +93,9 @@ from ..errors import DataError
 from ..graph import Graph
 from ..hgraph import FAST_FORWARD, bwd_name, fwd_name
 from ..plan import Op, Plan
-from ..simulate import no_recompute_plan, simulate
-from . import Planner, graph_view
+from ..simulate import simulate
+from . import Planner
+from .no_recompute import no_recompute_plan
 
 #: a budget no plan reaches: replays checked for structure only
 _NO_LIMIT = 1 << 62
@@ -151,30 +152,17 @@ class _CView:
 
     def __init__(self, graph: Graph):
         self.graph = graph
-        names = [n.name for n in graph.nodes]
-        if not names:
+        if not graph.nodes:
             raise DataError(f"graph '{graph.name}' has no compute nodes", graph.loc)
-        index = {name: i for i, name in enumerate(names)}
-        n = len(names)
-        preds: list[set[int]] = [set() for _ in range(n)]
-        succs: list[set[int]] = [set() for _ in range(n)]
-        for u, v in graph.edges:
-            if u not in index or v not in index:
-                raise DataError(f"graph '{graph.name}': edge {u} -> {v} names an unknown node",
-                                graph.loc)
-            iu, iv = index[u], index[v]
-            if iu >= iv:
-                raise DataError(f"graph '{graph.name}': nodes are not in topological order "
-                                f"(edge {u} -> {v})", graph.loc)
-            preds[iv].add(iu)
-            succs[iu].add(iv)
-        self.names = names
+        idx = graph.checkmate_index(topological=True)
+        n = idx.n
+        self.names = idx.names
         self.n = n
-        self.kind = [node.kind for node in graph.nodes]
-        self.size = [int(node.size) for node in graph.nodes]
-        self.time = [float(node.time) for node in graph.nodes]
-        self.preds = [tuple(sorted(p)) for p in preds]
-        self.succs = [tuple(sorted(s)) for s in succs]
+        self.kind = idx.kind
+        self.size = idx.size
+        self.time = idx.time
+        self.preds = idx.preds
+        self.succs = idx.succs
         self.fwd = [i for i in range(n) if self.kind[i] == "forward"]
         self.first_bwd = next((i for i in range(n) if self.kind[i] == "backward"), n)
         self.sources = {i for i in self.fwd if not self.preds[i]}
@@ -274,8 +262,7 @@ class _LView:
 
     def __init__(self, graph: Graph):
         self.graph = graph
-        if graph.loss is None:
-            raise DataError(f"graph '{graph.name}' has layers but no loss", graph.loc)
+        graph.hgraph()  # validates the layered data (DataError)
         self.layers = graph.layers
         L = len(self.layers)
         self.L = L
@@ -283,8 +270,6 @@ class _LView:
         self.role = {d.name: d.role for d in graph.data}
         creators: dict[str, list[int]] = {}
         for j, layer in enumerate(self.layers):
-            if not layer.options:
-                raise DataError(f"layer '{layer.name}' has no option", layer.loc or graph.loc)
             for d in layer.outputs:
                 creators.setdefault(d, []).append(j)
         # an activation: created by exactly one forward, not an input/output; recomputable
@@ -494,7 +479,7 @@ def _layered_plan(lv: _LView, strategy: list[tuple[str, str]], keep_data: set[st
 
 # --- views and keep sets ------------------------------------------------------------------------
 def _view(graph: Graph):
-    return _LView(graph) if graph_view(graph) == "layered" else _CView(graph)
+    return _LView(graph) if graph.is_layered else _CView(graph)
 
 
 def _plan_for_checkpoints(view, checkpoints: list[int], name: str, *, last_kept: bool = True,

@@ -51,7 +51,7 @@ from ..errors import DataError
 from ..graph import Graph
 from ..hgraph import FAST_FORWARD, bwd_name, fwd_name
 from ..plan import Op, Plan
-from ..simulate import no_recompute_peak, simulate
+from ..simulate import simulate
 from . import Planner
 
 KEEP, RECOMPUTE, SWAP = "keep", "recompute", "swap"
@@ -81,22 +81,10 @@ class CheckmateView:
 
 
 def checkmate_view(graph: Graph) -> CheckmateView:
-    names = [node.name for node in graph.nodes]
-    index = graph.node_positions()
-    preds: list[set[int]] = [set() for _ in names]
-    succs: list[set[int]] = [set() for _ in names]
-    for u, v in graph.edges:
-        if u not in index or v not in index:
-            raise DataError(f"graph '{graph.name}': edge {u} -> {v} names an unknown node",
-                            graph.loc)
-        iu, iv = index[u], index[v]
-        if iv <= iu:
-            raise DataError(f"graph '{graph.name}': nodes are not in topological order "
-                            f"(edge {u} -> {v})", graph.loc)
-        preds[iv].add(iu)
-        succs[iu].add(iv)
+    idx = graph.checkmate_index(topological=True)
+    names, succs = list(idx.names), idx.succs
     n = len(names)
-    forward = [node.kind == "forward" for node in graph.nodes]
+    forward = [kind == "forward" for kind in idx.kind]
     last_fwd = list(range(n))
     first_bwd = [n] * n
     last_bwd = [-1] * n
@@ -108,10 +96,8 @@ def checkmate_view(graph: Graph) -> CheckmateView:
                 first_bwd[i] = min(first_bwd[i], j)
                 last_bwd[i] = max(last_bwd[i], j)
     activations = [i for i in range(n) if forward[i] and last_bwd[i] >= 0]
-    return CheckmateView(names=names, size=[int(node.size) for node in graph.nodes],
-                         time=[float(node.time) for node in graph.nodes],
-                         preds=[tuple(sorted(p)) for p in preds],
-                         succs=[tuple(sorted(s)) for s in succs], forward=forward,
+    return CheckmateView(names=names, size=list(idx.size), time=list(idx.time),
+                         preds=list(idx.preds), succs=list(succs), forward=forward,
                          activations=activations, last_fwd_use=last_fwd,
                          first_bwd_use=first_bwd, last_bwd_use=last_bwd)
 
@@ -499,10 +485,6 @@ def _mutwo_layered(graph: Graph, budget: int | None) -> Outcome:
 
 
 # --- API -----------------------------------------------------------------------------------
-def _is_layered(graph: Graph) -> bool:
-    return bool(graph.layers) or graph.loss is not None
-
-
 def mutwo(graph: Graph, budget: int | None = None, bandwidth: float | None = None,
           prune: bool = False) -> Outcome:
     """Run Algorithm B; `budget` in bytes (None: keep everything), `bandwidth` in bytes per
@@ -510,7 +492,7 @@ def mutwo(graph: Graph, budget: int | None = None, bandwidth: float | None = Non
     once the peak fits, undo the choices, latest first, that the fit does not need."""
     if bandwidth is not None and not bandwidth > 0:
         raise DataError(f"mutwo: bandwidth must be positive, not {bandwidth!r}")
-    if _is_layered(graph):
+    if graph.is_layered:
         return _mutwo_layered(graph, budget)
     return _mutwo_checkmate(graph, budget, bandwidth, prune)
 
@@ -558,4 +540,4 @@ PLANNERS = {
 
 __all__ = ["PLANNERS", "mutwo", "mutwo_plan", "mutwo_table", "format_table", "Candidate",
            "CandidateSet", "checkmate_view", "checkmate_ops", "replay_peak", "swap_overhead",
-           "no_recompute_peak", "KEEP", "RECOMPUTE", "SWAP"]
+           "KEEP", "RECOMPUTE", "SWAP"]

@@ -109,24 +109,12 @@ class Dag:
 def dag_from_graph(graph: Graph) -> Dag:
     """The Checkmate view as a `Dag`: each node's output is an allocation of ``node.size``
     bytes, required by the node and its consumers."""
-    if graph.layers:
+    if graph.is_layered:
         raise DataError(f"shift: graph '{graph.name}' is layered data; the shift scheduler "
                         "works on the Checkmate view (nodes and edges)", graph.loc)
-    names = [n.name for n in graph.nodes]
-    index = graph.node_positions()
-    succs: list[set[int]] = [set() for _ in names]
-    edges: list[tuple[int, int]] = []
-    for u, v in graph.edges:
-        iu, iv = index.get(u), index.get(v)
-        if iu is None or iv is None:
-            raise DataError(f"graph '{graph.name}': edge {u} -> {v} names an unknown node "
-                            f"'{u if iu is None else v}'", graph.loc)
-        if iv not in succs[iu]:
-            succs[iu].add(iv)
-            edges.append((iu, iv))
-    allocs = [(int(node.size), tuple(sorted({i} | succs[i])))
-              for i, node in enumerate(graph.nodes)]
-    return Dag(ops=names, edges=edges, allocs=allocs)
+    idx = graph.checkmate_index()
+    allocs = [(idx.size[i], tuple(sorted({i, *idx.succs[i]}))) for i in range(idx.n)]
+    return Dag(ops=list(idx.names), edges=list(idx.edges), allocs=allocs)
 
 
 def _as_dag(obj: Any) -> Dag:

@@ -32,7 +32,8 @@ from torch import nn
 from ..errors import SchedError
 from ..graph import Graph
 from ..plan import Plan
-from ..simulate import no_recompute_plan, simulate
+from ..planners.no_recompute import no_recompute_plan
+from ..simulate import simulate
 from ..units import format_size, parse_size
 
 __all__ = ["fit", "FitModule", "FitError", "MemoryReport", "resolve_fit_budget", "prepare"]
