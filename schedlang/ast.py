@@ -161,6 +161,7 @@ class SetDecl(Node):
     name: str
     index: Index | None
     value: object
+    when: object | None = None  # `when COND` before it: exists only if COND holds
 
 
 @dataclass
@@ -169,6 +170,7 @@ class ParamDecl(Node):
     index: Index | None
     value: object | None
     is_default: bool = False
+    when: object | None = None  # `when COND` before it: exists only if COND holds
 
 
 @dataclass
@@ -179,6 +181,7 @@ class VarDecl(Node):
     lb: object | None = None
     ub: object | None = None
     doc: str = ""
+    when: object | None = None  # `when COND` before it: exists only if COND holds
 
 
 @dataclass
@@ -186,6 +189,7 @@ class ExprDecl(Node):
     name: str
     index: Index | None
     value: object
+    when: object | None = None  # `when COND` before it: exists only if COND holds
 
 
 @dataclass
@@ -194,6 +198,29 @@ class ConstraintDecl(Node):
     index: Index | None
     body: object
     doc: str = ""
+    when: object | None = None  # `when COND` before it: exists only if COND holds
+
+
+@dataclass
+class ExprExt(Node):
+    """`expr NAME[index] += value`: a term added to a declared expression on `index`."""
+
+    name: str
+    index: Index | None
+    value: object
+    when: object | None = None
+
+
+@dataclass
+class ConstraintExt(Node):
+    """`constraint NAME[index]: lhs += value` (or rhs): a term added to one side of a
+    declared constraint's comparison, on the rows of `index`."""
+
+    name: str
+    index: Index | None
+    side: str  # "lhs" or "rhs"
+    value: object
+    when: object | None = None
 
 
 @dataclass

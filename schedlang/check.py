@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import ast
-from .errors import CheckError, ErrorList, Loc, did_you_mean
+from .errors import CheckError, ErrorList, LintWarning, Loc, did_you_mean
 from .parser import name_loc
 from .program import Program
 
@@ -54,6 +54,7 @@ class T:
     dim: str = ""
     binary_literal: bool = False  # a binary variable, or `not` of one
     arity: int | None = None  # of a set: the length of its tuples, when known statically
+    loc: Loc | None = None  # of an index name: where it is bound (for the lint)
 
 
 BOOL, ELEM, SET = T("bool"), T("elem"), T("set")
@@ -66,15 +67,25 @@ class Checker:
         self.expr_types: dict[str, T] = {}
         self.in_progress: set[str] = set()
         self.param_dims: dict[str, str] = {}
+        self.param_kinds: dict[str, str] = {}
         self.set_arities: dict[str, int | None] = {}
+        self.warnings: list[LintWarning] = []
 
     # --- entry point
     def run(self) -> None:
         for decl in self.p.decls.values():
             try:
+                self.guard(decl)
                 self.declaration(decl)
             except CheckError as e:
                 self.errors.append(e)
+        for exts in self.p.extensions.values():
+            for ext in exts:
+                try:
+                    self.guard(ext)
+                    self.extension(ext)
+                except CheckError as e:
+                    self.errors.append(e)
         for obj in [self.p.objective] + self.p.objective_terms:
             if obj is None:
                 continue
@@ -99,6 +110,7 @@ class Checker:
                     self.errors.append(CheckError(
                         f"decode role '{role}' names '{target}', which is not a variable or expression"
                         f"{did_you_mean(target, self.names())}", self.p.decode.role_locs.get(role, self.p.decode.loc)))
+        self.p.warnings = list({(w.loc, w.message): w for w in self.warnings}.values())
         unique = {}
         for err in self.errors:
             unique.setdefault((err.loc, err.message), err)
@@ -110,6 +122,41 @@ class Checker:
         return list(self.p.decls) + list(BUILTIN_SETS) + list(BUILTIN_SCALARS)
 
     # --- declarations
+    def guard(self, d) -> None:
+        """A `when` condition: a constant truth value, known before the index is bound."""
+        if getattr(d, "when", None) is not None:
+            self.constant(d.when, {}, "the condition of 'when'", want="bool",
+                          hint=f"; 'when' decides whether '{d.name}' exists at all: move a condition on "
+                               "variables into the declaration (e.g. with 'implies')")
+
+    def extension(self, ext) -> None:
+        """`expr NAME[...] += term` or `constraint NAME[...]: lhs/rhs += term`."""
+        base = self.p.decls[ext.name]
+        want = index_arity(base.index) if base.index else 0
+        got = index_arity(ext.index) if ext.index else 0
+        if got != want:
+            where = ext.index.loc if ext.index else name_loc(ext.name, ext.loc)
+            raise CheckError(f"'{ext.name}' takes {want} index{'es' if want != 1 else ''}, and this '+=' binds "
+                             f"{got}: write the domain of the rows it adds to, one name per index of "
+                             f"'{ext.name}' (declared at {name_loc(base.name, base.loc)})", where)
+        scope = self.index(ext.index) if ext.index else {}
+        t = self.expr(ext.value, scope)
+        if t.kind not in ("num", "lin"):
+            raise CheckError(f"'+=' adds a number or a linear expression, not {_describe(t)}", ext.value.loc)
+        if isinstance(ext, ast.ExprExt):
+            side, what = self.expr_type(ext.name), f"expression '{ext.name}'"
+        else:
+            body = base.body
+            if not isinstance(body, ast.Compare) or body.op == "!=":
+                raise CheckError(f"cannot add to a side of constraint '{ext.name}': its body (at {body.loc}) is "
+                                 "not a comparison; redefine the constraint instead", name_loc(ext.name, ext.loc))
+            bscope = self.index(base.index) if base.index else {}
+            side = self.expr(body.left if ext.side == "lhs" else body.right, bscope)
+            what = f"the {ext.side} of constraint '{ext.name}'"
+        if side.dim and t.dim and side.dim != t.dim:
+            raise CheckError(f"unit mismatch: '+=' adds a {t.dim} to {what}, a {side.dim}; divide by a unit "
+                             "(e.g. / 1MiB, / 1ms) to get a plain number", ext.value.loc)
+
     def declaration(self, d) -> None:
         scope = self.index(d.index) if d.index else {}
         if isinstance(d, ast.SetDecl):
@@ -137,6 +184,7 @@ class Checker:
             if t.kind not in ("num", "bool"):
                 raise CheckError(f"param '{d.name}' must be a number, not {_describe(t)}", d.value.loc)
             self.param_dims[d.name] = t.dim
+            self.param_kinds[d.name] = t.kind  # a number, or a condition (`param on = x > 0`)
         elif isinstance(d, ast.VarDecl):
             for b in (d.lb, d.ub):
                 if b is not None:
@@ -177,6 +225,13 @@ class Checker:
             t = self.expr(d.value, scope)
             if t.kind not in ("num", "lin"):
                 raise CheckError(f"expression '{name}' must be numeric, not {_describe(t)}", d.value.loc)
+            for ext in self.p.extensions.get(name, []):  # terms added with `+=` (checked apart)
+                try:
+                    escope = self.index(ext.index) if ext.index else {}
+                    if self.expr(ext.value, escope).kind == "lin":
+                        t = T("lin", t.dim)
+                except CheckError:
+                    pass  # reported by extension()
         finally:
             self.in_progress.discard(name)
         self.expr_types[name] = t
@@ -186,8 +241,10 @@ class Checker:
         scope = dict(outer or {})
         for item in index.items:
             names, set_type = self.binding(item, scope)
+            self.lint_rebinding(item, names, scope)
             for n, loc in names:
-                scope[n] = ELEM
+                if n not in scope:
+                    scope[n] = T("elem", loc=loc)
         if index.where is not None:
             self.constant(index.where, scope, "a 'where' filter", want="bool",
                           hint="; it selects index elements before solving: move the condition into the "
@@ -216,6 +273,20 @@ class Checker:
             if n in self.p.decls or n in BUILTIN_SETS or n in BUILTIN_SCALARS:
                 raise CheckError(f"index name '{n}' hides the declaration of '{n}'; pick another name", loc)
         return names, t
+
+    def lint_rebinding(self, item: ast.Member, names: list, scope: dict) -> None:
+        """Warn when a binding binds no new name: `t in K` with t bound already is a filter."""
+        fresh = [n for n, _ in names if n != "_" and n not in scope]
+        if fresh or all(n == "_" for n, _ in names):
+            return
+        n, loc = next((n, loc) for n, loc in names if n != "_")
+        first = scope[n].loc
+        at = f" (at {first})" if first is not None else ""
+        pattern = n if len(names) == 1 else "(" + ", ".join(m for m, _ in names) + ")"
+        self.warnings.append(LintWarning(
+            f"'{n}' is already bound{at}, so `{pattern} in {_set_text(item.set)}` binds no new name: it "
+            f"only keeps the rows where {pattern} is in {_set_text(item.set)} (one term at most); "
+            "rename the index to range over the set, or write the test as a 'where' condition", loc))
 
     def constant(self, e, scope, what: str, want: str | None = None, hint: str = "") -> T:
         t = self.expr(e, scope)
@@ -270,7 +341,7 @@ class Checker:
                     self.declaration(d)
                 except CheckError:
                     pass
-            return T("num", self.param_dims.get(d.name, ""))
+            return T(self.param_kinds.get(d.name, "num"), self.param_dims.get(d.name, ""))
         if isinstance(d, ast.VarDecl):
             return T("lin", binary_literal=(d.kind == "binary"))
         if isinstance(d, ast.ExprDecl):

@@ -68,6 +68,7 @@ class Lowering:
         self.int_cols: list[np.ndarray] = []
         self.n_cols = 0
         self._const_sets: dict[int, tuple] = {}  # id(ast node) -> (node, SetVal); node kept alive
+        self._active: dict[int, bool] = {}  # id(declaration) -> its `when` condition's value
         self._bind_graph()
 
     # ================================================================== graph binding
@@ -220,7 +221,7 @@ class Lowering:
             d = self.p.decls.get(target) if isinstance(target, str) else None
             if not isinstance(d, ast.ExprDecl) or d.name in self.recursive:
                 continue
-            fam = self._family(d.index)
+            fam = self._decl_family(d)
             names = _index_names(d.index)
             args = [fam.table.cols[n] for n in names]
             lin = self._lin_of(self._expr_lookup(d, args, fam.table), fam.table)
@@ -234,7 +235,8 @@ class Lowering:
         exprs = {d.name for d in self.p.by_kind(ast.ExprDecl)}
         for d in self.p.by_kind(ast.ExprDecl):
             graph.add_node(d.name)
-            for ref in _references(d.value):
+            terms = [d.value] + [x.value for x in self.p.extensions.get(d.name, [])]
+            for ref in set().union(*map(_references, terms)):
                 if ref in exprs:
                     graph.add_edge(d.name, ref)
         for comp in nx.strongly_connected_components(graph):
@@ -424,6 +426,9 @@ class Lowering:
     def _set_decl(self, d: ast.SetDecl) -> SetVal:
         if d.name not in self.sets:
             self.sets[d.name] = SetVal(np.zeros((0, 1), np.int64), d.name)  # guards recursion
+            if not self.is_active(d):
+                self.sets[d.name] = SetVal(np.zeros((0, self._set_arity(d)), np.int64), d.name)
+                return self.sets[d.name]
             sv = self.set_value(d.value, Table.unit())
             if isinstance(sv, SetRel):
                 sv = SetVal(unique_rows(sv.cols))
@@ -437,6 +442,11 @@ class Lowering:
         d = self.p.decls.get(e.name)
         if not isinstance(d, ast.SetDecl) or d.index is None:
             raise CheckError(f"'{e.name}' is not an indexed set", e.loc)
+        if not self.is_active(d):
+            fam = self._empty_family(d.index)
+            self.indexed_sets[e.name] = (fam, SetRel(np.zeros(0, np.int64),
+                                                     np.zeros((0, self._set_arity(d)), np.int64)))
+            return self.indexed_sets[e.name]
         fam = self._family(d.index)
         rel = self._as_rel(self.set_value(d.value, _with_row_id(fam.table)), fam.table)
         # distinct elements per row, first occurrence kept
@@ -446,6 +456,30 @@ class Lowering:
         both = both[order]
         self.indexed_sets[e.name] = (fam, SetRel(both[:, 0], both[:, 1:]))
         return self.indexed_sets[e.name]
+
+    def is_active(self, d) -> bool:
+        """Whether a declaration (or a `+=` term) exists: its `when` condition, evaluated once."""
+        if getattr(d, "when", None) is None:
+            return True
+        if id(d) not in self._active:
+            self._active[id(d)] = bool(self._bool(d.when, Table.unit())[0])
+        return self._active[id(d)]
+
+    def _decl_family(self, d) -> Family:
+        """A declaration's domain; empty when its `when` condition is false (nothing evaluated)."""
+        return self._family(d.index) if self.is_active(d) else self._empty_family(d.index)
+
+    def _empty_family(self, index: ast.Index | None) -> Family:
+        names = _index_names(index)
+        keys = np.zeros((0, len(names)), np.int64)
+        table = Table(0, {n: np.zeros(0, np.int64) for n in names})
+        return Family(keys, KeyIndex(keys, len(self.u) + 1), table)
+
+    def _set_arity(self, d: ast.SetDecl) -> int:
+        """The tuple length of a declared set, told from its text (for a set that is not built)."""
+        from .check import Checker
+
+        return Checker(self.p).set_arity(d) or 1
 
     def _family(self, index: ast.Index | None) -> Family:
         table = self.domain(index)
@@ -563,7 +597,8 @@ class Lowering:
             entry = (None, self._num_or_bool(d.value, Table.unit()), None)
         else:
             fam = self._family(d.index)
-            values = self._num_or_bool(d.value, fam.table).astype(float)
+            values = self._num_or_bool(d.value, fam.table)
+            values = values if values.dtype == bool else values.astype(float)
             table = self.p.param_tables.get(d.name)
             if table is not None:
                 self._apply_table(d, table, fam, values)
@@ -621,6 +656,9 @@ class Lowering:
         return np.array(out, dtype=np.int64)
 
     def _param_lookup(self, d: ast.ParamDecl, args, t: Table, loc: Loc):
+        if not self.is_active(d):
+            raise DataError(f"param '{d.name}' does not exist here: the 'when' condition before it (at "
+                            f"{d.when.loc}) is false", loc)
         fam, values, _ = self._param(d)
         if fam is None:
             if args:
@@ -643,7 +681,7 @@ class Lowering:
 
     # --- variables
     def _declare_var(self, d: ast.VarDecl):
-        fam = self._family(d.index)
+        fam = self._decl_family(d)
         n = len(fam.keys)
         lb = np.zeros(n) if d.kind == "binary" else np.full(n, -np.inf)
         ub = np.ones(n) if d.kind == "binary" else np.full(n, np.inf)
@@ -691,14 +729,14 @@ class Lowering:
 
     # --- expressions
     def _declare_aux(self, d: ast.ExprDecl):
-        fam = self._family(d.index)
+        fam = self._decl_family(d)
         n = len(fam.keys)
         self._add_family(d.name, fam, "continuous", np.full(n, -np.inf), np.full(n, np.inf), d.loc,
                          "auxiliary variable of the recursive expression")
 
     def _define_aux(self, d: ast.ExprDecl):
         fam, offset = self.vars[d.name]
-        body = self._lin(d.value, fam.table)
+        body = self._lin_of(self._expr_body(d, fam), fam.table)
         m = fam.table.m
         aux = Lin(m, np.arange(m), offset + np.arange(m), np.ones(m), np.zeros(m))
         self._emit(f"{d.name}.definition", fam, aux + body.scale(-np.ones(m)), "==", d.loc)
@@ -707,11 +745,11 @@ class Lowering:
         if d.name in self.recursive:
             return self._var_lookup(d.name, args, t)
         if d.name not in self.exprs:
-            fam = self._family(d.index)
-            self.exprs[d.name] = (fam, self.value(d.value, fam.table))
+            fam = self._decl_family(d)
+            self.exprs[d.name] = (fam, self._expr_body(d, fam))
         fam, val = self.exprs[d.name]
         if fam.keys.shape[1] == 0:
-            rows = np.zeros(t.m, dtype=np.int64)
+            rows = np.zeros(t.m, dtype=np.int64) if len(fam.keys) else np.full(t.m, -1, dtype=np.int64)
         else:
             rows = fam.index.lookup(args, t.m)
         if isinstance(val, Const):
@@ -720,6 +758,45 @@ class Lowering:
             out[ok] = np.broadcast_to(val.v, (fam.table.m,))[rows[ok]]
             return Const(out, val.dim)
         return val.gather(rows)
+
+    def _expr_body(self, d: ast.ExprDecl, fam: Family):
+        """The value of an expression on its domain rows: its body plus the terms added with `+=`."""
+        if fam.table.m == 0:
+            return Const(np.zeros(0))
+        val = self.value(d.value, fam.table)
+        for ext in self.p.extensions.get(d.name, []):
+            term = self._added_term(ext, fam)
+            if term is None:
+                continue
+            if isinstance(val, Const) and isinstance(term, Const):
+                val = Const(np.broadcast_to(val.v.astype(float), (fam.table.m,)) + term.v, val.dim or term.dim)
+            else:
+                val = self._lin_of(val, fam.table) + self._lin_of(term, fam.table)
+        return val
+
+    def _added_term(self, ext, fam: Family):
+        """A `+=` term evaluated on its own domain and summed into the rows of `fam` (the
+        declaration's rows with the same keys); None when its `when` is false. A key outside the
+        declaration's domain is an error."""
+        if not self.is_active(ext):
+            return None
+        own = self._family(ext.index)
+        if fam.keys.shape[1] == 0:
+            rows = np.zeros(len(own.keys), dtype=np.int64)
+        else:
+            rows = fam.index.lookup([own.keys[:, j] for j in range(own.keys.shape[1])], len(own.keys))
+        if (rows < 0).any():
+            i = int(np.flatnonzero(rows < 0)[0])
+            raise DataError(f"'+=' adds to {ext.name}{self._fmt_key(own.keys[i])}, which is outside the domain "
+                            f"of '{ext.name}' (declared at {self.p.decls[ext.name].loc})", ext.loc)
+        v = self.value(ext.value, own.table)
+        m = fam.table.m
+        if isinstance(v, Const):
+            vals = np.broadcast_to(v.v.astype(float), (own.table.m,))
+            return Const(np.bincount(rows, vals, minlength=m)[:m], v.dim)
+        if isinstance(v, Lin):
+            return v.reduce(rows, m)
+        raise CheckError("'+=' adds a number or a linear expression", ext.value.loc)
 
     # --- operators
     def v_BinOp(self, e, t):
@@ -833,14 +910,24 @@ class Lowering:
         raise _NeedsLowering()
 
     def v_Cond(self, e, t):
+        """`if c then a else b`: each branch is evaluated only on the rows that take it."""
         c = self._bool(e.cond, t)
-        a, b = self.value(e.then, t), self.value(e.other, t)
+        if c.all():
+            return self.value(e.then, t)
+        if not c.any():
+            return self.value(e.other, t)
+        yes, no = np.flatnonzero(c), np.flatnonzero(~c)
+        ty, tn = t.take(yes), t.take(no)
+        a, b = self.value(e.then, ty), self.value(e.other, tn)
         if isinstance(a, Const) and isinstance(b, Const):
-            return Const(np.where(c, np.broadcast_to(a.v, (t.m,)), np.broadcast_to(b.v, (t.m,))))
+            out = np.empty(t.m, dtype=np.result_type(a.v, b.v))
+            out[yes], out[no] = np.broadcast_to(a.v, (ty.m,)), np.broadcast_to(b.v, (tn.m,))
+            return Const(out, a.dim or b.dim)
         if isinstance(a, Elem) and isinstance(b, Elem):
-            return Elem(np.where(c, a.codes, b.codes))
-        la, lb = self._lin_of(a, t), self._lin_of(b, t)
-        return _select(la, lb, c)
+            out = np.empty(t.m, dtype=np.int64)
+            out[yes], out[no] = a.codes, b.codes
+            return Elem(out, a.home if a.home is b.home else None)
+        return self._lin_of(a, ty).reduce(yes, t.m) + self._lin_of(b, tn).reduce(no, t.m)
 
     def v_Tuple(self, e, t):
         raise CheckError("a tuple is not a number", e.loc)
@@ -920,9 +1007,21 @@ class Lowering:
 
     # ================================================================== constraints and logic
     def _constraint(self, d: ast.ConstraintDecl):
+        if not self.is_active(d):
+            return
         fam = self._family(d.index)
         rows = _Rows(fam.table.m)
-        self._enforce(d.body, fam.table, np.arange(fam.table.m), [], rows, d.name)
+        origin = np.arange(fam.table.m)
+        added = [(x.side, self._added_term(x, fam)) for x in self.p.extensions.get(d.name, [])]
+        added = [(side, term) for side, term in added if term is not None]
+        if added:  # `lhs += ...` / `rhs += ...`: the body is a comparison (check.py)
+            t = fam.table
+            sides = {"lhs": self._lin(d.body.left, t), "rhs": self._lin(d.body.right, t)}
+            for side, term in added:
+                sides[side] = sides[side] + self._lin_of(term, t)
+            self._compare(d.body, sides["lhs"], sides["rhs"], t, origin, [], rows)
+        else:
+            self._enforce(d.body, fam.table, origin, [], rows, d.name)
         self._emit_rows(d.name, fam, rows, d.loc)
 
     def _enforce(self, f, t: Table, origin: np.ndarray, guards: list[Lin], rows: "_Rows", name: str):
@@ -956,24 +1055,27 @@ class Lowering:
             self._relation(total + Lin.constant(np.full(t.m, -1.0)), ">=", t, origin, guards, rows, f.loc)
             return
         if isinstance(f, ast.Compare):
-            a, b = self._lin(f.left, t), self._lin(f.right, t)
-            diff = a + b.scale(-np.ones(t.m))
-            op = f.op
-            if op in ("<", ">"):
-                if not self._integral(diff):
-                    raise CheckError(f"strict '{op}' between expressions with continuous variables cannot be "
-                                     f"modelled; use '{op}='", f.loc)
-                diff = diff + Lin.constant(np.full(t.m, 1.0 if op == "<" else -1.0))
-                op = op + "="
-            if op == "!=":
-                raise CheckError("'!=' between expressions with variables is not supported", f.loc)
-            self._relation(diff, op, t, origin, guards, rows, f.loc)
+            self._compare(f, self._lin(f.left, t), self._lin(f.right, t), t, origin, guards, rows)
             return
         lit = self._literal(f, t)
         if lit is not None:  # a binary literal on its own: it must be 1
             self._relation(lit + Lin.constant(np.full(t.m, -1.0)), ">=", t, origin, guards, rows, f.loc)
             return
         raise CheckError("this formula cannot be lowered to linear constraints", f.loc)
+
+    def _compare(self, f: ast.Compare, a: Lin, b: Lin, t: Table, origin, guards: list[Lin], rows: "_Rows"):
+        """The comparison `a f.op b` (its sides already lowered), under the guards."""
+        diff = a + b.scale(-np.ones(t.m))
+        op = f.op
+        if op in ("<", ">"):
+            if not self._integral(diff):
+                raise CheckError(f"strict '{op}' between expressions with continuous variables cannot be "
+                                 f"modelled; use '{op}='", f.loc)
+            diff = diff + Lin.constant(np.full(t.m, 1.0 if op == "<" else -1.0))
+            op = op + "="
+        if op == "!=":
+            raise CheckError("'!=' between expressions with variables is not supported", f.loc)
+        self._relation(diff, op, t, origin, guards, rows, f.loc)
 
     def _disjunction(self, f, t: Table, origin, rows: "_Rows", name: str) -> Lin:
         """Sum of 0/1 indicators, one per disjunct, each implying its disjunct."""
@@ -1137,12 +1239,6 @@ class _Rows:
 
 _COMPARE = {"<=": np.less_equal, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
             "<": np.less, ">": np.greater}
-
-
-def _select(a: Lin, b: Lin, c: np.ndarray) -> Lin:
-    ta, tb = c[a.rows], ~c[b.rows]
-    return Lin(a.m, np.concatenate([a.rows[ta], b.rows[tb]]), np.concatenate([a.cols[ta], b.cols[tb]]),
-               np.concatenate([a.coefs[ta], b.coefs[tb]]), np.where(c, a.const, b.const))
 
 
 def _combine(op: str, a: SetRel, b: SetRel, base: int) -> SetRel:
