@@ -24,6 +24,7 @@ from .check import BUILTIN_SCALARS, BUILTIN_SETS, CHECKMATE_VIEW
 from .errors import CheckError, DataError, Loc
 from .graph import Graph
 from .ir import ConstraintBlock, IRModel, Objective, Observed, VarFamily
+from .parser import name_loc
 from .program import Program
 from .relational import (INVALID, Const, Elem, KeyIndex, Lin, SetVal, Table, Universe, cross_rows,
                          expand_ranges, unique_rows)
@@ -787,8 +788,10 @@ class Lowering:
             rows = fam.index.lookup([own.keys[:, j] for j in range(own.keys.shape[1])], len(own.keys))
         if (rows < 0).any():
             i = int(np.flatnonzero(rows < 0)[0])
+            base = self.p.decls[ext.name]
             raise DataError(f"'+=' adds to {ext.name}{self._fmt_key(own.keys[i])}, which is outside the domain "
-                            f"of '{ext.name}' (declared at {self.p.decls[ext.name].loc})", ext.loc)
+                            f"of '{ext.name}' (declared at {name_loc(base.name, base.loc)})",
+                            ext.index.loc if ext.index else ext.loc)
         v = self.value(ext.value, own.table)
         m = fam.table.m
         if isinstance(v, Const):
