@@ -12,40 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import ast
+from .builtins import BUILTIN_SCALARS, BUILTIN_SETS, FUNCTIONS
 from .errors import CheckError, ErrorList, LintWarning, Loc, did_you_mean
 from .parser import name_loc
 from .program import Program
 
-# Names the graph data provides (see docs/language.md).
-# Sets the graph data provides: name -> tuple arity. The first four are the Checkmate view
-# (nodes with one output each, edges); the others are the H-graph of layered data (hgraph.py).
-BUILTIN_SETS = {
-    "nodes": 1, "edges": 2, "forward_nodes": 1, "backward_nodes": 1,
-    "compute_nodes": 1, "data_nodes": 1, "creates": 2, "uses": 2, "option_uses": 3,
-    "options": 2, "layers": 1, "phantom_options": 2, "inputs": 1, "outputs": 1,
-    # sub-step profiles (correction terms): options that have one, their steps (k, o, i), the
-    # inputs a step frees (k, o, i, d) and the outputs not created yet at a step (k, o, i, d)
-    "stepped": 2, "steps": 3, "step_frees": 4, "step_pending": 4,
-    # what may be offloaded to host memory: data nodes and (layer, option) phantoms not `pinned`
-    "offloadable_data": 1, "offloadable_phantoms": 2,
-}
-CHECKMATE_VIEW = ("nodes", "edges", "forward_nodes", "backward_nodes")
-# bandwidths are plain numbers, bytes per second (0 when not given); budget.host is inf when not given
-BUILTIN_SCALARS = {"budget.peak": "size", "budget.save": "size", "budget.host": "size",
-                   "bandwidth.offload": "", "bandwidth.prefetch": "", "inf": ""}
-# function -> (min args, max args, result type, result dim)
-FUNCTIONS = {
-    "size": (1, 1, "num", "size"), "time": (1, 2, "num", "time"),
-    "overhead": (2, 2, "num", "size"), "phantom": (2, 2, "num", "size"),
-    "step_overhead": (3, 3, "num", "size"),
-    "fwd": (1, 1, "elem", ""), "bwd": (1, 1, "elem", ""), "layer": (1, 1, "elem", ""),
-    "next": (1, 2, "elem", ""), "prev": (1, 2, "elem", ""),
-    "first": (1, 1, "elem", ""), "last": (1, 1, "elem", ""),
-    "ord": (1, 1, "num", ""), "card": (1, 1, "num", ""),
-    "preds": (1, 1, "set", ""), "succs": (1, 1, "set", ""),
-    "is_backward": (1, 1, "bool", ""),
-    "abs": (1, 1, "num", None), "floor": (1, 1, "num", None), "ceil": (1, 1, "num", None),
-}
+# The names graph data provides (sets, scalars, functions): one entry each in builtins.py.
 
 
 @dataclass
@@ -370,12 +342,12 @@ class Checker:
         return self._decl_type(d, e)
 
     def e_Call(self, e, s):
-        sig = FUNCTIONS.get(e.func)
-        if sig is None:
+        f = FUNCTIONS.get(e.func)
+        if f is None:
             if e.func in self.p.decls:
                 raise CheckError(f"'{e.func}' is not a function; write {e.func}[...] to index it", e.loc)
             raise CheckError(f"unknown function '{e.func}'{did_you_mean(e.func, FUNCTIONS)}", e.loc)
-        lo, hi, kind, dim = sig
+        lo, hi = f.min_args, f.max_args
         if not lo <= len(e.args) <= hi:
             want = str(lo) if lo == hi else f"{lo} or {hi}"
             raise CheckError(f"{e.func}() takes {want} argument{'s' if hi > 1 else ''}, got {len(e.args)}", e.loc)
@@ -383,13 +355,11 @@ class Checker:
         for a, t in zip(e.args, ts):
             if t.kind in ("lin", "formula"):
                 raise CheckError(f"{e.func}() needs constants, but its argument depends on variables", a.loc)
-        if e.func in ("first", "last", "card") and ts[0].kind != "set":
-            raise CheckError(f"{e.func}() takes a set, not {_describe(ts[0])}", e.args[0].loc)
-        if e.func in ("size", "time", "overhead", "phantom", "step_overhead", "fwd", "bwd", "layer", "next", "prev", "ord", "preds", "succs", "is_backward") and ts[0].kind != "elem":
-            raise CheckError(f"{e.func}() takes an element, not {_describe(ts[0])}", e.args[0].loc)
-        if dim is None:
-            dim = ts[0].dim
-        return T(kind, dim, arity=1 if kind == "set" else None)
+        if f.takes is not None and ts[0].kind != f.takes:
+            what = "a set" if f.takes == "set" else "an element"
+            raise CheckError(f"{e.func}() takes {what}, not {_describe(ts[0])}", e.args[0].loc)
+        dim = ts[0].dim if f.dim is None else f.dim
+        return T(f.result, dim, arity=1 if f.result == "set" else None)
 
     def e_Aggregate(self, e, s):
         inner = self.index(ast.Index(e.loc, e.items, e.where), s)

@@ -20,25 +20,17 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import ast
-from .check import BUILTIN_SCALARS, BUILTIN_SETS, CHECKMATE_VIEW
+from .builtins import BUILTIN_SCALARS, BUILTIN_SETS, CHECKMATE_VIEW, FUNCTIONS, SCALARS, GraphData
 from .errors import CheckError, DataError, Loc
 from .graph import Graph
 from .ir import ConstraintBlock, IRModel, Objective, Observed, VarFamily
 from .parser import name_loc
 from .program import Program
-from .relational import (INVALID, Const, Elem, KeyIndex, Lin, SetVal, Table, Universe, cross_rows,
-                         expand_ranges, unique_rows)
+from .relational import (INVALID, Const, Elem, KeyIndex, Lin, SetRel, SetVal, Table, Universe, cross_rows,
+                         expand_ranges, unique_rows, with_row_id)
 from .units import UNITS, dimension
 
 TOL = 1e-9
-
-
-@dataclass
-class SetRel:
-    """A set that depends on the rows of a table: row `rows[i]` contains element `cols[i]`."""
-
-    rows: np.ndarray
-    cols: np.ndarray  # (n, arity)
 
 
 @dataclass
@@ -70,132 +62,8 @@ class Lowering:
         self.n_cols = 0
         self._const_sets: dict[int, tuple] = {}  # id(ast node) -> (node, SetVal); node kept alive
         self._active: dict[int, bool] = {}  # id(declaration) -> its `when` condition's value
-        self._bind_graph()
-
-    # ================================================================== graph binding
-    def _bind_graph(self):
-        g = self.g
-        if g is None:
-            return
-        self.graph_tables: dict[str, tuple[KeyIndex, np.ndarray]] = {}
-        self.graph_elems: dict[str, np.ndarray] = {}
-        if g.layers:
-            from .hgraph import build_hgraph
-
-            self._bind_hgraph(build_hgraph(g))
-        codes = self.u.codes_of([n.name for n in g.nodes])  # topological order = code order
-        self.node_size = np.zeros(len(self.u))
-        self.node_time = np.zeros(len(self.u))
-        self.node_backward = np.zeros(len(self.u), dtype=bool)
-        if g.layers:
-            self.node_size[self._data_codes] = self._data_sizes
-        self.node_size[codes] = [n.size for n in g.nodes]
-        self.node_time[codes] = [n.time for n in g.nodes]
-        self.node_backward[codes] = [n.kind == "backward" for n in g.nodes]
-        self.sets["nodes"] = SetVal(codes.reshape(-1, 1), "nodes")
-        self.sets["forward_nodes"] = SetVal(codes[~self.node_backward[codes]].reshape(-1, 1), "forward_nodes")
-        self.sets["backward_nodes"] = SetVal(codes[self.node_backward[codes]].reshape(-1, 1), "backward_nodes")
-        if g.edges:
-            e = np.array([[self.u.code(a), self.u.code(b)] for a, b in g.edges], dtype=np.int64)
-        else:
-            e = np.zeros((0, 2), dtype=np.int64)
-        self.sets["edges"] = SetVal(e, "edges")
-
-    def _bind_hgraph(self, h):
-        """The H-graph's sets, and its per-(node, option) data as tables (see check.BUILTIN_SETS)."""
-        code = self.u.code
-        compute = [code(k.name) for k in h.compute]  # registered first: code order = H-graph order
-        self._data_codes = np.array([code(d) for d in h.data], dtype=np.int64)
-        self._data_sizes = np.array(list(h.data.values()), dtype=float)
-
-        def rows(items, width):
-            arr = np.array([[code(x) for x in item] for item in items], dtype=np.int64)
-            return SetVal(arr.reshape(len(items), width))
-
-        self.sets["compute_nodes"] = SetVal(np.array(compute, dtype=np.int64).reshape(-1, 1))
-        self.sets["data_nodes"] = SetVal(self._data_codes.reshape(-1, 1))
-        self.sets["creates"] = rows(h.creates, 2)
-        self.sets["uses"] = rows(h.uses, 2)
-        self.sets["option_uses"] = rows(h.option_uses, 3)
-        node_opts = [(k.name, o.name) for k in h.compute for o in k.options]
-        self.sets["options"] = rows(node_opts, 2)
-        self.sets["layers"] = rows([(k.layer,) for k in h.compute if k.kind == "fwd"], 1)
-        self.sets["phantom_options"] = rows(list(h.phantoms), 2)
-        self.sets["inputs"] = rows([(d,) for d in h.inputs], 1)
-        self.sets["outputs"] = rows([(d,) for d in h.outputs], 1)
-        pinned_data = {d.name for d in self.g.data if d.pinned}
-        pinned_opts = {(layer.name, o.name) for layer in self.g.layers for o in layer.options if o.pinned}
-        self.sets["offloadable_data"] = rows([(d,) for d in h.data if d not in pinned_data], 1)
-        self.sets["offloadable_phantoms"] = rows([jo for jo, b in h.phantoms.items()
-                                                  if b > 0 and jo not in pinned_opts], 2)
-        base = len(self.u) + 1
-        opts = self.sets["options"].cols
-        self.graph_tables["time"] = (KeyIndex(opts, base), np.array([o.time for k in h.compute for o in k.options]))
-        self.graph_tables["overhead"] = (KeyIndex(opts, base),
-                                         np.array([o.overhead for k in h.compute for o in k.options], float))
-        self.graph_tables["phantom"] = (KeyIndex(self.sets["phantom_options"].cols, base),
-                                        np.array(list(h.phantoms.values()), dtype=float))
-        # sub-step profiles: steps are numbered 1..n per (node, option)
-        steps, frees, pending, step_mem = [], [], [], []
-        outputs = {k.name: [d for c, d in h.creates if c == k.name] for k in h.compute}
-        for k in h.compute:
-            for o in k.options:
-                for i, st in enumerate(o.steps, 1):
-                    steps.append((k.name, o.name, i))
-                    step_mem.append(st.overhead)
-                    frees += [(k.name, o.name, i, d) for d in st.frees]
-                    pending += [(k.name, o.name, i, d) for d in outputs[k.name] if d not in st.creates]
-        self.sets["stepped"] = rows(list(dict.fromkeys((k, o) for k, o, _ in steps)), 2)
-        self.sets["steps"] = rows(steps, 3)
-        self.sets["step_frees"] = rows(frees, 4)
-        self.sets["step_pending"] = rows(pending, 4)
-        self.graph_tables["step_overhead"] = (KeyIndex(self.sets["steps"].cols, len(self.u) + 1),
-                                              np.array(step_mem, dtype=float))
-        # fwd(j), bwd(j), layer(k): code -> code lookup arrays (INVALID where undefined)
-        pairs = {"fwd": [(code(k.layer), code(k.name)) for k in h.compute if k.kind == "fwd"],
-                 "bwd": [(code(k.layer), code(k.name)) for k in h.compute if k.kind == "bwd"],
-                 "layer": [(code(k.name), code(k.layer)) for k in h.compute if k.layer]}
-        for f, items in pairs.items():
-            lookup = np.full(len(self.u), INVALID, dtype=np.int64)
-            src, dst = np.array(items, dtype=np.int64).reshape(-1, 2).T
-            lookup[src] = dst
-            self.graph_elems[f] = lookup
-
-    def _graph_table(self, f: str, e, t: Table) -> Const:
-        if f not in self.graph_tables:
-            raise DataError(f"{f}(k, o) needs layered graph data (layers with options)", e.loc)
-        index, values = self.graph_tables[f]
-        args = [self._elem_codes(a, t) for a in e.args]
-        rows = index.lookup(args, t.m)
-        if (rows < 0).any():
-            i = int(np.flatnonzero(rows < 0)[0])
-            key = ", ".join(str(self.u.value(int(a[i]))) for a in args)
-            what = {"phantom": "layer option", "step_overhead": "step"}.get(f, "node option")
-            raise DataError(f"{f}({key}): no such {what}", e.loc)
-        return Const(values[rows], "time" if f == "time" else "size")
-
-    def _graph_elem(self, f: str, e, t: Table) -> Elem:
-        table = self.graph_elems.get(f)
-        if table is None:
-            raise DataError(f"{f}() needs layered graph data", e.loc)
-        codes = self._elem_codes(e.args[0], t)
-        known = (codes >= 0) & (codes < len(table))
-        out = np.full(len(codes), INVALID, dtype=np.int64)
-        out[known] = table[codes[known]]
-        if (out < 0).any():
-            bad = self.u.value(int(codes[out < 0][0]))
-            raise DataError(f"{f}({bad!r}): not a {'layer' if f != 'layer' else 'layer node'}", e.loc)
-        return Elem(out, self.sets["layers" if f == "layer" else "compute_nodes"])
-
-    def _graph_attr(self, arr_name: str, codes: np.ndarray, loc: Loc, what: str) -> np.ndarray:
-        if self.g is None:
-            raise DataError(f"{what}() needs graph data, and no graph was given", loc)
-        arr = getattr(self, arr_name)
-        ok = (codes >= 0) & (codes < len(arr))
-        if not ok.all():
-            bad = self.u.value(int(codes[~ok][0]))
-            raise DataError(f"{what}({bad!r}): not a node of graph '{self.g.name}'", loc)
-        return arr[codes]
+        self.data = GraphData(graph, self.u)  # the built-in sets and what functions read
+        self.sets.update(self.data.sets)
 
     # ================================================================== entry point
     def run(self) -> IRModel:
@@ -366,13 +234,8 @@ class Lowering:
             offs = np.arange(counts.sum(), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
             pick = order[np.repeat(starts[frows], counts) + offs]
             return SetRel(rows, rel.cols[pick])
-        if isinstance(e, ast.Call) and e.func in ("preds", "succs"):
-            v = self._elem_codes(e.args[0], t)
-            edges = self.sets["edges"].cols
-            key, other = (1, 0) if e.func == "preds" else (0, 1)
-            idx = KeyIndex(edges[:, [key]], len(self.u))
-            trows, erows = idx.join([v])
-            return SetRel(trows, edges[erows][:, [other]])
+        if isinstance(e, ast.Call) and e.func in FUNCTIONS and FUNCTIONS[e.func].set_value is not None:
+            return FUNCTIONS[e.func].set_value(self, e, t)
         if isinstance(e, ast.Range):
             lo = self._num(e.lo, t)
             hi = self._num(e.hi, t)
@@ -389,7 +252,7 @@ class Lowering:
             return self._maybe_const(_combine(e.op, a, b, len(self.u)), t)
         if isinstance(e, ast.SetLit):
             if e.items and (e.where is not None or all(isinstance(x, ast.Member) and _is_pattern(x.element) for x in e.items)):
-                inner = self.domain(ast.Index(e.loc, e.items, e.where), _with_row_id(t))
+                inner = self.domain(ast.Index(e.loc, e.items, e.where), with_row_id(t))
                 names = [n for x in e.items for n in _pattern(x.element) if n != "_"]
                 names = list(dict.fromkeys(names))
                 cols = np.stack([inner.cols[n] for n in names], axis=1) if names else np.zeros((inner.m, 0), np.int64)
@@ -405,7 +268,7 @@ class Lowering:
             order = np.argsort(rows, kind="stable")
             return self._maybe_const(SetRel(rows[order], data[order]), t)
         if isinstance(e, ast.SetFor):
-            inner = self.domain(ast.Index(e.loc, e.items, e.where), _with_row_id(t))
+            inner = self.domain(ast.Index(e.loc, e.items, e.where), with_row_id(t))
             cols = self._tuple_codes(e.expr, inner)
             return self._maybe_const(SetRel(inner.cols["__row"], cols), t)
         if isinstance(e, ast.Cond):
@@ -449,7 +312,7 @@ class Lowering:
                                                      np.zeros((0, self._set_arity(d)), np.int64)))
             return self.indexed_sets[e.name]
         fam = self._family(d.index)
-        rel = self._as_rel(self.set_value(d.value, _with_row_id(fam.table)), fam.table)
+        rel = self._as_rel(self.set_value(d.value, with_row_id(fam.table)), fam.table)
         # distinct elements per row, first occurrence kept
         both = np.concatenate([rel.rows.reshape(-1, 1), rel.cols], axis=1)
         both = unique_rows(both)
@@ -544,28 +407,9 @@ class Lowering:
     def v_Name(self, e, t):
         if e.id in t.cols:
             return Elem(t.cols[e.id], t.homes.get(e.id))
-        if e.id == "inf":
-            return Const(np.full(t.m, np.inf))
-        if e.id == "budget.host" and "host" not in self.budgets:
-            host = self.g.budgets.get("host") if self.g is not None else None
-            # host memory: unlimited unless given
-            return Const(np.full(t.m, np.inf if host is None else float(host)), "size")
-        if e.id.startswith("bandwidth."):
-            bw = self.g.bandwidths.get(e.id.split(".", 1)[1], 0.0) if self.g is not None else 0.0
-            return Const(np.full(t.m, float(bw)))
-        if e.id.startswith("budget."):
-            kind = e.id.split(".", 1)[1]
-            if kind == "save" and "save" not in self.budgets and "peak" in self.budgets:
-                kind = "peak"  # no save budget: the peak budget bounds what is saved, too
-            if kind not in self.budgets:
-                # reported where the fix goes: the graph data (the model's use is a note)
-                hint = f"add `budget {kind} SIZE` after the graph" + (" or pass --budget" if kind == "peak" else "")
-                if self.g is not None and self.g.loc is not None:
-                    raise DataError(f"missing budget: graph '{self.g.name}' has no {kind} budget, and the "
-                                    f"model uses {e.id} (at {e.loc}); {hint}", self.g.loc)
-                raise DataError(f"missing budget: the model uses {e.id}, and no {kind} budget was "
-                                f"given; {hint}", e.loc)
-            return Const(np.full(t.m, float(self.budgets[kind])), "size")
+        scalar = SCALARS.get(e.id)
+        if scalar is not None:
+            return Const(np.full(t.m, scalar.value(self, e.id, e.loc)), scalar.dim)
         d = self.p.decls.get(e.id)
         if isinstance(d, ast.ParamDecl):
             return self._param_lookup(d, [], t, e.loc)
@@ -887,7 +731,7 @@ class Lowering:
 
     def v_Member(self, e, t):
         tup = self._tuple_codes(e.element, t)
-        sv = self.set_value(e.set, _with_row_id(t) if not isinstance(e.set, ast.Name) else t)
+        sv = self.set_value(e.set, with_row_id(t) if not isinstance(e.set, ast.Name) else t)
         base = len(self.u) + 1
         if isinstance(sv, SetVal):
             if sv.arity != tup.shape[1]:
@@ -936,7 +780,7 @@ class Lowering:
         raise CheckError("a tuple is not a number", e.loc)
 
     def v_Aggregate(self, e, t):
-        inner = self.domain(ast.Index(e.loc, e.items, e.where), _with_row_id(t))
+        inner = self.domain(ast.Index(e.loc, e.items, e.where), with_row_id(t))
         group = inner.cols["__row"]
         if e.op in ("any", "all"):
             v = self.value(e.body, inner)
@@ -960,48 +804,12 @@ class Lowering:
         return Const(out, v.dim)
 
     def v_Call(self, e, t):
-        f = e.func
-        if f in ("overhead", "phantom", "step_overhead") or (f == "time" and len(e.args) == 2):
-            return self._graph_table(f, e, t)
-        if f in ("fwd", "bwd", "layer"):
-            return self._graph_elem(f, e, t)
-        if f in ("size", "time", "is_backward"):
-            codes = self._elem_codes(e.args[0], t)
-            arr = {"size": "node_size", "time": "node_time", "is_backward": "node_backward"}[f]
-            return Const(self._graph_attr(arr, codes, e.loc, f), {"size": "size", "time": "time"}.get(f, ""))
-        if f in ("next", "prev"):
-            a = self.value(e.args[0], t)
-            if not isinstance(a, Elem):
-                raise CheckError(f"{f}() takes an element", e.args[0].loc)
-            if len(e.args) == 2:
-                sv = self.set_value(e.args[1], t)
-                if not isinstance(sv, SetVal) or sv.arity != 1:
-                    raise CheckError(f"{f}(v, S) needs a constant set of single elements", e.args[1].loc)
-                a = Elem(a.codes, sv)
-            return self._shift(a, np.full(t.m, 1 if f == "next" else -1), e.loc, positional=True)
-        if f in ("first", "last"):
-            sv = self.set_value(e.args[0], t)
-            if isinstance(sv, SetVal):
-                if len(sv) == 0:
-                    raise DataError(f"{f}() of an empty set", e.loc)
-                return Elem(np.full(t.m, sv.cols[0 if f == "first" else -1, 0]), sv)
-            raise CheckError(f"{f}() needs a set that does not depend on the index", e.loc)
-        if f == "ord":
-            a = self.value(e.args[0], t)
-            if not isinstance(a, Elem) or a.home is None:
-                raise CheckError("ord() needs an element of an ordered set", e.args[0].loc)
-            return Const(a.home.positions(len(self.u))[np.maximum(a.codes, 0)].astype(float) + 1)
-        if f == "card":
-            sv = self.set_value(e.args[0], _with_row_id(t))
-            if isinstance(sv, SetVal):
-                return Const(np.full(t.m, float(len(sv))))
-            return Const(np.bincount(sv.rows, minlength=t.m)[: t.m].astype(float))
-        if f in ("abs", "floor", "ceil"):
-            x = self._num(e.args[0], t)
-            return Const({"abs": np.abs, "floor": np.floor, "ceil": np.ceil}[f](x))
-        if f in ("preds", "succs"):
-            raise CheckError(f"{f}() is a set; use it after 'in'", e.loc)
-        raise CheckError(f"unknown function '{f}'", e.loc)
+        f = FUNCTIONS.get(e.func)
+        if f is None:
+            raise CheckError(f"unknown function '{e.func}'", e.loc)
+        if f.value is None:
+            raise CheckError(f"{e.func}() is a set; use it after 'in'", e.loc)
+        return f.value(self, e, t)
 
     def v_SetLit(self, e, t):
         raise CheckError("a set is not a number", e.loc)
@@ -1049,7 +857,7 @@ class Lowering:
                 self._enforce(ast.Logic(f.loc, "or", ast.Not(f.loc, f.left), f.right), t, origin, guards, rows, name)
             return
         if isinstance(f, ast.Aggregate) and f.op == "all":
-            inner = self.domain(ast.Index(f.loc, f.items, f.where), _with_row_id(t))
+            inner = self.domain(ast.Index(f.loc, f.items, f.where), with_row_id(t))
             src = inner.cols["__row"]
             self._enforce(f.body, inner, origin[src], [g.gather(src) for g in guards], rows, name)
             return
@@ -1086,7 +894,7 @@ class Lowering:
             lit_body = self._literal_expr(f.body)
             if not lit_body:
                 raise CheckError("any() over variables takes a binary literal as its body", f.body.loc)
-            inner = self.domain(ast.Index(f.loc, f.items, f.where), _with_row_id(t))
+            inner = self.domain(ast.Index(f.loc, f.items, f.where), with_row_id(t))
             return self._literal(f.body, inner).reduce(inner.cols["__row"], t.m)
         total = Lin.constant(np.zeros(t.m))
         for part in _flatten(f, "or"):
@@ -1257,10 +1065,6 @@ def _combine(op: str, a: SetRel, b: SetRel, base: int) -> SetRel:
     in_b = KeyIndex(kb, width).lookup([ka[:, j] for j in range(ka.shape[1])]) >= 0
     keep = in_b if op == "inter" else ~in_b
     return SetRel(a.rows[keep], a.cols[keep])
-
-
-def _with_row_id(t: Table) -> Table:
-    return t.with_col("__row", np.arange(t.m, dtype=np.int64))
 
 
 def _pattern(el) -> list[str]:
