@@ -12,14 +12,23 @@ read.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from .errors import CheckError, DataError, Loc
 from .graph import Graph
-from .relational import INVALID, Const, Elem, KeyIndex, SetRel, SetVal, Universe, with_row_id
+from .relational import (
+    INVALID,
+    Const,
+    Elem,
+    KeyIndex,
+    SetRel,
+    SetVal,
+    Universe,
+    with_row_id,
+)
 
 # ------------------------------------------------------------------------------- sets
 # name -> tuple arity. The first four are the Checkmate view (nodes with one output each,
@@ -152,21 +161,21 @@ def _node_attr(low, e, t, f: str) -> Const:
 @_builtin("size", (1, 1), "num", "size", "elem")
 def _size(low, e, t):
     """size(v): the size of node or datum v in bytes. Reads the graph's nodes (and the
-    H-graph's data sizes); a constant column."""
+    H-graph's data sizes). A number per row; no IR columns or rows."""
     return _node_attr(low, e, t, "size")
 
 
 @_builtin("is_backward", (1, 1), "bool", "", "elem")
 def _is_backward(low, e, t):
-    """is_backward(v): whether node v is a backward node. Reads the graph's nodes; a constant
-    (true/false) column."""
+    """is_backward(v): whether node v is a backward node. Reads the graph's nodes. A truth
+    value per row; no IR columns or rows."""
     return _node_attr(low, e, t, "is_backward")
 
 
 @_builtin("time", (1, 2), "num", "time", "elem")
 def _time(low, e, t):
     """time(v): node v's compute time; time(k, o): compute node k's time with option o. Reads
-    the graph's nodes or the H-graph's options; a constant column (seconds)."""
+    the graph's nodes or the H-graph's options. A number per row (seconds); no IR columns or rows."""
     return _table_lookup(low, e, t, "time") if len(e.args) == 2 else _node_attr(low, e, t, "time")
 
 
@@ -174,21 +183,22 @@ def _time(low, e, t):
 def _per_option(low, e, t):
     """overhead(k, o): the transient memory of node k with option o; phantom(j, o): the size of
     layer j's phantom (what its forward saves for the backward) with option o. Reads the
-    H-graph's options; a constant column (bytes)."""
+    H-graph's options. A number per row (bytes); no IR columns or rows."""
     return _table_lookup(low, e, t, e.func)
 
 
 @_builtin("step_overhead", (3, 3), "num", "size", "elem")
 def _step_overhead(low, e, t):
     """step_overhead(k, o, i): the transient memory at sub-step i of node k with option o.
-    Reads the options' sub-step profiles; a constant column (bytes)."""
+    Reads the options' sub-step profiles. A number per row (bytes); no IR columns or rows."""
     return _table_lookup(low, e, t, "step_overhead")
 
 
 @_builtin("fwd bwd layer", (1, 1), "elem", "", "elem")
 def _layer_node(low, e, t):
     """fwd(j) / bwd(j): the forward / backward compute node of layer j; layer(k): the layer of
-    compute node k. Reads the H-graph; an element column (ordered like compute_nodes / layers)."""
+    compute node k. Reads the H-graph. An element per row (ordered like compute_nodes / layers); no IR
+    columns or rows."""
     f = e.func
     table = low.data.elems.get(f)
     if table is None:
@@ -207,7 +217,7 @@ def _layer_node(low, e, t):
 def _next_prev(low, e, t):
     """next(v) / prev(v): the element after / before v in the ordered set v was bound from;
     next(v, S) / prev(v, S): in S. Past either end: no element (so references are out of
-    domain). An element column."""
+    domain). An element per row; no IR columns or rows."""
     f = e.func
     a = low.value(e.args[0], t)
     if not isinstance(a, Elem):
@@ -222,7 +232,8 @@ def _next_prev(low, e, t):
 
 @_builtin("first last", (1, 1), "elem", "", "set")
 def _first_last(low, e, t):
-    """first(S) / last(S): the first / last element of a constant ordered set. An element column."""
+    """first(S) / last(S): the first / last element of a constant ordered set. An element per row;
+    no IR columns or rows."""
     f = e.func
     sv = low.set_value(e.args[0], t)
     if isinstance(sv, SetVal):
@@ -234,7 +245,8 @@ def _first_last(low, e, t):
 
 @_builtin("ord", (1, 1), "num", "", "elem")
 def _ord(low, e, t):
-    """ord(v): the 1-based position of v in the ordered set it was bound from. A constant column."""
+    """ord(v): the 1-based position of v in the ordered set it was bound from. A number per
+    row; no IR columns or rows."""
     a = low.value(e.args[0], t)
     if not isinstance(a, Elem) or a.home is None:
         raise CheckError("ord() needs an element of an ordered set", e.args[0].loc)
@@ -244,7 +256,7 @@ def _ord(low, e, t):
 @_builtin("card", (1, 1), "num", "", "set")
 def _card(low, e, t):
     """card(S): the number of elements of S, per row when S depends on the row's names. A
-    constant column."""
+    number per row; no IR columns or rows."""
     sv = low.set_value(e.args[0], with_row_id(t))
     if isinstance(sv, SetVal):
         return Const(np.full(t.m, float(len(sv))))
@@ -253,7 +265,8 @@ def _card(low, e, t):
 
 @_builtin("abs floor ceil", (1, 1), "num", None, None)
 def _math(low, e, t):
-    """abs(x), floor(x), ceil(x) of a constant. A constant column, in x's unit."""
+    """abs(x), floor(x), ceil(x) of a constant. A number per row, in x's unit; no IR columns
+    or rows."""
     x = low._num(e.args[0], t)
     return Const({"abs": np.abs, "floor": np.floor, "ceil": np.ceil}[e.func](x))
 
@@ -261,7 +274,7 @@ def _math(low, e, t):
 @_builtin("preds succs", (1, 1), "set", "", "elem", kind="set_value")
 def _preds_succs(low, e, t):
     """preds(v) / succs(v): the nodes with an edge into / out of v (Checkmate view). Reads the
-    edges; a set per row (SetRel), used after `in`."""
+    edges. A set per row (SetRel), used after `in`; no IR columns or rows."""
     v = low._elem_codes(e.args[0], t)
     edges = low.sets["edges"].cols
     key, other = (1, 0) if e.func == "preds" else (0, 1)

@@ -8,41 +8,53 @@ rows at once. Rules that users rely on (docs/language.md):
   t, R[t, v] with v after t); a param referenced outside its domain is an error.
 * A recursive expression (U[t, k] defined from U[t, prev(k)]) becomes an auxiliary continuous
   variable per element with a defining equality, so the model stays linear in size.
-* Logic (and, or, not, implies, iff, any, all) over binary literals and linear comparisons is
-  lowered to linear rows; big-M values come from variable bounds.
+* Constraint bodies (comparisons, and logic over binary literals) become rows in logic.py;
+  built-in sets, scalars and functions are evaluated by their entries in builtins.py. This
+  module is about domains and expressions.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
 from . import ast
-from .builtins import BUILTIN_SCALARS, BUILTIN_SETS, CHECKMATE_VIEW, FUNCTIONS, SCALARS, GraphData
+from .builtins import (
+    BUILTIN_SCALARS,
+    BUILTIN_SETS,
+    CHECKMATE_VIEW,
+    FUNCTIONS,
+    SCALARS,
+    GraphData,
+)
 from .errors import CheckError, DataError, Loc
 from .graph import Graph
 from .ir import ConstraintBlock, IRModel, Objective, Observed, VarFamily
+from .logic import TOL, Formulas, NeedsLowering, Rows, flatten
 from .parser import name_loc
 from .program import Program
-from .relational import (INVALID, Const, Elem, KeyIndex, Lin, SetRel, SetVal, Table, Universe, cross_rows,
-                         expand_ranges, unique_rows, with_row_id)
+from .relational import (
+    INVALID,
+    Const,
+    Elem,
+    Family,
+    KeyIndex,
+    Lin,
+    SetRel,
+    SetVal,
+    Table,
+    Universe,
+    cross_rows,
+    expand_ranges,
+    unique_rows,
+    with_row_id,
+)
 from .units import UNITS, dimension
-
-TOL = 1e-9
-
-
-@dataclass
-class Family:
-    """An instantiated indexed declaration: its domain rows and their key index."""
-
-    keys: np.ndarray  # (n, arity) codes
-    index: KeyIndex
-    table: Table
 
 
 class Lowering:
+    """One program on one graph -> IR: domains, columns and expression values."""
+
     def __init__(self, program: Program, graph: Graph | None, budgets: dict[str, int]):
         self.p = program
         self.g = graph
@@ -62,6 +74,7 @@ class Lowering:
         self.n_cols = 0
         self._const_sets: dict[int, tuple] = {}  # id(ast node) -> (node, SetVal); node kept alive
         self._active: dict[int, bool] = {}  # id(declaration) -> its `when` condition's value
+        self.logic = Formulas(self)  # constraint bodies -> rows (logic.py)
         self.data = GraphData(graph, self.u)  # the built-in sets and what functions read
         self.sets.update(self.data.sets)
 
@@ -546,13 +559,18 @@ class Lowering:
         self._add_family(d.name, fam, d.kind, lb, ub, d.loc, d.doc)
 
     def _add_family(self, name, fam: Family, kind, lb, ub, loc, doc=""):
+        keys = [tuple(self.u.value(int(c)) for c in row) for row in fam.keys]
+        self.add_columns(name, fam, keys, kind, lb, ub, loc, doc)
+
+    def add_columns(self, name, fam: Family, keys: list, kind, lb, ub, loc, doc="") -> int:
+        """A new variable family: one column per row of `fam`; returns its first column."""
         offset = self.n_cols
         self.vars[name] = (fam, offset)
-        keys = [tuple(self.u.value(int(c)) for c in row) for row in fam.keys]
         self.var_families.append(VarFamily(name, keys, kind, lb.astype(float), ub.astype(float), offset, loc, doc))
         self.lb.append(lb.astype(float))
         self.ub.append(ub.astype(float))
-        self.n_cols += len(fam.keys)
+        self.n_cols += len(keys)
+        return offset
 
     def _var_lookup(self, name: str, args, t: Table) -> Lin:
         fam, offset = self.vars[name]
@@ -721,7 +739,7 @@ class Lowering:
             return Const(np.where(invalid, e.op == "!=", res))
         if isinstance(a, Const) and isinstance(b, Const):
             return Const(_COMPARE[e.op](a.v.astype(float), b.v.astype(float)))
-        raise _NeedsLowering()
+        raise NeedsLowering()
 
     def _elem_order(self, codes: np.ndarray) -> np.ndarray:
         num = self.u.numeric()
@@ -748,13 +766,13 @@ class Lowering:
         if isinstance(a, Const) and isinstance(b, Const) and a.v.dtype == bool and b.v.dtype == bool:
             x, y = a.v, b.v
             return Const({"and": x & y, "or": x | y, "implies": ~x | y, "iff": x == y}[e.op])
-        raise _NeedsLowering()
+        raise NeedsLowering()
 
     def v_Not(self, e, t):
         a = self.value(e.operand, t)
         if isinstance(a, Const) and a.v.dtype == bool:
             return Const(~a.v)
-        raise _NeedsLowering()
+        raise NeedsLowering()
 
     def v_Cond(self, e, t):
         """`if c then a else b`: each branch is evaluated only on the rows that take it."""
@@ -788,7 +806,7 @@ class Lowering:
                 count = np.bincount(group, v.v.astype(float), minlength=t.m)[: t.m]
                 total = np.bincount(group, minlength=t.m)[: t.m]
                 return Const(count > 0 if e.op == "any" else count == total)
-            raise _NeedsLowering()
+            raise NeedsLowering()
         v = self.value(e.body, inner)
         if e.op == "sum":
             if isinstance(v, Const):
@@ -816,12 +834,12 @@ class Lowering:
 
     v_SetFor = v_Range = v_SetLit
 
-    # ================================================================== constraints and logic
+    # ================================================================== constraints (rows: logic.py)
     def _constraint(self, d: ast.ConstraintDecl):
         if not self.is_active(d):
             return
         fam = self._family(d.index)
-        rows = _Rows(fam.table.m)
+        rows = Rows(fam.table.m)
         origin = np.arange(fam.table.m)
         added = [(x.side, self._added_term(x, fam)) for x in self.p.extensions.get(d.name, [])]
         added = [(side, term) for side, term in added if term is not None]
@@ -830,170 +848,17 @@ class Lowering:
             sides = {"lhs": self._lin(d.body.left, t), "rhs": self._lin(d.body.right, t)}
             for side, term in added:
                 sides[side] = sides[side] + self._lin_of(term, t)
-            self._compare(d.body, sides["lhs"], sides["rhs"], t, origin, [], rows)
+            self.logic.compare(d.body, sides["lhs"], sides["rhs"], t, origin, [], rows)
         else:
-            self._enforce(d.body, fam.table, origin, [], rows, d.name)
+            self.logic.enforce(d.body, fam.table, origin, [], rows, d.name)
         self._emit_rows(d.name, fam, rows, d.loc)
 
-    def _enforce(self, f, t: Table, origin: np.ndarray, guards: list[Lin], rows: "_Rows", name: str):
-        """Require formula f on every row of t whenever all guard literals are 1.
-
-        `origin` maps each row of t to the constraint's own row (for keys), guards are Lins over t.
-        """
-        f = _push_not(f)
-        if isinstance(f, ast.Logic) and f.op == "and":
-            self._enforce(f.left, t, origin, guards, rows, name)
-            self._enforce(f.right, t, origin, guards, rows, name)
-            return
-        if isinstance(f, ast.Logic) and f.op == "iff":
-            self._enforce(ast.Logic(f.loc, "implies", f.left, f.right), t, origin, guards, rows, name)
-            self._enforce(ast.Logic(f.loc, "implies", f.right, f.left), t, origin, guards, rows, name)
-            return
-        if isinstance(f, ast.Logic) and f.op == "implies":
-            lits = self._conj_literals(f.left, t)
-            if lits is not None:
-                self._enforce(f.right, t, origin, guards + lits, rows, name)
-            else:
-                self._enforce(ast.Logic(f.loc, "or", ast.Not(f.loc, f.left), f.right), t, origin, guards, rows, name)
-            return
-        if isinstance(f, ast.Aggregate) and f.op == "all":
-            inner = self.domain(ast.Index(f.loc, f.items, f.where), with_row_id(t))
-            src = inner.cols["__row"]
-            self._enforce(f.body, inner, origin[src], [g.gather(src) for g in guards], rows, name)
-            return
-        if isinstance(f, ast.Logic) and f.op == "or" or isinstance(f, ast.Aggregate) and f.op == "any":
-            total = self._disjunction(f, t, origin, rows, name)
-            self._relation(total + Lin.constant(np.full(t.m, -1.0)), ">=", t, origin, guards, rows, f.loc)
-            return
-        if isinstance(f, ast.Compare):
-            self._compare(f, self._lin(f.left, t), self._lin(f.right, t), t, origin, guards, rows)
-            return
-        lit = self._literal(f, t)
-        if lit is not None:  # a binary literal on its own: it must be 1
-            self._relation(lit + Lin.constant(np.full(t.m, -1.0)), ">=", t, origin, guards, rows, f.loc)
-            return
-        raise CheckError("this formula cannot be lowered to linear constraints", f.loc)
-
-    def _compare(self, f: ast.Compare, a: Lin, b: Lin, t: Table, origin, guards: list[Lin], rows: "_Rows"):
-        """The comparison `a f.op b` (its sides already lowered), under the guards."""
-        diff = a + b.scale(-np.ones(t.m))
-        op = f.op
-        if op in ("<", ">"):
-            if not self._integral(diff):
-                raise CheckError(f"strict '{op}' between expressions with continuous variables cannot be "
-                                 f"modelled; use '{op}='", f.loc)
-            diff = diff + Lin.constant(np.full(t.m, 1.0 if op == "<" else -1.0))
-            op = op + "="
-        if op == "!=":
-            raise CheckError("'!=' between expressions with variables is not supported", f.loc)
-        self._relation(diff, op, t, origin, guards, rows, f.loc)
-
-    def _disjunction(self, f, t: Table, origin, rows: "_Rows", name: str) -> Lin:
-        """Sum of 0/1 indicators, one per disjunct, each implying its disjunct."""
-        if isinstance(f, ast.Aggregate):  # any(i in I) body
-            lit_body = self._literal_expr(f.body)
-            if not lit_body:
-                raise CheckError("any() over variables takes a binary literal as its body", f.body.loc)
-            inner = self.domain(ast.Index(f.loc, f.items, f.where), with_row_id(t))
-            return self._literal(f.body, inner).reduce(inner.cols["__row"], t.m)
-        total = Lin.constant(np.zeros(t.m))
-        for part in _flatten(f, "or"):
-            part = _push_not(part)
-            lit = self._literal(part, t)
-            if lit is not None:
-                total = total + lit
-            elif isinstance(part, ast.Aggregate) and part.op == "any":
-                total = total + self._disjunction(part, t, origin, rows, name)
-            else:  # an indicator variable z with z -> part
-                z = self._indicator(name, t, origin)
-                self._enforce(part, t, origin, [z], rows, name)
-                total = total + z
-        return total
-
-    def _indicator(self, name: str, t: Table, origin) -> Lin:
-        k = sum(1 for f in self.var_families if f.name.startswith(f"{name}.or"))
-        fam = Family(np.arange(t.m).reshape(-1, 1), KeyIndex(np.arange(t.m).reshape(-1, 1), t.m + 1), t)
-        offset = self.n_cols
-        self.vars[f"{name}.or{k}"] = (fam, offset)
-        self.var_families.append(VarFamily(f"{name}.or{k}", [(int(i),) for i in range(t.m)], "binary",
-                                           np.zeros(t.m), np.ones(t.m), offset, None, "indicator of a disjunct"))
-        self.lb.append(np.zeros(t.m))
-        self.ub.append(np.ones(t.m))
-        self.n_cols += t.m
-        return Lin(t.m, np.arange(t.m), offset + np.arange(t.m), np.ones(t.m), np.zeros(t.m))
-
-    def _relation(self, diff: Lin, op: str, t, origin, guards: list[Lin], rows: "_Rows", loc):
-        """diff op 0, enforced only when all guards are 1 (big-M from the column bounds)."""
-        if op == ">=":
-            self._relation(diff.scale(-np.ones(diff.m)), "<=", t, origin, guards, rows, loc)
-            return
-        if op == "==":
-            if not guards:
-                rows.add(diff, origin, "==")
-                return
-            self._relation(diff, "<=", t, origin, guards, rows, loc)
-            self._relation(diff.scale(-np.ones(diff.m)), "<=", t, origin, guards, rows, loc)
-            return
-        if not guards:
-            rows.add(diff, origin, "<=")
-            return
-        lb, ub = self.column_bounds()
-        _, big = diff.activity_bounds(lb, ub)
-        keep = big > TOL  # rows where the relation could fail
-        if np.isinf(big[keep]).any():
-            raise CheckError("cannot derive a big-M for this condition: give the variables in it finite "
-                             "bounds (e.g. `in [0, B]`)", loc)
-        slack = Lin.constant(np.full(diff.m, float(len(guards))))
-        for g in guards:
-            slack = slack + g.scale(-np.ones(diff.m))
-        out = diff + slack.scale(-np.where(keep, big, 0.0))
-        rows.add(out.take_rows(keep), origin[keep], "<=")
-
-    def _integral(self, lin: Lin) -> bool:
-        ints = np.concatenate([np.full(f.size, f.kind != "continuous") for f in self.var_families]) \
-            if self.var_families else np.zeros(0, bool)
-        return bool(np.all(ints[lin.cols]) and np.all(lin.coefs == np.round(lin.coefs))
-                    and np.all(lin.const == np.round(lin.const)))
-
-    def _literal_expr(self, f) -> bool:
-        """Statically: a binary variable reference, or `not` of one."""
-        if isinstance(f, ast.Not):
-            return self._literal_expr(f.operand)
-        if isinstance(f, (ast.Name, ast.Subscript)):
-            name = f.id if isinstance(f, ast.Name) else f.name
-            return self.is_binary(name)
-        return False
-
-    def _literal(self, f, t: Table) -> Lin | None:
-        """The 0/1 value of a literal as a Lin (constants too), or None if f is not one."""
-        if isinstance(f, ast.Not):
-            inner = self._literal(f.operand, t)
-            return None if inner is None else Lin.constant(np.ones(t.m)) + inner.scale(-np.ones(t.m))
-        if self._literal_expr(f):
-            return self._lin(f, t)
-        try:
-            v = self.value(f, t)
-        except _NeedsLowering:
-            return None
-        if isinstance(v, Const) and v.v.dtype == bool:
-            return Lin.constant(np.broadcast_to(v.v, (t.m,)).astype(float))
-        return None
-
-    def _conj_literals(self, f, t) -> list[Lin] | None:
-        out = []
-        for part in _flatten(_push_not(f), "and"):
-            lit = self._literal(part, t)
-            if lit is None:
-                return None
-            out.append(lit)
-        return out
-
     def _emit(self, name, fam: Family, lin: Lin, op: str, loc):
-        rows = _Rows(fam.table.m)
+        rows = Rows(fam.table.m)
         rows.add(lin, np.arange(fam.table.m), op)
         self._emit_rows(name, fam, rows, loc)
 
-    def _emit_rows(self, name: str, fam: Family, rows: "_Rows", loc):
+    def _emit_rows(self, name: str, fam: Family, rows: Rows, loc):
         if not rows.parts:
             return
         A_rows, A_cols, A_vals, lo, hi, origin = [], [], [], [], [], []
@@ -1032,20 +897,6 @@ class Lowering:
         for b in self.blocks:
             if b.A.shape[1] != self.n_cols:
                 b.A = sp.csr_matrix((b.A.data, b.A.indices, b.A.indptr), shape=(b.A.shape[0], self.n_cols))
-
-
-class _NeedsLowering(Exception):
-    """A logical or comparison expression over variables met where a value was expected."""
-
-
-class _Rows:
-    def __init__(self, m: int):
-        self.m = m
-        self.parts: list[tuple[Lin, np.ndarray, str]] = []
-
-    def add(self, lin: Lin, origin: np.ndarray, op: str):
-        if lin.m:
-            self.parts.append((lin, origin, op))
 
 
 _COMPARE = {"<=": np.less_equal, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
@@ -1089,39 +940,7 @@ def _index_names(index: ast.Index | None) -> list[str]:
 
 
 def _conjuncts(e) -> list:
-    return _flatten(e, "and")
-
-
-def _flatten(e, op: str) -> list:
-    if isinstance(e, ast.Logic) and e.op == op:
-        return _flatten(e.left, op) + _flatten(e.right, op)
-    return [e]
-
-
-def _push_not(f):
-    """Move `not` inwards (De Morgan); comparisons flip; literals keep their `not`."""
-    if not isinstance(f, ast.Not):
-        return f
-    g = f.operand
-    L = f.loc
-    if isinstance(g, ast.Not):
-        return _push_not(g.operand)
-    if isinstance(g, ast.Logic):
-        if g.op == "and":
-            return ast.Logic(L, "or", ast.Not(L, g.left), ast.Not(L, g.right))
-        if g.op == "or":
-            return ast.Logic(L, "and", ast.Not(L, g.left), ast.Not(L, g.right))
-        if g.op == "implies":
-            return ast.Logic(L, "and", g.left, ast.Not(L, g.right))
-        if g.op == "iff":
-            return ast.Logic(L, "or", ast.Logic(L, "and", g.left, ast.Not(L, g.right)),
-                             ast.Logic(L, "and", ast.Not(L, g.left), g.right))
-    if isinstance(g, ast.Aggregate) and g.op in ("any", "all"):
-        return ast.Aggregate(g.loc, "all" if g.op == "any" else "any", g.items, g.where, ast.Not(L, g.body))
-    if isinstance(g, ast.Compare):
-        flip = {"<=": ">", "<": ">=", ">=": "<", ">": "<=", "==": "!=", "!=": "=="}[g.op]
-        return ast.Compare(g.loc, flip, g.left, g.right)
-    return f
+    return flatten(e, "and")
 
 
 def _references(e) -> set[str]:

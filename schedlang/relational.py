@@ -181,6 +181,15 @@ class SetRel:
     cols: np.ndarray  # (n, arity)
 
 
+@dataclass
+class Family:
+    """An instantiated indexed declaration: its domain rows and their key index."""
+
+    keys: np.ndarray  # (n, arity) codes
+    index: KeyIndex
+    table: Table
+
+
 def cross_rows(m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.repeat(np.arange(m, dtype=np.int64), n), np.tile(np.arange(n, dtype=np.int64), m)
 
