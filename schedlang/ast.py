@@ -154,6 +154,7 @@ class DecodeDecl(Node):
     decoder: str
     roles: dict  # role -> variable/expr name
     role_locs: dict = field(default_factory=dict, repr=False, compare=False)
+    extend: bool = False  # `decode NAME += (...)`: roles added to a used file's decode
 
 
 @dataclass

@@ -99,7 +99,11 @@ class _Builder(Transformer):
             role, target, loc = arg
             roles[role] = target
             locs[role] = loc
-        return ast.DecodeDecl(self.L(meta), str(c[0]), roles, locs)
+        return ast.DecodeDecl(self.L(meta), self.at(c[0]), roles, locs)
+
+    @v_args(meta=True)
+    def decode_ext(self, meta, c):
+        return dataclasses.replace(self.decode_decl(meta, c), extend=True)
 
     @v_args(meta=True)
     def decode_arg(self, meta, c):

@@ -132,7 +132,7 @@ class _Merger:
             elif isinstance(item, ast.ObjectiveDecl):
                 self._objective(item, local)
             elif isinstance(item, ast.DecodeDecl):
-                p.decode = item
+                p.decode = self._decode_roles(item) if item.extend else item
             elif isinstance(item, ast.GraphDecl):
                 if p.graph is not None:
                     raise DataError(f"a second graph '{item.name}' (the first is '{p.graph.name}' at "
@@ -197,6 +197,22 @@ class _Merger:
                              + (f"write {fix}" if fix else "'+=' adds terms to an expr or to a side of a "
                                 "constraint only"), loc)
         p.extensions.setdefault(item.name, []).append(item)
+
+    def _decode_roles(self, item: ast.DecodeDecl) -> ast.DecodeDecl:
+        """`decode NAME += (role = X, ...)`: the roles added to the decode declared before."""
+        old = self.program.decode
+        loc = name_loc(item.decoder, item.loc)
+        if old is None or old.decoder != item.decoder:
+            have = f"the decoder is '{old.decoder}'" if old is not None else "there is no decode yet"
+            raise CheckError(f"'+=' adds roles to the decode of a used file, and {have}: write "
+                             f"`decode {item.decoder}(...)` to declare one", loc)
+        for role in item.roles:
+            if role in old.roles:
+                raise CheckError(f"decode role '{role}' is already given (at "
+                                 f"{old.role_locs.get(role, old.loc)}); '+=' adds roles: declare the "
+                                 "decode again to change one", item.role_locs.get(role, loc))
+        return ast.DecodeDecl(old.loc, old.decoder, {**old.roles, **item.roles},
+                              {**old.role_locs, **item.role_locs})
 
     def _objective(self, item: ast.ObjectiveDecl, local: dict):
         p = self.program

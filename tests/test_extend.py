@@ -18,7 +18,7 @@ import pytest
 
 import schedlang
 from schedlang import cli
-from schedlang.errors import DataError
+from schedlang.errors import CheckError, DataError
 from schedlang.program import load_program
 from schedlang.resources import models_dir, shipped_models
 
@@ -99,6 +99,15 @@ def test_term_outside_the_declared_domain_is_a_located_error(base):
     with pytest.raises(DataError, match=r"load\[5\], which is outside the domain of 'load'") as info:
         schedlang.load(text=base + "expr load[t in 1..5] += 1\n").lower()
     assert info.value.loc.line == 2
+
+
+def test_decode_roles_are_added_to_the_used_decode(tmp_path):
+    base = tmp_path / "base.sched"
+    base.write_text(BASE + "decode stages(compute = x, memory = load)\n")
+    prog = load_program([], text=f'use "{base}"\ndecode stages += (keep = x)\n')
+    assert prog.decode.roles == {"compute": "x", "memory": "load", "keep": "x"}
+    with pytest.raises(CheckError, match="decode role 'memory' is already given"):
+        load_program([], text=f'use "{base}"\ndecode stages += (memory = x)\n')
 
 
 # ============================================================================ when
