@@ -154,6 +154,7 @@ class DecodeDecl(Node):
     decoder: str
     roles: dict  # role -> variable/expr name
     role_locs: dict = field(default_factory=dict, repr=False, compare=False)
+    extend: bool = False  # `decode NAME += (...)`: roles added to a used file's decode
 
 
 @dataclass
@@ -161,6 +162,7 @@ class SetDecl(Node):
     name: str
     index: Index | None
     value: object
+    when: object | None = None  # `when COND` before it: exists only if COND holds
 
 
 @dataclass
@@ -169,6 +171,7 @@ class ParamDecl(Node):
     index: Index | None
     value: object | None
     is_default: bool = False
+    when: object | None = None  # `when COND` before it: exists only if COND holds
 
 
 @dataclass
@@ -179,6 +182,7 @@ class VarDecl(Node):
     lb: object | None = None
     ub: object | None = None
     doc: str = ""
+    when: object | None = None  # `when COND` before it: exists only if COND holds
 
 
 @dataclass
@@ -186,6 +190,7 @@ class ExprDecl(Node):
     name: str
     index: Index | None
     value: object
+    when: object | None = None  # `when COND` before it: exists only if COND holds
 
 
 @dataclass
@@ -194,6 +199,29 @@ class ConstraintDecl(Node):
     index: Index | None
     body: object
     doc: str = ""
+    when: object | None = None  # `when COND` before it: exists only if COND holds
+
+
+@dataclass
+class ExprExt(Node):
+    """`expr NAME[index] += value`: a term added to a declared expression on `index`."""
+
+    name: str
+    index: Index | None
+    value: object
+    when: object | None = None
+
+
+@dataclass
+class ConstraintExt(Node):
+    """`constraint NAME[index]: lhs += value` (or rhs): a term added to one side of a
+    declared constraint's comparison, on the rows of `index`."""
+
+    name: str
+    index: Index | None
+    side: str  # "lhs" or "rhs"
+    value: object
+    when: object | None = None
 
 
 @dataclass

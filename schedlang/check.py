@@ -12,40 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import ast
-from .errors import CheckError, ErrorList, Loc, did_you_mean
+from .builtins import BUILTIN_SCALARS, BUILTIN_SETS, FUNCTIONS
+from .errors import CheckError, ErrorList, LintWarning, Loc, did_you_mean
 from .parser import name_loc
 from .program import Program
 
-# Names the graph data provides (see docs/language.md).
-# Sets the graph data provides: name -> tuple arity. The first four are the Checkmate view
-# (nodes with one output each, edges); the others are the H-graph of layered data (hgraph.py).
-BUILTIN_SETS = {
-    "nodes": 1, "edges": 2, "forward_nodes": 1, "backward_nodes": 1,
-    "compute_nodes": 1, "data_nodes": 1, "creates": 2, "uses": 2, "option_uses": 3,
-    "options": 2, "layers": 1, "phantom_options": 2, "inputs": 1, "outputs": 1,
-    # sub-step profiles (correction terms): options that have one, their steps (k, o, i), the
-    # inputs a step frees (k, o, i, d) and the outputs not created yet at a step (k, o, i, d)
-    "stepped": 2, "steps": 3, "step_frees": 4, "step_pending": 4,
-    # what may be offloaded to host memory: data nodes and (layer, option) phantoms not `pinned`
-    "offloadable_data": 1, "offloadable_phantoms": 2,
-}
-CHECKMATE_VIEW = ("nodes", "edges", "forward_nodes", "backward_nodes")
-# bandwidths are plain numbers, bytes per second (0 when not given); budget.host is inf when not given
-BUILTIN_SCALARS = {"budget.peak": "size", "budget.save": "size", "budget.host": "size",
-                   "bandwidth.offload": "", "bandwidth.prefetch": "", "inf": ""}
-# function -> (min args, max args, result type, result dim)
-FUNCTIONS = {
-    "size": (1, 1, "num", "size"), "time": (1, 2, "num", "time"),
-    "overhead": (2, 2, "num", "size"), "phantom": (2, 2, "num", "size"),
-    "step_overhead": (3, 3, "num", "size"),
-    "fwd": (1, 1, "elem", ""), "bwd": (1, 1, "elem", ""), "layer": (1, 1, "elem", ""),
-    "next": (1, 2, "elem", ""), "prev": (1, 2, "elem", ""),
-    "first": (1, 1, "elem", ""), "last": (1, 1, "elem", ""),
-    "ord": (1, 1, "num", ""), "card": (1, 1, "num", ""),
-    "preds": (1, 1, "set", ""), "succs": (1, 1, "set", ""),
-    "is_backward": (1, 1, "bool", ""),
-    "abs": (1, 1, "num", None), "floor": (1, 1, "num", None), "ceil": (1, 1, "num", None),
-}
+# The names graph data provides (sets, scalars, functions): one entry each in builtins.py.
 
 
 @dataclass
@@ -54,6 +26,7 @@ class T:
     dim: str = ""
     binary_literal: bool = False  # a binary variable, or `not` of one
     arity: int | None = None  # of a set: the length of its tuples, when known statically
+    loc: Loc | None = None  # of an index name: where it is bound (for the lint)
 
 
 BOOL, ELEM, SET = T("bool"), T("elem"), T("set")
@@ -66,15 +39,25 @@ class Checker:
         self.expr_types: dict[str, T] = {}
         self.in_progress: set[str] = set()
         self.param_dims: dict[str, str] = {}
+        self.param_kinds: dict[str, str] = {}
         self.set_arities: dict[str, int | None] = {}
+        self.warnings: list[LintWarning] = []
 
     # --- entry point
     def run(self) -> None:
         for decl in self.p.decls.values():
             try:
+                self.guard(decl)
                 self.declaration(decl)
             except CheckError as e:
                 self.errors.append(e)
+        for exts in self.p.extensions.values():
+            for ext in exts:
+                try:
+                    self.guard(ext)
+                    self.extension(ext)
+                except CheckError as e:
+                    self.errors.append(e)
         for obj in [self.p.objective] + self.p.objective_terms:
             if obj is None:
                 continue
@@ -99,6 +82,7 @@ class Checker:
                     self.errors.append(CheckError(
                         f"decode role '{role}' names '{target}', which is not a variable or expression"
                         f"{did_you_mean(target, self.names())}", self.p.decode.role_locs.get(role, self.p.decode.loc)))
+        self.p.warnings = list({(w.loc, w.message): w for w in self.warnings}.values())
         unique = {}
         for err in self.errors:
             unique.setdefault((err.loc, err.message), err)
@@ -110,6 +94,41 @@ class Checker:
         return list(self.p.decls) + list(BUILTIN_SETS) + list(BUILTIN_SCALARS)
 
     # --- declarations
+    def guard(self, d) -> None:
+        """A `when` condition: a constant truth value, known before the index is bound."""
+        if getattr(d, "when", None) is not None:
+            self.constant(d.when, {}, "the condition of 'when'", want="bool",
+                          hint=f"; 'when' decides whether '{d.name}' exists at all: move a condition on "
+                               "variables into the declaration (e.g. with 'implies')")
+
+    def extension(self, ext) -> None:
+        """`expr NAME[...] += term` or `constraint NAME[...]: lhs/rhs += term`."""
+        base = self.p.decls[ext.name]
+        want = index_arity(base.index) if base.index else 0
+        got = index_arity(ext.index) if ext.index else 0
+        if got != want:
+            where = ext.index.loc if ext.index else name_loc(ext.name, ext.loc)
+            raise CheckError(f"'{ext.name}' takes {want} index{'es' if want != 1 else ''}, and this '+=' binds "
+                             f"{got}: write the domain of the rows it adds to, one name per index of "
+                             f"'{ext.name}' (declared at {name_loc(base.name, base.loc)})", where)
+        scope = self.index(ext.index) if ext.index else {}
+        t = self.expr(ext.value, scope)
+        if t.kind not in ("num", "lin"):
+            raise CheckError(f"'+=' adds a number or a linear expression, not {_describe(t)}", ext.value.loc)
+        if isinstance(ext, ast.ExprExt):
+            side, what = self.expr_type(ext.name), f"expression '{ext.name}'"
+        else:
+            body = base.body
+            if not isinstance(body, ast.Compare) or body.op == "!=":
+                raise CheckError(f"cannot add to a side of constraint '{ext.name}': its body (at {body.loc}) is "
+                                 "not a comparison; redefine the constraint instead", name_loc(ext.name, ext.loc))
+            bscope = self.index(base.index) if base.index else {}
+            side = self.expr(body.left if ext.side == "lhs" else body.right, bscope)
+            what = f"the {ext.side} of constraint '{ext.name}'"
+        if side.dim and t.dim and side.dim != t.dim:
+            raise CheckError(f"unit mismatch: '+=' adds a {t.dim} to {what}, a {side.dim}; divide by a unit "
+                             "(e.g. / 1MiB, / 1ms) to get a plain number", ext.value.loc)
+
     def declaration(self, d) -> None:
         scope = self.index(d.index) if d.index else {}
         if isinstance(d, ast.SetDecl):
@@ -137,6 +156,7 @@ class Checker:
             if t.kind not in ("num", "bool"):
                 raise CheckError(f"param '{d.name}' must be a number, not {_describe(t)}", d.value.loc)
             self.param_dims[d.name] = t.dim
+            self.param_kinds[d.name] = t.kind  # a number, or a condition (`param on = x > 0`)
         elif isinstance(d, ast.VarDecl):
             for b in (d.lb, d.ub):
                 if b is not None:
@@ -177,6 +197,13 @@ class Checker:
             t = self.expr(d.value, scope)
             if t.kind not in ("num", "lin"):
                 raise CheckError(f"expression '{name}' must be numeric, not {_describe(t)}", d.value.loc)
+            for ext in self.p.extensions.get(name, []):  # terms added with `+=` (checked apart)
+                try:
+                    escope = self.index(ext.index) if ext.index else {}
+                    if self.expr(ext.value, escope).kind == "lin":
+                        t = T("lin", t.dim)
+                except CheckError:
+                    pass  # reported by extension()
         finally:
             self.in_progress.discard(name)
         self.expr_types[name] = t
@@ -186,8 +213,10 @@ class Checker:
         scope = dict(outer or {})
         for item in index.items:
             names, set_type = self.binding(item, scope)
+            self.lint_rebinding(item, names, scope)
             for n, loc in names:
-                scope[n] = ELEM
+                if n not in scope:
+                    scope[n] = T("elem", loc=loc)
         if index.where is not None:
             self.constant(index.where, scope, "a 'where' filter", want="bool",
                           hint="; it selects index elements before solving: move the condition into the "
@@ -216,6 +245,20 @@ class Checker:
             if n in self.p.decls or n in BUILTIN_SETS or n in BUILTIN_SCALARS:
                 raise CheckError(f"index name '{n}' hides the declaration of '{n}'; pick another name", loc)
         return names, t
+
+    def lint_rebinding(self, item: ast.Member, names: list, scope: dict) -> None:
+        """Warn when a binding binds no new name: `t in K` with t bound already is a filter."""
+        fresh = [n for n, _ in names if n != "_" and n not in scope]
+        if fresh or all(n == "_" for n, _ in names):
+            return
+        n, loc = next((n, loc) for n, loc in names if n != "_")
+        first = scope[n].loc
+        at = f" (at {first})" if first is not None else ""
+        pattern = n if len(names) == 1 else "(" + ", ".join(m for m, _ in names) + ")"
+        self.warnings.append(LintWarning(
+            f"'{n}' is already bound{at}, so `{pattern} in {_set_text(item.set)}` binds no new name: it "
+            f"only keeps the rows where {pattern} is in {_set_text(item.set)} (one term at most); "
+            "rename the index to range over the set, or write the test as a 'where' condition", loc))
 
     def constant(self, e, scope, what: str, want: str | None = None, hint: str = "") -> T:
         t = self.expr(e, scope)
@@ -270,7 +313,7 @@ class Checker:
                     self.declaration(d)
                 except CheckError:
                     pass
-            return T("num", self.param_dims.get(d.name, ""))
+            return T(self.param_kinds.get(d.name, "num"), self.param_dims.get(d.name, ""))
         if isinstance(d, ast.VarDecl):
             return T("lin", binary_literal=(d.kind == "binary"))
         if isinstance(d, ast.ExprDecl):
@@ -299,12 +342,12 @@ class Checker:
         return self._decl_type(d, e)
 
     def e_Call(self, e, s):
-        sig = FUNCTIONS.get(e.func)
-        if sig is None:
+        f = FUNCTIONS.get(e.func)
+        if f is None:
             if e.func in self.p.decls:
                 raise CheckError(f"'{e.func}' is not a function; write {e.func}[...] to index it", e.loc)
             raise CheckError(f"unknown function '{e.func}'{did_you_mean(e.func, FUNCTIONS)}", e.loc)
-        lo, hi, kind, dim = sig
+        lo, hi = f.min_args, f.max_args
         if not lo <= len(e.args) <= hi:
             want = str(lo) if lo == hi else f"{lo} or {hi}"
             raise CheckError(f"{e.func}() takes {want} argument{'s' if hi > 1 else ''}, got {len(e.args)}", e.loc)
@@ -312,13 +355,11 @@ class Checker:
         for a, t in zip(e.args, ts):
             if t.kind in ("lin", "formula"):
                 raise CheckError(f"{e.func}() needs constants, but its argument depends on variables", a.loc)
-        if e.func in ("first", "last", "card") and ts[0].kind != "set":
-            raise CheckError(f"{e.func}() takes a set, not {_describe(ts[0])}", e.args[0].loc)
-        if e.func in ("size", "time", "overhead", "phantom", "step_overhead", "fwd", "bwd", "layer", "next", "prev", "ord", "preds", "succs", "is_backward") and ts[0].kind != "elem":
-            raise CheckError(f"{e.func}() takes an element, not {_describe(ts[0])}", e.args[0].loc)
-        if dim is None:
-            dim = ts[0].dim
-        return T(kind, dim, arity=1 if kind == "set" else None)
+        if f.takes is not None and ts[0].kind != f.takes:
+            what = "a set" if f.takes == "set" else "an element"
+            raise CheckError(f"{e.func}() takes {what}, not {_describe(ts[0])}", e.args[0].loc)
+        dim = ts[0].dim if f.dim is None else f.dim
+        return T(f.result, dim, arity=1 if f.result == "set" else None)
 
     def e_Aggregate(self, e, s):
         inner = self.index(ast.Index(e.loc, e.items, e.where), s)

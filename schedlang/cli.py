@@ -147,6 +147,7 @@ def cmd_check(args) -> int:
         try:
             program = load_program([Path(f)], [args.model] if args.model else None)
             check_program(program)
+            _print_warnings(program)
             if program.graph is not None and program.has_formulation:
                 # with data, also instantiate: params outside their domain, missing budgets...
                 lower_program(program, program.graph, program.budgets)
@@ -163,6 +164,7 @@ def cmd_solve(args) -> int:
 
     prob = load(args.file, model=args.model, budget=args.budget)
     prob.check()
+    _print_warnings(prob.program)
     prob.lower()
     result = prob.solve(backend=args.backend, solver=args.solver, time_limit=args.time_limit,
                         gap=args.gap, threads=args.threads, presolve=not args.no_presolve,
@@ -180,6 +182,12 @@ def cmd_solve(args) -> int:
               "schedlang or in the model's decoder declaration", file=sys.stderr)
         return 5
     return code
+
+
+def _print_warnings(program) -> None:
+    """The checker's lint findings (path:line:col: warning: ...), on stderr."""
+    for w in program.warnings:
+        print(str(w), file=sys.stderr)
 
 
 def _print_result(prob, r) -> None:

@@ -64,6 +64,12 @@ class SolverUnavailable(SchedError):
     exit_code = 5
 
 
+class LintWarning(SchedError):
+    """Legal but likely not what was meant: printed (``path:line:col: warning: ...``), never raised."""
+
+    kind = "warning"
+
+
 class ErrorList(SchedError):
     """Several independent problems found in one pass (the checker reports them all)."""
 

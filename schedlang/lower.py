@@ -8,48 +8,53 @@ rows at once. Rules that users rely on (docs/language.md):
   t, R[t, v] with v after t); a param referenced outside its domain is an error.
 * A recursive expression (U[t, k] defined from U[t, prev(k)]) becomes an auxiliary continuous
   variable per element with a defining equality, so the model stays linear in size.
-* Logic (and, or, not, implies, iff, any, all) over binary literals and linear comparisons is
-  lowered to linear rows; big-M values come from variable bounds.
+* Constraint bodies (comparisons, and logic over binary literals) become rows in logic.py;
+  built-in sets, scalars and functions are evaluated by their entries in builtins.py. This
+  module is about domains and expressions.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
 from . import ast
-from .check import BUILTIN_SCALARS, BUILTIN_SETS, CHECKMATE_VIEW
+from .builtins import (
+    BUILTIN_SCALARS,
+    BUILTIN_SETS,
+    CHECKMATE_VIEW,
+    FUNCTIONS,
+    SCALARS,
+    GraphData,
+)
 from .errors import CheckError, DataError, Loc
 from .graph import Graph
 from .ir import ConstraintBlock, IRModel, Objective, Observed, VarFamily
+from .logic import TOL, Formulas, NeedsLowering, Rows, flatten
+from .parser import name_loc
 from .program import Program
-from .relational import (INVALID, Const, Elem, KeyIndex, Lin, SetVal, Table, Universe, cross_rows,
-                         expand_ranges, unique_rows)
+from .relational import (
+    INVALID,
+    Const,
+    Elem,
+    Family,
+    KeyIndex,
+    Lin,
+    SetRel,
+    SetVal,
+    Table,
+    Universe,
+    cross_rows,
+    expand_ranges,
+    unique_rows,
+    with_row_id,
+)
 from .units import UNITS, dimension
-
-TOL = 1e-9
-
-
-@dataclass
-class SetRel:
-    """A set that depends on the rows of a table: row `rows[i]` contains element `cols[i]`."""
-
-    rows: np.ndarray
-    cols: np.ndarray  # (n, arity)
-
-
-@dataclass
-class Family:
-    """An instantiated indexed declaration: its domain rows and their key index."""
-
-    keys: np.ndarray  # (n, arity) codes
-    index: KeyIndex
-    table: Table
 
 
 class Lowering:
+    """One program on one graph -> IR: domains, columns and expression values."""
+
     def __init__(self, program: Program, graph: Graph | None, budgets: dict[str, int]):
         self.p = program
         self.g = graph
@@ -68,132 +73,10 @@ class Lowering:
         self.int_cols: list[np.ndarray] = []
         self.n_cols = 0
         self._const_sets: dict[int, tuple] = {}  # id(ast node) -> (node, SetVal); node kept alive
-        self._bind_graph()
-
-    # ================================================================== graph binding
-    def _bind_graph(self):
-        g = self.g
-        if g is None:
-            return
-        self.graph_tables: dict[str, tuple[KeyIndex, np.ndarray]] = {}
-        self.graph_elems: dict[str, np.ndarray] = {}
-        if g.layers:
-            from .hgraph import build_hgraph
-
-            self._bind_hgraph(build_hgraph(g))
-        codes = self.u.codes_of([n.name for n in g.nodes])  # topological order = code order
-        self.node_size = np.zeros(len(self.u))
-        self.node_time = np.zeros(len(self.u))
-        self.node_backward = np.zeros(len(self.u), dtype=bool)
-        if g.layers:
-            self.node_size[self._data_codes] = self._data_sizes
-        self.node_size[codes] = [n.size for n in g.nodes]
-        self.node_time[codes] = [n.time for n in g.nodes]
-        self.node_backward[codes] = [n.kind == "backward" for n in g.nodes]
-        self.sets["nodes"] = SetVal(codes.reshape(-1, 1), "nodes")
-        self.sets["forward_nodes"] = SetVal(codes[~self.node_backward[codes]].reshape(-1, 1), "forward_nodes")
-        self.sets["backward_nodes"] = SetVal(codes[self.node_backward[codes]].reshape(-1, 1), "backward_nodes")
-        if g.edges:
-            e = np.array([[self.u.code(a), self.u.code(b)] for a, b in g.edges], dtype=np.int64)
-        else:
-            e = np.zeros((0, 2), dtype=np.int64)
-        self.sets["edges"] = SetVal(e, "edges")
-
-    def _bind_hgraph(self, h):
-        """The H-graph's sets, and its per-(node, option) data as tables (see check.BUILTIN_SETS)."""
-        code = self.u.code
-        compute = [code(k.name) for k in h.compute]  # registered first: code order = H-graph order
-        self._data_codes = np.array([code(d) for d in h.data], dtype=np.int64)
-        self._data_sizes = np.array(list(h.data.values()), dtype=float)
-
-        def rows(items, width):
-            arr = np.array([[code(x) for x in item] for item in items], dtype=np.int64)
-            return SetVal(arr.reshape(len(items), width))
-
-        self.sets["compute_nodes"] = SetVal(np.array(compute, dtype=np.int64).reshape(-1, 1))
-        self.sets["data_nodes"] = SetVal(self._data_codes.reshape(-1, 1))
-        self.sets["creates"] = rows(h.creates, 2)
-        self.sets["uses"] = rows(h.uses, 2)
-        self.sets["option_uses"] = rows(h.option_uses, 3)
-        node_opts = [(k.name, o.name) for k in h.compute for o in k.options]
-        self.sets["options"] = rows(node_opts, 2)
-        self.sets["layers"] = rows([(k.layer,) for k in h.compute if k.kind == "fwd"], 1)
-        self.sets["phantom_options"] = rows(list(h.phantoms), 2)
-        self.sets["inputs"] = rows([(d,) for d in h.inputs], 1)
-        self.sets["outputs"] = rows([(d,) for d in h.outputs], 1)
-        pinned_data = {d.name for d in self.g.data if d.pinned}
-        pinned_opts = {(layer.name, o.name) for layer in self.g.layers for o in layer.options if o.pinned}
-        self.sets["offloadable_data"] = rows([(d,) for d in h.data if d not in pinned_data], 1)
-        self.sets["offloadable_phantoms"] = rows([jo for jo, b in h.phantoms.items()
-                                                  if b > 0 and jo not in pinned_opts], 2)
-        base = len(self.u) + 1
-        opts = self.sets["options"].cols
-        self.graph_tables["time"] = (KeyIndex(opts, base), np.array([o.time for k in h.compute for o in k.options]))
-        self.graph_tables["overhead"] = (KeyIndex(opts, base),
-                                         np.array([o.overhead for k in h.compute for o in k.options], float))
-        self.graph_tables["phantom"] = (KeyIndex(self.sets["phantom_options"].cols, base),
-                                        np.array(list(h.phantoms.values()), dtype=float))
-        # sub-step profiles: steps are numbered 1..n per (node, option)
-        steps, frees, pending, step_mem = [], [], [], []
-        outputs = {k.name: [d for c, d in h.creates if c == k.name] for k in h.compute}
-        for k in h.compute:
-            for o in k.options:
-                for i, st in enumerate(o.steps, 1):
-                    steps.append((k.name, o.name, i))
-                    step_mem.append(st.overhead)
-                    frees += [(k.name, o.name, i, d) for d in st.frees]
-                    pending += [(k.name, o.name, i, d) for d in outputs[k.name] if d not in st.creates]
-        self.sets["stepped"] = rows(list(dict.fromkeys((k, o) for k, o, _ in steps)), 2)
-        self.sets["steps"] = rows(steps, 3)
-        self.sets["step_frees"] = rows(frees, 4)
-        self.sets["step_pending"] = rows(pending, 4)
-        self.graph_tables["step_overhead"] = (KeyIndex(self.sets["steps"].cols, len(self.u) + 1),
-                                              np.array(step_mem, dtype=float))
-        # fwd(j), bwd(j), layer(k): code -> code lookup arrays (INVALID where undefined)
-        pairs = {"fwd": [(code(k.layer), code(k.name)) for k in h.compute if k.kind == "fwd"],
-                 "bwd": [(code(k.layer), code(k.name)) for k in h.compute if k.kind == "bwd"],
-                 "layer": [(code(k.name), code(k.layer)) for k in h.compute if k.layer]}
-        for f, items in pairs.items():
-            lookup = np.full(len(self.u), INVALID, dtype=np.int64)
-            src, dst = np.array(items, dtype=np.int64).reshape(-1, 2).T
-            lookup[src] = dst
-            self.graph_elems[f] = lookup
-
-    def _graph_table(self, f: str, e, t: Table) -> Const:
-        if f not in self.graph_tables:
-            raise DataError(f"{f}(k, o) needs layered graph data (layers with options)", e.loc)
-        index, values = self.graph_tables[f]
-        args = [self._elem_codes(a, t) for a in e.args]
-        rows = index.lookup(args, t.m)
-        if (rows < 0).any():
-            i = int(np.flatnonzero(rows < 0)[0])
-            key = ", ".join(str(self.u.value(int(a[i]))) for a in args)
-            what = {"phantom": "layer option", "step_overhead": "step"}.get(f, "node option")
-            raise DataError(f"{f}({key}): no such {what}", e.loc)
-        return Const(values[rows], "time" if f == "time" else "size")
-
-    def _graph_elem(self, f: str, e, t: Table) -> Elem:
-        table = self.graph_elems.get(f)
-        if table is None:
-            raise DataError(f"{f}() needs layered graph data", e.loc)
-        codes = self._elem_codes(e.args[0], t)
-        known = (codes >= 0) & (codes < len(table))
-        out = np.full(len(codes), INVALID, dtype=np.int64)
-        out[known] = table[codes[known]]
-        if (out < 0).any():
-            bad = self.u.value(int(codes[out < 0][0]))
-            raise DataError(f"{f}({bad!r}): not a {'layer' if f != 'layer' else 'layer node'}", e.loc)
-        return Elem(out, self.sets["layers" if f == "layer" else "compute_nodes"])
-
-    def _graph_attr(self, arr_name: str, codes: np.ndarray, loc: Loc, what: str) -> np.ndarray:
-        if self.g is None:
-            raise DataError(f"{what}() needs graph data, and no graph was given", loc)
-        arr = getattr(self, arr_name)
-        ok = (codes >= 0) & (codes < len(arr))
-        if not ok.all():
-            bad = self.u.value(int(codes[~ok][0]))
-            raise DataError(f"{what}({bad!r}): not a node of graph '{self.g.name}'", loc)
-        return arr[codes]
+        self._active: dict[int, bool] = {}  # id(declaration) -> its `when` condition's value
+        self.logic = Formulas(self)  # constraint bodies -> rows (logic.py)
+        self.data = GraphData(graph, self.u)  # the built-in sets and what functions read
+        self.sets.update(self.data.sets)
 
     # ================================================================== entry point
     def run(self) -> IRModel:
@@ -220,7 +103,7 @@ class Lowering:
             d = self.p.decls.get(target) if isinstance(target, str) else None
             if not isinstance(d, ast.ExprDecl) or d.name in self.recursive:
                 continue
-            fam = self._family(d.index)
+            fam = self._decl_family(d)
             names = _index_names(d.index)
             args = [fam.table.cols[n] for n in names]
             lin = self._lin_of(self._expr_lookup(d, args, fam.table), fam.table)
@@ -234,7 +117,8 @@ class Lowering:
         exprs = {d.name for d in self.p.by_kind(ast.ExprDecl)}
         for d in self.p.by_kind(ast.ExprDecl):
             graph.add_node(d.name)
-            for ref in _references(d.value):
+            terms = [d.value] + [x.value for x in self.p.extensions.get(d.name, [])]
+            for ref in set().union(*map(_references, terms)):
                 if ref in exprs:
                     graph.add_edge(d.name, ref)
         for comp in nx.strongly_connected_components(graph):
@@ -363,13 +247,8 @@ class Lowering:
             offs = np.arange(counts.sum(), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
             pick = order[np.repeat(starts[frows], counts) + offs]
             return SetRel(rows, rel.cols[pick])
-        if isinstance(e, ast.Call) and e.func in ("preds", "succs"):
-            v = self._elem_codes(e.args[0], t)
-            edges = self.sets["edges"].cols
-            key, other = (1, 0) if e.func == "preds" else (0, 1)
-            idx = KeyIndex(edges[:, [key]], len(self.u))
-            trows, erows = idx.join([v])
-            return SetRel(trows, edges[erows][:, [other]])
+        if isinstance(e, ast.Call) and e.func in FUNCTIONS and FUNCTIONS[e.func].set_value is not None:
+            return FUNCTIONS[e.func].set_value(self, e, t)
         if isinstance(e, ast.Range):
             lo = self._num(e.lo, t)
             hi = self._num(e.hi, t)
@@ -386,7 +265,7 @@ class Lowering:
             return self._maybe_const(_combine(e.op, a, b, len(self.u)), t)
         if isinstance(e, ast.SetLit):
             if e.items and (e.where is not None or all(isinstance(x, ast.Member) and _is_pattern(x.element) for x in e.items)):
-                inner = self.domain(ast.Index(e.loc, e.items, e.where), _with_row_id(t))
+                inner = self.domain(ast.Index(e.loc, e.items, e.where), with_row_id(t))
                 names = [n for x in e.items for n in _pattern(x.element) if n != "_"]
                 names = list(dict.fromkeys(names))
                 cols = np.stack([inner.cols[n] for n in names], axis=1) if names else np.zeros((inner.m, 0), np.int64)
@@ -402,7 +281,7 @@ class Lowering:
             order = np.argsort(rows, kind="stable")
             return self._maybe_const(SetRel(rows[order], data[order]), t)
         if isinstance(e, ast.SetFor):
-            inner = self.domain(ast.Index(e.loc, e.items, e.where), _with_row_id(t))
+            inner = self.domain(ast.Index(e.loc, e.items, e.where), with_row_id(t))
             cols = self._tuple_codes(e.expr, inner)
             return self._maybe_const(SetRel(inner.cols["__row"], cols), t)
         if isinstance(e, ast.Cond):
@@ -424,6 +303,9 @@ class Lowering:
     def _set_decl(self, d: ast.SetDecl) -> SetVal:
         if d.name not in self.sets:
             self.sets[d.name] = SetVal(np.zeros((0, 1), np.int64), d.name)  # guards recursion
+            if not self.is_active(d):
+                self.sets[d.name] = SetVal(np.zeros((0, self._set_arity(d)), np.int64), d.name)
+                return self.sets[d.name]
             sv = self.set_value(d.value, Table.unit())
             if isinstance(sv, SetRel):
                 sv = SetVal(unique_rows(sv.cols))
@@ -437,8 +319,13 @@ class Lowering:
         d = self.p.decls.get(e.name)
         if not isinstance(d, ast.SetDecl) or d.index is None:
             raise CheckError(f"'{e.name}' is not an indexed set", e.loc)
+        if not self.is_active(d):
+            fam = self._empty_family(d.index)
+            self.indexed_sets[e.name] = (fam, SetRel(np.zeros(0, np.int64),
+                                                     np.zeros((0, self._set_arity(d)), np.int64)))
+            return self.indexed_sets[e.name]
         fam = self._family(d.index)
-        rel = self._as_rel(self.set_value(d.value, _with_row_id(fam.table)), fam.table)
+        rel = self._as_rel(self.set_value(d.value, with_row_id(fam.table)), fam.table)
         # distinct elements per row, first occurrence kept
         both = np.concatenate([rel.rows.reshape(-1, 1), rel.cols], axis=1)
         both = unique_rows(both)
@@ -446,6 +333,30 @@ class Lowering:
         both = both[order]
         self.indexed_sets[e.name] = (fam, SetRel(both[:, 0], both[:, 1:]))
         return self.indexed_sets[e.name]
+
+    def is_active(self, d) -> bool:
+        """Whether a declaration (or a `+=` term) exists: its `when` condition, evaluated once."""
+        if getattr(d, "when", None) is None:
+            return True
+        if id(d) not in self._active:
+            self._active[id(d)] = bool(self._bool(d.when, Table.unit())[0])
+        return self._active[id(d)]
+
+    def _decl_family(self, d) -> Family:
+        """A declaration's domain; empty when its `when` condition is false (nothing evaluated)."""
+        return self._family(d.index) if self.is_active(d) else self._empty_family(d.index)
+
+    def _empty_family(self, index: ast.Index | None) -> Family:
+        names = _index_names(index)
+        keys = np.zeros((0, len(names)), np.int64)
+        table = Table(0, {n: np.zeros(0, np.int64) for n in names})
+        return Family(keys, KeyIndex(keys, len(self.u) + 1), table)
+
+    def _set_arity(self, d: ast.SetDecl) -> int:
+        """The tuple length of a declared set, told from its text (for a set that is not built)."""
+        from .check import Checker
+
+        return Checker(self.p).set_arity(d) or 1
 
     def _family(self, index: ast.Index | None) -> Family:
         table = self.domain(index)
@@ -509,28 +420,9 @@ class Lowering:
     def v_Name(self, e, t):
         if e.id in t.cols:
             return Elem(t.cols[e.id], t.homes.get(e.id))
-        if e.id == "inf":
-            return Const(np.full(t.m, np.inf))
-        if e.id == "budget.host" and "host" not in self.budgets:
-            host = self.g.budgets.get("host") if self.g is not None else None
-            # host memory: unlimited unless given
-            return Const(np.full(t.m, np.inf if host is None else float(host)), "size")
-        if e.id.startswith("bandwidth."):
-            bw = self.g.bandwidths.get(e.id.split(".", 1)[1], 0.0) if self.g is not None else 0.0
-            return Const(np.full(t.m, float(bw)))
-        if e.id.startswith("budget."):
-            kind = e.id.split(".", 1)[1]
-            if kind == "save" and "save" not in self.budgets and "peak" in self.budgets:
-                kind = "peak"  # no save budget: the peak budget bounds what is saved, too
-            if kind not in self.budgets:
-                # reported where the fix goes: the graph data (the model's use is a note)
-                hint = f"add `budget {kind} SIZE` after the graph" + (" or pass --budget" if kind == "peak" else "")
-                if self.g is not None and self.g.loc is not None:
-                    raise DataError(f"missing budget: graph '{self.g.name}' has no {kind} budget, and the "
-                                    f"model uses {e.id} (at {e.loc}); {hint}", self.g.loc)
-                raise DataError(f"missing budget: the model uses {e.id}, and no {kind} budget was "
-                                f"given; {hint}", e.loc)
-            return Const(np.full(t.m, float(self.budgets[kind])), "size")
+        scalar = SCALARS.get(e.id)
+        if scalar is not None:
+            return Const(np.full(t.m, scalar.value(self, e.id, e.loc)), scalar.dim)
         d = self.p.decls.get(e.id)
         if isinstance(d, ast.ParamDecl):
             return self._param_lookup(d, [], t, e.loc)
@@ -563,7 +455,8 @@ class Lowering:
             entry = (None, self._num_or_bool(d.value, Table.unit()), None)
         else:
             fam = self._family(d.index)
-            values = self._num_or_bool(d.value, fam.table).astype(float)
+            values = self._num_or_bool(d.value, fam.table)
+            values = values if values.dtype == bool else values.astype(float)
             table = self.p.param_tables.get(d.name)
             if table is not None:
                 self._apply_table(d, table, fam, values)
@@ -621,6 +514,9 @@ class Lowering:
         return np.array(out, dtype=np.int64)
 
     def _param_lookup(self, d: ast.ParamDecl, args, t: Table, loc: Loc):
+        if not self.is_active(d):
+            raise DataError(f"param '{d.name}' does not exist here: the 'when' condition before it (at "
+                            f"{d.when.loc}) is false", loc)
         fam, values, _ = self._param(d)
         if fam is None:
             if args:
@@ -643,7 +539,7 @@ class Lowering:
 
     # --- variables
     def _declare_var(self, d: ast.VarDecl):
-        fam = self._family(d.index)
+        fam = self._decl_family(d)
         n = len(fam.keys)
         lb = np.zeros(n) if d.kind == "binary" else np.full(n, -np.inf)
         ub = np.ones(n) if d.kind == "binary" else np.full(n, np.inf)
@@ -663,13 +559,18 @@ class Lowering:
         self._add_family(d.name, fam, d.kind, lb, ub, d.loc, d.doc)
 
     def _add_family(self, name, fam: Family, kind, lb, ub, loc, doc=""):
+        keys = [tuple(self.u.value(int(c)) for c in row) for row in fam.keys]
+        self.add_columns(name, fam, keys, kind, lb, ub, loc, doc)
+
+    def add_columns(self, name, fam: Family, keys: list, kind, lb, ub, loc, doc="") -> int:
+        """A new variable family: one column per row of `fam`; returns its first column."""
         offset = self.n_cols
         self.vars[name] = (fam, offset)
-        keys = [tuple(self.u.value(int(c)) for c in row) for row in fam.keys]
         self.var_families.append(VarFamily(name, keys, kind, lb.astype(float), ub.astype(float), offset, loc, doc))
         self.lb.append(lb.astype(float))
         self.ub.append(ub.astype(float))
-        self.n_cols += len(fam.keys)
+        self.n_cols += len(keys)
+        return offset
 
     def _var_lookup(self, name: str, args, t: Table) -> Lin:
         fam, offset = self.vars[name]
@@ -691,14 +592,14 @@ class Lowering:
 
     # --- expressions
     def _declare_aux(self, d: ast.ExprDecl):
-        fam = self._family(d.index)
+        fam = self._decl_family(d)
         n = len(fam.keys)
         self._add_family(d.name, fam, "continuous", np.full(n, -np.inf), np.full(n, np.inf), d.loc,
                          "auxiliary variable of the recursive expression")
 
     def _define_aux(self, d: ast.ExprDecl):
         fam, offset = self.vars[d.name]
-        body = self._lin(d.value, fam.table)
+        body = self._lin_of(self._expr_body(d, fam), fam.table)
         m = fam.table.m
         aux = Lin(m, np.arange(m), offset + np.arange(m), np.ones(m), np.zeros(m))
         self._emit(f"{d.name}.definition", fam, aux + body.scale(-np.ones(m)), "==", d.loc)
@@ -707,11 +608,11 @@ class Lowering:
         if d.name in self.recursive:
             return self._var_lookup(d.name, args, t)
         if d.name not in self.exprs:
-            fam = self._family(d.index)
-            self.exprs[d.name] = (fam, self.value(d.value, fam.table))
+            fam = self._decl_family(d)
+            self.exprs[d.name] = (fam, self._expr_body(d, fam))
         fam, val = self.exprs[d.name]
         if fam.keys.shape[1] == 0:
-            rows = np.zeros(t.m, dtype=np.int64)
+            rows = np.zeros(t.m, dtype=np.int64) if len(fam.keys) else np.full(t.m, -1, dtype=np.int64)
         else:
             rows = fam.index.lookup(args, t.m)
         if isinstance(val, Const):
@@ -720,6 +621,47 @@ class Lowering:
             out[ok] = np.broadcast_to(val.v, (fam.table.m,))[rows[ok]]
             return Const(out, val.dim)
         return val.gather(rows)
+
+    def _expr_body(self, d: ast.ExprDecl, fam: Family):
+        """The value of an expression on its domain rows: its body plus the terms added with `+=`."""
+        if fam.table.m == 0:
+            return Const(np.zeros(0))
+        val = self.value(d.value, fam.table)
+        for ext in self.p.extensions.get(d.name, []):
+            term = self._added_term(ext, fam)
+            if term is None:
+                continue
+            if isinstance(val, Const) and isinstance(term, Const):
+                val = Const(np.broadcast_to(val.v.astype(float), (fam.table.m,)) + term.v, val.dim or term.dim)
+            else:
+                val = self._lin_of(val, fam.table) + self._lin_of(term, fam.table)
+        return val
+
+    def _added_term(self, ext, fam: Family):
+        """A `+=` term evaluated on its own domain and summed into the rows of `fam` (the
+        declaration's rows with the same keys); None when its `when` is false. A key outside the
+        declaration's domain is an error."""
+        if not self.is_active(ext):
+            return None
+        own = self._family(ext.index)
+        if fam.keys.shape[1] == 0:
+            rows = np.zeros(len(own.keys), dtype=np.int64)
+        else:
+            rows = fam.index.lookup([own.keys[:, j] for j in range(own.keys.shape[1])], len(own.keys))
+        if (rows < 0).any():
+            i = int(np.flatnonzero(rows < 0)[0])
+            base = self.p.decls[ext.name]
+            raise DataError(f"'+=' adds to {ext.name}{self._fmt_key(own.keys[i])}, which is outside the domain "
+                            f"of '{ext.name}' (declared at {name_loc(base.name, base.loc)})",
+                            ext.index.loc if ext.index else ext.loc)
+        v = self.value(ext.value, own.table)
+        m = fam.table.m
+        if isinstance(v, Const):
+            vals = np.broadcast_to(v.v.astype(float), (own.table.m,))
+            return Const(np.bincount(rows, vals, minlength=m)[:m], v.dim)
+        if isinstance(v, Lin):
+            return v.reduce(rows, m)
+        raise CheckError("'+=' adds a number or a linear expression", ext.value.loc)
 
     # --- operators
     def v_BinOp(self, e, t):
@@ -797,7 +739,7 @@ class Lowering:
             return Const(np.where(invalid, e.op == "!=", res))
         if isinstance(a, Const) and isinstance(b, Const):
             return Const(_COMPARE[e.op](a.v.astype(float), b.v.astype(float)))
-        raise _NeedsLowering()
+        raise NeedsLowering()
 
     def _elem_order(self, codes: np.ndarray) -> np.ndarray:
         num = self.u.numeric()
@@ -807,7 +749,7 @@ class Lowering:
 
     def v_Member(self, e, t):
         tup = self._tuple_codes(e.element, t)
-        sv = self.set_value(e.set, _with_row_id(t) if not isinstance(e.set, ast.Name) else t)
+        sv = self.set_value(e.set, with_row_id(t) if not isinstance(e.set, ast.Name) else t)
         base = len(self.u) + 1
         if isinstance(sv, SetVal):
             if sv.arity != tup.shape[1]:
@@ -824,29 +766,39 @@ class Lowering:
         if isinstance(a, Const) and isinstance(b, Const) and a.v.dtype == bool and b.v.dtype == bool:
             x, y = a.v, b.v
             return Const({"and": x & y, "or": x | y, "implies": ~x | y, "iff": x == y}[e.op])
-        raise _NeedsLowering()
+        raise NeedsLowering()
 
     def v_Not(self, e, t):
         a = self.value(e.operand, t)
         if isinstance(a, Const) and a.v.dtype == bool:
             return Const(~a.v)
-        raise _NeedsLowering()
+        raise NeedsLowering()
 
     def v_Cond(self, e, t):
+        """`if c then a else b`: each branch is evaluated only on the rows that take it."""
         c = self._bool(e.cond, t)
-        a, b = self.value(e.then, t), self.value(e.other, t)
+        if c.all():
+            return self.value(e.then, t)
+        if not c.any():
+            return self.value(e.other, t)
+        yes, no = np.flatnonzero(c), np.flatnonzero(~c)
+        ty, tn = t.take(yes), t.take(no)
+        a, b = self.value(e.then, ty), self.value(e.other, tn)
         if isinstance(a, Const) and isinstance(b, Const):
-            return Const(np.where(c, np.broadcast_to(a.v, (t.m,)), np.broadcast_to(b.v, (t.m,))))
+            out = np.empty(t.m, dtype=np.result_type(a.v, b.v))
+            out[yes], out[no] = np.broadcast_to(a.v, (ty.m,)), np.broadcast_to(b.v, (tn.m,))
+            return Const(out, a.dim or b.dim)
         if isinstance(a, Elem) and isinstance(b, Elem):
-            return Elem(np.where(c, a.codes, b.codes))
-        la, lb = self._lin_of(a, t), self._lin_of(b, t)
-        return _select(la, lb, c)
+            out = np.empty(t.m, dtype=np.int64)
+            out[yes], out[no] = a.codes, b.codes
+            return Elem(out, a.home if a.home is b.home else None)
+        return self._lin_of(a, ty).reduce(yes, t.m) + self._lin_of(b, tn).reduce(no, t.m)
 
     def v_Tuple(self, e, t):
         raise CheckError("a tuple is not a number", e.loc)
 
     def v_Aggregate(self, e, t):
-        inner = self.domain(ast.Index(e.loc, e.items, e.where), _with_row_id(t))
+        inner = self.domain(ast.Index(e.loc, e.items, e.where), with_row_id(t))
         group = inner.cols["__row"]
         if e.op in ("any", "all"):
             v = self.value(e.body, inner)
@@ -854,7 +806,7 @@ class Lowering:
                 count = np.bincount(group, v.v.astype(float), minlength=t.m)[: t.m]
                 total = np.bincount(group, minlength=t.m)[: t.m]
                 return Const(count > 0 if e.op == "any" else count == total)
-            raise _NeedsLowering()
+            raise NeedsLowering()
         v = self.value(e.body, inner)
         if e.op == "sum":
             if isinstance(v, Const):
@@ -870,217 +822,43 @@ class Lowering:
         return Const(out, v.dim)
 
     def v_Call(self, e, t):
-        f = e.func
-        if f in ("overhead", "phantom", "step_overhead") or (f == "time" and len(e.args) == 2):
-            return self._graph_table(f, e, t)
-        if f in ("fwd", "bwd", "layer"):
-            return self._graph_elem(f, e, t)
-        if f in ("size", "time", "is_backward"):
-            codes = self._elem_codes(e.args[0], t)
-            arr = {"size": "node_size", "time": "node_time", "is_backward": "node_backward"}[f]
-            return Const(self._graph_attr(arr, codes, e.loc, f), {"size": "size", "time": "time"}.get(f, ""))
-        if f in ("next", "prev"):
-            a = self.value(e.args[0], t)
-            if not isinstance(a, Elem):
-                raise CheckError(f"{f}() takes an element", e.args[0].loc)
-            if len(e.args) == 2:
-                sv = self.set_value(e.args[1], t)
-                if not isinstance(sv, SetVal) or sv.arity != 1:
-                    raise CheckError(f"{f}(v, S) needs a constant set of single elements", e.args[1].loc)
-                a = Elem(a.codes, sv)
-            return self._shift(a, np.full(t.m, 1 if f == "next" else -1), e.loc, positional=True)
-        if f in ("first", "last"):
-            sv = self.set_value(e.args[0], t)
-            if isinstance(sv, SetVal):
-                if len(sv) == 0:
-                    raise DataError(f"{f}() of an empty set", e.loc)
-                return Elem(np.full(t.m, sv.cols[0 if f == "first" else -1, 0]), sv)
-            raise CheckError(f"{f}() needs a set that does not depend on the index", e.loc)
-        if f == "ord":
-            a = self.value(e.args[0], t)
-            if not isinstance(a, Elem) or a.home is None:
-                raise CheckError("ord() needs an element of an ordered set", e.args[0].loc)
-            return Const(a.home.positions(len(self.u))[np.maximum(a.codes, 0)].astype(float) + 1)
-        if f == "card":
-            sv = self.set_value(e.args[0], _with_row_id(t))
-            if isinstance(sv, SetVal):
-                return Const(np.full(t.m, float(len(sv))))
-            return Const(np.bincount(sv.rows, minlength=t.m)[: t.m].astype(float))
-        if f in ("abs", "floor", "ceil"):
-            x = self._num(e.args[0], t)
-            return Const({"abs": np.abs, "floor": np.floor, "ceil": np.ceil}[f](x))
-        if f in ("preds", "succs"):
-            raise CheckError(f"{f}() is a set; use it after 'in'", e.loc)
-        raise CheckError(f"unknown function '{f}'", e.loc)
+        f = FUNCTIONS.get(e.func)
+        if f is None:
+            raise CheckError(f"unknown function '{e.func}'", e.loc)
+        if f.value is None:
+            raise CheckError(f"{e.func}() is a set; use it after 'in'", e.loc)
+        return f.value(self, e, t)
 
     def v_SetLit(self, e, t):
         raise CheckError("a set is not a number", e.loc)
 
     v_SetFor = v_Range = v_SetLit
 
-    # ================================================================== constraints and logic
+    # ================================================================== constraints (rows: logic.py)
     def _constraint(self, d: ast.ConstraintDecl):
+        if not self.is_active(d):
+            return
         fam = self._family(d.index)
-        rows = _Rows(fam.table.m)
-        self._enforce(d.body, fam.table, np.arange(fam.table.m), [], rows, d.name)
+        rows = Rows(fam.table.m)
+        origin = np.arange(fam.table.m)
+        added = [(x.side, self._added_term(x, fam)) for x in self.p.extensions.get(d.name, [])]
+        added = [(side, term) for side, term in added if term is not None]
+        if added:  # `lhs += ...` / `rhs += ...`: the body is a comparison (check.py)
+            t = fam.table
+            sides = {"lhs": self._lin(d.body.left, t), "rhs": self._lin(d.body.right, t)}
+            for side, term in added:
+                sides[side] = sides[side] + self._lin_of(term, t)
+            self.logic.compare(d.body, sides["lhs"], sides["rhs"], t, origin, [], rows)
+        else:
+            self.logic.enforce(d.body, fam.table, origin, [], rows, d.name)
         self._emit_rows(d.name, fam, rows, d.loc)
 
-    def _enforce(self, f, t: Table, origin: np.ndarray, guards: list[Lin], rows: "_Rows", name: str):
-        """Require formula f on every row of t whenever all guard literals are 1.
-
-        `origin` maps each row of t to the constraint's own row (for keys), guards are Lins over t.
-        """
-        f = _push_not(f)
-        if isinstance(f, ast.Logic) and f.op == "and":
-            self._enforce(f.left, t, origin, guards, rows, name)
-            self._enforce(f.right, t, origin, guards, rows, name)
-            return
-        if isinstance(f, ast.Logic) and f.op == "iff":
-            self._enforce(ast.Logic(f.loc, "implies", f.left, f.right), t, origin, guards, rows, name)
-            self._enforce(ast.Logic(f.loc, "implies", f.right, f.left), t, origin, guards, rows, name)
-            return
-        if isinstance(f, ast.Logic) and f.op == "implies":
-            lits = self._conj_literals(f.left, t)
-            if lits is not None:
-                self._enforce(f.right, t, origin, guards + lits, rows, name)
-            else:
-                self._enforce(ast.Logic(f.loc, "or", ast.Not(f.loc, f.left), f.right), t, origin, guards, rows, name)
-            return
-        if isinstance(f, ast.Aggregate) and f.op == "all":
-            inner = self.domain(ast.Index(f.loc, f.items, f.where), _with_row_id(t))
-            src = inner.cols["__row"]
-            self._enforce(f.body, inner, origin[src], [g.gather(src) for g in guards], rows, name)
-            return
-        if isinstance(f, ast.Logic) and f.op == "or" or isinstance(f, ast.Aggregate) and f.op == "any":
-            total = self._disjunction(f, t, origin, rows, name)
-            self._relation(total + Lin.constant(np.full(t.m, -1.0)), ">=", t, origin, guards, rows, f.loc)
-            return
-        if isinstance(f, ast.Compare):
-            a, b = self._lin(f.left, t), self._lin(f.right, t)
-            diff = a + b.scale(-np.ones(t.m))
-            op = f.op
-            if op in ("<", ">"):
-                if not self._integral(diff):
-                    raise CheckError(f"strict '{op}' between expressions with continuous variables cannot be "
-                                     f"modelled; use '{op}='", f.loc)
-                diff = diff + Lin.constant(np.full(t.m, 1.0 if op == "<" else -1.0))
-                op = op + "="
-            if op == "!=":
-                raise CheckError("'!=' between expressions with variables is not supported", f.loc)
-            self._relation(diff, op, t, origin, guards, rows, f.loc)
-            return
-        lit = self._literal(f, t)
-        if lit is not None:  # a binary literal on its own: it must be 1
-            self._relation(lit + Lin.constant(np.full(t.m, -1.0)), ">=", t, origin, guards, rows, f.loc)
-            return
-        raise CheckError("this formula cannot be lowered to linear constraints", f.loc)
-
-    def _disjunction(self, f, t: Table, origin, rows: "_Rows", name: str) -> Lin:
-        """Sum of 0/1 indicators, one per disjunct, each implying its disjunct."""
-        if isinstance(f, ast.Aggregate):  # any(i in I) body
-            lit_body = self._literal_expr(f.body)
-            if not lit_body:
-                raise CheckError("any() over variables takes a binary literal as its body", f.body.loc)
-            inner = self.domain(ast.Index(f.loc, f.items, f.where), _with_row_id(t))
-            return self._literal(f.body, inner).reduce(inner.cols["__row"], t.m)
-        total = Lin.constant(np.zeros(t.m))
-        for part in _flatten(f, "or"):
-            part = _push_not(part)
-            lit = self._literal(part, t)
-            if lit is not None:
-                total = total + lit
-            elif isinstance(part, ast.Aggregate) and part.op == "any":
-                total = total + self._disjunction(part, t, origin, rows, name)
-            else:  # an indicator variable z with z -> part
-                z = self._indicator(name, t, origin)
-                self._enforce(part, t, origin, [z], rows, name)
-                total = total + z
-        return total
-
-    def _indicator(self, name: str, t: Table, origin) -> Lin:
-        k = sum(1 for f in self.var_families if f.name.startswith(f"{name}.or"))
-        fam = Family(np.arange(t.m).reshape(-1, 1), KeyIndex(np.arange(t.m).reshape(-1, 1), t.m + 1), t)
-        offset = self.n_cols
-        self.vars[f"{name}.or{k}"] = (fam, offset)
-        self.var_families.append(VarFamily(f"{name}.or{k}", [(int(i),) for i in range(t.m)], "binary",
-                                           np.zeros(t.m), np.ones(t.m), offset, None, "indicator of a disjunct"))
-        self.lb.append(np.zeros(t.m))
-        self.ub.append(np.ones(t.m))
-        self.n_cols += t.m
-        return Lin(t.m, np.arange(t.m), offset + np.arange(t.m), np.ones(t.m), np.zeros(t.m))
-
-    def _relation(self, diff: Lin, op: str, t, origin, guards: list[Lin], rows: "_Rows", loc):
-        """diff op 0, enforced only when all guards are 1 (big-M from the column bounds)."""
-        if op == ">=":
-            self._relation(diff.scale(-np.ones(diff.m)), "<=", t, origin, guards, rows, loc)
-            return
-        if op == "==":
-            if not guards:
-                rows.add(diff, origin, "==")
-                return
-            self._relation(diff, "<=", t, origin, guards, rows, loc)
-            self._relation(diff.scale(-np.ones(diff.m)), "<=", t, origin, guards, rows, loc)
-            return
-        if not guards:
-            rows.add(diff, origin, "<=")
-            return
-        lb, ub = self.column_bounds()
-        _, big = diff.activity_bounds(lb, ub)
-        keep = big > TOL  # rows where the relation could fail
-        if np.isinf(big[keep]).any():
-            raise CheckError("cannot derive a big-M for this condition: give the variables in it finite "
-                             "bounds (e.g. `in [0, B]`)", loc)
-        slack = Lin.constant(np.full(diff.m, float(len(guards))))
-        for g in guards:
-            slack = slack + g.scale(-np.ones(diff.m))
-        out = diff + slack.scale(-np.where(keep, big, 0.0))
-        rows.add(out.take_rows(keep), origin[keep], "<=")
-
-    def _integral(self, lin: Lin) -> bool:
-        ints = np.concatenate([np.full(f.size, f.kind != "continuous") for f in self.var_families]) \
-            if self.var_families else np.zeros(0, bool)
-        return bool(np.all(ints[lin.cols]) and np.all(lin.coefs == np.round(lin.coefs))
-                    and np.all(lin.const == np.round(lin.const)))
-
-    def _literal_expr(self, f) -> bool:
-        """Statically: a binary variable reference, or `not` of one."""
-        if isinstance(f, ast.Not):
-            return self._literal_expr(f.operand)
-        if isinstance(f, (ast.Name, ast.Subscript)):
-            name = f.id if isinstance(f, ast.Name) else f.name
-            return self.is_binary(name)
-        return False
-
-    def _literal(self, f, t: Table) -> Lin | None:
-        """The 0/1 value of a literal as a Lin (constants too), or None if f is not one."""
-        if isinstance(f, ast.Not):
-            inner = self._literal(f.operand, t)
-            return None if inner is None else Lin.constant(np.ones(t.m)) + inner.scale(-np.ones(t.m))
-        if self._literal_expr(f):
-            return self._lin(f, t)
-        try:
-            v = self.value(f, t)
-        except _NeedsLowering:
-            return None
-        if isinstance(v, Const) and v.v.dtype == bool:
-            return Lin.constant(np.broadcast_to(v.v, (t.m,)).astype(float))
-        return None
-
-    def _conj_literals(self, f, t) -> list[Lin] | None:
-        out = []
-        for part in _flatten(_push_not(f), "and"):
-            lit = self._literal(part, t)
-            if lit is None:
-                return None
-            out.append(lit)
-        return out
-
     def _emit(self, name, fam: Family, lin: Lin, op: str, loc):
-        rows = _Rows(fam.table.m)
+        rows = Rows(fam.table.m)
         rows.add(lin, np.arange(fam.table.m), op)
         self._emit_rows(name, fam, rows, loc)
 
-    def _emit_rows(self, name: str, fam: Family, rows: "_Rows", loc):
+    def _emit_rows(self, name: str, fam: Family, rows: Rows, loc):
         if not rows.parts:
             return
         A_rows, A_cols, A_vals, lo, hi, origin = [], [], [], [], [], []
@@ -1121,28 +899,8 @@ class Lowering:
                 b.A = sp.csr_matrix((b.A.data, b.A.indices, b.A.indptr), shape=(b.A.shape[0], self.n_cols))
 
 
-class _NeedsLowering(Exception):
-    """A logical or comparison expression over variables met where a value was expected."""
-
-
-class _Rows:
-    def __init__(self, m: int):
-        self.m = m
-        self.parts: list[tuple[Lin, np.ndarray, str]] = []
-
-    def add(self, lin: Lin, origin: np.ndarray, op: str):
-        if lin.m:
-            self.parts.append((lin, origin, op))
-
-
 _COMPARE = {"<=": np.less_equal, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
             "<": np.less, ">": np.greater}
-
-
-def _select(a: Lin, b: Lin, c: np.ndarray) -> Lin:
-    ta, tb = c[a.rows], ~c[b.rows]
-    return Lin(a.m, np.concatenate([a.rows[ta], b.rows[tb]]), np.concatenate([a.cols[ta], b.cols[tb]]),
-               np.concatenate([a.coefs[ta], b.coefs[tb]]), np.where(c, a.const, b.const))
 
 
 def _combine(op: str, a: SetRel, b: SetRel, base: int) -> SetRel:
@@ -1158,10 +916,6 @@ def _combine(op: str, a: SetRel, b: SetRel, base: int) -> SetRel:
     in_b = KeyIndex(kb, width).lookup([ka[:, j] for j in range(ka.shape[1])]) >= 0
     keep = in_b if op == "inter" else ~in_b
     return SetRel(a.rows[keep], a.cols[keep])
-
-
-def _with_row_id(t: Table) -> Table:
-    return t.with_col("__row", np.arange(t.m, dtype=np.int64))
 
 
 def _pattern(el) -> list[str]:
@@ -1186,39 +940,7 @@ def _index_names(index: ast.Index | None) -> list[str]:
 
 
 def _conjuncts(e) -> list:
-    return _flatten(e, "and")
-
-
-def _flatten(e, op: str) -> list:
-    if isinstance(e, ast.Logic) and e.op == op:
-        return _flatten(e.left, op) + _flatten(e.right, op)
-    return [e]
-
-
-def _push_not(f):
-    """Move `not` inwards (De Morgan); comparisons flip; literals keep their `not`."""
-    if not isinstance(f, ast.Not):
-        return f
-    g = f.operand
-    L = f.loc
-    if isinstance(g, ast.Not):
-        return _push_not(g.operand)
-    if isinstance(g, ast.Logic):
-        if g.op == "and":
-            return ast.Logic(L, "or", ast.Not(L, g.left), ast.Not(L, g.right))
-        if g.op == "or":
-            return ast.Logic(L, "and", ast.Not(L, g.left), ast.Not(L, g.right))
-        if g.op == "implies":
-            return ast.Logic(L, "and", g.left, ast.Not(L, g.right))
-        if g.op == "iff":
-            return ast.Logic(L, "or", ast.Logic(L, "and", g.left, ast.Not(L, g.right)),
-                             ast.Logic(L, "and", ast.Not(L, g.left), g.right))
-    if isinstance(g, ast.Aggregate) and g.op in ("any", "all"):
-        return ast.Aggregate(g.loc, "all" if g.op == "any" else "any", g.items, g.where, ast.Not(L, g.body))
-    if isinstance(g, ast.Compare):
-        flip = {"<=": ">", "<": ">=", ">=": "<", ">": "<=", "==": "!=", "!=": "=="}[g.op]
-        return ast.Compare(g.loc, flip, g.left, g.right)
-    return f
+    return flatten(e, "and")
 
 
 def _references(e) -> set[str]:

@@ -1,6 +1,7 @@
 """Text -> AST, with Lark (LALR, strict). Syntax errors become located `SyntaxProblem`s."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from lark import Lark, Token, Transformer, v_args
@@ -98,7 +99,11 @@ class _Builder(Transformer):
             role, target, loc = arg
             roles[role] = target
             locs[role] = loc
-        return ast.DecodeDecl(self.L(meta), str(c[0]), roles, locs)
+        return ast.DecodeDecl(self.L(meta), self.at(c[0]), roles, locs)
+
+    @v_args(meta=True)
+    def decode_ext(self, meta, c):
+        return dataclasses.replace(self.decode_decl(meta, c), extend=True)
 
     @v_args(meta=True)
     def decode_arg(self, meta, c):
@@ -156,6 +161,22 @@ class _Builder(Transformer):
     @v_args(meta=True)
     def constraint_decl(self, meta, c):
         return ast.ConstraintDecl(self.L(meta), self.at(c[0]), c[1], c[2], _unescape(c[3]) if c[3] else "")
+
+    @v_args(meta=True)
+    def expr_ext(self, meta, c):
+        return ast.ExprExt(self.L(meta), self.at(c[0]), c[1], c[2])
+
+    @v_args(meta=True)
+    def constraint_ext(self, meta, c):
+        return ast.ConstraintExt(self.L(meta), self.at(c[0]), c[1], str(c[2]), c[3])
+
+    def side(self, c):
+        return self.at(c[0])
+
+    @v_args(meta=True)
+    def when_decl(self, meta, c):
+        cond, decl = c
+        return dataclasses.replace(decl, when=cond, loc=decl.loc)
 
     @v_args(meta=True)
     def objective_decl(self, meta, c):
@@ -540,9 +561,9 @@ _CLOSER = {"(": "RPAR", "[": "RSQB", "{": "RBRACE"}
 # What may start an expression, and the binary operators: listed one by one, they drown the
 # part of an "expected ..." list that tells the user what is missing.
 _EXPR_START = {"NAME", "NUMBER", "QUANTITY", "STRING", "LPAR", "LBRACE", "MINUS", "NOT", "IF",
-               "SUM", "ANY", "ALL", "MAX", "MIN"}
+               "SUM", "ANY", "ALL", "MAX", "MIN", "LHS", "RHS"}
 _DECL_START = {"MODEL", "USE", "DROP", "DECODE", "SET", "PARAM", "VAR", "EXPR", "CONSTRAINT",
-               "MINIMIZE", "MAXIMIZE", "GRAPH", "BUDGET", "BANDWIDTH", "$END"}
+               "MINIMIZE", "MAXIMIZE", "GRAPH", "BUDGET", "BANDWIDTH", "WHEN", "$END"}
 _OPERATORS = {"+", "-", "*", "/", "union", "diff", "inter", "and", "or", "implies", "iff",
               "<=", ">=", "==", "!=", "<", ">", "..", "in", "not"}
 

@@ -6,6 +6,11 @@ path). Declarations of the used files come first. A later file may:
   * redefine a declaration of a used file by declaring the same name again (it replaces it);
   * give a value to a param declared with `default`;
   * `drop NAME` a constraint;
+  * add a term to a declared expression (`expr NAME[...] += ...`) or to one side of a declared
+    constraint (`constraint NAME[...]: lhs += ...`, `rhs += ...`), on the rows of the domain
+    written there; a later redefinition or `drop` of NAME discards the terms added before;
+  * guard any declaration or extension with `when COND` (a constant condition): it exists only
+    when COND holds (docs/language.md, "Extending a model").
   * replace the objective (`minimize NAME: ...`) or add terms to it (`minimize NAME += ...`).
 Declaring one name twice in the same file is an error.
 """
@@ -35,6 +40,9 @@ class Program:
     # `param w = {key: value, ...}` given for an indexed param declared elsewhere: the values
     # replace the declared ones key by key (the declaration's domain and value stay in force)
     param_tables: dict[str, ast.ParamDecl] = field(default_factory=dict)
+    # `expr NAME[...] += ...` / `constraint NAME[...]: lhs += ...`: name -> the terms added, in order
+    extensions: dict[str, list] = field(default_factory=dict)
+    warnings: list = field(default_factory=list)  # lint findings of the checker (LintWarning)
     decode: ast.DecodeDecl | None = None
     graph: Graph | None = None
     budgets: dict[str, int] = field(default_factory=dict)
@@ -107,6 +115,8 @@ class _Merger:
                 p.model = item
             elif isinstance(item, DECL_TYPES):
                 self._declare(item, local)
+            elif isinstance(item, (ast.ExprExt, ast.ConstraintExt)):
+                self._extend(item)
             elif isinstance(item, ast.DropDecl):
                 loc = name_loc(item.name, item.loc)
                 if item.name not in p.decls:
@@ -118,10 +128,11 @@ class _Merger:
                                      f"{KIND_WORD[type(p.decls[item.name])]}, and only constraints can be "
                                      "dropped (declare it again to redefine it)", loc)
                 del p.decls[item.name]
+                p.extensions.pop(item.name, None)
             elif isinstance(item, ast.ObjectiveDecl):
                 self._objective(item, local)
             elif isinstance(item, ast.DecodeDecl):
-                p.decode = item
+                p.decode = self._decode_roles(item) if item.extend else item
             elif isinstance(item, ast.GraphDecl):
                 if p.graph is not None:
                     raise DataError(f"a second graph '{item.name}' (the first is '{p.graph.name}' at "
@@ -165,6 +176,43 @@ class _Merger:
                              f"redefined as a {new_kind}: a redefinition keeps the kind; pick another "
                              "name", loc)
         p.decls[item.name] = item  # replaces a used file's declaration in place
+        p.extensions.pop(item.name, None)  # ... and the terms added to it
+
+    def _extend(self, item):
+        """`expr NAME += ...` or `constraint NAME: lhs/rhs += ...`: a term for a declared NAME."""
+        p = self.program
+        loc = name_loc(item.name, item.loc)
+        want = ast.ExprDecl if isinstance(item, ast.ExprExt) else ast.ConstraintDecl
+        word = KIND_WORD[want]
+        old = p.decls.get(item.name)
+        if old is None:
+            same = [n for n, d in p.decls.items() if isinstance(d, want)]
+            raise CheckError(f"cannot add to '{item.name}': there is no {word} '{item.name}'"
+                             f"{did_you_mean(item.name, same)}; '+=' extends a declared {word}", loc)
+        if not isinstance(old, want):
+            kind = KIND_WORD[type(old)]
+            fix = {"expr": f"`expr {item.name}[...] += ...`",
+                   "constraint": f"`constraint {item.name}[...]: lhs += ...` (or rhs)"}.get(kind)
+            raise CheckError(f"cannot add to '{item.name}': it is a {kind} (at {name_loc(old.name, old.loc)}); "
+                             + (f"write {fix}" if fix else "'+=' adds terms to an expr or to a side of a "
+                                "constraint only"), loc)
+        p.extensions.setdefault(item.name, []).append(item)
+
+    def _decode_roles(self, item: ast.DecodeDecl) -> ast.DecodeDecl:
+        """`decode NAME += (role = X, ...)`: the roles added to the decode declared before."""
+        old = self.program.decode
+        loc = name_loc(item.decoder, item.loc)
+        if old is None or old.decoder != item.decoder:
+            have = f"the decoder is '{old.decoder}'" if old is not None else "there is no decode yet"
+            raise CheckError(f"'+=' adds roles to the decode of a used file, and {have}: write "
+                             f"`decode {item.decoder}(...)` to declare one", loc)
+        for role in item.roles:
+            if role in old.roles:
+                raise CheckError(f"decode role '{role}' is already given (at "
+                                 f"{old.role_locs.get(role, old.loc)}); '+=' adds roles: declare the "
+                                 "decode again to change one", item.role_locs.get(role, loc))
+        return ast.DecodeDecl(old.loc, old.decoder, {**old.roles, **item.roles},
+                              {**old.role_locs, **item.role_locs})
 
     def _objective(self, item: ast.ObjectiveDecl, local: dict):
         p = self.program

@@ -168,6 +168,28 @@ class Table:
         return Table(self.m, cols, homes)
 
 
+def with_row_id(t: Table) -> Table:
+    """t with a column `__row`: each row's number (to group what is generated from it)."""
+    return t.with_col("__row", np.arange(t.m, dtype=np.int64))
+
+
+@dataclass
+class SetRel:
+    """A set that depends on the rows of a table: row `rows[i]` contains element `cols[i]`."""
+
+    rows: np.ndarray
+    cols: np.ndarray  # (n, arity)
+
+
+@dataclass
+class Family:
+    """An instantiated indexed declaration: its domain rows and their key index."""
+
+    keys: np.ndarray  # (n, arity) codes
+    index: KeyIndex
+    table: Table
+
+
 def cross_rows(m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.repeat(np.arange(m, dtype=np.int64), n), np.tile(np.arange(n, dtype=np.int64), m)
 
