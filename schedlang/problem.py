@@ -189,7 +189,7 @@ class Problem:
         message = sol.message
         if ws is not None:
             if ws.passed:
-                ignored = "warm start ignored" in sol.message
+                ignored = sol.warm_start_ignored
                 ws.accepted = (supports_warm_start(sol.solver, sol.backend) and not ignored
                                and sol.status != Status.ERROR)
                 if not ws.accepted and not ws.message:
