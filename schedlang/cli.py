@@ -201,9 +201,8 @@ def _print_result(prob, r) -> None:
         line += f"  gap {100 * r.gap:.3g}%"
     print(line)
     ws = getattr(r, "warm_start", None)
-    message = r.message
-    if ws is not None:
-        message = message.replace(ws.summary(), "").strip("; ")
+    # the solver's message; the warm start's summary has its own line
+    message = r.solution.message if r.solution is not None else r.message
     if message:
         print(f"message   {message}")
     if ws is not None:

@@ -254,7 +254,7 @@ def parse_bandwidth(value) -> float:
 
 # --- solving --------------------------------------------------------------------------------------
 # the second solve of `solve_plan`: the least peak among the fastest plans, a .sched extension
-# of the shipped formulations (models/least_peak.sched)
+# of the shipped formulations (models/extensions/least_peak.sched)
 LEAST_PEAK = "least_peak"
 
 
@@ -267,6 +267,7 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     none); the save budget (memory during the loss phase) keeps room for it and for the
     model's outputs, which the loss phase's samples may not count."""
     import schedlang
+    from ..resources import extension_path
     from ..solution import Status
 
     g = copy.copy(graph)
@@ -285,7 +286,7 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     # Among plans as fast as this one, the one with the smallest peak: equally fast plans
     # differ in memory, and this choice makes the peak fall as the budget falls.
     fastest = res.objective * (1 + 1e-7) + 1e-12
-    second = schedlang.load(model=[model, LEAST_PEAK], graph=g,
+    second = schedlang.load(model=[model, extension_path(LEAST_PEAK)], graph=g,
                             params={"fastest_time": fastest})
     least = second.solve(backend=backend, solver=solver, time_limit=time_limit)
     if least.plan is not None and least.status in (Status.OPTIMAL, Status.FEASIBLE):
