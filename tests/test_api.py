@@ -187,3 +187,29 @@ def test_warm_start_ignored_is_a_field():
     sol = solve_ir(ir, backend="cvxpy", solver=cold[0], warm_start=start, presolve=False)
     assert sol.warm_start_ignored and "warm start ignored" in sol.message
     assert used.objective == pytest.approx(5)
+
+
+def test_termination_tables_name_real_native_statuses():
+    """Every native name in a termination table exists in the library it comes from (a
+    misspelt name would silently read as 'unknown')."""
+    import cvxpy.settings as cs
+    import highspy
+    from pyomo.contrib.appsi.base import TerminationCondition as Appsi
+    from pyomo.contrib.solver.common.results import TerminationCondition as Contrib
+    from pyomo.opt import TerminationCondition as Classic
+
+    from schedlang.solvers import highs, status
+
+    def names(enum):
+        return {m.name for m in enum}
+
+    assert set(status.PYOMO_CLASSIC) <= names(Classic)
+    assert set(status.PYOMO_CONTRIB) <= names(Contrib)
+    assert set(status.PYOMO_APPSI) <= names(Appsi)
+    assert set(status.CVXPY) <= {v for k, v in vars(cs).items() if k.isupper()
+                                 and isinstance(v, str)}
+    assert set(highs.TERMINATION) <= set(highspy.HighsModelStatus.__members__)
+    gp = pytest.importorskip("gurobipy")
+    from schedlang.solvers import gurobi
+
+    assert all(hasattr(gp.GRB, name) for name in gurobi.TERMINATION)

@@ -105,6 +105,17 @@ class SolverAdapter:
         yield
 
 
+def spell(names: tuple, time_limit: float | None, gap: float | None, threads: int | None,
+          **fixed) -> dict:
+    """The common options under a solver's `names` for (time limit, relative gap, threads)
+    (None: the solver has no such option), those not given left out, plus `fixed`."""
+    opts = dict(fixed)
+    for name, value, kind in zip(names, (time_limit, gap, threads), (float, float, int)):
+        if name is not None and value is not None:
+            opts[name] = kind(value)
+    return opts
+
+
 def read_cvxpy_status(ans: CvxpyAnswer, detail: str) -> RawResult:
     term = termination(CVXPY, ans.status) if ans.status is not None else ERROR
     xv = ans.x_value() if term in (OPTIMAL, LIMIT, UNKNOWN) else None

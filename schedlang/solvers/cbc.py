@@ -8,7 +8,7 @@ optimal_inaccurate, a limit), with no bound.
 """
 from __future__ import annotations
 
-from .base import CvxpyAnswer, NativeOptions, SolverAdapter, read_cvxpy_status
+from .base import CvxpyAnswer, NativeOptions, SolverAdapter, read_cvxpy_status, spell
 from .status import RawResult
 
 
@@ -18,11 +18,7 @@ class Cbc(SolverAdapter):
             names = ("sec", "ratioGap", "threads")
         else:  # attributes of cylp's CyCbcModel
             names = ("maximumSeconds", "allowableFractionGap", "numberThreads")
-        opts: dict = {"allowableGap": 0.0}
-        for key, value, kind in zip(names, (time_limit, gap, threads), (float, float, int)):
-            if value is not None:
-                opts[key] = kind(value)
-        return NativeOptions(opts)
+        return NativeOptions(spell(names, time_limit, gap, threads, allowableGap=0.0))
 
     def read_cvxpy(self, ans: CvxpyAnswer) -> RawResult:
         return read_cvxpy_status(ans, f"CBC via cylp, cvxpy status {ans.status}")

@@ -8,32 +8,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import CvxpyAnswer, NativeOptions, SolverAdapter
+from .base import CvxpyAnswer, NativeOptions, SolverAdapter, spell
 from .status import ERROR, INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, RawResult, \
-    termination
+    by_termination, termination
 
 SIZE_LIMIT = 2000  # variables or rows a size-limited licence allows
 
 # gurobipy.GRB status constant names -> termination
-TERMINATION = {
-    "OPTIMAL": OPTIMAL, "INFEASIBLE": INFEASIBLE, "INF_OR_UNBD": INF_OR_UNBD,
-    "UNBOUNDED": UNBOUNDED, "TIME_LIMIT": LIMIT, "ITERATION_LIMIT": LIMIT,
-    "NODE_LIMIT": LIMIT, "SOLUTION_LIMIT": LIMIT, "INTERRUPTED": LIMIT,
-    "USER_OBJ_LIMIT": LIMIT, "WORK_LIMIT": LIMIT, "MEM_LIMIT": LIMIT,
-    "SUBOPTIMAL": LIMIT, "NUMERIC": ERROR, "CUTOFF": LIMIT,
-}
+TERMINATION = by_termination({
+    OPTIMAL: "OPTIMAL", INFEASIBLE: "INFEASIBLE", INF_OR_UNBD: "INF_OR_UNBD",
+    UNBOUNDED: "UNBOUNDED", ERROR: "NUMERIC",
+    LIMIT: "TIME_LIMIT ITERATION_LIMIT NODE_LIMIT SOLUTION_LIMIT INTERRUPTED USER_OBJ_LIMIT "
+           "WORK_LIMIT MEM_LIMIT SUBOPTIMAL CUTOFF",
+})
 
 
 class Gurobi(SolverAdapter):
     def options(self, backend, time_limit, gap, threads) -> NativeOptions:
-        opts: dict = {"MIPGapAbs": 0.0}
-        if time_limit is not None:
-            opts["TimeLimit"] = float(time_limit)
-        if gap is not None:
-            opts["MIPGap"] = float(gap)
-        if threads is not None:
-            opts["Threads"] = int(threads)
-        return NativeOptions(opts)
+        return NativeOptions(spell(("TimeLimit", "MIPGap", "Threads"), time_limit, gap, threads,
+                                   MIPGapAbs=0.0))
 
     def read_cvxpy(self, ans: CvxpyAnswer) -> RawResult:
         import gurobipy as gp

@@ -22,31 +22,25 @@ from functools import cache
 
 import numpy as np
 
-from .base import CvxpyAnswer, NativeOptions, SolverAdapter, output_discarded
+from .base import CvxpyAnswer, NativeOptions, SolverAdapter, output_discarded, spell
 from .status import ERROR, INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, \
-    RawResult, termination
+    RawResult, by_termination, termination
 
 # HighsModelStatus names -> termination
-TERMINATION = {
-    "kOptimal": OPTIMAL, "kInfeasible": INFEASIBLE, "kUnbounded": UNBOUNDED,
-    "kUnboundedOrInfeasible": INF_OR_UNBD, "kTimeLimit": LIMIT, "kIterationLimit": LIMIT,
-    "kSolutionLimit": LIMIT, "kObjectiveBound": LIMIT, "kObjectiveTarget": LIMIT,
-    "kInterrupt": LIMIT, "kHighsInterrupt": LIMIT, "kMemoryLimit": LIMIT, "kNotset": ERROR,
-    "kLoadError": ERROR, "kModelError": ERROR, "kPresolveError": ERROR, "kSolveError": ERROR,
-    "kPostsolveError": ERROR, "kModelEmpty": UNKNOWN, "kUnknown": UNKNOWN,
-}
+TERMINATION = by_termination({
+    OPTIMAL: "kOptimal", INFEASIBLE: "kInfeasible", UNBOUNDED: "kUnbounded",
+    INF_OR_UNBD: "kUnboundedOrInfeasible",
+    LIMIT: "kTimeLimit kIterationLimit kSolutionLimit kObjectiveBound kObjectiveTarget "
+           "kInterrupt kHighsInterrupt kMemoryLimit",
+    ERROR: "kNotset kLoadError kModelError kPresolveError kSolveError kPostsolveError",
+    UNKNOWN: "kModelEmpty kUnknown",
+})
 
 
 class Highs(SolverAdapter):
     def options(self, backend, time_limit, gap, threads) -> NativeOptions:
-        opts: dict = {"mip_abs_gap": 0.0}
-        if time_limit is not None:
-            opts["time_limit"] = float(time_limit)
-        if gap is not None:
-            opts["mip_rel_gap"] = float(gap)
-        if threads is not None:
-            opts["threads"] = int(threads)
-        return NativeOptions(opts)
+        return NativeOptions(spell(("time_limit", "mip_rel_gap", "threads"), time_limit, gap,
+                                   threads, mip_abs_gap=0.0))
 
     def pyomo_interface_available(self, interface: str) -> bool | None:
         if interface != "stdform_highs":

@@ -5,28 +5,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import CvxpyAnswer, NativeOptions, SolverAdapter
-from .status import INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, RawResult, termination
+from .base import CvxpyAnswer, NativeOptions, SolverAdapter, spell
+from .status import INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, RawResult, \
+    by_termination, termination
 
 # SCIP status strings (Model.getStatus()) -> termination
-TERMINATION = {
-    "optimal": OPTIMAL, "gaplimit": OPTIMAL, "infeasible": INFEASIBLE,
-    "unbounded": UNBOUNDED, "inforunbd": INF_OR_UNBD, "timelimit": LIMIT,
-    "nodelimit": LIMIT, "totalnodelimit": LIMIT, "stallnodelimit": LIMIT,
-    "sollimit": LIMIT, "bestsollimit": LIMIT, "restartlimit": LIMIT,
-    "memlimit": LIMIT, "userinterrupt": LIMIT,
-}
+TERMINATION = by_termination({
+    OPTIMAL: "optimal gaplimit", INFEASIBLE: "infeasible", UNBOUNDED: "unbounded",
+    INF_OR_UNBD: "inforunbd",
+    LIMIT: "timelimit nodelimit totalnodelimit stallnodelimit sollimit bestsollimit "
+           "restartlimit memlimit userinterrupt",
+})
 INFINITY = 1e19  # SCIP's default infinity: a bound beyond it is none
 
 
 class Scip(SolverAdapter):
     def options(self, backend, time_limit, gap, threads) -> NativeOptions:
-        params: dict = {"limits/absgap": 0.0}
+        params = spell(("limits/time", "limits/gap", None), time_limit, gap, None,
+                       **{"limits/absgap": 0.0})
         notes = []
-        if time_limit is not None:
-            params["limits/time"] = float(time_limit)
-        if gap is not None:
-            params["limits/gap"] = float(gap)
         if threads is not None:
             notes.append("scip solves with one thread; the threads option was ignored")
         return NativeOptions({"scip_params": params} if backend == "cvxpy" else params, notes)

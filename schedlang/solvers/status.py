@@ -52,44 +52,47 @@ class RawResult:
 # Termination words of the solver interfaces shared by several solvers, keyed by the native
 # enum member's name (`tc.name`). A name not listed is UNKNOWN.
 
+def by_termination(names: dict[str, str]) -> dict[str, str]:
+    """A termination table written termination-first: {word: "native names, spaced"} ->
+    {native name: word}."""
+    return {native: word for word, listed in names.items() for native in listed.split()}
+
+
 # pyomo.opt.TerminationCondition (Pyomo's classic SolverFactory plugins: cbc, glpk)
-PYOMO_CLASSIC = {
-    "optimal": OPTIMAL, "globallyOptimal": OPTIMAL, "locallyOptimal": OPTIMAL,
-    "maxTimeLimit": LIMIT, "maxIterations": LIMIT, "maxEvaluations": LIMIT,
-    "minStepLength": LIMIT, "minFunctionValue": LIMIT, "userInterrupt": LIMIT,
-    "resourceInterrupt": LIMIT, "intermediateNonInteger": LIMIT, "feasible": LIMIT,
-    "licensingProblems": ERROR, "invalidProblem": ERROR, "solverFailure": ERROR,
-    "internalSolverError": ERROR, "error": ERROR, "infeasible": INFEASIBLE,
-    "unbounded": UNBOUNDED, "infeasibleOrUnbounded": INF_OR_UNBD,
-    "other": UNKNOWN, "unknown": UNKNOWN,
-}
+PYOMO_CLASSIC = by_termination({
+    OPTIMAL: "optimal globallyOptimal locallyOptimal",
+    LIMIT: "maxTimeLimit maxIterations maxEvaluations minStepLength minFunctionValue "
+           "userInterrupt resourceInterrupt intermediateNonInteger feasible",
+    ERROR: "licensingProblems invalidProblem solverFailure internalSolverError error",
+    INFEASIBLE: "infeasible", UNBOUNDED: "unbounded", INF_OR_UNBD: "infeasibleOrUnbounded",
+    UNKNOWN: "other unknown",
+})
 
 # pyomo.contrib.solver TerminationCondition (the new solver API: highs, gurobi_direct, ...)
-PYOMO_CONTRIB = {
-    "convergenceCriteriaSatisfied": OPTIMAL, "maxTimeLimit": LIMIT, "iterationLimit": LIMIT,
-    "objectiveLimit": LIMIT, "minStepLength": LIMIT, "interrupted": LIMIT,
-    "unbounded": UNBOUNDED, "provenInfeasible": INFEASIBLE, "locallyInfeasible": INFEASIBLE,
-    "infeasibleOrUnbounded": INF_OR_UNBD, "error": ERROR, "licensingProblems": ERROR,
-    "emptyModel": UNKNOWN,
-}
+PYOMO_CONTRIB = by_termination({
+    OPTIMAL: "convergenceCriteriaSatisfied",
+    LIMIT: "maxTimeLimit iterationLimit objectiveLimit minStepLength interrupted",
+    INFEASIBLE: "provenInfeasible locallyInfeasible", UNBOUNDED: "unbounded",
+    INF_OR_UNBD: "infeasibleOrUnbounded", ERROR: "error licensingProblems",
+    UNKNOWN: "emptyModel",
+})
 
 # pyomo.contrib.appsi TerminationCondition (appsi_highs)
-PYOMO_APPSI = {
-    "optimal": OPTIMAL, "maxTimeLimit": LIMIT, "maxIterations": LIMIT,
-    "objectiveLimit": LIMIT, "interrupted": LIMIT, "minStepLength": LIMIT,
-    "infeasible": INFEASIBLE, "unbounded": UNBOUNDED,
-    "infeasibleOrUnbounded": INF_OR_UNBD, "error": ERROR, "licensingProblems": ERROR,
-}
+PYOMO_APPSI = by_termination({
+    OPTIMAL: "optimal",
+    LIMIT: "maxTimeLimit maxIterations objectiveLimit interrupted minStepLength",
+    INFEASIBLE: "infeasible", UNBOUNDED: "unbounded", INF_OR_UNBD: "infeasibleOrUnbounded",
+    ERROR: "error licensingProblems",
+})
 
-# cvxpy's status strings (cvxpy.settings). cvxpy folds a time limit into OPTIMAL_INACCURATE
-# (SCIP, CBC, GLPK) or USER_LIMIT (HiGHS, Gurobi); the adapters read the raw answer first
+# cvxpy's status strings (cvxpy.settings). cvxpy folds a time limit into optimal_inaccurate
+# (SCIP, CBC, GLPK) or user_limit (HiGHS, Gurobi); the adapters read the raw answer first
 # where the solver exposes it.
-CVXPY = {
-    "optimal": OPTIMAL, "optimal_inaccurate": LIMIT, "user_limit": LIMIT,
-    "infeasible": INFEASIBLE, "unbounded": UNBOUNDED,
-    "infeasible_or_unbounded": INF_OR_UNBD, "infeasible_inaccurate": UNKNOWN,
-    "unbounded_inaccurate": UNKNOWN, "solver_error": ERROR,
-}
+CVXPY = by_termination({
+    OPTIMAL: "optimal", LIMIT: "optimal_inaccurate user_limit", INFEASIBLE: "infeasible",
+    UNBOUNDED: "unbounded", INF_OR_UNBD: "infeasible_or_unbounded",
+    UNKNOWN: "infeasible_inaccurate unbounded_inaccurate", ERROR: "solver_error",
+})
 
 
 def termination(table: dict, native) -> str:
