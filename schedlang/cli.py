@@ -54,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
                    "of `schedlang plan --list`)")
     s.add_argument("--json", action="store_true", help="one JSON object on stdout")
     s.add_argument("--verbose", action="store_true", help="show the solver's log")
+    s.add_argument("--quiet", action="store_true",
+                   help="no live progress line (incumbent, bound, gap) on stderr")
 
     m = sub.add_parser("simulate", help="replay a plan on its graph")
     m.add_argument("plan")
@@ -164,9 +166,11 @@ def cmd_solve(args) -> int:
     prob = load(args.file, model=args.model, budget=args.budget)
     prob.check()
     prob.lower()
-    result = prob.solve(backend=args.backend, solver=args.solver, time_limit=args.time_limit,
-                        gap=args.gap, threads=args.threads, presolve=not args.no_presolve,
-                        warm_start=args.warm_start, verbose=args.verbose)
+    with _progress_line(args) as progress:
+        result = prob.solve(backend=args.backend, solver=args.solver,
+                            time_limit=args.time_limit, gap=args.gap, threads=args.threads,
+                            presolve=not args.no_presolve, warm_start=args.warm_start,
+                            verbose=args.verbose, progress=progress)
     if args.plan_out and result.plan is not None:
         result.plan.save(args.plan_out)
         result.plan_path = args.plan_out
@@ -180,6 +184,18 @@ def cmd_solve(args) -> int:
               "schedlang or in the model's decoder declaration", file=sys.stderr)
         return 5
     return code
+
+
+def _progress_line(args):
+    """The live progress line of a long solve (`schedlang.solvers.progress`): on a terminal,
+    unless --quiet or --verbose (the solver's own log); stdout (--json) is not touched."""
+    import contextlib
+
+    from .solvers.progress import LiveLine
+
+    if args.quiet or args.verbose or not sys.stderr.isatty():
+        return contextlib.nullcontext(None)
+    return LiveLine()
 
 
 def _print_result(prob, r) -> None:

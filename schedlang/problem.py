@@ -152,12 +152,13 @@ class Problem:
 
     def solve(self, backend: str = "pyomo", solver: str = "highs", time_limit: float | None = None,
               gap: float | None = None, threads: int | None = None, presolve: bool = True,
-              warm_start=None, verbose: bool = False) -> Result:
+              warm_start=None, verbose: bool = False, progress=None) -> Result:
         """Solve the lowered model. `warm_start`: a MIP start given as a planner name (run on
         the graph at the peak budget), a `Plan`, or a full-length column vector; a plan is
         encoded in the model's variables (`decoders.encode`). Only a start that satisfies the
         model is passed to the solver; otherwise the solve runs cold, and `Result.warm_start`
-        and `Result.message` say why."""
+        and `Result.message` say why. `progress`: called with a
+        `schedlang.solvers.progress.Progress` while the solver runs, where it reports one."""
         from .backends import solve_ir
         from .solvers import supports_warm_start
 
@@ -172,7 +173,8 @@ class Problem:
             x0 = ws.x if ws.feasible else None
             ws.passed = x0 is not None
         sol = solve_ir(ir, backend=backend, solver=solver, time_limit=time_limit, gap=gap,
-                       threads=threads, presolve=presolve, warm_start=x0, verbose=verbose)
+                       threads=threads, presolve=presolve, warm_start=x0, verbose=verbose,
+                       progress=progress)
         message = sol.message
         if ws is not None:
             if ws.passed:

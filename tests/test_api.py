@@ -213,3 +213,27 @@ def test_termination_tables_name_real_native_statuses():
     from schedlang.solvers import gurobi
 
     assert all(hasattr(gp.GRB, name) for name in gurobi.TERMINATION)
+
+
+def test_progress_is_reported_while_highs_runs():
+    import io
+
+    from rich.console import Console
+
+    from schedlang.solvers.progress import LiveLine
+
+    rng = np.random.default_rng(3)  # a multi-dimensional knapsack HiGHS needs seconds for
+    n, m = 120, 8
+    w = rng.uniform(1, 100, size=(m, n)).round(2)
+    ir = make_ir([("take", "binary", np.zeros(n), np.ones(n))],
+                 [("cap", w, np.full(m, -np.inf), w.sum(1) / 2)],
+                 w.mean(0) + rng.uniform(0, 20, size=n), sense="max")
+    seen = []
+    sol = solve_ir(ir, time_limit=1.0, progress=seen.append)
+    assert sol.status == Status.FEASIBLE and seen
+    assert all(p.elapsed < 5 for p in seen) and any(p.incumbent is not None for p in seen)
+    out = io.StringIO()
+    with LiveLine(delay=0.0, console=Console(file=out, force_terminal=True, width=120)) as live:
+        for p in seen[-3:]:
+            live(p)
+    assert "incumbent" in out.getvalue() and "gap" in out.getvalue()

@@ -43,6 +43,7 @@ from __future__ import annotations
 import importlib
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -55,6 +56,7 @@ from ..solvers import (
     resolve, supports_warm_start,
 )
 from ..solvers.base import output_to_stderr
+from ..solvers.progress import Progress
 from ..solvers.status import (  # noqa: F401  (the termination words, for the backends)
     ERROR, INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult,
     is_feasible, join, normalize, objective_value,
@@ -73,6 +75,7 @@ class SolveRun:
     warm_start: np.ndarray | None = None  # reduced-model columns; None: no MIP start
     verbose: bool = False
     interface: str | None = None  # force a Pyomo interface (tests, benchmarks)
+    progress: Callable[[Progress], None] | None = None  # fed while the solver runs, if it can
 
 
 def _backend_module(backend: str):
@@ -88,8 +91,12 @@ def build_model(ir: IRModel, backend: str) -> object:
 def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
              time_limit: float | None = None, gap: float | None = None,
              threads: int | None = None, presolve: bool = True,
-             warm_start: np.ndarray | None = None, verbose: bool = False) -> Solution:
+             warm_start: np.ndarray | None = None, verbose: bool = False,
+             progress: Callable[[Progress], None] | None = None) -> Solution:
     """Presolve, build, solve and postsolve `ir`; one normalized `Solution`.
+
+    `progress` is called with a `Progress` now and then while the solver runs, where the
+    solver reports it (HiGHS through the Pyomo backend; `schedlang.solvers.progress`).
 
     Raises `SolverUnavailable` for an unknown backend or solver, or one not installed,
     and `SchedError` for invalid option values; everything the solver does wrong becomes
@@ -141,7 +148,7 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
             notes.append(f"warm start ignored: the {backend} backend cannot pass a MIP "
                          f"start to {info.name}")
 
-    run = SolveRun(info, opts, time_limit, ws, verbose)
+    run = SolveRun(info, opts, time_limit, ws, verbose, progress=progress)
     with info.session(threads, verbose):
         raw = _call_backend(backend, model, run)
         if raw.termination == INF_OR_UNBD:

@@ -122,6 +122,24 @@ def read_info(model_status: str, info, x_value, model_value=lambda v: v) -> RawR
     return RawResult(term, x=x, objective=incumbent, bound=bound, detail=f"HiGHS {model_status}")
 
 
+def _reporter(progress):
+    """A MIP callback of HiGHS that passes its incumbent, bound, gap and time on."""
+    import highspy
+
+    from .progress import Progress
+
+    inf = highspy.kHighsInf
+
+    def report(event) -> None:
+        d = event.data_out
+        found = abs(d.mip_primal_bound) < inf
+        progress(Progress(d.mip_primal_bound if found else None,
+                          d.mip_dual_bound if abs(d.mip_dual_bound) < inf else None,
+                          d.mip_gap if found else None, d.running_time,
+                          int(d.mip_node_count)))
+    return report
+
+
 # --------------------------------------------------------------------------- Pyomo standard form
 
 def solve_pyomo_stdform(model, cols, run) -> RawResult:
@@ -208,6 +226,8 @@ def solve_pyomo_stdform(model, cols, run) -> RawResult:
     for key, val in run.options.options.items():
         if h.setOptionValue(key, val) == highspy.HighsStatus.kError:
             return RawResult(ERROR, detail=f"HiGHS rejected option {key}={val!r}")
+    if run.progress is not None and is_int.any():
+        h.cbMipInterrupt.subscribe(_reporter(run.progress))
     if run.warm_start is not None and is_int.any():
         sol = highspy.HighsSolution()
         sol.col_value = np.asarray(run.warm_start, dtype=float)
