@@ -237,3 +237,22 @@ def test_progress_is_reported_while_highs_runs():
         for p in seen[-3:]:
             live(p)
     assert "incumbent" in out.getvalue() and "gap" in out.getvalue()
+
+
+def test_progress_line_only_on_a_terminal_and_not_quiet(monkeypatch):
+    import argparse
+
+    from schedlang import cli
+    from schedlang.solvers.progress import LiveLine
+
+    def chosen(tty, **flags):
+        monkeypatch.setattr(sys.stderr, "isatty", lambda: tty)
+        args = argparse.Namespace(**{"quiet": False, "verbose": False, **flags})
+        with cli._progress_line(args) as progress:
+            return progress
+
+    assert isinstance(chosen(True), LiveLine)
+    assert chosen(True, quiet=True) is None and chosen(True, verbose=True) is None
+    assert chosen(False) is None
+    code = main(["solve", CHAIN, "--quiet", "--json"])
+    assert code == 0
