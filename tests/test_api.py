@@ -256,3 +256,31 @@ def test_progress_line_only_on_a_terminal_and_not_quiet(monkeypatch):
     assert chosen(False) is None
     code = main(["solve", CHAIN, "--quiet", "--json"])
     assert code == 0
+
+
+def test_classic_plugin_quirks():
+    """What the glpk and cbc adapters make of Pyomo's classic plugins (their binaries may
+    not be installed, so the log readings are checked on their own)."""
+    from schedlang.solvers import cbc, glpk
+    from schedlang.solvers.status import (
+        INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult,
+    )
+
+    def glpk_says(term, log, is_mip=True, x=None):
+        return glpk.ADAPTER.adjust_classic(RawResult(term, x=x), log, is_mip, True).termination
+
+    assert glpk_says(UNKNOWN, "PROBLEM HAS NO PRIMAL FEASIBLE SOLUTION") == INFEASIBLE
+    assert glpk_says(UNKNOWN, "LP HAS UNBOUNDED PRIMAL SOLUTION") == INF_OR_UNBD
+    assert glpk_says(UNKNOWN, "LP HAS UNBOUNDED PRIMAL SOLUTION", is_mip=False) == UNBOUNDED
+    assert glpk_says(LIMIT, "INTEGER OPTIMAL SOLUTION FOUND; MIP GAP TOLERANCE REACHED") == OPTIMAL
+    assert glpk_says(LIMIT, "TIME LIMIT EXCEEDED") == LIMIT
+    assert glpk_says(UNKNOWN, "", x=np.zeros(1)) == UNKNOWN
+
+    def cbc_bound(bound, incumbent, sense_min):
+        raw = RawResult(OPTIMAL, objective=incumbent, bound=bound)
+        return cbc.ADAPTER.adjust_classic(raw, "", True, sense_min).bound
+
+    assert cbc_bound(4.0, 5.0, True) == 4.0
+    assert cbc_bound(-12.0, 10.0, False) == 12.0  # printed in CBC's minimisation sense
+    assert cbc_bound(3.0, 10.0, False) is None  # neither sign is a bound of a max at 10
+    assert cbc_bound(None, 10.0, True) is None

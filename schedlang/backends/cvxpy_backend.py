@@ -3,7 +3,7 @@
 One `cp.Variable(n)` over all columns (integrality by index, bounds passed natively), and per
 constraint block at most three constraints: ``A_eq @ x == b``, ``A_le @ x <= hi``,
 ``A_ge @ x >= lo`` (rows split by numpy masks; a range row goes into both inequalities).
-Never one cvxpy constraint per row (docs/performance-notes.md).
+Never one cvxpy constraint per row (build times: bench/bench_build.py, bench/README.md).
 
 The solve goes through ``Problem.get_problem_data`` and the solving chain's
 ``solve_via_data`` so that the solver's raw answer (HiGHS model status and info, the Gurobi

@@ -158,7 +158,7 @@ def _solve_appsi_highs(model, cols, run: SolveRun) -> RawResult:
 
     # only_child_vars: columns go to HiGHS in the model's (the IR's) order. By default appsi
     # orders them by first appearance in the constraints, which made the vgg16_train MILP take
-    # 3-5 s instead of about 1 s (column order swings HiGHS's root work; performance-notes.md).
+    # 3-5 s instead of about 1 s (column order swings HiGHS's root work).
     opt = Highs(only_child_vars=True)
     opt.config.load_solution = False
     opt.config.stream_solver = bool(run.verbose)

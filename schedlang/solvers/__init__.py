@@ -34,7 +34,6 @@ ADAPTERS: tuple[SolverAdapter, ...] = (
 SOLVERS: dict[str, SolverAdapter] = {a.name: a for a in ADAPTERS}
 SOLVER_NAMES = tuple(SOLVERS)
 DEFAULT_SOLVER = "highs"
-SolverInfo = SolverAdapter  # the name the backends and tests know it by
 
 # Pyomo interface names that live in `pyomo.contrib.solver` (the new solver API); the
 # others are Pyomo's classic `SolverFactory` plugins, appsi_highs (its own API) and the
