@@ -6,7 +6,7 @@
 * ``load_shared(name)`` -- ``/work/shared/graphs/<name>.json`` as a ``schedlang.graph.Graph``,
   through ``schedlang.importers.checkmate_nx.load_checkmate_nx`` when it exists, otherwise
   through the TEMPORARY local loader below.
-* ``no_recompute_peak(graph)`` -- ``schedlang.simulate.no_recompute_peak`` when it exists,
+* ``no_recompute_peak(graph)`` -- ``schedlang.planners.no_recompute.no_recompute_peak`` when it exists,
   otherwise a local computation (same definition).
 * ``write_sched(graph, directory)`` -- a ``.sched`` file via ``schedlang.writer.write_graph``.
 """

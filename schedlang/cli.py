@@ -54,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
                    "of `schedlang plan --list`)")
     s.add_argument("--json", action="store_true", help="one JSON object on stdout")
     s.add_argument("--verbose", action="store_true", help="show the solver's log")
+    s.add_argument("--quiet", action="store_true",
+                   help="no live progress line (incumbent, bound, gap) on stderr")
 
     m = sub.add_parser("simulate", help="replay a plan on its graph")
     m.add_argument("plan")
@@ -166,9 +168,11 @@ def cmd_solve(args) -> int:
     prob.check()
     _print_warnings(prob.program)
     prob.lower()
-    result = prob.solve(backend=args.backend, solver=args.solver, time_limit=args.time_limit,
-                        gap=args.gap, threads=args.threads, presolve=not args.no_presolve,
-                        warm_start=args.warm_start, verbose=args.verbose)
+    with _progress_line(args) as progress:
+        result = prob.solve(backend=args.backend, solver=args.solver,
+                            time_limit=args.time_limit, gap=args.gap, threads=args.threads,
+                            presolve=not args.no_presolve, warm_start=args.warm_start,
+                            verbose=args.verbose, progress=progress)
     if args.plan_out and result.plan is not None:
         result.plan.save(args.plan_out)
         result.plan_path = args.plan_out
@@ -190,6 +194,18 @@ def _print_warnings(program) -> None:
         print(str(w), file=sys.stderr)
 
 
+def _progress_line(args):
+    """The live progress line of a long solve (`schedlang.solvers.progress`): on a terminal,
+    unless --quiet or --verbose (the solver's own log); stdout (--json) is not touched."""
+    import contextlib
+
+    from .solvers.progress import LiveLine
+
+    if args.quiet or args.verbose or not sys.stderr.isatty():
+        return contextlib.nullcontext(None)
+    return LiveLine()
+
+
 def _print_result(prob, r) -> None:
     from .units import format_size
 
@@ -209,9 +225,8 @@ def _print_result(prob, r) -> None:
         line += f"  gap {100 * r.gap:.3g}%"
     print(line)
     ws = getattr(r, "warm_start", None)
-    message = r.message
-    if ws is not None:
-        message = message.replace(ws.summary(), "").strip("; ")
+    # the solver's message; the warm start's summary has its own line
+    message = r.solution.message if r.solution is not None else r.message
     if message:
         print(f"message   {message}")
     if ws is not None:
@@ -233,30 +248,36 @@ def _print_result(prob, r) -> None:
     print("timings   " + ", ".join(f"{k} {v:.3f}s" for k, v in r.timings.items()))
 
 
-def load_graph(path: str):
-    """Graph data from a .sched file or a checkmate-nx JSON file."""
+def load_problem(path: str):
+    """A `Problem` on the graph data of a .sched file or of a checkmate-nx JSON file."""
     from .errors import DataError, Loc
-    from .program import load_program
+    from .problem import load
 
     if path.endswith(".json"):
         from .importers.checkmate_nx import load_checkmate_nx
 
-        return load_checkmate_nx(path), {}
-    program = load_program([Path(path)])
-    if program.graph is None:
+        return load(graph=load_checkmate_nx(path))
+    prob = load(path)
+    if prob.graph is None:
         raise DataError("this file has no graph data", Loc(path))
-    return program.graph, program.budgets
+    return prob
+
+
+def load_graph(path: str):
+    """Graph data and budgets from a .sched file or a checkmate-nx JSON file."""
+    prob = load_problem(path)
+    return prob.graph, prob.budgets
 
 
 def cmd_simulate(args) -> int:
+    from .budgets import peak_budget
     from .plan import Plan
-    from .problem import resolve_budget
     from .simulate import simulate
 
     plan = Plan.load(args.plan)
     graph, budgets = load_graph(args.graph)
-    # --budget, else the budgets of the graph file, else the plan's own
-    budget = resolve_budget(args.budget, graph) if args.budget else budgets.get("peak")
+    # --budget, else the budgets of the graph file, else (None) the plan's own
+    budget = peak_budget(args.budget or None, graph, budgets)
     res = simulate(plan, graph, budget=budget, save_budget=budgets.get("save"))
     alloc = None
     if getattr(args, "allocator", False):
@@ -287,13 +308,13 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_import(args) -> int:
+    from .budgets import for_graph
     from .importers.checkmate_nx import load_checkmate_nx
-    from .problem import resolve_budget
     from .writer import write_graph
 
     graph = load_checkmate_nx(args.file)
     if args.budget:
-        graph.budgets["peak"] = resolve_budget(args.budget, graph)
+        graph.budgets["peak"] = for_graph(args.budget, graph)
     text = write_graph(graph)
     Path(args.output).write_text(text)
     print(f"wrote {args.output}: graph {graph.name}, {len(graph.nodes)} nodes, {len(graph.edges)} edges")
@@ -417,13 +438,8 @@ def cmd_plan(args) -> int:
     `fits_budget` says its peak (and, on layered data, its loss-phase memory) is within the
     budgets. `status` is "feasible" when it fits or there is no budget, else "infeasible".
     """
-    import time
-
     from .errors import Loc, did_you_mean
-    from .planners import graph_view, planners, run_planner
-    from .problem import resolve_budget
-    from .planners.no_recompute import no_recompute_plan
-    from .simulate import simulate
+    from .planners import planners
 
     table = planners()
     if args.list:
@@ -447,78 +463,30 @@ def cmd_plan(args) -> int:
         raise SchedError(f"unknown planner '{args.planner}'{did_you_mean(args.planner, table)}; "
                          f"planners: {', '.join(table)} (schedlang plan --list)", where)
 
-    no_limit = 1 << 62
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    graph, budgets = load_graph(args.file)
-    for key, value in budgets.items():  # planners read the save budget from the graph
-        graph.budgets.setdefault(key, value)
-    budget = resolve_budget(args.budget, graph) if args.budget else budgets.get("peak")
-    save_budget = budgets.get("save")
-    timings["parse"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    plan = run_planner(args.planner, graph, budget)
-    timings["plan"] = time.perf_counter() - t0
-    plan.budget_peak = budget
-    if save_budget is not None:
-        plan.budget_save = save_budget
-    t0 = time.perf_counter()
-    sim = simulate(plan, graph, budget=no_limit, save_budget=no_limit)
-    timings["simulate"] = time.perf_counter() - t0
-    ref_plan = no_recompute_plan(graph)
-    ref = simulate(ref_plan, graph, budget=no_limit, save_budget=no_limit)
-
-    problems = list(sim.errors)
-    fits = sim.valid
-    if budget is not None and sim.peak_bytes > budget:
-        fits = False
-        problems.append(f"peak memory {sim.peak_bytes} B exceeds the peak budget {budget} B by "
-                        f"{sim.peak_bytes - budget} B")
-    if (save_budget is not None and sim.save_peak_bytes is not None
-            and sim.save_peak_bytes > save_budget):
-        fits = False
-        problems.append(f"memory during the loss phase reaches {sim.save_peak_bytes} B, over the "
-                        f"save budget {save_budget} B by {sim.save_peak_bytes - save_budget} B")
-    overhead = sim.time / ref.time - 1.0 if ref.time > 0 else None
-    status = "feasible" if fits else "infeasible"
-    plan_path = None
+    prob = load_problem(args.file)
+    report = prob.plan(args.planner, budget=args.budget or None)
     if args.plan_out:
-        plan.save(args.plan_out)
-        plan_path = args.plan_out
-
+        report.plan.save(args.plan_out)
+        report.plan_path = args.plan_out
     if args.json:
-        print(json.dumps({
-            "status": status,
-            "objective": sim.time,
-            "planner": args.planner,
-            "view": graph_view(graph),
-            "budget_bytes": budget,
-            "save_budget_bytes": save_budget,
-            "fits_budget": fits,
-            "overhead": overhead,
-            "reference": {"peak_bytes": ref.peak_bytes, "time": ref.time},
-            "timings": {k: round(v, 6) for k, v in timings.items()},
-            "predicted": {"peak_bytes": plan.predicted_peak, "time": plan.predicted_time},
-            "simulated": {"valid": sim.valid, "peak_bytes": sim.peak_bytes, "time": sim.time,
-                          "fits_budget": fits, "save_peak_bytes": sim.save_peak_bytes,
-                          "errors": problems[:10]},
-            "message": "" if sim.valid else "the plan does not replay in the simulator",
-            "plan": plan_path if plan_path else [op.to_json() for op in plan.ops],
-        }, default=str))
+        print(json.dumps(report.to_json(), default=str))
     else:
-        _print_plan(args.planner, graph, plan, sim, ref, budget, save_budget, fits, overhead,
-                    problems, plan_path, timings)
-    if not sim.valid:
+        _print_plan(report)
+    if not report.simulated.valid:
         print(f"error: planner '{args.planner}' made a plan that does not replay in the "
-              f"simulator; this is a bug in the planner: {sim.errors[0]}", file=sys.stderr)
-        return 5
-    return 0 if fits else 3
+              f"simulator; this is a bug in the planner: {report.simulated.errors[0]}",
+              file=sys.stderr)
+    return report.exit_code
 
 
-def _print_plan(name, graph, plan, sim, ref, budget, save_budget, fits, overhead, problems,
-                plan_path, timings) -> None:
+def _print_plan(report) -> None:
     from .planners import graph_view
     from .units import format_size
+
+    r = report
+    name, graph, plan, sim, ref = r.planner, r.graph, r.plan, r.simulated, r.reference
+    budget, save_budget, fits, overhead = r.budget_bytes, r.save_budget_bytes, r.fits, r.overhead
+    problems, plan_path, timings = r.problems, r.plan_path, r.timings
 
     print(f"planner   {name}  on graph {graph.name} ({graph_view(graph)} data)")
     if budget is not None:

@@ -12,42 +12,24 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import budgets
 from .check import check_program
 from .decoders import decode
-from .errors import CheckError, DataError, Loc, SchedError
+from .errors import CheckError, SchedError
 from .graph import Graph
 from .ir import IRModel
 from .plan import Plan
-from .program import Program, load_program
-from .planners.no_recompute import no_recompute_peak
+from .planners.no_recompute import no_recompute_plan
+from .program import Program, attach_graph, load_program, set_params
 from .simulate import SimResult, simulate
 from .solution import Solution, Status
-from .units import parse_size
 
 
-def resolve_budget(text, graph: Graph | None, loc: Loc = Loc("--budget")) -> int:
-    """A budget given as bytes, a size ('14GiB') or a percent of the no-recomputation peak."""
-    if isinstance(text, (int, float)):
-        return int(text)
-    s = str(text).strip()
-    if s.endswith("%"):
-        if graph is None:
-            raise DataError("a budget in percent needs graph data", loc)
-        try:
-            pct = float(s[:-1])
-        except ValueError:
-            raise DataError(f"'{s}' is not a percentage", loc) from None
-        if pct <= 0:
-            raise DataError(f"budget {s} must be positive", loc)
-        # rounded up, so that 90% of vgg16_train is the architecture doc's 14242598093 B
-        return -(-no_recompute_peak(graph) * int(round(pct * 1000)) // 100_000)
-    try:
-        value = parse_size(s)
-    except ValueError as exc:
-        raise DataError(str(exc), loc) from None
-    if value <= 0:
-        raise DataError(f"budget {s} must be positive", loc)
-    return value
+# the budget parser (schedlang.budgets), under the name callers have imported it by
+resolve_budget = budgets.for_graph
+
+
+NO_LIMIT = 1 << 62  # a budget no plan reaches: replay without a memory limit
 
 
 @dataclass
@@ -151,6 +133,11 @@ class Problem:
 
     def check(self) -> None:
         t0 = time.perf_counter()
+        g = self.graph
+        if not self.program.has_formulation and g is not None and g.layers:
+            raise CheckError(f"graph '{g.name}' is layered data and no formulation was "
+                             "given: `use` a model that indexes the H-graph, or pass --model",
+                             g.loc)
         check_program(self.program)
         self.timings["check"] = time.perf_counter() - t0
 
@@ -166,12 +153,13 @@ class Problem:
 
     def solve(self, backend: str = "pyomo", solver: str = "highs", time_limit: float | None = None,
               gap: float | None = None, threads: int | None = None, presolve: bool = True,
-              warm_start=None, verbose: bool = False) -> Result:
+              warm_start=None, verbose: bool = False, progress=None) -> Result:
         """Solve the lowered model. `warm_start`: a MIP start given as a planner name (run on
         the graph at the peak budget), a `Plan`, or a full-length column vector; a plan is
         encoded in the model's variables (`decoders.encode`). Only a start that satisfies the
         model is passed to the solver; otherwise the solve runs cold, and `Result.warm_start`
-        and `Result.message` say why."""
+        and `Result.message` say why. `progress`: called with a
+        `schedlang.solvers.progress.Progress` while the solver runs, where it reports one."""
         from .backends import solve_ir
         from .solvers import supports_warm_start
 
@@ -186,11 +174,12 @@ class Problem:
             x0 = ws.x if ws.feasible else None
             ws.passed = x0 is not None
         sol = solve_ir(ir, backend=backend, solver=solver, time_limit=time_limit, gap=gap,
-                       threads=threads, presolve=presolve, warm_start=x0, verbose=verbose)
+                       threads=threads, presolve=presolve, warm_start=x0, verbose=verbose,
+                       progress=progress)
         message = sol.message
         if ws is not None:
             if ws.passed:
-                ignored = "warm start ignored" in sol.message
+                ignored = sol.warm_start_ignored
                 ws.accepted = (supports_warm_start(sol.solver, sol.backend) and not ignored
                                and sol.status != Status.ERROR)
                 if not ws.accepted and not ws.message:
@@ -261,11 +250,14 @@ class Problem:
             return ws
 
         if self.graph is not None:
-            sim = simulate(plan, self.graph, budget=budget)
+            # replayed without a peak limit: valid is "replays, the peak budget aside"
+            sim = simulate(plan, self.graph, budget=NO_LIMIT)
             ws.time, ws.peak_bytes = sim.time, sim.peak_bytes
-            over = [e for e in sim.errors if "exceeds the peak budget" in e]
-            ws.valid = len(sim.errors) == len(over)  # replays (the budget aside)
-            ws.fits = bool(ws.valid and sim.fits_budget is not False)
+            ws.valid = sim.valid
+            limit = budget if budget is not None else (
+                plan.budget_peak if plan.budget_peak is not None
+                else self.graph.budgets.get("peak"))  # the peak budget simulate() would check
+            ws.fits = bool(ws.valid and (limit is None or sim.peak_bytes <= limit))
         notes: list[str] = []
         x = encode(self.program, ir, plan, self.graph, notes) if self.graph is not None else None
         if x is None:
@@ -282,6 +274,103 @@ class Problem:
             else:
                 ws.message = f"its encoding violates the model: {why}"
         return ws
+
+    def plan(self, name: str, budget=None) -> "PlanReport":
+        """Planner `name` (`schedlang.planners`) run on the graph data, its plan replayed by
+        the simulator and checked against the budgets: `budget` (bytes, a size, a percent
+        of the no-recomputation peak), else the data's peak budget; the save budget is the
+        data's. Raises `SchedError` without graph data or for an unknown planner."""
+        graph = self.graph
+        if graph is None:
+            raise SchedError("this problem has no graph data to run a planner on")
+        check_planner_name(name)
+        for key, value in self.budgets.items():  # planners read the save budget off the graph
+            graph.budgets.setdefault(key, value)
+        peak = budgets.peak_budget(budget, graph, self.budgets)
+        save = self.budgets.get("save")
+        timings = {"parse": self.timings.get("parse", 0.0)}
+        t0 = time.perf_counter()
+        plan = run_named_planner(name, graph, peak)
+        timings["plan"] = time.perf_counter() - t0
+        plan.budget_peak = peak
+        if save is not None:
+            plan.budget_save = save
+        t0 = time.perf_counter()
+        sim = simulate(plan, graph, budget=NO_LIMIT, save_budget=NO_LIMIT)
+        timings["simulate"] = time.perf_counter() - t0
+        ref = simulate(no_recompute_plan(graph), graph, budget=NO_LIMIT, save_budget=NO_LIMIT)
+
+        problems = list(sim.errors)
+        fits = sim.valid
+        if peak is not None and sim.peak_bytes > peak:
+            fits = False
+            problems.append(f"peak memory {sim.peak_bytes} B exceeds the peak budget {peak} B "
+                            f"by {sim.peak_bytes - peak} B")
+        if save is not None and sim.save_peak_bytes is not None and sim.save_peak_bytes > save:
+            fits = False
+            problems.append(f"memory during the loss phase reaches {sim.save_peak_bytes} B, "
+                            f"over the save budget {save} B by {sim.save_peak_bytes - save} B")
+        overhead = sim.time / ref.time - 1.0 if ref.time > 0 else None
+        return PlanReport(name, graph, plan, sim, ref, peak, save, fits, overhead, problems,
+                          timings)
+
+
+@dataclass
+class PlanReport:
+    """A heuristic planner's plan, replayed (`Problem.plan`).
+
+    `simulated.valid`: the plan replays (dependencies, phantoms, every node computed);
+    `fits`: its peak (and, on layered data, its loss-phase memory) is within the budgets;
+    `problems`: the replay errors and the budget excesses; `overhead`: its time over the
+    no-recomputation plan's (`reference`), minus 1."""
+
+    planner: str
+    graph: Graph
+    plan: Plan
+    simulated: SimResult
+    reference: SimResult
+    budget_bytes: int | None
+    save_budget_bytes: int | None
+    fits: bool
+    overhead: float | None
+    problems: list[str]
+    timings: dict
+    plan_path: str | None = None
+
+    @property
+    def status(self) -> str:
+        """"feasible" when the plan fits (or there is no budget), else "infeasible"."""
+        return "feasible" if self.fits else "infeasible"
+
+    @property
+    def exit_code(self) -> int:
+        """`schedlang plan`'s: 0 fits, 3 over a budget, 5 a plan that does not replay."""
+        if not self.simulated.valid:
+            return 5
+        return 0 if self.fits else 3
+
+    def to_json(self) -> dict:
+        from .planners import graph_view
+
+        sim, plan = self.simulated, self.plan
+        return {
+            "status": self.status,
+            "objective": sim.time,
+            "planner": self.planner,
+            "view": graph_view(self.graph),
+            "budget_bytes": self.budget_bytes,
+            "save_budget_bytes": self.save_budget_bytes,
+            "fits_budget": self.fits,
+            "overhead": self.overhead,
+            "reference": {"peak_bytes": self.reference.peak_bytes, "time": self.reference.time},
+            "timings": {k: round(v, 6) for k, v in self.timings.items()},
+            "predicted": {"peak_bytes": plan.predicted_peak, "time": plan.predicted_time},
+            "simulated": {"valid": sim.valid, "peak_bytes": sim.peak_bytes, "time": sim.time,
+                          "fits_budget": self.fits, "save_peak_bytes": sim.save_peak_bytes,
+                          "errors": self.problems[:10]},
+            "message": "" if sim.valid else "the plan does not replay in the simulator",
+            "plan": self.plan_path if self.plan_path else [op.to_json() for op in plan.ops],
+        }
 
 
 def run_named_planner(name: str, graph: Graph, budget: int | None) -> Plan:
@@ -308,19 +397,30 @@ def check_planner_name(name: str) -> None:
                          f"{', '.join(known)}")
 
 
-def load(*paths, model: str | None = None, budget=None, text: str | None = None) -> Problem:
-    """Parse and merge files (and/or text) into a Problem; `budget` overrides the data's peak."""
+def load(*paths, model=None, budget=None, text: str | None = None, graph: Graph | None = None,
+         params: dict | None = None) -> Problem:
+    """Parse and merge files (and/or text) into a Problem.
+
+    `model`: a shipped model name or a path, or a list of them, read before the files (as
+    ``--model``); `graph`: graph data as a `Graph` object instead of (not in addition to) a
+    file's `graph` block; `budget` overrides the data's peak budget (`schedlang.budgets`);
+    `params`: values for scalar params declared with `default` (name -> number). Node/edge
+    graph data without a formulation is solved with `checkmate`."""
     t0 = time.perf_counter()
-    program = load_program([Path(p) for p in paths], [model] if model else None, text=text)
-    if not program.has_formulation and program.graph is not None:
-        if program.graph.layers:
-            raise CheckError(f"graph '{program.graph.name}' is layered data and no formulation was "
-                             "given: `use` a model that indexes the H-graph, or pass --model",
-                             program.graph.loc)
+    files = [Path(p) for p in paths]
+    models = [model] if isinstance(model, (str, Path)) else list(model or [])
+    program = _load_program(files, [str(m) for m in models], text, graph)
+    if not program.has_formulation and program.graph is not None and not program.graph.layers:
         # node/edge graph data alone: solve it with Checkmate, the classic formulation
-        program = load_program([Path(p) for p in paths], ["checkmate"], text=text)
+        program = _load_program(files, ["checkmate"], text, graph)
+    if params:
+        set_params(program, params)
     elapsed = time.perf_counter() - t0
     if budget is not None:
-        program.budgets["peak"] = resolve_budget(budget, program.graph)
+        program.budgets["peak"] = budgets.for_graph(budget, program.graph)
     return Problem(program, {"parse": elapsed})
 
+
+def _load_program(files: list, models: list, text: str | None, graph: Graph | None) -> Program:
+    program = load_program(files, models or None, text=text)
+    return attach_graph(program, graph) if graph is not None else program

@@ -248,8 +248,49 @@ def load_program(paths: list, extra_models: list[str] | None = None, text: str |
     if text is not None:
         merger.add_module(parse_text(text, text_path), Path.cwd())
     program = merger.program
-    if program.graph is not None:  # machine data the simulator and planners read off the graph
-        program.graph.bandwidths.update(program.bandwidths)
-        if "host" in program.budgets:
-            program.graph.budgets["host"] = program.budgets["host"]
+    if program.graph is not None:
+        _share_machine_data(program)
     return program
+
+
+def attach_graph(program: Program, graph: Graph) -> Program:
+    """`program` with `graph` as its graph data, as if the graph had been written in one of
+    its files: the graph's budgets and bandwidths are the data's, and declarations in the
+    files win over them. `graph` itself is not modified (the program holds a copy)."""
+    import copy
+
+    if program.graph is not None:
+        raise DataError(f"a graph is given and the files have graph '{program.graph.name}' (at "
+                        f"{program.graph.loc}); give one graph per problem", program.graph.loc)
+    g = copy.copy(graph)
+    g.budgets = dict(graph.budgets)
+    g.bandwidths = dict(graph.bandwidths)
+    program.graph = g
+    program.budgets = {**graph.budgets, **program.budgets}
+    program.bandwidths = {**graph.bandwidths, **program.bandwidths}
+    _share_machine_data(program)
+    return program
+
+
+def _share_machine_data(program: Program) -> None:
+    """Machine data the simulator and planners read off the graph."""
+    program.graph.bandwidths.update(program.bandwidths)
+    if "host" in program.budgets:
+        program.graph.budgets["host"] = program.budgets["host"]
+
+
+def set_params(program: Program, values: dict, loc: Loc = Loc("params")) -> None:
+    """Give values to scalar params declared with `default` (as a later file's
+    ``param NAME = value`` would)."""
+    import dataclasses
+
+    for name, value in values.items():
+        d = program.decls.get(name)
+        if not isinstance(d, ast.ParamDecl) or d.index is not None or not d.is_default:
+            defaults = [n for n, x in program.decls.items()
+                        if isinstance(x, ast.ParamDecl) and x.index is None and x.is_default]
+            raise CheckError(f"'{name}' is not a scalar param declared with `default`"
+                             f"{did_you_mean(name, defaults)}; such params: "
+                             f"{', '.join(defaults) or 'none'}", loc)
+        program.decls[name] = dataclasses.replace(
+            d, value=ast.Num(loc, float(value), "", repr(float(value))), is_default=False)

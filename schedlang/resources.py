@@ -25,3 +25,9 @@ def models_dir() -> Path:
 
 def shipped_models() -> list[str]:
     return sorted(p.stem for p in models_dir().glob("*.sched"))
+
+
+def extension_path(name: str) -> Path:
+    """A shipped `.sched` extension (models/extensions/NAME.sched): declarations that
+    extend the shipped models, read after one of them (`load(model=[base, path])`)."""
+    return models_dir() / "extensions" / f"{name}.sched"

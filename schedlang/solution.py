@@ -43,3 +43,5 @@ class Solution:
     message: str = ""
     timings: dict[str, float] = field(default_factory=dict)  # "presolve", "build", "solve"
     model_size: dict[str, int] = field(default_factory=dict)  # what the solver was given
+    # a MIP start was given and not passed to the solver (the message says why)
+    warm_start_ignored: bool = False

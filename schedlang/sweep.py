@@ -11,125 +11,36 @@ of each other, so `sweep` is a plain loop over `solve_at` that an engine such as
 replace by a map (``ray.get([remote_solve_at.remote(program, b) for b in budgets])``): the
 program, the options and the `SweepPoint` results are ordinary picklable data.
 
-Budget specs (`parse_budgets`), comma-separated items, each one of:
+Budget specs (`parse_budgets`, which is `schedlang.budgets.parse_list`), comma-separated
+items, each one of:
 
 * a size or a percent of the no-recomputation peak: ``14GiB``, ``900MiB``, ``3221225472``, ``75%``;
 * a range ``LOW..HIGH/N``: N budgets evenly spaced from LOW to HIGH, both included
   (``30%..100%/8``, ``1GiB..4GiB/4``; mixing a size and a percent spaces them in bytes).
 
-Percents resolve exactly as ``solve --budget`` does (`schedlang.problem.resolve_budget`), so
+Percents resolve exactly as ``solve --budget`` does (one rule, `schedlang.budgets`), so
 the 70% point of a sweep is the 70% solve. The result is sorted ascending, without duplicates.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import budgets
 from .errors import DataError, Loc, SchedError
 from .graph import Graph
-from .problem import Problem, Result, load, resolve_budget
 from .planners.no_recompute import no_recompute_peak, no_recompute_plan
+from .problem import Problem, Result, load
 from .simulate import simulate
 from .solution import EXIT_CODES, Status
 
-BUDGETS_LOC = Loc("--budgets")
-MAX_RANGE = 1000  # budgets in one range; more is a typo, not a sweep
-
 
 # ---------------------------------------------------------------------------- budget specs
-
-def parse_budgets(spec, graph: Graph | None, loc: Loc = BUDGETS_LOC) -> list[int]:
-    """A budget spec (see the module docstring) -> budgets in bytes, ascending, deduplicated.
-
-    `spec` may also be a list of items (ints are bytes). Raises `DataError` located at `loc`.
-    """
-    if isinstance(spec, (list, tuple)):
-        items = list(spec)
-    else:
-        text = str(spec).strip()
-        if not text:
-            raise DataError("no budgets given; write e.g. 30%..100%/8 or 1GiB,2GiB,75%", loc)
-        items = [part.strip() for part in text.split(",")]
-    if not items:
-        raise DataError("no budgets given; write e.g. 30%..100%/8 or 1GiB,2GiB,75%", loc)
-    out: set[int] = set()
-    for item in items:
-        if isinstance(item, (int, float)) and not isinstance(item, bool):
-            if item <= 0:
-                raise DataError(f"budget {item} must be positive", loc)
-            out.add(int(item))
-            continue
-        item = str(item).strip()
-        if not item:
-            raise DataError(f"empty item in the budget list '{spec}'; separate budgets by "
-                            "single commas", loc)
-        if ".." in item:
-            out.update(_parse_range(item, graph, loc))
-        else:
-            out.add(_one(item, graph, loc))
-    return sorted(out)
-
-
-def _percent(text: str) -> float | None:
-    """The number of 'NN%' (None when `text` is not a percent)."""
-    if not text.endswith("%"):
-        return None
-    try:
-        return float(text[:-1])
-    except ValueError:
-        return None
-
-
-def _one(text: str, graph: Graph | None, loc: Loc) -> int:
-    if text.endswith("%"):
-        pct = _percent(text)
-        if pct is not None and not math.isfinite(pct):
-            raise DataError(f"'{text}' is not a percentage", loc)
-        if graph is None:
-            raise DataError(f"budget '{text}' is a percent of the no-recomputation peak, and "
-                            "this program has no graph data; give sizes (e.g. 14GiB)", loc)
-        if _reference_peak(graph) <= 0:
-            raise DataError(f"budget '{text}' is a percent of the no-recomputation peak, and "
-                            f"graph '{graph.name}' has no compute nodes; give sizes", loc)
-    return resolve_budget(text, graph, loc)
-
-
-def _parse_range(item: str, graph: Graph | None, loc: Loc) -> list[int]:
-    parts = item.split("..")
-    if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
-        raise DataError(f"'{item}' is not a budget range; write LOW..HIGH/N, e.g. "
-                        "30%..100%/8 or 1GiB..4GiB/4", loc)
-    lo_text = parts[0].strip()
-    hi_text, slash, n_text = parts[1].partition("/")
-    hi_text = hi_text.strip()
-    if not slash:
-        raise DataError(f"the range '{item}' has no count; write {lo_text}..{hi_text}/N for "
-                        "N evenly spaced budgets", loc)
-    try:
-        n = int(n_text.strip())
-    except ValueError:
-        raise DataError(f"the count '{n_text.strip()}' of the range '{item}' is not a whole "
-                        "number", loc) from None
-    lo = _one(lo_text, graph, loc)
-    hi = _one(hi_text, graph, loc)
-    if lo > hi:
-        raise DataError(f"the range '{item}' goes down ({lo_text} is more than {hi_text}); "
-                        "write LOW..HIGH/N", loc)
-    if n < 1 or (n == 1 and lo != hi):
-        raise DataError(f"the range '{item}' needs a count of at least 2 (its two ends), "
-                        f"got {n}", loc)
-    if n > MAX_RANGE:
-        raise DataError(f"the range '{item}' asks for {n} budgets; at most {MAX_RANGE}", loc)
-    if n == 1:
-        return [lo]
-    p_lo, p_hi = _percent(lo_text), _percent(hi_text)
-    if p_lo is not None and p_hi is not None:
-        # percents: space the percents, each resolved like `solve --budget P%`
-        return [resolve_budget(f"{p_lo + (p_hi - p_lo) * k / (n - 1)!r}%", graph, loc)
-                for k in range(n)]
-    return [int(round(lo + (hi - lo) * k / (n - 1))) for k in range(n)]
+# the parser of budget lists and ranges is `schedlang.budgets.parse_list`
+parse_budgets = budgets.parse_list
+BUDGETS_LOC = budgets.LIST_LOC
+MAX_RANGE = budgets.MAX_RANGE
 
 
 # ---------------------------------------------------------------------------- sweep points

@@ -3,13 +3,14 @@
 One `cp.Variable(n)` over all columns (integrality by index, bounds passed natively), and per
 constraint block at most three constraints: ``A_eq @ x == b``, ``A_le @ x <= hi``,
 ``A_ge @ x >= lo`` (rows split by numpy masks; a range row goes into both inequalities).
-Never one cvxpy constraint per row (docs/performance-notes.md).
+Never one cvxpy constraint per row (build times: bench/bench_build.py, bench/README.md).
 
 The solve goes through ``Problem.get_problem_data`` and the solving chain's
 ``solve_via_data`` so that the solver's raw answer (HiGHS model status and info, the Gurobi
 model, the SCIP status) can be read before cvxpy folds it into its own status: cvxpy maps a
 time limit to OPTIMAL_INACCURATE (SCIP, CBC, GLPK), to USER_LIMIT (HiGHS, Gurobi), and a time
 limit without a solution to INFEASIBLE_INACCURATE (Gurobi) or SOLVER_ERROR (SCIP, GLPK).
+Reading that answer is each solver adapter's `read_cvxpy` (`schedlang/solvers/`).
 """
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ import warnings
 import numpy as np
 
 from ..ir import IRModel
-from . import ERROR, HIGHS_TERMINATION, INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, \
-    UNKNOWN, RawResult, SolveRun
+from ..solvers.base import CvxpyAnswer
+from ..solvers.status import ERROR, OPTIMAL, UNKNOWN, RawResult
+from . import SolveRun
 
 VAR_NAME = "x"
 
@@ -70,7 +72,8 @@ def build(ir: IRModel):
 
 
 def solve(ir: IRModel, run: SolveRun) -> RawResult:
-    name = run.solver.cvxpy
+    adapter = run.solver
+    name = adapter.cvxpy
     t0 = time.perf_counter()
     prob = build(ir)
     x = prob.variables()[0]
@@ -82,12 +85,10 @@ def solve(ir: IRModel, run: SolveRun) -> RawResult:
 
     t1 = time.perf_counter()
     opts = _copy_options(run.options.options)
-    notes = []
+    dropped: list[str] = []  # why the MIP start was not passed, when it was not
     try:
-        if warm and name == "HIGHS":
-            raw = _solve_highs_with_start(chain, data, run, opts, notes)
-        else:
-            raw = chain.solve_via_data(prob, data, warm, bool(run.verbose), opts)
+        raw = adapter.cvxpy_solve(chain, prob, data, warm, bool(run.verbose), opts,
+                                  run.warm_start, dropped)
     except Exception as exc:  # the solver itself failed
         return RawResult(ERROR, detail=f"{name}: {type(exc).__name__}: {exc}",
                          build_time=build_time, solve_time=time.perf_counter() - t1)
@@ -104,42 +105,17 @@ def solve(ir: IRModel, run: SolveRun) -> RawResult:
         unpack_error = f"{type(exc).__name__}: {exc}"
     sense = -1.0 if (ir.objective is not None and ir.objective.sense == "max") else 1.0
     const = float(ir.objective.constant) if ir.objective is not None else 0.0
-    reader = _READERS.get(name, _read_generic)
-    result = reader(raw, status, x, sense, const)
+    result = adapter.read_cvxpy(CvxpyAnswer(raw, status, x, sense, const, run.options.options,
+                                            run.time_limit, solve_time))
     if unpack_error and result.termination == OPTIMAL:
         result.termination = UNKNOWN
     if unpack_error:
         result.detail = (result.detail + "; " if result.detail else "") + unpack_error[:300]
-    if name == "GLPK_MI" and result.termination == LIMIT and "mip_gap" in run.options.options \
-            and (run.time_limit is None or solve_time < 0.8 * run.time_limit):
-        # cvxopt says 'feasible' for every stop on a limit; with time to spare, the only
-        # limit that can have stopped GLPK is the requested gap
-        result.termination = OPTIMAL
-        result.detail += "; stopped on the requested MIP gap"
-    result.notes.extend(notes)
+    result.notes.extend(dropped)
+    result.warm_start_ignored = bool(dropped)
     result.build_time = build_time
     result.solve_time = solve_time
     return result
-
-
-def _solve_highs_with_start(chain, data, run: SolveRun, opts: dict, notes: list):
-    """cvxpy's HiGHS interface ignores ``x.value``: it warm-starts only from the solution of
-    a previous solve kept in a solver cache. Give it a cache holding our start vector (the
-    canonical columns are our columns when, as here, the problem has one variable with
-    native bounds and nothing else)."""
-    import cvxpy.settings as s
-    import highspy
-
-    n = run.warm_start.shape[0]
-    cache = {}
-    if data[s.C].shape[0] == n:
-        start = highspy.HighsSolution()
-        start.col_value = np.asarray(run.warm_start, dtype=float)
-        start.value_valid = True
-        cache["HIGHS"] = (None, None, {"model_status": "kOptimal", "solution": start})
-    else:
-        notes.append("warm start ignored: cvxpy's canonical HiGHS model has other columns")
-    return chain.solver.solve_via_data(data, True, bool(run.verbose), opts, cache)
 
 
 def _project(ir: IRModel, values: np.ndarray) -> np.ndarray:
@@ -153,128 +129,3 @@ def _project(ir: IRModel, values: np.ndarray) -> np.ndarray:
 
 def _copy_options(opts: dict) -> dict:
     return {k: (dict(v) if isinstance(v, dict) else v) for k, v in opts.items()}
-
-
-def _x_value(x) -> np.ndarray | None:
-    v = x.value
-    if v is None:
-        return None
-    return np.asarray(v, dtype=float).ravel()
-
-
-# --------------------------------------------------------------------------- per-solver readers
-# Each turns the raw answer of one cvxpy solver interface into a RawResult. Bounds reported
-# by the solvers are for the canonical problem: min s*c@x (s = -1 for max), without the
-# objective constant; in the model's terms the bound is s*bound + constant.
-
-def _generic_term(status) -> str:
-    import cvxpy.settings as s
-    return {
-        s.OPTIMAL: OPTIMAL, s.OPTIMAL_INACCURATE: LIMIT, s.USER_LIMIT: LIMIT,
-        s.INFEASIBLE: INFEASIBLE, s.UNBOUNDED: UNBOUNDED,
-        s.INFEASIBLE_OR_UNBOUNDED: INF_OR_UNBD, s.INFEASIBLE_INACCURATE: UNKNOWN,
-        s.UNBOUNDED_INACCURATE: UNKNOWN, s.SOLVER_ERROR: ERROR,
-    }.get(status, UNKNOWN)
-
-
-def _read_generic(raw, status, x, sense, const) -> RawResult:
-    term = _generic_term(status) if status is not None else ERROR
-    xv = _x_value(x) if term in (OPTIMAL, LIMIT, UNKNOWN) else None
-    return RawResult(term, x=xv, detail=f"cvxpy status {status}")
-
-
-def _read_highs(raw, status, x, sense, const) -> RawResult:
-    ms = raw.get("model_status", "")
-    info = raw.get("info")
-    term = HIGHS_TERMINATION.get(ms, UNKNOWN)
-    xv = None
-    bound = incumbent = None
-    if info is not None:
-        has_point = getattr(info, "primal_solution_status", 0) == 2
-        if has_point:
-            xv = _x_value(x)
-            incumbent = sense * info.objective_function_value + const
-        if getattr(info, "mip_node_count", -1) >= 0:  # a MIP: the dual bound is reported
-            b = info.mip_dual_bound
-            if np.isfinite(b):
-                bound = sense * b + const
-    return RawResult(term, x=xv, objective=incumbent, bound=bound, detail=f"HiGHS {ms}")
-
-
-def _read_gurobi(raw, status, x, sense, const) -> RawResult:
-    import gurobipy as gp
-    model = raw.get("model")
-    if model is None:
-        return _read_generic(raw, status, x, sense, const)
-    G = gp.GRB
-    st = model.Status
-    if st == G.LOADED:  # optimize() raised inside cvxpy, which hides the GurobiError
-        detail = "Gurobi did not optimize"
-        if max(model.NumVars, model.NumConstrs) > 2000:
-            detail += (f" (the model has {model.NumVars} variables and {model.NumConstrs} "
-                       f"constraints; a size-limited licence allows 2000)")
-        return RawResult(ERROR, detail=detail)
-    term = {
-        G.OPTIMAL: OPTIMAL, G.INFEASIBLE: INFEASIBLE, G.INF_OR_UNBD: INF_OR_UNBD,
-        G.UNBOUNDED: UNBOUNDED, G.TIME_LIMIT: LIMIT, G.ITERATION_LIMIT: LIMIT,
-        G.NODE_LIMIT: LIMIT, G.SOLUTION_LIMIT: LIMIT, G.INTERRUPTED: LIMIT,
-        G.USER_OBJ_LIMIT: LIMIT, G.WORK_LIMIT: LIMIT, G.MEM_LIMIT: LIMIT,
-        G.SUBOPTIMAL: LIMIT, G.NUMERIC: ERROR, G.CUTOFF: LIMIT,
-    }.get(st, UNKNOWN)
-    xv = _x_value(x) if model.SolCount > 0 else None
-    incumbent = sense * model.ObjVal + const if model.SolCount > 0 else None
-    bound = None
-    try:
-        if model.IsMIP:
-            b = model.ObjBound
-            bound = sense * b + const if np.isfinite(b) else None
-    except Exception:  # no bound attribute in this state
-        bound = None
-    return RawResult(term, x=xv, objective=incumbent, bound=bound,
-                     detail=f"Gurobi status {st}")
-
-
-def _read_scip(raw, status, x, sense, const) -> RawResult:
-    st = raw.get("scip_status", "")
-    model = raw.get("model")
-    term = {
-        "optimal": OPTIMAL, "gaplimit": OPTIMAL, "infeasible": INFEASIBLE,
-        "unbounded": UNBOUNDED, "inforunbd": INF_OR_UNBD, "timelimit": LIMIT,
-        "nodelimit": LIMIT, "totalnodelimit": LIMIT, "stallnodelimit": LIMIT,
-        "sollimit": LIMIT, "bestsollimit": LIMIT, "restartlimit": LIMIT,
-        "memlimit": LIMIT, "userinterrupt": LIMIT,
-    }.get(st, UNKNOWN)
-    has_point = "primal" in raw
-    xv = _x_value(x) if has_point else None
-    bound = None
-    if model is not None:
-        try:
-            b = model.getDualbound()
-            if np.isfinite(b) and abs(b) < 1e19:
-                bound = sense * b + const
-        except Exception:
-            bound = None
-    return RawResult(term, x=xv, bound=bound, detail=f"SCIP {st}")
-
-
-def _read_cbc(raw, status, x, sense, const) -> RawResult:
-    # cylp's status strings are folded by cvxpy: 'solution' -> OPTIMAL, every 'stopped on
-    # ...' -> OPTIMAL_INACCURATE (a limit), with no bound exposed.
-    res = _read_generic(raw, status, x, sense, const)
-    res.detail = f"CBC via cylp, cvxpy status {status}"
-    return res
-
-
-def _read_glpk(raw, status, x, sense, const) -> RawResult:
-    # cvxopt's 'feasible' (a limit with a point) -> OPTIMAL_INACCURATE; 'undefined' (a limit
-    # without one) -> SOLVER_ERROR. GLPK exposes no bound through cvxopt.
-    import cvxpy.settings as s
-    res = _read_generic(raw, status, x, sense, const)
-    if status is None and raw.get(s.STATUS) == s.SOLVER_ERROR:
-        res.termination = UNKNOWN
-    res.detail = f"GLPK via cvxopt, cvxpy status {status or raw.get(s.STATUS)}"
-    return res
-
-
-_READERS = {"HIGHS": _read_highs, "GUROBI": _read_gurobi, "SCIP": _read_scip,
-            "CBC": _read_cbc, "GLPK_MI": _read_glpk}

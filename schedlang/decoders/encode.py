@@ -232,9 +232,9 @@ def check_point(ir, x: np.ndarray) -> tuple[bool, str]:
     """Does `x` satisfy `ir`'s rows, bounds and integrality (the backends' tolerances)?"""
     import re
 
-    from ..backends import _is_feasible
+    from ..solvers.status import is_feasible
 
-    ok, why = _is_feasible(ir, np.asarray(x, dtype=float))
+    ok, why = is_feasible(ir, np.asarray(x, dtype=float))
     why = re.sub(r"column (\d+)", lambda m: column_name(ir, int(m.group(1))), why)
     why = re.sub(r"row (\d+)", lambda m: row_name(ir, int(m.group(1))), why)
     return ok, why

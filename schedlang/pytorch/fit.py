@@ -34,7 +34,7 @@ from ..graph import Graph
 from ..plan import Plan
 from ..planners.no_recompute import no_recompute_plan
 from ..simulate import simulate
-from ..units import format_size, parse_size
+from ..units import format_size
 
 __all__ = ["fit", "FitModule", "FitError", "MemoryReport", "resolve_fit_budget", "prepare"]
 
@@ -235,29 +235,12 @@ def _consistent_times(layer):
 
 
 def resolve_fit_budget(budget, plain_peak: int) -> int:
-    """Bytes from a size ('2GiB', 3e9, 1000000) or a percentage ('60%') of `plain_peak`."""
-    if isinstance(budget, bool):
-        raise SchedError(f"budget {budget!r} is not a size or a percentage")
-    if isinstance(budget, (int, float)):
-        if budget <= 0:
-            raise SchedError(f"budget {budget} must be positive")
-        return int(budget)
-    text = str(budget).strip()
-    if text.endswith("%"):
-        try:
-            pct = float(text[:-1])
-        except ValueError:
-            raise SchedError(f"budget '{text}' is not a percentage (e.g. 60%)") from None
-        if pct <= 0:
-            raise SchedError(f"budget {text} must be positive")
-        return int(plain_peak * pct / 100)
-    try:
-        value = parse_size(text)
-    except ValueError as exc:
-        raise SchedError(f"budget: {exc}") from None
-    if value <= 0:
-        raise SchedError(f"budget {text} must be positive")
-    return value
+    """Bytes from a size ('2GiB', 3e9, 1000000) or a percentage ('60%') of `plain_peak`
+    (`schedlang.budgets`: one parser and one rounding rule for every budget)."""
+    from .. import budgets
+    from ..errors import Loc
+
+    return budgets.parse(budget, plain_peak, Loc("budget"), "the plain execution peak")
 
 
 def parse_bandwidth(value) -> float:
@@ -271,16 +254,9 @@ def parse_bandwidth(value) -> float:
 
 
 # --- solving --------------------------------------------------------------------------------------
-# appended to the model: the smallest peak within the time of a solved plan (a .sched extension
-# of the shipped formulations: `plan_time`, `peak_use`, `step_use` and `B` are theirs)
-_LEAST_PEAK = """
-var Peak in [0, B]
-constraint peak_within[t in K, k in K where k <= t]: peak_use[t, k] <= Peak
-constraint step_peak_within[t in K, (k, o, i) in steps where k <= t]:
-    R[t, k, o] implies step_use[t, k, o, i] <= Peak
-constraint time_within: plan_time <= {time!r}
-minimize total_time: Peak
-"""
+# the second solve of `solve_plan`: the least peak among the fastest plans, a .sched extension
+# of the shipped formulations (models/extensions/least_peak.sched)
+LEAST_PEAK = "least_peak"
 
 
 def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
@@ -292,8 +268,8 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     none); the save budget (memory during the loss phase) keeps room for it and for the
     model's outputs, which the loss phase's samples may not count."""
     import schedlang
+    from ..resources import extension_path
     from ..solution import Status
-    from ..writer import write_graph
 
     g = copy.copy(graph)
     g.budgets = {"peak": int(activation_budget)}
@@ -304,18 +280,15 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
         if save <= 0:
             return None
         g.budgets["save"] = save
-    try:
-        from .trace import graph_text  # quotes names like blocks.0.out
-        text = graph_text(g, None, model)
-    except ImportError:
-        text = f"use {model}\n" + write_graph(g)
-    prob = schedlang.load(text=text)
+    prob = schedlang.load(model=model, graph=g)
     res = prob.solve(backend=backend, solver=solver, time_limit=time_limit)
     if res.plan is None or res.status not in (Status.OPTIMAL, Status.FEASIBLE):
         return None
     # Among plans as fast as this one, the one with the smallest peak: equally fast plans
     # differ in memory, and this choice makes the peak fall as the budget falls.
-    second = schedlang.load(text=text + _LEAST_PEAK.format(time=res.objective * (1 + 1e-7) + 1e-12))
+    fastest = res.objective * (1 + 1e-7) + 1e-12
+    second = schedlang.load(model=[model, extension_path(LEAST_PEAK)], graph=g,
+                            params={"fastest_time": fastest})
     least = second.solve(backend=backend, solver=solver, time_limit=time_limit)
     if least.plan is not None and least.status in (Status.OPTIMAL, Status.FEASIBLE):
         res = least

@@ -1,0 +1,242 @@
+"""HiGHS (highspy), embedded; the default solver.
+
+Pyomo drives it through `stdform_highs` (schedlang's own driver, `solve_pyomo_stdform`
+below: the model compiled by Pyomo's LinearStandardFormCompiler and handed to highspy in
+one call, 6-9x faster than appsi_highs' per-constraint translation), else `appsi_highs`,
+else pyomo.contrib.solver's `highs`. cvxpy drives it as ``HIGHS``.
+
+Quirks:
+* one thread scheduler per process: a run asking for another thread count than the
+  scheduler was started with ends with model status kNotset. `session` resets the
+  scheduler before a run that sets `threads`, and again after it, so that the next run
+  (ours or the caller's) starts a scheduler of its own size;
+* the first `Highs()` of a process prints a banner on file descriptor 1; `session` makes
+  that first instance with the output discarded unless the solve is verbose;
+* cvxpy's HiGHS interface ignores ``x.value`` as a MIP start: it warm-starts only from a
+  previous solve kept in its solver cache, so `cvxpy_solve` hands it a cache holding ours.
+"""
+from __future__ import annotations
+
+import contextlib
+from functools import cache
+
+import numpy as np
+
+from .base import CvxpyAnswer, NativeOptions, SolverAdapter, output_discarded, spell
+from .status import ERROR, INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, \
+    RawResult, by_termination, termination
+
+# HighsModelStatus names -> termination
+TERMINATION = by_termination({
+    OPTIMAL: "kOptimal", INFEASIBLE: "kInfeasible", UNBOUNDED: "kUnbounded",
+    INF_OR_UNBD: "kUnboundedOrInfeasible",
+    LIMIT: "kTimeLimit kIterationLimit kSolutionLimit kObjectiveBound kObjectiveTarget "
+           "kInterrupt kHighsInterrupt kMemoryLimit",
+    ERROR: "kNotset kLoadError kModelError kPresolveError kSolveError kPostsolveError",
+    UNKNOWN: "kModelEmpty kUnknown",
+})
+
+
+class Highs(SolverAdapter):
+    def options(self, backend, time_limit, gap, threads) -> NativeOptions:
+        return NativeOptions(spell(("time_limit", "mip_rel_gap", "threads"), time_limit, gap,
+                                   threads, mip_abs_gap=0.0))
+
+    def pyomo_interface_available(self, interface: str) -> bool | None:
+        if interface != "stdform_highs":
+            return None
+        try:
+            import highspy  # noqa: F401
+            from pyomo.repn.plugins.standard_form import LinearStandardFormCompiler  # noqa: F401
+        except Exception:  # a broken installation is an unavailable solver
+            return False
+        return True
+
+    @contextlib.contextmanager
+    def session(self, threads, verbose):
+        import highspy
+
+        if not verbose:
+            _swallow_banner()
+        if threads is None:
+            yield
+            return
+        highspy.Highs.resetGlobalScheduler(True)
+        try:
+            yield
+        finally:
+            highspy.Highs.resetGlobalScheduler(True)
+
+    def read_cvxpy(self, ans: CvxpyAnswer) -> RawResult:
+        ms = ans.raw.get("model_status", "")
+        info = ans.raw.get("info")
+        return read_info(ms, info, ans.x_value, ans.model_value)
+
+    def cvxpy_solve(self, chain, prob, data, warm: bool, verbose: bool, opts: dict,
+                    start: np.ndarray | None, dropped: list):
+        if start is None:
+            return chain.solve_via_data(prob, data, warm, verbose, opts)
+        import cvxpy.settings as s
+        import highspy
+
+        cache_ = {}
+        # the canonical columns are ours when, as here, the problem has one variable with
+        # native bounds and nothing else
+        if data[s.C].shape[0] == start.shape[0]:
+            sol = highspy.HighsSolution()
+            sol.col_value = np.asarray(start, dtype=float)
+            sol.value_valid = True
+            cache_["HIGHS"] = (None, None, {"model_status": "kOptimal", "solution": sol})
+        else:
+            dropped.append("warm start ignored: cvxpy's canonical HiGHS model has other columns")
+        return chain.solver.solve_via_data(data, True, verbose, opts, cache_)
+
+
+ADAPTER = Highs("highs", 1e-4, ("stdform_highs", "appsi_highs", "highs"), "HIGHS",
+                warm_start=frozenset({"pyomo", "cvxpy"}),
+                doc="HiGHS (highspy), embedded, the default")
+
+
+@cache
+def _swallow_banner() -> None:
+    """highspy prints its banner when the process's first `Highs()` is made: make that one
+    here with file descriptor 1 discarded."""
+    import highspy
+
+    with output_discarded():
+        highspy.Highs()
+
+
+def read_info(model_status: str, info, x_value, model_value=lambda v: v) -> RawResult:
+    """A RawResult from HiGHS' model status name and `HighsInfo`; `x_value()` gives the
+    point, `model_value(v)` maps HiGHS' objective values into the model's terms."""
+    term = termination(TERMINATION, model_status)
+    x = incumbent = bound = None
+    if info is not None:
+        if getattr(info, "primal_solution_status", 0) == 2:
+            x = x_value()
+            incumbent = model_value(info.objective_function_value)
+        if getattr(info, "mip_node_count", -1) >= 0:  # a MIP: the dual bound is reported
+            if np.isfinite(info.mip_dual_bound):
+                bound = model_value(info.mip_dual_bound)
+    return RawResult(term, x=x, objective=incumbent, bound=bound, detail=f"HiGHS {model_status}")
+
+
+def _reporter(progress):
+    """A MIP callback of HiGHS that passes its incumbent, bound, gap and time on."""
+    import highspy
+
+    from .progress import Progress
+
+    inf = highspy.kHighsInf
+
+    def report(event) -> None:
+        d = event.data_out
+        found = abs(d.mip_primal_bound) < inf
+        progress(Progress(d.mip_primal_bound if found else None,
+                          d.mip_dual_bound if abs(d.mip_dual_bound) < inf else None,
+                          d.mip_gap if found else None, d.running_time,
+                          int(d.mip_node_count)))
+    return report
+
+
+# --------------------------------------------------------------------------- Pyomo standard form
+
+def solve_pyomo_stdform(model, cols, run) -> RawResult:
+    """Solve the Pyomo `model` (its VarData `cols` in IR order) with highspy in one call."""
+    import highspy
+    import pyomo.environ as pyo
+    from pyomo.common.gc_manager import PauseGC
+    from pyomo.repn.plugins.standard_form import LinearStandardFormCompiler
+
+    with PauseGC():
+        repn = LinearStandardFormCompiler().write(
+            model, mixed_form=True, set_sense=None, column_order=cols)
+    n = len(cols)
+    position = {id(v): k for k, v in enumerate(cols)}
+    where = np.fromiter((position[id(v)] for v in repn.columns), dtype=np.int64,
+                        count=len(repn.columns))
+
+    # columns in the IR's order (the compiler may leave out columns used nowhere)
+    inf = highspy.kHighsInf
+    col_lb = np.empty(n)
+    col_ub = np.empty(n)
+    is_int = np.zeros(n, dtype=bool)
+    for k, v in enumerate(cols):
+        lo, hi = v.bounds
+        col_lb[k] = -inf if lo is None else lo
+        col_ub[k] = inf if hi is None else hi
+        is_int[k] = v.is_integer()
+    cost = np.zeros(n)
+    offset = 0.0
+    sense = highspy.ObjSense.kMinimize
+    if repn.objectives:
+        cost[where] = repn.c.toarray()[0]
+        offset = float(repn.c_offset[0])
+        if repn.objectives[0].sense == pyo.maximize:
+            sense = highspy.ObjSense.kMaximize
+
+    # rows: the compiler splits a range row into (<= hi, >= lo); merge them back
+    A = repn.A.tocsr()
+    kinds = np.fromiter((r.bound_type for r in repn.rows), dtype=np.int8, count=len(repn.rows))
+    ids = np.fromiter((id(r.constraint) for r in repn.rows), dtype=np.int64,
+                      count=len(repn.rows))
+    rhs = np.asarray(repn.rhs, dtype=float)
+    row_lo = np.where(kinds >= 0, np.where(kinds == 0, rhs, -inf), rhs)
+    row_hi = np.where(kinds <= 0, np.where(kinds == 0, rhs, inf), rhs)
+    if len(ids) > 1:
+        pair = np.flatnonzero(ids[1:] == ids[:-1])  # row pair+1 repeats row pair
+        if pair.size:
+            row_lo[pair] = row_lo[pair + 1]
+            keep = np.ones(len(ids), dtype=bool)
+            keep[pair + 1] = False
+            A, row_lo, row_hi = A[keep], row_lo[keep], row_hi[keep]
+    # columns of A in IR order
+    A = A.tocsc()
+    if len(where) != n or not np.array_equal(where, np.arange(n)):
+        import scipy.sparse as sp
+        perm = sp.csc_matrix((np.ones(len(where)), (where, np.arange(len(where)))),
+                             shape=(n, len(where)))
+        A = (A @ perm.T).tocsc()
+
+    lp = highspy.HighsLp()
+    lp.num_col_ = n
+    lp.num_row_ = A.shape[0]
+    lp.col_cost_ = cost
+    lp.col_lower_ = col_lb
+    lp.col_upper_ = col_ub
+    lp.row_lower_ = row_lo
+    lp.row_upper_ = row_hi
+    lp.offset_ = offset
+    lp.sense_ = sense
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = A.indptr
+    lp.a_matrix_.index_ = A.indices
+    lp.a_matrix_.value_ = A.data
+    if is_int.any():
+        lp.integrality_ = [highspy.HighsVarType.kInteger if f else highspy.HighsVarType.kContinuous
+                           for f in is_int.tolist()]
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", bool(run.verbose))
+    h.setOptionValue("log_to_console", bool(run.verbose))
+    status = h.passModel(lp)
+    if status == highspy.HighsStatus.kError:
+        return RawResult(ERROR, detail="HiGHS rejected the model")
+    for key, val in run.options.options.items():
+        if h.setOptionValue(key, val) == highspy.HighsStatus.kError:
+            return RawResult(ERROR, detail=f"HiGHS rejected option {key}={val!r}")
+    if run.progress is not None and is_int.any():
+        h.cbMipInterrupt.subscribe(_reporter(run.progress))
+    if run.warm_start is not None and is_int.any():
+        sol = highspy.HighsSolution()
+        sol.col_value = np.asarray(run.warm_start, dtype=float)
+        sol.value_valid = True
+        h.setSolution(sol)
+    h.run()
+    info = h.getInfo()
+    raw = read_info(h.getModelStatus().name, info,
+                    lambda: np.asarray(h.getSolution().col_value, dtype=float))
+    if not is_int.any():  # an LP optimum: the bound is the objective
+        raw.bound = info.objective_function_value if raw.termination == OPTIMAL else None
+    return raw
