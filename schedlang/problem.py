@@ -116,16 +116,20 @@ class WarmStart:
     accepted: bool = False
     message: str = ""
     x: object = field(default=None, repr=False)  # the full-length vector, when encoded
+    auto: list | None = None  # warm_start="auto": the planners tried (this one the best)
 
     def to_json(self) -> dict:
         return {"planner": self.planner, "time": self.time, "peak_bytes": self.peak_bytes,
                 "fits": self.fits, "valid": self.valid, "encoded": self.encoded,
                 "feasible": self.feasible, "objective": self.objective,
-                "passed": self.passed, "accepted": self.accepted, "message": self.message}
+                "passed": self.passed, "accepted": self.accepted, "message": self.message,
+                "auto": self.auto}
 
     def summary(self) -> str:
         """One line for `Result.message` and the CLI."""
         who = f"planner {self.planner}" if self.planner else "the given vector"
+        if self.auto:
+            who += f" (best of {', '.join(self.auto)})"
         if self.time is not None:
             fit = "fits" if self.fits else ("over the budget" if self.valid else "invalid plan")
             who += f" (time {self.time:.6g}, {fit})"
@@ -167,7 +171,8 @@ class Problem:
               gap: float | None = None, threads: int | None = None, presolve: bool = True,
               warm_start=None, verbose: bool = False) -> Result:
         """Solve the lowered model. `warm_start`: a MIP start given as a planner name (run on
-        the graph at the peak budget), a `Plan`, or a full-length column vector; a plan is
+        the graph at the peak budget; "auto": the best of `AUTO_PLANNERS`), a `Plan`, or a
+        full-length column vector; a plan is
         encoded in the model's variables (`decoders.encode`). Only a start that satisfies the
         model is passed to the solver; otherwise the solve runs cold, and `Result.warm_start`
         and `Result.message` say why."""
@@ -229,6 +234,8 @@ class Problem:
 
         ir = ir if ir is not None else (self.ir if self.ir is not None else self.lower())
         budget = self.budgets.get("peak")
+        if isinstance(warm_start, str) and warm_start == AUTO:
+            return self.auto_warm_start(ir)
         ws = WarmStart()
         if isinstance(warm_start, str):
             ws.planner = warm_start
@@ -260,9 +267,10 @@ class Problem:
             return ws
 
         if self.graph is not None:
-            sim = simulate(plan, self.graph, budget=budget)
+            sim = simulate(plan, self.graph, budget=budget, save_budget=self.budgets.get("save"))
             ws.time, ws.peak_bytes = sim.time, sim.peak_bytes
-            over = [e for e in sim.errors if "exceeds the peak budget" in e]
+            over = [e for e in sim.errors
+                    if "exceeds the peak budget" in e or "over the save budget" in e]
             ws.valid = len(sim.errors) == len(over)  # replays (the budget aside)
             ws.fits = bool(ws.valid and sim.fits_budget is not False)
         notes: list[str] = []
@@ -281,6 +289,33 @@ class Problem:
             else:
                 ws.message = f"its encoding violates the model: {why}"
         return ws
+
+    def auto_warm_start(self, ir: IRModel | None = None) -> "WarmStart":
+        """The best MIP start among the cheap heuristic planners (`AUTO_PLANNERS` that apply
+        to the graph): the feasible encoding with the lowest objective. When none is feasible,
+        the first candidate's `WarmStart` says why (the solve runs cold)."""
+        from .planners import graph_view, planners
+
+        table = planners()
+        names = [n for n in AUTO_PLANNERS
+                 if n in table and self.graph is not None
+                 and graph_view(self.graph) in table[n].views]
+        tried = [self.prepare_warm_start(name, ir) for name in names]
+        usable = [ws for ws in tried if ws.feasible and ws.objective is not None]
+        if usable:
+            best = min(usable, key=lambda ws: ws.objective)
+        else:
+            best = tried[0] if tried else WarmStart(message="no heuristic planner applies")
+            if tried:
+                best.message = "no heuristic plan fits and satisfies the model (" + "; ".join(
+                    f"{ws.planner}: {ws.message}" for ws in tried) + ")"
+        best.auto = [ws.planner for ws in tried]
+        return best
+
+
+# `Problem.solve(warm_start=AUTO)` (the CLI's default): try these planners, start from the best.
+AUTO = "auto"
+AUTO_PLANNERS = ("knapsack", "mutwo", "chen_greedy")
 
 
 def run_named_planner(name: str, graph: Graph, budget: int | None) -> Plan:
