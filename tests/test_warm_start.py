@@ -259,3 +259,33 @@ def test_cli_warm_start_human_over_budget(capsys):
 def test_cli_unknown_planner_exits_2(capsys):
     assert main(["solve", str(CHAIN), "--warm-start", "nope"]) == 2
     assert "unknown planner 'nope'" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- default: auto
+
+def test_cli_warm_starts_by_default_and_not_with_no_warm_start(capsys):
+    assert main(["solve", str(CHAIN), "--json"]) == 0
+    auto = json.loads(capsys.readouterr().out)
+    assert main(["solve", str(CHAIN), "--json", "--no-warm-start"]) == 0
+    cold = json.loads(capsys.readouterr().out)
+    assert cold["warm_start"] is None
+    ws = auto["warm_start"]
+    assert set(ws["auto"]) == {"knapsack", "mutwo", "chen_greedy"}
+    assert ws["planner"] in ws["auto"] and ws["fits"] and ws["accepted"]
+    assert auto["objective"] == pytest.approx(cold["objective"])
+
+
+def test_auto_picks_the_best_feasible_start():
+    prob, ir = _lowered()
+    ws = prob.prepare_warm_start("auto", ir)
+    each = [prob.prepare_warm_start(name, ir) for name in ws.auto]
+    feasible = [w.objective for w in each if w.feasible]
+    assert ws.feasible and ws.objective == pytest.approx(min(feasible))
+
+
+def test_auto_without_a_fitting_plan_solves_cold_and_says_why():
+    # 40 MiB: no heuristic plan fits the chain (the ILP proves it infeasible)
+    res = schedlang.load(CHAIN, budget="40MiB").solve(warm_start="auto")
+    ws = res.warm_start
+    assert not ws.passed and "no heuristic plan fits" in ws.message
+    assert res.status == Status.INFEASIBLE
