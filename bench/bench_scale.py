@@ -6,8 +6,9 @@
 
 Rows (each one is timed wall clock, parse to plan, in this process or a `schedlang` subprocess):
 
-* valid plan within 60 s -- resnet50_train at 90% and 80%, random layered graphs of 250 and 500
-  nodes (`bench/random_layered.py`, seed 0) at 90% and 80%: load the graph, run planner
+* valid plan within 60 s -- resnet50_train at 90% and 80%, the shared random_layered_n100 and
+  random layered graphs of 250 and 500 nodes (`bench/random_layered.py`, seed 0) at 90% and
+  80%: load the graph, run planner
   `best` (the fastest fitting plan of knapsack, mutwo, chen_greedy and shift), replay it in the
   simulator. Met when the plan is valid within the budget and the wall time <= 60 s.
 * mobilenet_train at 90%, optimum proven within 60 s with default flags: `schedlang solve
@@ -120,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     for pct in ("90%", "80%"):
         if want("resnet50"):
             rows.append(plan_row("resnet50_train", load_shared("resnet50_train"), pct))
+    for pct in ("90%", "80%"):
+        if want("random"):
+            rows.append(plan_row("random_layered_n100 (shared)", load_shared("random_layered_n100"), pct))
     for n in (250, 500):
         path = write_random(n, tmp)
         for pct in ("90%", "80%"):
