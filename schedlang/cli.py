@@ -49,9 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=_nonnegative(int), help="solver threads (0: the solver's choice)")
     s.add_argument("--no-presolve", action="store_true", help="give the solver the model as lowered")
     s.add_argument("--plan-out", help="write the plan (schedlang.plan/1 JSON) here")
-    s.add_argument("--warm-start", metavar="NAME", help="run heuristic planner NAME at the "
-                   "budget and give its plan to the solver as a MIP start (no_recompute, or one "
-                   "of `schedlang plan --list`)")
+    s.add_argument("--warm-start", metavar="NAME", default="auto", help="run heuristic planner "
+                   "NAME at the budget and give its plan to the solver as a MIP start "
+                   "(no_recompute, or one of `schedlang plan --list`; default auto: the best "
+                   "fitting plan of knapsack, mutwo and chen_greedy)")
+    s.add_argument("--no-warm-start", dest="warm_start", action="store_const", const=None,
+                   help="solve cold, without a MIP start")
     s.add_argument("--json", action="store_true", help="one JSON object on stdout")
     s.add_argument("--verbose", action="store_true", help="show the solver's log")
     s.add_argument("--quiet", action="store_true",

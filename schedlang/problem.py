@@ -99,16 +99,20 @@ class WarmStart:
     accepted: bool = False
     message: str = ""
     x: object = field(default=None, repr=False)  # the full-length vector, when encoded
+    auto: list | None = None  # warm_start="auto": the planners tried (this one the best)
 
     def to_json(self) -> dict:
         return {"planner": self.planner, "time": self.time, "peak_bytes": self.peak_bytes,
                 "fits": self.fits, "valid": self.valid, "encoded": self.encoded,
                 "feasible": self.feasible, "objective": self.objective,
-                "passed": self.passed, "accepted": self.accepted, "message": self.message}
+                "passed": self.passed, "accepted": self.accepted, "message": self.message,
+                "auto": self.auto}
 
     def summary(self) -> str:
         """One line for `Result.message` and the CLI."""
         who = f"planner {self.planner}" if self.planner else "the given vector"
+        if self.auto:
+            who += f" (best of {', '.join(self.auto)})"
         if self.time is not None:
             fit = "fits" if self.fits else ("over the budget" if self.valid else "invalid plan")
             who += f" (time {self.time:.6g}, {fit})"
@@ -155,7 +159,8 @@ class Problem:
               gap: float | None = None, threads: int | None = None, presolve: bool = True,
               warm_start=None, verbose: bool = False, progress=None) -> Result:
         """Solve the lowered model. `warm_start`: a MIP start given as a planner name (run on
-        the graph at the peak budget), a `Plan`, or a full-length column vector; a plan is
+        the graph at the peak budget; "auto": the best of `AUTO_PLANNERS`), a `Plan`, or a
+        full-length column vector; a plan is
         encoded in the model's variables (`decoders.encode`). Only a start that satisfies the
         model is passed to the solver; otherwise the solve runs cold, and `Result.warm_start`
         and `Result.message` say why. `progress`: called with a
@@ -219,6 +224,8 @@ class Problem:
 
         ir = ir if ir is not None else (self.ir if self.ir is not None else self.lower())
         budget = self.budgets.get("peak")
+        if isinstance(warm_start, str) and warm_start == AUTO:
+            return self.auto_warm_start(ir)
         ws = WarmStart()
         if isinstance(warm_start, str):
             ws.planner = warm_start
@@ -250,14 +257,17 @@ class Problem:
             return ws
 
         if self.graph is not None:
-            # replayed without a peak limit: valid is "replays, the peak budget aside"
-            sim = simulate(plan, self.graph, budget=NO_LIMIT)
+            # replayed without limits: valid is "replays, the budgets aside"
+            sim = simulate(plan, self.graph, budget=NO_LIMIT, save_budget=NO_LIMIT)
             ws.time, ws.peak_bytes = sim.time, sim.peak_bytes
             ws.valid = sim.valid
             limit = budget if budget is not None else (
                 plan.budget_peak if plan.budget_peak is not None
                 else self.graph.budgets.get("peak"))  # the peak budget simulate() would check
-            ws.fits = bool(ws.valid and (limit is None or sim.peak_bytes <= limit))
+            save = self.budgets.get("save")
+            ws.fits = bool(ws.valid and (limit is None or sim.peak_bytes <= limit)
+                           and (save is None or sim.save_peak_bytes is None
+                                or sim.save_peak_bytes <= save))
         notes: list[str] = []
         x = encode(self.program, ir, plan, self.graph, notes) if self.graph is not None else None
         if x is None:
@@ -313,6 +323,29 @@ class Problem:
         overhead = sim.time / ref.time - 1.0 if ref.time > 0 else None
         return PlanReport(name, graph, plan, sim, ref, peak, save, fits, overhead, problems,
                           timings)
+
+
+    def auto_warm_start(self, ir: IRModel | None = None) -> "WarmStart":
+        """The best MIP start among the cheap heuristic planners (`AUTO_PLANNERS` that apply
+        to the graph): the feasible encoding with the lowest objective. When none is feasible,
+        the first candidate's `WarmStart` says why (the solve runs cold)."""
+        from .planners import graph_view, planners
+
+        table = planners()
+        names = [n for n in AUTO_PLANNERS
+                 if n in table and self.graph is not None
+                 and graph_view(self.graph) in table[n].views]
+        tried = [self.prepare_warm_start(name, ir) for name in names]
+        usable = [ws for ws in tried if ws.feasible and ws.objective is not None]
+        if usable:
+            best = min(usable, key=lambda ws: ws.objective)
+        else:
+            best = tried[0] if tried else WarmStart(message="no heuristic planner applies")
+            if tried:
+                best.message = "no heuristic plan fits and satisfies the model (" + "; ".join(
+                    f"{ws.planner}: {ws.message}" for ws in tried) + ")"
+        best.auto = [ws.planner for ws in tried]
+        return best
 
 
 @dataclass
@@ -371,6 +404,11 @@ class PlanReport:
             "message": "" if sim.valid else "the plan does not replay in the simulator",
             "plan": self.plan_path if self.plan_path else [op.to_json() for op in plan.ops],
         }
+
+
+# `Problem.solve(warm_start=AUTO)` (the CLI's default): try these planners, start from the best.
+AUTO = "auto"
+AUTO_PLANNERS = ("knapsack", "mutwo", "chen_greedy")
 
 
 def run_named_planner(name: str, graph: Graph, budget: int | None) -> Plan:

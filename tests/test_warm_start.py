@@ -104,14 +104,71 @@ def test_plan_outside_the_stage_space_is_not_encoded():
     assert "drop_phantom" in notes[0]
 
 
-def test_layered_model_has_no_encoder_yet():
-    prob = schedlang.load(ROOT / "examples" / "transformer12.sched")
-    prob.check()
+# ------------------------------------------------------------- phase models (rockmate, offload)
+
+PHASE_CASES = [("tiny_transformer", None, None), ("unet", None, None),
+               ("transformer12", None, "60%"), ("transformer6_offload", None, "60%"),
+               ("tiny_transformer", "offload", None)]
+
+
+@pytest.mark.parametrize("name,model,budget", PHASE_CASES)
+def test_layered_plans_encode_to_feasible_points_of_phase_models(name, model, budget):
+    """A heuristic plan that fits is a point of the phase model (offload: with zero transfers)
+    whose objective is the plan's simulated time; one over the budget is not."""
+    prob = schedlang.load(ROOT / "examples" / f"{name}.sched", model=model, budget=budget)
     ir = prob.lower()
-    notes: list[str] = []
+    seen_fit = False
+    for planner in ("knapsack", "mutwo", "chen_greedy", "no_recompute"):
+        ws = prob.prepare_warm_start(planner, ir)
+        assert ws.valid, (planner, ws)
+        if ws.fits:
+            seen_fit = True
+            assert ws.encoded and ws.feasible, (planner, ws.message)
+            _rows_ok(ir, ws.x)
+            assert ws.objective == pytest.approx(ws.time, rel=1e-9)
+        else:
+            assert not ws.feasible and "no completion" in ws.message
+    assert seen_fit
+
+
+@pytest.mark.parametrize("name,model", [("tiny_transformer", None), ("unet", None),
+                                        ("tiny_transformer", "offload")])
+def test_phase_model_optimum_round_trips_and_warm_start_keeps_it(name, model):
+    """decode(solve) -> encode is a feasible point with the optimum's value, and a solve
+    warm-started from it (or from the best heuristic) reaches the same optimum."""
+    path = ROOT / "examples" / f"{name}.sched"
+    prob = schedlang.load(path, model=model)
+    cold = prob.solve()
+    assert cold.status == Status.OPTIMAL
+    ir = prob.ir
+    if not [op for op in cold.plan.ops if op.op in ("offload", "prefetch")]:
+        x = encode(prob.program, ir, cold.plan, prob.graph)
+        _rows_ok(ir, x)
+        assert objective_value(ir, x) == pytest.approx(cold.objective, rel=1e-9)
+    for start in ("auto", cold.plan):
+        warm = schedlang.load(path, model=model).solve(warm_start=start)
+        assert warm.status == Status.OPTIMAL and warm.objective == pytest.approx(cold.objective)
+        assert warm.simulated.valid
+    assert warm.warm_start.accepted or "transfers" in warm.warm_start.message
+
+
+def test_plans_outside_the_phase_space_are_not_encodable():
+    prob = schedlang.load(ROOT / "examples" / "tiny_transformer.sched")
+    ir = prob.lower()
     plan = no_recompute_plan(prob.graph)
-    assert encode(prob.program, ir, plan, prob.graph, notes) is None
-    assert "phases" in notes[0]
+    computes = [i for i, op in enumerate(plan.ops) if op.op == "compute"]
+    swapped = list(plan.ops)
+    a, b = computes[0], computes[1]
+    swapped[a], swapped[b] = swapped[b], swapped[a]
+    notes: list[str] = []
+    assert encode(prob.program, ir, Plan(graph=plan.graph, ops=swapped), prob.graph, notes) is None
+    assert "H-graph order" in notes[0]
+    with_transfer = [*plan.ops[:2], Op("offload", data="x", fraction=1.0),
+                     *plan.ops[2:]]
+    notes = []
+    assert encode(prob.program, ir, Plan(graph=plan.graph, ops=with_transfer), prob.graph,
+                  notes) is None
+    assert "without transfers" in notes[0]
 
 
 # --------------------------------------------------------------------------- solving
@@ -202,3 +259,33 @@ def test_cli_warm_start_human_over_budget(capsys):
 def test_cli_unknown_planner_exits_2(capsys):
     assert main(["solve", str(CHAIN), "--warm-start", "nope"]) == 2
     assert "unknown planner 'nope'" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- default: auto
+
+def test_cli_warm_starts_by_default_and_not_with_no_warm_start(capsys):
+    assert main(["solve", str(CHAIN), "--json"]) == 0
+    auto = json.loads(capsys.readouterr().out)
+    assert main(["solve", str(CHAIN), "--json", "--no-warm-start"]) == 0
+    cold = json.loads(capsys.readouterr().out)
+    assert cold["warm_start"] is None
+    ws = auto["warm_start"]
+    assert set(ws["auto"]) == {"knapsack", "mutwo", "chen_greedy"}
+    assert ws["planner"] in ws["auto"] and ws["fits"] and ws["accepted"]
+    assert auto["objective"] == pytest.approx(cold["objective"])
+
+
+def test_auto_picks_the_best_feasible_start():
+    prob, ir = _lowered()
+    ws = prob.prepare_warm_start("auto", ir)
+    each = [prob.prepare_warm_start(name, ir) for name in ws.auto]
+    feasible = [w.objective for w in each if w.feasible]
+    assert ws.feasible and ws.objective == pytest.approx(min(feasible))
+
+
+def test_auto_without_a_fitting_plan_solves_cold_and_says_why():
+    # 40 MiB: no heuristic plan fits the chain (the ILP proves it infeasible)
+    res = schedlang.load(CHAIN, budget="40MiB").solve(warm_start="auto")
+    ws = res.warm_start
+    assert not ws.passed and "no heuristic plan fits" in ws.message
+    assert res.status == Status.INFEASIBLE

@@ -25,7 +25,12 @@ the first computation of node t (after the previous stage). Then
 * memory[t, v] (optional) follows the model's recurrence, in units of `memory_unit`: what is
   kept into the stage, plus each output computed, minus what is freed after each compute.
 
-Phase models (H-Rockmate): no encoder yet (`NotEncodable`).
+Phase models (H-Rockmate, `encode_phases`; offload.sched too, with zero transfers). The plan
+must be in the phase space: phase t ends with the first computation of compute node t, and a
+phase computes nodes in the H-graph's order, each at most once. The plan fixes compute[t, k, o],
+keep[t, d] (live when phase t starts) and phantom[t, j, o] (saved when phase t starts); the
+transfer roles are 0; HiGHS completes the other columns (creates, deletes, memory, the offload
+model's bookkeeping) on the model with those columns fixed, or says there is no completion.
 """
 from __future__ import annotations
 
@@ -218,9 +223,112 @@ def _fill(x: np.ndarray, fam, value) -> None:
 
 # --------------------------------------------------------------------------- phases
 
-def encode_phases(decl, ir, plan: Plan, graph) -> np.ndarray:
-    raise NotEncodable("no encoder for the 'phases' decoder (H-Rockmate) yet; the solve runs "
-                       "without a MIP start")
+def phase_schedule(plan: Plan, h) -> tuple[dict, dict, dict]:
+    """Split a layered plan into H-Rockmate phases (phase t ends with the first computation
+    of compute node t, in the H-graph's order; a phase runs its computes in that order, each
+    at most once).
+
+    Returns (runs, live, phantoms): runs[(t, k)] = the option k runs with in phase t;
+    live[t] / phantoms[t] = the data in memory / {layer: option} of the phantoms saved when
+    phase t starts (just before its first compute). Raises `NotEncodable` for a plan outside
+    the phase space or with transfers."""
+    from ..hgraph import FAST_FORWARD
+
+    order = [k.name for k in h.compute]
+    index = {k: i for i, k in enumerate(order)}
+    node = {k.name: k for k in h.compute}
+    outputs_of: dict[str, list[str]] = {}
+    for c, d in h.creates:
+        outputs_of.setdefault(c, []).append(d)
+    runs: dict[tuple, str] = {}
+    live_at: dict[str, frozenset] = {}
+    phantoms_at: dict[str, dict] = {}
+    live, phantoms = set(h.inputs), {}
+    nxt, last = 0, -1  # the phase open now; the index of its last compute
+    for k_op, op in enumerate(plan.ops):
+        if op.op == "compute":
+            k = op.node
+            if k not in index:
+                raise NotEncodable(f"op {k_op}: compute of unknown node '{k}'")
+            if nxt >= len(order):
+                raise NotEncodable(f"op {k_op}: compute '{k}' after the last phase")
+            t = order[nxt]
+            if t not in live_at:
+                live_at[t], phantoms_at[t] = frozenset(live), dict(phantoms)
+            if index[k] > nxt:
+                raise NotEncodable(f"op {k_op}: node '{k}' is computed for the first time before "
+                                   f"node '{t}'; phases need first computations in H-graph order")
+            if index[k] <= last:
+                raise NotEncodable(f"op {k_op}: phase '{t}' computes '{k}' after a later node "
+                                   f"(or twice); a phase runs its computes in H-graph order")
+            options = [o.name for o in node[k].options]
+            o = op.option if op.option is not None else (options[0] if len(options) == 1 else None)
+            if o not in options:
+                raise NotEncodable(f"op {k_op}: node '{k}' has no option '{op.option}'")
+            runs[(t, k)] = o
+            live.update(outputs_of.get(k, ()))
+            if node[k].kind == "fwd" and o != FAST_FORWARD:
+                phantoms[node[k].layer] = o
+            elif node[k].kind == "bwd":
+                phantoms.pop(node[k].layer, None)
+            last = index[k]
+            if index[k] == nxt:
+                nxt, last = nxt + 1, -1
+        elif op.op == "delete":
+            live.discard(op.data)
+        elif op.op == "drop_phantom":
+            phantoms.pop(op.layer, None)
+        else:
+            raise NotEncodable(f"op {k_op}: a '{op.op}' op; the phase encoder writes plans "
+                               f"without transfers (offload/prefetch) only")
+    if nxt < len(order):
+        raise NotEncodable(f"node '{order[nxt]}' is never computed")
+    return runs, live_at, phantoms_at
+
+
+# the roles of transfers (offload.sched): zero in an encoded plan
+TRANSFER_ROLES = ("offload", "prefetch", "arrive", "phantom_offload", "phantom_prefetch",
+                  "phantom_arrive")
+
+
+def encode_phases(decl, ir, plan: Plan, graph, time_limit: float = 30.0) -> np.ndarray:
+    """The plan's decisions fixed -- compute[t, k, o], keep[t, d] and phantom[t, j, o] from
+    the replay, every transfer role 0 -- and the rest of the columns (creates, deletes,
+    contributions, memory, the offload model's bookkeeping) completed by HiGHS on the model
+    with those columns fixed (`relaxation.highs_solve`)."""
+    from ..hgraph import build_hgraph
+    from ..relaxation import highs_solve
+
+    if not graph.layers:
+        raise NotEncodable(f"graph '{graph.name}' is node/edge data; the phase encoder works on "
+                           f"layered graphs")
+    h = build_hgraph(graph)
+    runs, live_at, phantoms_at = phase_schedule(plan, h)
+    lb, ub = (v.copy() for v in ir.column_bounds())
+
+    def fix(fam, value) -> None:
+        for j, key in enumerate(fam.keys):
+            v = float(value(key))
+            if not fam.lb[j] - 1e-9 <= v <= fam.ub[j] + 1e-9:
+                raise NotEncodable(f"the plan sets {fam.name}[{', '.join(map(str, key))}] to "
+                                   f"{v:g}, outside the variable's bounds")
+            lb[fam.offset + j] = ub[fam.offset + j] = v
+
+    fix(role_family(decl, ir, "compute"), lambda key: runs.get((key[0], key[1])) == key[2])
+    fix(role_family(decl, ir, "keep"), lambda key: key[1] in live_at.get(key[0], ()))
+    fix(role_family(decl, ir, "phantom"),
+        lambda key: phantoms_at.get(key[0], {}).get(key[1]) == key[2])
+    for role in TRANSFER_ROLES:
+        fam = role_family(decl, ir, role, required=False)
+        if fam is not None:
+            fix(fam, lambda key: 0.0)
+    out = highs_solve(ir, lb, ub, time_limit=time_limit)
+    if out.x is None:
+        why = ("no completion exists" if out.status == "infeasible"
+               else f"no completion found in {time_limit:g} s")
+        raise NotEncodable(f"the plan's computes, keeps and phantoms satisfy no point of the "
+                           f"model ({why}): over the budget, or outside the model's space")
+    return out.x
 
 
 ENCODERS = {"stages": encode_stages, "phases": encode_phases}

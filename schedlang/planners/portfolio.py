@@ -1,0 +1,74 @@
+"""The portfolio planner: several cheap planners, the fastest plan that fits.
+
+``best`` runs `CANDIDATES` that apply to the graph (knapsack, mutwo, chen_greedy and the shift
+reordering on Checkmate graphs), replays each plan in the simulator against the budget and
+returns the fastest that fits, else the one with the lowest peak. ``meta["candidates"]`` lists
+each candidate's simulated time, peak, fit and seconds (or its error). With
+``lp_rounding_below=N`` (default 120 nodes), graphs of at most N nodes also try
+`lp_rounding_shift` (recomputation in the shift order), then `lp_rounding`, when no cheaper
+plan fits (their LP grows with n²), within what is left of `time_limit` (60 s; checked
+between LP solves, and passed to HiGHS).
+"""
+from __future__ import annotations
+
+import time as _time
+
+from ..graph import Graph
+from ..plan import Plan
+from . import Planner, graph_view, planners
+
+CANDIDATES = ("knapsack", "mutwo", "chen_greedy", "shift")
+
+
+def plan_best(graph: Graph, budget: int | None = None, candidates=CANDIDATES,
+              lp_rounding_below: int = 120, time_limit: float = 60.0) -> Plan:
+    from ..simulate import simulate
+
+    table = planners()
+    view = graph_view(graph)
+    rows: list[dict] = []
+    best = None  # (fits, key, plan)
+
+    start = _time.perf_counter()
+
+    def attempt(name: str, **options) -> None:
+        nonlocal best
+        t0 = _time.perf_counter()
+        try:
+            plan = table[name].run(graph, budget, **options)
+        except Exception as exc:  # one candidate failing is one row, not the planner's failure
+            rows.append({"planner": name, "error": f"{type(exc).__name__}: {exc}"})
+            return
+        sim = simulate(plan, graph, budget=budget)
+        fits = bool(sim.valid)
+        rows.append({"planner": name, "time": sim.time, "peak_bytes": sim.peak_bytes,
+                     "fits": fits, "seconds": round(_time.perf_counter() - t0, 3)})
+        key = (sim.time, sim.peak_bytes) if fits else (sim.peak_bytes, sim.time)
+        if best is None or (fits and not best[0]) or (fits == best[0] and key < best[1]):
+            best = (fits, key, plan, name)
+
+    for name in candidates:
+        if name in table and view in table[name].views:
+            attempt(name)
+    for name in ("lp_rounding_shift", "lp_rounding"):
+        left = time_limit - (_time.perf_counter() - start)
+        if (best is None or not best[0]) and len(graph.nodes) <= lp_rounding_below \
+                and name in table and view in table[name].views and left > 1:
+            attempt(name, time_limit=left)
+    if best is None:
+        from .no_recompute import no_recompute_plan
+
+        plan = no_recompute_plan(graph)
+        plan.meta["candidates"] = rows
+        return plan
+    plan = best[2]
+    plan.meta["chosen"] = best[3]
+    plan.meta["candidates"] = rows
+    return plan
+
+
+PLANNERS = {
+    "best": Planner("best", "the fastest fitting plan of knapsack, mutwo, chen_greedy and shift "
+                    "(LP rounding on small graphs when none fits), each replayed by the simulator",
+                    plan_best),
+}
