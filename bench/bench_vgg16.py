@@ -43,7 +43,7 @@ TARGET_RATIO = 2.0
 
 def budget_bytes(graph, frac: float) -> int:
     """ceil(frac x no-recomputation peak), exactly (90% of vgg16_train = 14242598093 B, the
-    value schedlang's "90%" budget and docs/architecture.md use)."""
+    value of schedlang's "90%" budget, schedlang/budgets.py)."""
     return math.ceil(Fraction(str(frac)) * no_recompute_peak(graph))
 
 
