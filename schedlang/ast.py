@@ -203,25 +203,20 @@ class ConstraintDecl(Node):
 
 
 @dataclass
-class ExprExt(Node):
-    """`expr NAME[index] += value`: a term added to a declared expression on `index`."""
+class Extension(Node):
+    """A term added to a declaration, on the rows of `index`: `expr NAME[index] += value`
+    (side "") or `constraint NAME[index]: lhs += value` (side "lhs" or "rhs")."""
 
     name: str
     index: Index | None
+    side: str
     value: object
     when: object | None = None
 
-
-@dataclass
-class ConstraintExt(Node):
-    """`constraint NAME[index]: lhs += value` (or rhs): a term added to one side of a
-    declared constraint's comparison, on the rows of `index`."""
-
-    name: str
-    index: Index | None
-    side: str  # "lhs" or "rhs"
-    value: object
-    when: object | None = None
+    @property
+    def extends(self) -> type:
+        """The kind of declaration it adds to."""
+        return ConstraintDecl if self.side else ExprDecl
 
 
 @dataclass

@@ -115,7 +115,7 @@ class Checker:
         t = self.expr(ext.value, scope)
         if t.kind not in ("num", "lin"):
             raise CheckError(f"'+=' adds a number or a linear expression, not {_describe(t)}", ext.value.loc)
-        if isinstance(ext, ast.ExprExt):
+        if not ext.side:
             side, what = self.expr_type(ext.name), f"expression '{ext.name}'"
         else:
             body = base.body

@@ -164,11 +164,11 @@ class _Builder(Transformer):
 
     @v_args(meta=True)
     def expr_ext(self, meta, c):
-        return ast.ExprExt(self.L(meta), self.at(c[0]), c[1], c[2])
+        return ast.Extension(self.L(meta), self.at(c[0]), c[1], "", c[2])
 
     @v_args(meta=True)
     def constraint_ext(self, meta, c):
-        return ast.ConstraintExt(self.L(meta), self.at(c[0]), c[1], str(c[2]), c[3])
+        return ast.Extension(self.L(meta), self.at(c[0]), c[1], str(c[2]), c[3])
 
     def side(self, c):
         return self.at(c[0])

@@ -115,7 +115,7 @@ class _Merger:
                 p.model = item
             elif isinstance(item, DECL_TYPES):
                 self._declare(item, local)
-            elif isinstance(item, (ast.ExprExt, ast.ConstraintExt)):
+            elif isinstance(item, ast.Extension):
                 self._extend(item)
             elif isinstance(item, ast.DropDecl):
                 loc = name_loc(item.name, item.loc)
@@ -182,7 +182,7 @@ class _Merger:
         """`expr NAME += ...` or `constraint NAME: lhs/rhs += ...`: a term for a declared NAME."""
         p = self.program
         loc = name_loc(item.name, item.loc)
-        want = ast.ExprDecl if isinstance(item, ast.ExprExt) else ast.ConstraintDecl
+        want = item.extends
         word = KIND_WORD[want]
         old = p.decls.get(item.name)
         if old is None:
