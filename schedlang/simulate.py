@@ -309,6 +309,7 @@ class _Replay:
     ran."""
 
     OPS: tuple[str, ...] = ()
+    SAMPLED: frozenset[str] = frozenset()  # op kinds before which `sample` is called
 
     def __init__(self, plan: Plan, errors: _Errors, names: list[str] | tuple[str, ...],
                  data_index: dict[str, int], size: list[int] | tuple[int, ...]):
@@ -327,21 +328,23 @@ class _Replay:
         self.handlers = {kind: getattr(self, kind) for kind in self.OPS}
 
     def run(self) -> Replayed:
-        handlers, before = self.handlers, self.before
+        handlers, sampled = self.handlers, self.SAMPLED
         for k, op in enumerate(self.plan.ops):
-            before(k, op.op)
-            handler = handlers.get(op.op)
+            kind = op.op
+            if kind in sampled:
+                self.sample()
+            handler = handlers.get(kind)
             if handler is not None:
                 handler(k, op)
-            elif op.op in OP_KINDS:
-                self.errors.add(self.unsupported(k, op.op))
+            elif kind in OP_KINDS:
+                self.errors.add(self.unsupported(k, kind))
             else:
-                self.errors.add(f"op {k}: unknown op kind {op.op!r}")
+                self.errors.add(f"op {k}: unknown op kind {kind!r}")
         self.finish()
         return self.result()
 
-    def before(self, k: int, kind: str) -> None:
-        """Called before each op."""
+    def sample(self) -> None:
+        """Called before each op of a kind in `SAMPLED`."""
 
     def unsupported(self, k: int, kind: str) -> str:
         raise NotImplementedError
@@ -355,8 +358,9 @@ class _Replay:
 
     def delete(self, k: int, op: Op) -> None:
         name = op.data
-        d = _resolve(k, "delete", name, self.data_index, "data", self.errors)
+        d = self.data_index.get(name)
         if d is None:
+            _resolve(k, "delete", name, self.data_index, "data", self.errors)  # records why
             return
         if not self.live[d]:
             self.errors.add(f"op {k}: delete {name!r}, which is not in memory "
@@ -435,6 +439,7 @@ class _LayeredReplay(_Replay):
     """
 
     OPS = ("compute", "delete", "drop_phantom", "offload", "prefetch", "wait")
+    SAMPLED = frozenset(("compute", "offload", "prefetch"))
 
     def __init__(self, plan: Plan, ha: HIndex, errors: _Errors, host_budget: int | None = None):
         super().__init__(plan, errors, ha.names, ha.data_index, ha.size)
@@ -482,13 +487,15 @@ class _LayeredReplay(_Replay):
         self.last_compute = -1
         self.sampled = False  # the state after the last compute and its frees is already sampled
 
-        self.freed_after: dict[int, set] = {}  # compute op -> data deleted right after it
-        last = -1
-        for k, op in enumerate(plan.ops):
-            if op.op == "compute":
-                last = k
-            elif op.op == "delete" and last >= 0 and op.data in ha.data_index:
-                self.freed_after.setdefault(last, set()).add(ha.data_index[op.data])
+        # compute op -> data deleted right after it (what the sub-step profiles need)
+        self.freed_after: dict[int, set] = {}
+        if any(steps for node_steps in ha.opt_steps for steps in node_steps):
+            last = -1
+            for k, op in enumerate(plan.ops):
+                if op.op == "compute":
+                    last = k
+                elif op.op == "delete" and last >= 0 and op.data in ha.data_index:
+                    self.freed_after.setdefault(last, set()).add(ha.data_index[op.data])
 
     # --- messages ---------------------------------------------------------------------------
     def datum_state(self, d: int) -> str:
@@ -553,10 +560,9 @@ class _LayeredReplay(_Replay):
         self.saved[j] = -1
         self.gone[j] = how
 
-    def before(self, k: int, kind: str) -> None:
+    def sample(self) -> None:
         """Sample the loss phase's memory before a compute or a transfer (see __init__)."""
-        if kind in ("compute", "offload", "prefetch") and self.save_peak is None \
-                and not self.sampled:
+        if not self.sampled and self.save_peak is None:
             if self.mem > self.window_max:  # after the previous compute and what followed it
                 self.window_max, self.window_at = self.mem, self.last_compute
             if self.loss_done:
@@ -564,27 +570,20 @@ class _LayeredReplay(_Replay):
             self.sampled = True
 
     # --- the ops ----------------------------------------------------------------------------
-    def option_of(self, k: int, i: int, oname: str | None) -> int | None:
-        """The option a compute of node i runs with, or None after recording why not."""
+    def option_error(self, k: int, i: int, oname: str | None) -> None:
+        """Record why a compute of node i cannot run with option `oname`."""
         ha, name = self.ha, self.ha.names[i]
         opts = ha.opt_names[i]
         if oname is None:
-            if len(opts) != 1:
-                self.errors.add(f"op {k}: compute {name!r} needs an option, one of "
-                                f"{', '.join(repr(o) for o in opts)}")
-                return None
-            return 0
-        o = ha.opt_index[i].get(oname, -1)
-        if o >= 0:
-            return o
-        if ha.kind[i] == "loss":
+            self.errors.add(f"op {k}: compute {name!r} needs an option, one of "
+                            f"{', '.join(repr(o) for o in opts)}")
+        elif ha.kind[i] == "loss":
             self.errors.add(f"op {k}: compute 'loss' with option {oname!r}: the loss has a "
                             "single way to run (omit 'option', or use 'loss')")
         else:
             self.errors.add(f"op {k}: compute {name!r} with unknown option {oname!r}"
                             f"{did_you_mean(oname, opts)} (options: "
                             f"{', '.join(repr(x) for x in opts)})")
-        return None
 
     def check_reads(self, k: int, i: int, o: int) -> None:
         """Every datum node i reads with option o is live and complete; a backward's phantom is
@@ -655,11 +654,17 @@ class _LayeredReplay(_Replay):
         self.sampled = False
         ha, errors = self.ha, self.errors
         name = op.node
-        i = _resolve(k, "compute", name, ha.index, "node", errors)
+        i = ha.index.get(name)
         if i is None:
+            _resolve(k, "compute", name, ha.index, "node", errors)  # records why
             return
-        o = self.option_of(k, i, op.option)
+        oname = op.option
+        if oname is not None:
+            o = ha.opt_index[i].get(oname)
+        else:
+            o = 0 if len(ha.opt_names[i]) == 1 else None
         if o is None:
+            self.option_error(k, i, oname)
             return
         ki = ha.kind[i]
         if ki == "loss" and self.computed[i]:
