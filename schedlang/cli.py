@@ -502,6 +502,10 @@ def _print_plan(report) -> None:
           f"({len(computed) - len(set(computed))} recomputations)")
     if plan.predicted_peak is not None and plan.predicted_time is not None:
         print(f"predicted peak {format_size(plan.predicted_peak)}, time {plan.predicted_time:.6g}")
+    if plan.meta.get("lp_bound") is not None:
+        gap = plan.meta.get("gap")
+        print(f"bound     {plan.meta['lp_bound']:.6g} (LP relaxation)"
+              + (f", gap {100 * gap:.3g}%" if gap is not None else ""))
     print(f"simulated {'valid' if sim.valid else 'INVALID'}: peak {format_size(sim.peak_bytes)} "
           f"({sim.peak_bytes} B), time {sim.time:.6g}")
     if overhead is not None:

@@ -389,6 +389,8 @@ class PlanReport:
         return {
             "status": self.status,
             "objective": sim.time,
+            "bound": plan.meta.get("lp_bound"),  # a planner that proves one (lp_rounding)
+            "gap": plan.meta.get("gap"),
             "planner": self.planner,
             "view": graph_view(self.graph),
             "budget_bytes": self.budget_bytes,

@@ -73,3 +73,18 @@ def test_shift_order_variant_replays(graph):
     sim = simulate(plan, graph, budget=budget)
     assert not [e for e in sim.errors if "exceeds the peak budget" not in e]
     assert plan.meta["order"] == "shift"
+
+
+def test_plan_cli_reports_the_bound_and_gap(capsys):
+    import json
+
+    from schedlang.cli import main
+
+    chain = str(ROOT / "examples" / "chain.sched")
+    assert main(["plan", chain, "--planner", "lp_rounding", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["bound"] <= out["objective"]
+    assert out["gap"] == pytest.approx((out["objective"] - out["bound"]) / out["objective"])
+    assert main(["plan", chain, "--planner", "knapsack", "--json"]) in (0, 3)
+    out = json.loads(capsys.readouterr().out)
+    assert out["bound"] is None and out["gap"] is None

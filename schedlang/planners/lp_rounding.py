@@ -15,7 +15,8 @@ lower bound on the MILP's, so every plan carries a gap against a proven bound. H
 3. Ops: a stage runs its computes in node order; each output is deleted right after its last
    use in the stage unless it is kept into the next stage.
 4. Budget scaling: the rounded plans may exceed the budget (the LP spreads memory thinly), so
-   the LP is solved again at smaller budgets (`scales`) and rounded the same way. Every plan is
+   until one fits, the LP is solved again at smaller budgets (`scales`) and rounded the same
+   way. Every plan is
    replayed by the simulator; the fastest that fits is returned (``meta["fits"]``), else
    the lowest peak (no gap then).
 
@@ -133,11 +134,12 @@ def plan_lp_rounding(graph: Graph, budget: int | None = None, thresholds=THRESHO
             ops = rounded_ops(graph, keep)
             sim = simulate(Plan(graph=graph.name, ops=ops), graph, budget=budget)
             fits = bool(sim.valid)
-            key = (sim.time, sim.peak_bytes) if fits else (sim.peak_bytes, sim.time)
-            if best is None or (fits, [-k for k in key]) > (best[0], [-k for k in best[1]]):
+            # a fitting plan beats any other; then the faster (fitting) or lower peak
+            key = (not fits, *((sim.time, sim.peak_bytes) if fits else (sim.peak_bytes, sim.time)))
+            if best is None or key < best[1]:
                 best = (fits, key, ops, sim)
-        if best is not None and best[0] and scale != scales[0]:
-            break  # a fitting plan from a scaled budget: smaller budgets only cost time
+        if best is not None and best[0]:
+            break  # smaller budgets round to more recomputation: slower plans
     meta = {"planner": "lp_rounding", "lp_status": lp_status, "lp_bound": bound,
             "order": order, "seconds": _time.perf_counter() - t_start}
     if best is None:  # no relaxation solved: the plan with everything once

@@ -43,8 +43,9 @@ def plan_best(graph: Graph, budget: int | None = None, candidates=CANDIDATES,
         fits = bool(sim.valid)
         rows.append({"planner": name, "time": sim.time, "peak_bytes": sim.peak_bytes,
                      "fits": fits, "seconds": round(_time.perf_counter() - t0, 3)})
-        key = (sim.time, sim.peak_bytes) if fits else (sim.peak_bytes, sim.time)
-        if best is None or (fits and not best[0]) or (fits == best[0] and key < best[1]):
+        # a fitting plan beats any other; then the faster (fitting) or lower peak
+        key = (not fits, *((sim.time, sim.peak_bytes) if fits else (sim.peak_bytes, sim.time)))
+        if best is None or key < best[1]:
             best = (fits, key, plan, name)
 
     for name in candidates:
