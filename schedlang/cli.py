@@ -26,6 +26,14 @@ def _nonnegative(kind):
     return parse
 
 
+def _max_elements_argument(p) -> None:
+    from .sizes import DEFAULT_MAX_ELEMENTS
+
+    p.add_argument("--max-elements", type=_nonnegative(int), metavar="N",
+                   help="size guard: stop before a declaration (or a table built while lowering "
+                   f"it) gets more than N elements (default {DEFAULT_MAX_ELEMENTS:,})")
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="schedlang", description="Declarative memory scheduling for "
                                  "neural-network training.")
@@ -35,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
                        "their graph data, when they have some)")
     c.add_argument("files", nargs="+")
     c.add_argument("--model", help="a shipped model name or a .sched path to check the files against")
+    c.add_argument("--stats", action="store_true", help="print each indexed declaration's size: "
+                   "elements, and the constraint rows and nonzeros it makes")
+    _max_elements_argument(c)
 
     s = sub.add_parser("solve", help="compile, solve, decode and simulate")
     s.add_argument("file")
@@ -56,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--verbose", action="store_true", help="show the solver's log")
     s.add_argument("--quiet", action="store_true",
                    help="no live progress line (incumbent, bound, gap) on stderr")
+    _max_elements_argument(s)
 
     m = sub.add_parser("simulate", help="replay a plan on its graph")
     m.add_argument("plan")
@@ -86,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="another problem to sweep at the same budgets, one more curve in the "
                    "table and the plot (repeatable; e.g. the same graph with offloading or "
                    "recomputation switched off)")
+    _max_elements_argument(w)
 
     i = sub.add_parser("import", help="convert graph data from other tools to .sched")
     i.add_argument("file")
@@ -141,8 +154,8 @@ def cmd_run(args) -> int:
 
 def cmd_check(args) -> int:
     from .check import check_program
-    from .lower import lower_program
     from .program import load_program
+    from .sizes import declaration_sizes, format_sizes
 
     failed = 0
     for f in args.files:
@@ -150,9 +163,13 @@ def cmd_check(args) -> int:
             program = load_program([Path(f)], [args.model] if args.model else None)
             check_program(program)
             _print_warnings(program)
-            if program.graph is not None and program.has_formulation:
-                # with data, also instantiate: params outside their domain, missing budgets...
-                lower_program(program, program.graph, program.budgets)
+            if program.has_formulation:
+                # with data, also instantiate: params outside their domain, missing budgets...;
+                # without, build the domains that need no data, under the size guard
+                sizes, ir = declaration_sizes(program, args.max_elements)
+                if args.stats:
+                    print(f"{f}:")
+                    print(format_sizes(sizes, ir))
         except SchedError as e:
             print(str(e), file=sys.stderr)
             failed = max(failed, e.exit_code)
@@ -164,7 +181,7 @@ def cmd_check(args) -> int:
 def cmd_solve(args) -> int:
     from .problem import load
 
-    prob = load(args.file, model=args.model, budget=args.budget)
+    prob = load(args.file, model=args.model, budget=args.budget, max_elements=args.max_elements)
     prob.check()
     _print_warnings(prob.program)
     prob.lower()
@@ -331,7 +348,7 @@ def cmd_sweep(args) -> int:
     if args.plot:
         check_plot_target(args.plot)  # before a long sweep, not after it
     files = [args.file] + args.compare
-    problems = [prepare(f, args.model) for f in files]  # every file checked before any solve
+    problems = [prepare(f, args.model, args.max_elements) for f in files]  # every file checked before any solve
     tty = sys.stderr.isatty()
     started = [0.0]
     curves: dict[str, list] = {}

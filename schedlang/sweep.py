@@ -120,7 +120,7 @@ def solve_at(program, budget: int, *, backend: str = "pyomo", solver: str = "hig
              time_limit: float | None = None, gap: float | None = None,
              threads: int | None = None, presolve: bool = True,
              ref: tuple[int | None, float | None] | None = None,
-             timings: dict | None = None) -> SweepPoint:
+             timings: dict | None = None, max_elements: int | None = None) -> SweepPoint:
     """Lower and solve an already loaded and checked `program` at peak budget `budget` (bytes).
 
     Self-contained, so that a sweep can be mapped over budgets by Ray, Dask or the like: the
@@ -130,7 +130,7 @@ def solve_at(program, budget: int, *, backend: str = "pyomo", solver: str = "hig
     prog = dataclasses.replace(program, budgets={**program.budgets, "peak": int(budget)})
     times = dict(timings) if timings else {}
     times.setdefault("check", 0.0)  # checked once by the caller: Problem.lower skips it
-    prob = Problem(prog, times)
+    prob = Problem(prog, times, max_elements=max_elements)
     prob.lower()
     result = prob.solve(backend=backend, solver=solver, time_limit=time_limit, gap=gap,
                         threads=threads, presolve=presolve)
@@ -142,17 +142,18 @@ def solve_at(program, budget: int, *, backend: str = "pyomo", solver: str = "hig
     return SweepPoint(int(budget), percent, result, overhead)
 
 
-def prepare(path_or_paths, model: str | None = None) -> Problem:
+def prepare(path_or_paths, model: str | None = None, max_elements: int | None = None) -> Problem:
     """Parse and check the files once: the `Problem` every budget of a sweep starts from."""
     paths = [path_or_paths] if isinstance(path_or_paths, (str, Path)) else list(path_or_paths)
-    prob = load(*paths, model=model)
+    prob = load(*paths, model=model, max_elements=max_elements)
     prob.check()
     return prob
 
 
 def sweep(path_or_paths, budgets, model: str | None = None, backend: str = "pyomo",
           solver: str = "highs", time_limit: float | None = None, gap: float | None = None,
-          threads: int | None = None, progress=None) -> list[SweepPoint]:
+          threads: int | None = None, progress=None,
+          max_elements: int | None = None) -> list[SweepPoint]:
     """Solve the files at each budget; one `SweepPoint` per budget, in ascending budget order.
 
     `budgets` is a spec string (``"30%..100%/8"``, see `parse_budgets`) or a list of sizes,
@@ -162,7 +163,7 @@ def sweep(path_or_paths, budgets, model: str | None = None, backend: str = "pyom
     `progress(index, total, budget_bytes, point)` is called before each solve (point None)
     and after it; index counts from 1.
     """
-    return sweep_problem(prepare(path_or_paths, model), budgets, backend=backend, solver=solver,
+    return sweep_problem(prepare(path_or_paths, model, max_elements), budgets, backend=backend, solver=solver,
                          time_limit=time_limit, gap=gap, threads=threads, progress=progress)
 
 
@@ -178,7 +179,8 @@ def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str
         if progress is not None:
             progress(k, len(values), budget, None)
         point = solve_at(prob.program, budget, backend=backend, solver=solver,
-                         time_limit=time_limit, gap=gap, threads=threads, ref=ref, timings=shared)
+                         time_limit=time_limit, gap=gap, threads=threads, ref=ref, timings=shared,
+                         max_elements=prob.max_elements)
         points.append(point)
         if progress is not None:
             progress(k, len(values), budget, point)
