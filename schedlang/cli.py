@@ -332,8 +332,10 @@ def cmd_import(args) -> int:
     graph = load_checkmate_nx(args.file)
     if args.budget:
         graph.budgets["peak"] = for_graph(args.budget, graph)
+    from .files import write_file
+
     text = write_graph(graph)
-    Path(args.output).write_text(text)
+    write_file(args.output, text)
     print(f"wrote {args.output}: graph {graph.name}, {len(graph.nodes)} nodes, {len(graph.edges)} edges")
     return 0
 

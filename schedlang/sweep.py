@@ -238,10 +238,13 @@ def plot_sweep(points, out, title: str = "", ref_peak: int | None = None,
     if ys_all and min(ys_all) >= 0:
         ax.set_ylim(bottom=min(-0.05 * max(max(ys_all), 1.0), 0))
     fig.tight_layout()
+    from .files import atomic_open
+
     try:
-        fig.savefig(out, format="png")
-    except OSError as exc:
-        raise DataError(f"cannot write the plot to {out}: {exc.strerror or exc}", loc) from None
+        with atomic_open(out, "wb") as f:
+            fig.savefig(f, format="png")
+    except DataError as exc:
+        raise DataError(exc.message.replace("cannot write ", "cannot write the plot to ", 1), loc) from None
 
 
 def _plot_curve(ax, points: list[SweepPoint], label: str, color: str, unit: str, scale: int,
