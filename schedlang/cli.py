@@ -98,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="another problem to sweep at the same budgets, one more curve in the "
                    "table and the plot (repeatable; e.g. the same graph with offloading or "
                    "recomputation switched off)")
+    w.add_argument("--out", metavar="FILE.jsonl", help="stream the points: one JSON line per "
+                   "budget (the --json object of the point, plus \"file\"), written and flushed "
+                   "as soon as the budget is solved")
+    w.add_argument("--resume", action="store_true", help="with --out: keep the points already "
+                   "in FILE.jsonl and solve only the budgets it lacks")
     _max_elements_argument(w)
 
     i = sub.add_parser("import", help="convert graph data from other tools to .sched")
@@ -341,16 +346,30 @@ def cmd_import(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    import time
+    from .errors import Loc
+    from .sweep import PointLog, check_plot_target, prepare
 
-    from .sweep import (check_plot_target, exit_code, parse_budgets, plot_sweep, prepare,
-                        reference, sweep_problem)
-    from .units import format_size
-
+    if args.resume and not args.out:
+        raise SchedError("--resume needs --out FILE.jsonl (the points to resume from)",
+                         Loc("--resume"))
     if args.plot:
         check_plot_target(args.plot)  # before a long sweep, not after it
     files = [args.file] + args.compare
     problems = [prepare(f, args.model, args.max_elements) for f in files]  # every file checked before any solve
+    log = PointLog(args.out, resume=args.resume) if args.out else None
+    try:
+        return _sweep(args, files, problems, log)
+    finally:
+        if log is not None:
+            log.close()
+
+
+def _sweep(args, files, problems, log) -> int:
+    import time
+
+    from .sweep import exit_code, parse_budgets, plot_sweep, reference, sweep_problem
+    from .units import format_size
+
     tty = sys.stderr.isatty()
     started = [0.0]
     curves: dict[str, list] = {}
@@ -359,12 +378,13 @@ def cmd_sweep(args) -> int:
         budgets = parse_budgets(args.budgets, prob.graph)
         ref_peak, ref_time = reference(prob.graph)
         label = f"{Path(path).stem} " if len(files) > 1 else ""
+        done = log.resume(path, prob, args.backend, args.solver) if args.resume else {}
 
         def where(budget, ref_peak=ref_peak):
             pct = f"{100.0 * budget / ref_peak:.4g}%, " if ref_peak else ""
             return f"{pct}{format_size(budget)}"
 
-        def progress(k, n, budget, point, where=where, label=label):
+        def progress(k, n, budget, point, where=where, label=label, done=done):
             head = f"sweep {label}[{k}/{n}] {where(budget)}: "
             if point is None:
                 started[0] = time.perf_counter()
@@ -374,13 +394,18 @@ def cmd_sweep(args) -> int:
             line = head + point.status.value
             if point.objective is not None:
                 line += f", objective {point.objective:.6g}"
-            line += f", {time.perf_counter() - started[0]:.2f} s"
+            if budget in done:
+                line += f", from {args.out}"
+            else:
+                line += f", {time.perf_counter() - started[0]:.2f} s"
             print(("\r\x1b[K" if tty else "") + line, file=sys.stderr, flush=True)
 
         t1 = time.perf_counter()
         points = sweep_problem(prob, budgets, backend=args.backend, solver=args.solver,
                                time_limit=args.time_limit, gap=args.gap, threads=args.threads,
-                               progress=progress)
+                               progress=progress, done=done,
+                               record=(lambda point, path=path: log.append(path, point))
+                               if log is not None else None)
         curves[path] = points
         if not args.json:
             _print_sweep(prob, args, points, ref_peak, ref_time, time.perf_counter() - t1)

@@ -10,6 +10,7 @@ from schedlang import files
 from schedlang.cli import main
 from schedlang.errors import DataError
 from schedlang.plan import Plan
+
 from .paths import GRAPHS, ROOT
 
 CHAIN = str(ROOT / "examples" / "chain.sched")
@@ -22,10 +23,9 @@ def _leftovers(folder):
 def test_exception_mid_write_keeps_the_old_file(tmp_path):
     target = tmp_path / "out.txt"
     target.write_text("old content\n")
-    with pytest.raises(KeyboardInterrupt):
-        with files.atomic_open(target) as f:
-            f.write("half of the new")
-            raise KeyboardInterrupt  # Ctrl-C between two writes
+    with pytest.raises(KeyboardInterrupt), files.atomic_open(target) as f:
+        f.write("half of the new")
+        raise KeyboardInterrupt  # Ctrl-C between two writes
     assert target.read_text() == "old content\n"
     assert _leftovers(tmp_path) == []
     files.write_file(target, "new\n")

@@ -12,6 +12,7 @@ import pytest
 import schedlang
 from schedlang.cli import main
 from schedlang.sizes import DEFAULT_MAX_ELEMENTS, SizeError
+
 from .paths import ROOT
 
 EXPLODING = ROOT / "tests" / "errors" / "e091_domain_too_large.sched"
@@ -33,7 +34,7 @@ def test_exploding_model_fails_fast_with_little_memory():
             "from schedlang.cli import main\n"
             f"rc = main(['check', {str(EXPLODING)!r}])\n"
             "print(json.dumps({'rc': rc, 'rss_kib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False,
                           timeout=120)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["rc"] == 2
