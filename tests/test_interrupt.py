@@ -13,6 +13,7 @@ import time
 import pytest
 
 from schedlang.plan import Plan
+
 from .paths import GRAPHS, ROOT
 
 VGG19 = GRAPHS / "vgg19_train.json"
@@ -67,7 +68,7 @@ def test_signal_returns_the_incumbent(tmp_path, sig):
 
 
 def test_second_ctrl_c_aborts(tmp_path):
-    proc, plan, _ = start_solve(tmp_path)
+    proc, _, _ = start_solve(tmp_path)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.02)
     sent = time.monotonic()

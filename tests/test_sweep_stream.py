@@ -12,6 +12,7 @@ import pytest
 
 from schedlang import sweep as sweep_module
 from schedlang.cli import main
+
 from .paths import ROOT
 
 CHAIN = str(ROOT / "examples" / "chain.sched")

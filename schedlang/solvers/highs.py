@@ -165,7 +165,7 @@ class Interrupts:
         def work() -> None:
             try:
                 h.run()
-            except BaseException as exc:  # handed to the waiting thread
+            except BaseException as exc:  # noqa: BLE001 (handed to the waiting thread)
                 failed.append(exc)
 
         worker = threading.Thread(target=work, name="highs", daemon=True)
