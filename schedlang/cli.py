@@ -28,6 +28,14 @@ def _nonnegative(kind):
     return parse
 
 
+def _max_elements_argument(p) -> None:
+    from .sizes import DEFAULT_MAX_ELEMENTS
+
+    p.add_argument("--max-elements", type=_nonnegative(int), metavar="N",
+                   help="size guard: stop before a declaration (or a table built while lowering "
+                   f"it) gets more than N elements (default {DEFAULT_MAX_ELEMENTS:,})")
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="schedlang", description="Declarative memory scheduling for "
                                  "neural-network training.")
@@ -37,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
                        "their graph data, when they have some)")
     c.add_argument("files", nargs="+")
     c.add_argument("--model", help="a shipped model name or a .sched path to check the files against")
+    c.add_argument("--stats", action="store_true", help="print each indexed declaration's size: "
+                   "elements, and the constraint rows and nonzeros it makes")
+    _max_elements_argument(c)
 
     s = sub.add_parser("solve", help="compile, solve, decode and simulate")
     s.add_argument("file")
@@ -61,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--verbose", action="store_true", help="show the solver's log")
     s.add_argument("--quiet", action="store_true",
                    help="no live progress line (incumbent, bound, gap) on stderr")
+    _max_elements_argument(s)
 
     m = sub.add_parser("simulate", help="replay a plan on its graph")
     m.add_argument("plan")
@@ -91,6 +103,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="another problem to sweep at the same budgets, one more curve in the "
                    "table and the plot (repeatable; e.g. the same graph with offloading or "
                    "recomputation switched off)")
+    w.add_argument("--out", metavar="FILE.jsonl", help="stream the points: one JSON line per "
+                   "budget (the --json object of the point, plus \"file\"), written and flushed "
+                   "as soon as the budget is solved")
+    w.add_argument("--resume", action="store_true", help="with --out: keep the points already "
+                   "in FILE.jsonl and solve only the budgets it lacks")
+    _max_elements_argument(w)
 
     i = sub.add_parser("import", help="convert graph data from other tools to .sched")
     i.add_argument("file")
@@ -146,8 +164,8 @@ def cmd_run(args) -> int:
 
 def cmd_check(args) -> int:
     from .check import check_program
-    from .lower import lower_program
     from .program import load_program
+    from .sizes import declaration_sizes, format_sizes
 
     failed = 0
     for f in args.files:
@@ -155,9 +173,13 @@ def cmd_check(args) -> int:
             program = load_program([Path(f)], [args.model] if args.model else None)
             check_program(program)
             _print_warnings(program)
-            if program.graph is not None and program.has_formulation:
-                # with data, also instantiate: params outside their domain, missing budgets...
-                lower_program(program, program.graph, program.budgets)
+            if program.has_formulation:
+                # with data, also instantiate: params outside their domain, missing budgets...;
+                # without, build the domains that need no data, under the size guard
+                sizes, ir = declaration_sizes(program, args.max_elements)
+                if args.stats:
+                    print(f"{f}:")
+                    print(format_sizes(sizes, ir))
         except SchedError as e:
             print(str(e), file=sys.stderr)
             failed = max(failed, e.exit_code)
@@ -169,7 +191,7 @@ def cmd_check(args) -> int:
 def cmd_solve(args) -> int:
     from .problem import load
 
-    prob = load(args.file, model=args.model, budget=args.budget)
+    prob = load(args.file, model=args.model, budget=args.budget, max_elements=args.max_elements)
     prob.check()
     _print_warnings(prob.program)
     prob.lower()
@@ -320,23 +342,39 @@ def cmd_import(args) -> int:
     graph = load_checkmate_nx(args.file)
     if args.budget:
         graph.budgets["peak"] = for_graph(args.budget, graph)
+    from .files import write_file
+
     text = write_graph(graph)
-    Path(args.output).write_text(text)
+    write_file(args.output, text)
     print(f"wrote {args.output}: graph {graph.name}, {len(graph.nodes)} nodes, {len(graph.edges)} edges")
     return 0
 
 
 def cmd_sweep(args) -> int:
-    import time
+    from .errors import Loc
+    from .sweep import PointLog, check_plot_target, prepare
 
-    from .sweep import (check_plot_target, exit_code, parse_budgets, plot_sweep, prepare,
-                        reference, sweep_problem)
-    from .units import format_size
-
+    if args.resume and not args.out:
+        raise SchedError("--resume needs --out FILE.jsonl (the points to resume from)",
+                         Loc("--resume"))
     if args.plot:
         check_plot_target(args.plot)  # before a long sweep, not after it
     files = [args.file] + args.compare
-    problems = [prepare(f, args.model) for f in files]  # every file checked before any solve
+    problems = [prepare(f, args.model, args.max_elements) for f in files]  # every file checked before any solve
+    log = PointLog(args.out, resume=args.resume) if args.out else None
+    try:
+        return _sweep(args, files, problems, log)
+    finally:
+        if log is not None:
+            log.close()
+
+
+def _sweep(args, files, problems, log) -> int:
+    import time
+
+    from .sweep import exit_code, parse_budgets, plot_sweep, reference, sweep_problem
+    from .units import format_size
+
     tty = sys.stderr.isatty()
     started = [0.0]
     curves: dict[str, list] = {}
@@ -345,12 +383,13 @@ def cmd_sweep(args) -> int:
         budgets = parse_budgets(args.budgets, prob.graph)
         ref_peak, ref_time = reference(prob.graph)
         label = f"{Path(path).stem} " if len(files) > 1 else ""
+        done = log.resume(path, prob, args.backend, args.solver) if args.resume else {}
 
         def where(budget, ref_peak=ref_peak):
             pct = f"{100.0 * budget / ref_peak:.4g}%, " if ref_peak else ""
             return f"{pct}{format_size(budget)}"
 
-        def progress(k, n, budget, point, where=where, label=label):
+        def progress(k, n, budget, point, where=where, label=label, done=done):
             head = f"sweep {label}[{k}/{n}] {where(budget)}: "
             if point is None:
                 started[0] = time.perf_counter()
@@ -360,13 +399,18 @@ def cmd_sweep(args) -> int:
             line = head + point.status.value
             if point.objective is not None:
                 line += f", objective {point.objective:.6g}"
-            line += f", {time.perf_counter() - started[0]:.2f} s"
+            if budget in done:
+                line += f", from {args.out}"
+            else:
+                line += f", {time.perf_counter() - started[0]:.2f} s"
             print(("\r\x1b[K" if tty else "") + line, file=sys.stderr, flush=True)
 
         t1 = time.perf_counter()
         points = sweep_problem(prob, budgets, backend=args.backend, solver=args.solver,
                                time_limit=args.time_limit, gap=args.gap, threads=args.threads,
-                               progress=progress)
+                               progress=progress, done=done,
+                               record=(lambda point, path=path: log.append(path, point))
+                               if log is not None else None)
         curves[path] = points
         if not args.json:
             _print_sweep(prob, args, points, ref_peak, ref_time, time.perf_counter() - t1)

@@ -49,14 +49,30 @@ from .relational import (
     unique_rows,
     with_row_id,
 )
+from .sizes import DEFAULT_MAX_ELEMENTS, SizeError, size_message
 from .units import UNITS, dimension
+
+
+def _lowering(fn):
+    """Run a Lowering method while its declaration (first argument) is the one being built."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(self, d, *args, **kwargs):
+        decl = self.p.decls.get(d.name, d) if isinstance(d, ast.Subscript) else d
+        with self.building(decl):
+            return fn(self, d, *args, **kwargs)
+    return wrapper
 
 
 class Lowering:
     """One program on one graph -> IR: domains, columns and expression values."""
 
-    def __init__(self, program: Program, graph: Graph | None, budgets: dict[str, int]):
+    def __init__(self, program: Program, graph: Graph | None, budgets: dict[str, int],
+                 max_elements: int | None = None):
         self.p = program
+        self.max_elements = DEFAULT_MAX_ELEMENTS if max_elements is None else int(max_elements)
+        self._building: list = []  # the declarations being lowered, innermost last (sizes.py)
         self.g = graph
         self.budgets = budgets
         self.u = Universe()
@@ -125,6 +141,28 @@ class Lowering:
             if len(comp) > 1 or any(graph.has_edge(n, n) for n in comp):
                 self.recursive |= comp
 
+    # ================================================================== size guard
+    def guard(self, count: int) -> None:
+        """Stop before materializing `count` rows when that is over the limit (sizes.py)."""
+        if count > self.max_elements:
+            d = self._building[-1] if self._building else None
+            raise SizeError(size_message(d.name if d is not None else None, int(count),
+                                         self.max_elements),
+                            name_loc(d.name, d.loc) if d is not None else None)
+
+    def building(self, d):
+        """Context: lowering declaration `d` (named by a size error)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def ctx():
+            self._building.append(d)
+            try:
+                yield
+            finally:
+                self._building.pop()
+        return ctx()
+
     # ================================================================== domains
     def domain(self, index: ast.Index | None, outer: Table | None = None) -> Table:
         """The binding table of an index domain, grown from `outer` (default: one empty row)."""
@@ -160,6 +198,7 @@ class Lowering:
                              f"{arity}-tuples", set_expr.loc)
         home = sv if isinstance(sv, SetVal) and sv.arity == 1 else None
         if isinstance(sv, SetRel):
+            self.guard(len(sv.rows))
             t2 = t.take(sv.rows)
             keep = np.ones(t2.m, dtype=bool)
             for j, n in enumerate(names):
@@ -193,8 +232,10 @@ class Lowering:
                     break
         if keys_t:
             idx = KeyIndex(sv.cols[:, keys_s], len(self.u))
+            self.guard(idx.join_size(keys_t))
             trows, srows = idx.join(keys_t)
         else:
+            self.guard(t.m * len(sv))
             trows, srows = cross_rows(t.m, len(sv))
         t2 = t.take(trows)
         seen = set(t.cols)
@@ -243,6 +284,7 @@ class Lowering:
             starts = np.searchsorted(rel.rows[order], np.arange(len(fam.keys)), "left")
             ends = np.searchsorted(rel.rows[order], np.arange(len(fam.keys)), "right")
             counts = ends[frows] - starts[frows]
+            self.guard(int(counts.sum()))
             rows = np.repeat(trows, counts)
             offs = np.arange(counts.sum(), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
             pick = order[np.repeat(starts[frows], counts) + offs]
@@ -254,6 +296,7 @@ class Lowering:
             hi = self._num(e.hi, t)
             if not (np.all(lo == np.round(lo)) and np.all(hi == np.round(hi))):
                 raise DataError("range bounds must be integers", e.loc)
+            self.guard(int(np.maximum(hi - lo + 1, 0).sum()))
             rows, vals = expand_ranges(lo.astype(np.int64), hi.astype(np.int64))
             codes = self.u.codes_of(vals.tolist()).reshape(-1, 1)
             return self._maybe_const(SetRel(rows, codes), t)
@@ -297,9 +340,11 @@ class Lowering:
     def _as_rel(self, sv, t: Table) -> SetRel:
         if isinstance(sv, SetRel):
             return sv
+        self.guard(t.m * len(sv))
         rows, srows = cross_rows(t.m, len(sv))
         return SetRel(rows, sv.cols[srows])
 
+    @_lowering
     def _set_decl(self, d: ast.SetDecl) -> SetVal:
         if d.name not in self.sets:
             self.sets[d.name] = SetVal(np.zeros((0, 1), np.int64), d.name)  # guards recursion
@@ -313,6 +358,7 @@ class Lowering:
             self.sets[d.name] = sv
         return self.sets[d.name]
 
+    @_lowering
     def _indexed_set(self, e: ast.Subscript) -> tuple[Family, SetRel]:
         if e.name in self.indexed_sets:
             return self.indexed_sets[e.name]
@@ -446,6 +492,7 @@ class Lowering:
         raise CheckError(f"'{e.name}' cannot be used as a number here", e.loc)
 
     # --- params
+    @_lowering
     def _param(self, d: ast.ParamDecl):
         if d.name in self.params:
             return self.params[d.name]
@@ -538,6 +585,7 @@ class Lowering:
         return "[" + ", ".join(vals) + "]"
 
     # --- variables
+    @_lowering
     def _declare_var(self, d: ast.VarDecl):
         fam = self._decl_family(d)
         n = len(fam.keys)
@@ -591,12 +639,14 @@ class Lowering:
         return np.concatenate(self.lb), np.concatenate(self.ub)
 
     # --- expressions
+    @_lowering
     def _declare_aux(self, d: ast.ExprDecl):
         fam = self._decl_family(d)
         n = len(fam.keys)
         self._add_family(d.name, fam, "continuous", np.full(n, -np.inf), np.full(n, np.inf), d.loc,
                          "auxiliary variable of the recursive expression")
 
+    @_lowering
     def _define_aux(self, d: ast.ExprDecl):
         fam, offset = self.vars[d.name]
         body = self._lin_of(self._expr_body(d, fam), fam.table)
@@ -604,6 +654,7 @@ class Lowering:
         aux = Lin(m, np.arange(m), offset + np.arange(m), np.ones(m), np.zeros(m))
         self._emit(f"{d.name}.definition", fam, aux + body.scale(-np.ones(m)), "==", d.loc)
 
+    @_lowering
     def _expr_lookup(self, d: ast.ExprDecl, args, t: Table):
         if d.name in self.recursive:
             return self._var_lookup(d.name, args, t)
@@ -835,6 +886,7 @@ class Lowering:
     v_SetFor = v_Range = v_SetLit
 
     # ================================================================== constraints (rows: logic.py)
+    @_lowering
     def _constraint(self, d: ast.ConstraintDecl):
         if not self.is_active(d):
             return
@@ -885,6 +937,10 @@ class Lowering:
         obj = self.p.objective
         if obj is None:
             return None
+        with self.building(obj):
+            return self._objective_of(obj)
+
+    def _objective_of(self, obj) -> Objective:
         one = Table.unit()
         lin = self._lin(obj.body, one)
         for extra in self.p.objective_terms:
@@ -966,8 +1022,10 @@ def _free_names(e) -> set[str]:
     return _references(e)
 
 
-def lower_program(program: Program, graph: Graph | None, budgets: dict[str, int]) -> IRModel:
-    low = Lowering(program, graph, budgets)
+def lower_program(program: Program, graph: Graph | None, budgets: dict[str, int],
+                  max_elements: int | None = None) -> IRModel:
+    """The IR of `program` on `graph`; `max_elements`: the size guard's limit (sizes.py)."""
+    low = Lowering(program, graph, budgets, max_elements)
     ir = low.run()
     low.finish_blocks()
     return ir

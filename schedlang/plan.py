@@ -175,7 +175,10 @@ class Plan:
         return "{\n" + ",\n".join(body) + "\n}\n"
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.dumps(), encoding="utf-8")
+        """Write the plan to `path` atomically (schedlang.files): a failed write keeps the old file."""
+        from .files import write_file
+
+        write_file(path, self.dumps())
 
     @classmethod
     def load(cls, path: str | Path) -> "Plan":

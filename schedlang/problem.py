@@ -126,6 +126,7 @@ class Problem:
     program: Program
     timings: dict = field(default_factory=dict)
     ir: IRModel | None = None
+    max_elements: int | None = None  # the size guard's limit (sizes.py); None: the default
 
     @property
     def graph(self) -> Graph | None:
@@ -151,7 +152,7 @@ class Problem:
         if "check" not in self.timings:
             self.check()
         t0 = time.perf_counter()
-        self.ir = lower_program(self.program, self.graph, self.budgets)
+        self.ir = lower_program(self.program, self.graph, self.budgets, self.max_elements)
         self.timings["lower"] = time.perf_counter() - t0
         return self.ir
 
@@ -438,13 +439,15 @@ def check_planner_name(name: str) -> None:
 
 
 def load(*paths, model=None, budget=None, text: str | None = None, graph: Graph | None = None,
-         params: dict | None = None) -> Problem:
+         params: dict | None = None, max_elements: int | None = None) -> Problem:
     """Parse and merge files (and/or text) into a Problem.
 
     `model`: a shipped model name or a path, or a list of them, read before the files (as
     ``--model``); `graph`: graph data as a `Graph` object instead of (not in addition to) a
     file's `graph` block; `budget` overrides the data's peak budget (`schedlang.budgets`);
-    `params`: values for scalar params declared with `default` (name -> number). Node/edge
+    `params`: values for scalar params declared with `default` (name -> number);
+    `max_elements`: the size guard's limit on one declaration's elements (`schedlang.sizes`,
+    default `DEFAULT_MAX_ELEMENTS`), checked before anything that large is built. Node/edge
     graph data without a formulation is solved with `checkmate`."""
     t0 = time.perf_counter()
     files = [Path(p) for p in paths]
@@ -458,7 +461,7 @@ def load(*paths, model=None, budget=None, text: str | None = None, graph: Graph 
     elapsed = time.perf_counter() - t0
     if budget is not None:
         program.budgets["peak"] = budgets.for_graph(budget, program.graph)
-    return Problem(program, {"parse": elapsed})
+    return Problem(program, {"parse": elapsed}, max_elements=max_elements)
 
 
 def _load_program(files: list, models: list, text: str | None, graph: Graph | None) -> Program:

@@ -132,6 +132,13 @@ class KeyIndex:
         out[hit] = self.order[pos_c[hit]]
         return out
 
+    def join_size(self, query: list[np.ndarray]) -> int:
+        """How many pairs `join(query)` makes, without making them."""
+        q = encode(query, self.base)
+        lo = np.searchsorted(self.sorted, q, side="left")
+        hi = np.searchsorted(self.sorted, q, side="right")
+        return int(np.where(q >= 0, hi - lo, 0).sum())
+
     def join(self, query: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """All (query row, table row) pairs with equal keys, in query order."""
         q = encode(query, self.base)

@@ -24,6 +24,8 @@ the 70% point of a sweep is the 70% solve. The result is sorted ascending, witho
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +36,6 @@ from .planners.no_recompute import no_recompute_peak, no_recompute_plan
 from .problem import Problem, Result, load
 from .simulate import simulate
 from .solution import EXIT_CODES, Status
-
 
 # ---------------------------------------------------------------------------- budget specs
 # the parser of budget lists and ranges is `schedlang.budgets.parse_list`
@@ -120,7 +121,7 @@ def solve_at(program, budget: int, *, backend: str = "pyomo", solver: str = "hig
              time_limit: float | None = None, gap: float | None = None,
              threads: int | None = None, presolve: bool = True,
              ref: tuple[int | None, float | None] | None = None,
-             timings: dict | None = None) -> SweepPoint:
+             timings: dict | None = None, max_elements: int | None = None) -> SweepPoint:
     """Lower and solve an already loaded and checked `program` at peak budget `budget` (bytes).
 
     Self-contained, so that a sweep can be mapped over budgets by Ray, Dask or the like: the
@@ -130,7 +131,7 @@ def solve_at(program, budget: int, *, backend: str = "pyomo", solver: str = "hig
     prog = dataclasses.replace(program, budgets={**program.budgets, "peak": int(budget)})
     times = dict(timings) if timings else {}
     times.setdefault("check", 0.0)  # checked once by the caller: Problem.lower skips it
-    prob = Problem(prog, times)
+    prob = Problem(prog, times, max_elements=max_elements)
     prob.lower()
     result = prob.solve(backend=backend, solver=solver, time_limit=time_limit, gap=gap,
                         threads=threads, presolve=presolve)
@@ -142,17 +143,18 @@ def solve_at(program, budget: int, *, backend: str = "pyomo", solver: str = "hig
     return SweepPoint(int(budget), percent, result, overhead)
 
 
-def prepare(path_or_paths, model: str | None = None) -> Problem:
+def prepare(path_or_paths, model: str | None = None, max_elements: int | None = None) -> Problem:
     """Parse and check the files once: the `Problem` every budget of a sweep starts from."""
     paths = [path_or_paths] if isinstance(path_or_paths, (str, Path)) else list(path_or_paths)
-    prob = load(*paths, model=model)
+    prob = load(*paths, model=model, max_elements=max_elements)
     prob.check()
     return prob
 
 
 def sweep(path_or_paths, budgets, model: str | None = None, backend: str = "pyomo",
           solver: str = "highs", time_limit: float | None = None, gap: float | None = None,
-          threads: int | None = None, progress=None) -> list[SweepPoint]:
+          threads: int | None = None, progress=None,
+          max_elements: int | None = None) -> list[SweepPoint]:
     """Solve the files at each budget; one `SweepPoint` per budget, in ascending budget order.
 
     `budgets` is a spec string (``"30%..100%/8"``, see `parse_budgets`) or a list of sizes,
@@ -162,27 +164,134 @@ def sweep(path_or_paths, budgets, model: str | None = None, backend: str = "pyom
     `progress(index, total, budget_bytes, point)` is called before each solve (point None)
     and after it; index counts from 1.
     """
-    return sweep_problem(prepare(path_or_paths, model), budgets, backend=backend, solver=solver,
+    return sweep_problem(prepare(path_or_paths, model, max_elements), budgets, backend=backend, solver=solver,
                          time_limit=time_limit, gap=gap, threads=threads, progress=progress)
 
 
 def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str = "highs",
                   time_limit: float | None = None, gap: float | None = None,
-                  threads: int | None = None, progress=None) -> list[SweepPoint]:
-    """`sweep` on a `Problem` from `prepare` (loaded and checked)."""
+                  threads: int | None = None, progress=None,
+                  done: dict[int, SweepPoint] | None = None, record=None) -> list[SweepPoint]:
+    """`sweep` on a `Problem` from `prepare` (loaded and checked).
+
+    `done`: points already solved, by budget in bytes (from `PointLog.resume`): they are taken
+    as they are, not solved again; `record(point)` is called with each newly solved point as
+    soon as it is finished (`PointLog.append`)."""
     values = parse_budgets(budgets, prob.graph)
     ref = reference(prob.graph)
     shared = {"parse": prob.timings.get("parse", 0.0), "check": prob.timings.get("check", 0.0)}
     points: list[SweepPoint] = []
     for k, budget in enumerate(values, 1):
-        if progress is not None:
-            progress(k, len(values), budget, None)
-        point = solve_at(prob.program, budget, backend=backend, solver=solver,
-                         time_limit=time_limit, gap=gap, threads=threads, ref=ref, timings=shared)
+        if done and budget in done:
+            point = done[budget]
+        else:
+            if progress is not None:
+                progress(k, len(values), budget, None)
+            point = solve_at(prob.program, budget, backend=backend, solver=solver,
+                             time_limit=time_limit, gap=gap, threads=threads, ref=ref,
+                             timings=shared, max_elements=prob.max_elements)
+            if record is not None:
+                record(point)
         points.append(point)
         if progress is not None:
             progress(k, len(values), budget, point)
     return points
+
+
+# ---------------------------------------------------------------------------- streamed points
+
+class PointLog:
+    """`sweep --out FILE.jsonl`: one JSON line per finished budget, written and flushed (and
+    fsync'ed) as soon as the budget is solved, so that a sweep killed at budget 7 keeps the six
+    points before it. Each line is ``{"file": ..., **SweepPoint.to_json()}`` with the plan as
+    its list of ops. `--resume` reads the file back (`resume`) and the sweep skips the budgets
+    it holds; the results are those of a full run (the plans are replayed again)."""
+
+    def __init__(self, path, resume: bool = False):
+        self.path = Path(path)
+        self.loc = Loc(str(path))
+        self.lines: list[dict] = []
+        if resume and self.path.exists():
+            self.lines = self._read()
+        # start the file from the good lines (a line cut by a kill is dropped), then append
+        from .files import write_file
+
+        write_file(self.path, "".join(json.dumps(obj) + "\n" for obj in self.lines))
+        try:
+            self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (open for the whole sweep; close())
+        except OSError as exc:
+            raise DataError(f"cannot write {self.path}: {exc.strerror or exc}", self.loc) from None
+
+    def _read(self) -> list[dict]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"cannot read {self.path}: {getattr(exc, 'strerror', None) or exc}",
+                            self.loc) from None
+        rows = text.split("\n")  # ends with "" unless the last line was cut short
+        out = []
+        for n, line in enumerate(rows, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                if n == len(rows):
+                    break  # a last line without its newline, cut by a kill: solved again
+                raise DataError(f"not a sweep point (JSON): {exc.msg}",
+                                Loc(str(self.path), n, exc.colno)) from None
+            if not (isinstance(obj, dict) and isinstance(obj.get("budget_bytes"), int)
+                    and isinstance(obj.get("status"), str) and "file" in obj):
+                raise DataError("not a sweep point: expected an object with 'file', "
+                                "'budget_bytes' and 'status'", Loc(str(self.path), n, 1))
+            out.append(obj)
+        return out
+
+    def resume(self, file: str, prob: Problem, backend: str, solver: str) -> dict[int, SweepPoint]:
+        """The points of `file` already in the log, by budget (bytes), rebuilt as `SweepPoint`s."""
+        done: dict[int, SweepPoint] = {}
+        for obj in self.lines:
+            if obj["file"] != file:
+                continue
+            if (obj.get("backend"), obj.get("solver")) != (backend, solver):
+                raise DataError(f"{file} at {obj['budget_bytes']} B was swept with "
+                                f"{obj.get('solver')} via {obj.get('backend')}, not {solver} via "
+                                f"{backend}: resume with the same options, or write another --out",
+                                self.loc)
+            done[obj["budget_bytes"]] = point_from_json(obj, prob, self.loc)
+        return done
+
+    def append(self, file: str, point: SweepPoint) -> None:
+        self._f.write(json.dumps({"file": file, **point.to_json()}, default=str) + "\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def point_from_json(obj: dict, prob: Problem, loc: Loc) -> SweepPoint:
+    """A `SweepPoint` from its JSON line: the plan rebuilt from its ops and replayed again."""
+    from .plan import SCHEMA, Plan
+
+    budget = obj["budget_bytes"]
+    graph = prob.graph
+    plan = sim = None
+    try:
+        status = Status(obj["status"])
+        if isinstance(obj.get("plan"), list) and graph is not None:
+            plan = Plan.from_json({"schema": SCHEMA, "graph": graph.name, "ops": obj["plan"],
+                                   "budget": {"peak_bytes": budget,
+                                              "save_bytes": prob.budgets.get("save")},
+                                   "predicted": obj.get("predicted")}, str(loc))
+            sim = simulate(plan, graph)
+        result = Result(status, obj.get("objective"), obj.get("bound"), obj.get("gap"),
+                        obj.get("backend"), obj.get("solver"), obj.get("model_size") or {},
+                        obj.get("timings") or {}, plan, sim, None, obj.get("message") or "",
+                        budget)
+    except (ValueError, TypeError) as exc:
+        raise DataError(f"a sweep point at {budget} B cannot be read back: {exc}", loc) from None
+    return SweepPoint(budget, obj.get("budget_percent"), result, obj.get("overhead"))
 
 
 def exit_code(points: list[SweepPoint]) -> int:
@@ -236,10 +345,13 @@ def plot_sweep(points, out, title: str = "", ref_peak: int | None = None,
     if ys_all and min(ys_all) >= 0:
         ax.set_ylim(bottom=min(-0.05 * max(max(ys_all), 1.0), 0))
     fig.tight_layout()
+    from .files import atomic_open
+
     try:
-        fig.savefig(out, format="png")
-    except OSError as exc:
-        raise DataError(f"cannot write the plot to {out}: {exc.strerror or exc}", loc) from None
+        with atomic_open(out, "wb") as f:
+            fig.savefig(f, format="png")
+    except DataError as exc:
+        raise DataError(exc.message.replace("cannot write ", "cannot write the plot to ", 1), loc) from None
 
 
 def _plot_curve(ax, points: list[SweepPoint], label: str, color: str, unit: str, scale: int,

@@ -155,10 +155,9 @@ def graph_text(graph: Graph, info: TraceInfo | None = None, model: str = "rockma
 
 def write_trace(graph: Graph, path, info: TraceInfo | None = None, model: str = "rockmate") -> None:
     """Write a traced graph as a `.sched` file that `schedlang solve` solves."""
-    try:
-        Path(path).write_text(graph_text(graph, info, model))
-    except OSError as exc:
-        raise SchedError(f"cannot write {path}: {exc.strerror or exc}", Loc(str(path))) from None
+    from ..files import write_file
+
+    write_file(path, graph_text(graph, info, model))  # atomic; OSError -> located DataError
 
 
 def read_trace_info(path) -> TraceInfo | None:

@@ -14,10 +14,21 @@ Quirks:
   that first instance with the output discarded unless the solve is verbose;
 * cvxpy's HiGHS interface ignores ``x.value`` as a MIP start: it warm-starts only from a
   previous solve kept in its solver cache, so `cvxpy_solve` hands it a cache holding ours.
+
+Interrupts (`solve_pyomo_stdform`, MIP models, main thread): `Highs.run` runs on a worker
+thread while the main thread waits in Python, so that signals are seen at once. The first
+SIGINT (Ctrl-C) or SIGTERM asks HiGHS to stop at its next interrupt callback (MIP, simplex,
+IPM; the LP relaxations inside the MIP do not call them, so a long root LP finishes first); the
+run returns with model status kInterrupt and its incumbent, which schedlang reports as
+`feasible` with its gap (`no_solution` without one), as at a time limit. After the first signal
+both signals get their default action back, so a second Ctrl-C ends the process at once
+(docs/reliability.md).
 """
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 from functools import cache
 
 import numpy as np
@@ -122,8 +133,67 @@ def read_info(model_status: str, info, x_value, model_value=lambda v: v) -> RawR
     return RawResult(term, x=x, objective=incumbent, bound=bound, detail=f"HiGHS {model_status}")
 
 
-def _reporter(progress):
-    """A MIP callback of HiGHS that passes its incumbent, bound, gap and time on."""
+class Interrupts:
+    """SIGINT/SIGTERM while HiGHS runs: the first is recorded (`requested`: the signal's name)
+    and makes `stop_requested` true, which the MIP callback passes to HiGHS; the default
+    actions are then put back, so a second signal ends the process."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.requested: str | None = None
+
+    def _first(self, signum, frame) -> None:
+        self.requested = signal.Signals(signum).name
+        for s in self.SIGNALS:
+            signal.signal(s, signal.SIG_DFL)
+
+    def check(self, event) -> None:
+        """A HiGHS interrupt callback: stop once a signal came."""
+        if self.requested is not None:
+            event.data_in.user_interrupt = True
+
+    def run(self, h) -> None:
+        """`h.run()`; in the main thread, on a worker thread while the main thread waits in
+        Python, so that a signal is seen at once (a second Ctrl-C ends the process even while
+        HiGHS is in a long LP that calls no callback)."""
+        if threading.current_thread() is not threading.main_thread():
+            h.run()
+            return
+        failed: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                h.run()
+            except BaseException as exc:  # noqa: BLE001 (handed to the waiting thread)
+                failed.append(exc)
+
+        worker = threading.Thread(target=work, name="highs", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.1)
+        if failed:
+            raise failed[0]
+
+    @contextlib.contextmanager
+    def installed(self):
+        """Catch the signals during the block (only in the main thread, where Python can)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        old = {s: signal.getsignal(s) for s in self.SIGNALS}
+        for s in self.SIGNALS:
+            signal.signal(s, self._first)
+        try:
+            yield self
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+
+
+def _mip_callback(progress, interrupts: Interrupts):
+    """A MIP callback of HiGHS: passes its incumbent, bound, gap and time on to `progress`
+    (when given), and asks HiGHS to stop once a signal came (`Interrupts`)."""
     import highspy
 
     from .progress import Progress
@@ -131,6 +201,9 @@ def _reporter(progress):
     inf = highspy.kHighsInf
 
     def report(event) -> None:
+        interrupts.check(event)
+        if progress is None:
+            return
         d = event.data_out
         found = abs(d.mip_primal_bound) < inf
         progress(Progress(d.mip_primal_bound if found else None,
@@ -226,17 +299,24 @@ def solve_pyomo_stdform(model, cols, run) -> RawResult:
     for key, val in run.options.options.items():
         if h.setOptionValue(key, val) == highspy.HighsStatus.kError:
             return RawResult(ERROR, detail=f"HiGHS rejected option {key}={val!r}")
-    if run.progress is not None and is_int.any():
-        h.cbMipInterrupt.subscribe(_reporter(run.progress))
+    interrupts = Interrupts()
+    if is_int.any():
+        h.cbMipInterrupt.subscribe(_mip_callback(run.progress, interrupts))
+        # the LPs inside the MIP (the root LP can take minutes) check for an interrupt too
+        h.cbSimplexInterrupt.subscribe(interrupts.check)
+        h.cbIpmInterrupt.subscribe(interrupts.check)
     if run.warm_start is not None and is_int.any():
         sol = highspy.HighsSolution()
         sol.col_value = np.asarray(run.warm_start, dtype=float)
         sol.value_valid = True
         h.setSolution(sol)
-    h.run()
+    with interrupts.installed():
+        interrupts.run(h)
     info = h.getInfo()
     raw = read_info(h.getModelStatus().name, info,
                     lambda: np.asarray(h.getSolution().col_value, dtype=float))
+    if interrupts.requested is not None:
+        raw.detail = f"interrupted by {interrupts.requested}, {raw.detail}"
     if not is_int.any():  # an LP optimum: the bound is the objective
         raw.bound = info.objective_function_value if raw.termination == OPTIMAL else None
     return raw
