@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import time as _time
 
-import numpy as np
 
 from ..graph import Graph
 from ..plan import Op, Plan
