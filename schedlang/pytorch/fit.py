@@ -189,6 +189,7 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     graph = copy.copy(graph)
     graph.data = [copy.copy(d) for d in graph.data]
     graph.layers = [_consistent_times(_with_fast_forward_overhead(lay)) for lay in graph.layers]
+    graph.layers = _with_accumulation(graph)
     params = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
               for t in list(model.parameters()) + list(model.buffers())}
     resident = sum(params.values())
@@ -251,6 +252,30 @@ def _offloadable(layer):
     layer = copy.copy(layer)
     layer.options = kept
     return layer
+
+
+def _with_accumulation(graph: Graph) -> list:
+    """The layers, each backward overhead raised by the gradients it may add into an existing
+    one. A datum read by several layers (a skip connection) gets its gradient from each of
+    their backwards; the profile measured each backward creating the gradient, while at run
+    time all but the first (backwards run in reverse layer order) compute a new contribution
+    next to the gradient already there and then add it in place: a transient the size of the gradient that the graph data, where a
+    second contribution to a live datum costs nothing, would not see."""
+    sizes = {d.name: d.size for d in graph.data}
+    first: dict[str, str] = {}  # gradient -> the layer whose backward makes it first
+    for lay in graph.layers:  # backwards run in reverse layer order: the last maker is first
+        for g in lay.grad_outputs:
+            first[g] = lay.name
+    out = []
+    for lay in graph.layers:
+        extra = sum(sizes.get(g, 0) for g in lay.grad_outputs
+                    if first[g] != lay.name and not g.endswith(".params.grad"))
+        if extra:
+            lay = copy.copy(lay)
+            lay.options = [dataclasses.replace(o, bwd_overhead=o.bwd_overhead + extra)
+                           for o in lay.options]
+        out.append(lay)
+    return out
 
 
 def _consistent_times(layer):
