@@ -54,7 +54,7 @@ def _steps(name, budgets, with_loss_fn, bandwidth=None):
     ("gpt", False, None),
     pytest.param("gpt", True, "16GB/s", marks=pytest.mark.slow),
     pytest.param("unet", True, "16GB/s", marks=pytest.mark.slow),
-    ("unet", False, None),
+    pytest.param("unet", False, None, marks=pytest.mark.slow),
 ])
 def test_measured_peak_within_budget_and_monotone(name, with_loss_fn, bandwidth):
     _, budgets = CASES[name]
