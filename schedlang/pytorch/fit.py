@@ -10,9 +10,14 @@ whose parameters are the original module's and whose forward/backward execute th
 (`schedlang.pytorch.runtime`).
 
 The budget is the peak of all tensor memory on the compute device during a training step
-(parameters, gradients, activations, temporaries: what ``torch.cuda.max_memory_allocated``
-reports), given as a size ("2GiB", bytes) or as a percentage ("60%") of the peak of plain
-execution (no recomputation, predicted from the profile). What the plan does not move —
+(parameters, gradients, activations, temporaries, and the loss computed on the outputs: what
+``torch.cuda.max_memory_allocated`` reports), given as a size ("2GiB", bytes) or as a
+percentage ("60%") of the peak of plain execution (no recomputation, predicted from the
+profile). The loss runs outside the module: with `loss_fn` its memory is measured once; without
+it, `fit` reserves `LOSS_RESERVE` times the bytes of the floating-point outputs for it (what a
+cross-entropy on logits takes: their log-softmax and one temporary), and `memory_report()` says
+so. After the first measured step, if the measured peak is over the prediction (or the budget),
+the module re-plans once with the excess as a margin (calibration) and logs it. What the plan does not move —
 parameters and buffers, and the step's inputs, which the caller keeps alive for the whole
 step — is *resident*: the graph's activation budget is the budget minus the resident bytes.
 A budget at or above the plain peak gives plain execution (no solve). A budget the solver
@@ -23,7 +28,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -36,7 +43,15 @@ from ..planners.no_recompute import no_recompute_plan
 from ..simulate import simulate
 from ..units import format_size
 
-__all__ = ["fit", "FitModule", "FitError", "MemoryReport", "resolve_fit_budget", "prepare"]
+__all__ = ["fit", "FitModule", "FitError", "MemoryReport", "resolve_fit_budget", "prepare",
+           "LOSS_RESERVE"]
+
+log = logging.getLogger("schedlang.pytorch")
+
+#: without a `loss_fn`, the memory reserved for the loss, in bytes of the model's floating-point
+#: outputs (beyond the outputs' gradients): cross-entropy on logits holds their log-softmax and,
+#: in its backward, one more temporary of their size
+LOSS_RESERVE = 2
 
 
 class FitError(SchedError):
@@ -57,6 +72,9 @@ class MemoryReport:
     measured_step_s: float | None = None
     solve_s: float | None = None
     extra: dict = field(default_factory=dict)
+    loss_bytes: int = 0  # memory of the loss beyond the outputs' gradients (in the prediction)
+    loss_assumed: bool = False  # no loss_fn: `loss_bytes` is a reserve, not a measurement
+    calibrated: dict | None = None  # the re-plan after a measured step over the prediction
 
     def to_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -69,6 +87,16 @@ class MemoryReport:
                  f"measured peak   {_fmt(self.measured_peak_bytes)}",
                  f"time overhead   {100 * self.plan_time_overhead:+.1f}% (predicted)"
                  + ("  plain execution" if self.plain else "")]
+        if self.loss_assumed:
+            lines.append(f"loss            {_fmt(self.loss_bytes)} reserved (no loss_fn given: "
+                         f"{LOSS_RESERVE} x the outputs, as a cross-entropy takes)")
+        elif self.loss_bytes:
+            lines.append(f"loss            {_fmt(self.loss_bytes)} (measured on loss_fn)")
+        if self.calibrated:
+            c = self.calibrated
+            lines.append(f"calibrated      step measured {_fmt(c['measured'])} over the "
+                         f"prediction {_fmt(c['predicted'])}: re-planned with a margin of "
+                         f"{_fmt(c['margin'])}" + ("" if c["replanned"] else " (no plan fits)"))
         return "\n".join(lines)
 
 
@@ -87,6 +115,7 @@ class Prepared:
     info: object = None
     loss_overhead: int = 0  # the loss function's memory beyond the outputs' gradients
     output_bytes: int = 0  # the model's outputs
+    loss_assumed: bool = False  # no loss_fn: loss_overhead is the LOSS_RESERVE default
 
 
 def loss_moment(plan: Plan, graph: Graph) -> int:
@@ -161,6 +190,7 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     graph = copy.copy(graph)
     graph.data = [copy.copy(d) for d in graph.data]
     graph.layers = [_consistent_times(_with_fast_forward_overhead(lay)) for lay in graph.layers]
+    graph.layers = _with_accumulation(graph)
     params = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
               for t in list(model.parameters()) + list(model.buffers())}
     resident = sum(params.values())
@@ -175,11 +205,15 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     loss_overhead = out_bytes = 0
     if loss_fn is not None:
         loss_overhead, out_bytes = measure_loss_overhead(model, sample_inputs, loss_fn)
+    else:  # the loss outside the module still takes memory: reserve a safe default
+        out_bytes = sum(part.data[d].nbytes for d in part.outputs
+                        if d in part.data and part.data[d].dtype.is_floating_point)
+        loss_overhead = LOSS_RESERVE * out_bytes
     base = no_recompute_plan(graph)
     sim = simulate(base, graph)
     peak = max(sim.peak_bytes, loss_moment(base, graph) + loss_overhead)
     return Prepared(part, graph, resident, peak + resident, sim.time, info, loss_overhead,
-                    out_bytes)
+                    out_bytes, loss_fn is None)
 
 
 def _with_fast_forward_overhead(layer):
@@ -207,6 +241,42 @@ def _with_fast_forward_overhead(layer):
         options.append(o)
     layer.options = options
     return layer
+
+
+def _offloadable(layer):
+    """`layer` without its ``selective`` option: its phantom lives inside the checkpoint
+    (`torch.utils.checkpoint` keeps what the policy saves), where the runtime cannot move it
+    to the host, while the offload formulation may offload any phantom."""
+    kept = [o for o in layer.options if o.name != "selective"]
+    if len(kept) == len(layer.options) or not kept:
+        return layer
+    layer = copy.copy(layer)
+    layer.options = kept
+    return layer
+
+
+def _with_accumulation(graph: Graph) -> list:
+    """The layers, each backward overhead raised by the gradients it may add into an existing
+    one. A datum read by several layers (a skip connection) gets its gradient from each of
+    their backwards; the profile measured each backward creating the gradient, while at run
+    time all but the first (backwards run in reverse layer order) compute a new contribution
+    next to the gradient already there and then add it in place: a transient the size of the gradient that the graph data, where a
+    second contribution to a live datum costs nothing, would not see."""
+    sizes = {d.name: d.size for d in graph.data}
+    first: dict[str, str] = {}  # gradient -> the layer whose backward makes it first
+    for lay in graph.layers:  # backwards run in reverse layer order: the last maker is first
+        for g in lay.grad_outputs:
+            first[g] = lay.name
+    out = []
+    for lay in graph.layers:
+        extra = sum(sizes.get(g, 0) for g in lay.grad_outputs
+                    if first[g] != lay.name and not g.endswith(".params.grad"))
+        if extra:
+            lay = copy.copy(lay)
+            lay.options = [dataclasses.replace(o, bwd_overhead=o.bwd_overhead + extra)
+                           for o in lay.options]
+        out.append(lay)
+    return out
 
 
 def _consistent_times(layer):
@@ -329,7 +399,8 @@ class FitModule(nn.Module):
     """`module` trained by a plan. Same call signature; the parameters are `module`'s."""
 
     def __init__(self, module: nn.Module, prepared: Prepared, plan: Plan | None,
-                 budget: int | None, measure: bool = True, solve_s: float | None = None):
+                 budget: int | None, measure: bool = True, solve_s: float | None = None,
+                 calibrate: bool = False, solve_args: dict | None = None):
         super().__init__()
         self.module = module
         self._prep = prepared
@@ -343,10 +414,22 @@ class FitModule(nn.Module):
         self._step_s: float | None = None
         self._tracker = None
         self._t0 = 0.0
+        # calibration: once, after the first measured step over the prediction
+        self._calibrate = calibrate and measure and budget is not None
+        self._solve_args = dict(solve_args or {})
+        self._margin = 0  # bytes the measured step exceeded the prediction by (re-plans)
+        self._pending: tuple[int, int] | None = None  # (measured, predicted) to re-plan with
+        self._calibrated: dict | None = None
+        self._set_plan(plan)
+
+    def _set_plan(self, plan: Plan | None) -> None:
+        self._plan = plan
+        self._executor = None
+        self._runner = []
         if plan is not None:
             from .runtime import PlanExecutor
 
-            self._executor = PlanExecutor(prepared.partitioned, plan, prepared.graph)
+            self._executor = PlanExecutor(self._prep.partitioned, plan, self._prep.graph)
             self._runner = [self._executor.module()]
 
     @property
@@ -363,8 +446,8 @@ class FitModule(nn.Module):
 
     def predicted_peak(self) -> int:
         if self._plan is None:
-            return self._prep.plain_peak
-        return int(self._plan.predicted_peak) + self._prep.resident_bytes
+            return self._prep.plain_peak + self._margin
+        return int(self._plan.predicted_peak) + self._prep.resident_bytes + self._margin
 
     def memory_report(self) -> MemoryReport:
         plain_time = self._prep.plain_time
@@ -372,7 +455,57 @@ class FitModule(nn.Module):
         overhead = plan_time / plain_time - 1 if plain_time > 0 else 0.0
         return MemoryReport(self._budget, self.predicted_peak(), self._measured,
                             self._prep.plain_peak, self._prep.resident_bytes, overhead,
-                            self._plan is None, self._step_s, self._solve_s)
+                            self._plan is None, self._step_s, self._solve_s,
+                            loss_bytes=self._prep.loss_overhead,
+                            loss_assumed=self._prep.loss_assumed,
+                            calibrated=None if self._calibrated is None
+                            else dict(self._calibrated))
+
+    # --- calibration ---------------------------------------------------------------------------
+    #: a measured step this far over the prediction (bytes, or this fraction of it) re-plans
+    CALIBRATION_SLACK = (4096, 0.002)
+
+    def _check_calibration(self) -> None:
+        if not self._calibrate or self._calibrated is not None or self._measured is None:
+            return
+        predicted = self.predicted_peak()
+        slack = max(self.CALIBRATION_SLACK[0], int(self.CALIBRATION_SLACK[1] * predicted))
+        over = self._measured > predicted + slack or self._measured > self._budget
+        if over:
+            self._pending = (self._measured, predicted)
+
+    def _recalibrate(self) -> None:
+        """Re-plan once: the step measured more than predicted; the excess becomes a margin
+        the plan leaves free (the graph's activation budget shrinks by it)."""
+        measured, predicted = self._pending
+        self._pending = None
+        margin = self._margin + measured - predicted
+        activation = self._budget - self._prep.resident_bytes - margin
+        found = None
+        t0 = time.perf_counter()
+        if activation > 0:
+            args = self._solve_args
+            found = solve_plan(self._prep.graph, activation, args.get("solver", "highs"),
+                               args.get("time_limit"), args.get("backend", "pyomo"),
+                               loss_overhead=self._prep.loss_overhead,
+                               output_bytes=self._prep.output_bytes)
+        self._calibrated = {"measured": measured, "predicted": predicted, "margin": margin,
+                            "replanned": found is not None,
+                            "solve_s": time.perf_counter() - t0}
+        if found is None:
+            msg = (f"schedlang fit: a training step measured {format_size(measured)}, over its "
+                   f"prediction {format_size(predicted)}; no plan fits the budget "
+                   f"{format_size(self._budget)} with that margin: the plan stays")
+            log.warning(msg)
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            return
+        log.info("schedlang fit: a training step measured %s, over its prediction %s: "
+                 "re-planned with a margin of %s (new prediction %s, budget %s)",
+                 format_size(measured), format_size(predicted), format_size(margin),
+                 format_size(int(found.predicted_peak) + self._prep.resident_bytes + margin),
+                 format_size(self._budget))
+        self._margin = margin
+        self._set_plan(found)
 
     # measuring one training step: forward to the end of the backward
     def _open_tracker(self, tensors) -> None:
@@ -395,10 +528,13 @@ class FitModule(nn.Module):
             pass
         self._measured = tr.peak
         self._step_s = time.perf_counter() - self._t0
+        self._check_calibration()
 
     def forward(self, *args, **kwargs):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         training = torch.is_grad_enabled()
+        if training and self._pending is not None:
+            self._recalibrate()
         if not (self.measure and training):
             return self._call(*args, **kwargs)
         self._open_tracker(tensors)
@@ -455,7 +591,7 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         time_limit: float | None = 60.0, layers=None, backend: str = "pyomo",
         graph: Graph | None = None, plan: Plan | None = None, measure: bool = True,
         loss_fn=None, prepared: Prepared | None = None, bandwidth=None,
-        **trace_kwargs) -> FitModule:
+        calibrate: bool = True, **trace_kwargs) -> FitModule:
     """`model` wrapped to train within `budget` (see the module docstring).
 
     `loss_fn(outputs) -> scalar`: the loss the training step applies to the model's outputs.
@@ -469,15 +605,20 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     step (CPU: a dispatch mode, which slows the step; CUDA: the allocator's counters).
     `bandwidth`: the host link, bytes per second each way (a number, or text such as
     "16GB/s" or "inf"): data and phantoms may then be offloaded to host memory as well as
-    recomputed (`models/offload.sched`); None: recomputation only."""
+    recomputed (`models/offload.sched`); None: recomputation only. `calibrate`: after the first
+    measured step, if its peak is over the prediction (or the budget), re-plan once with the
+    excess as a margin (logged on the ``schedlang.pytorch`` logger; see `memory_report()`)."""
     prep = prepared if prepared is not None else prepare(
         model, sample_inputs, layers=layers, graph=graph, loss_fn=loss_fn, **trace_kwargs)
     if bandwidth is not None:
         rate = parse_bandwidth(bandwidth)
         linked = copy.copy(prep.graph)
         linked.bandwidths = {"offload": rate, "prefetch": rate}
+        linked.layers = [_offloadable(lay) for lay in linked.layers]
         prep = dataclasses.replace(prep, graph=linked)  # the caller's `prepared` stays as it is
     extra = {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes}
+    calib = {"calibrate": calibrate,
+             "solve_args": {"solver": solver, "time_limit": time_limit, "backend": backend}}
     if plan is not None:
         sim = simulate(plan, prep.graph)
         if not sim.valid:
@@ -487,10 +628,10 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
                                   loss_moment(plan, prep.graph) + prep.loss_overhead)
         plan.predicted_time = sim.time
         want = None if budget is None else resolve_fit_budget(budget, prep.plain_peak)
-        return FitModule(model, prep, plan, want, measure)
+        return FitModule(model, prep, plan, want, measure, **calib)
     want = resolve_fit_budget(budget, prep.plain_peak)
     if want >= prep.plain_peak:
-        return FitModule(model, prep, None, want, measure)
+        return FitModule(model, prep, None, want, measure, **calib)
     activation = want - prep.resident_bytes
     if activation <= 0:
         raise FitError(f"budget {format_size(want)} ({want} B) is below the resident memory "
@@ -511,4 +652,4 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
                        f"feasible budget found is {smallest} (bisection with the solver "
                        f"{solver}; plain execution needs {format_size(prep.plain_peak)}, "
                        f"of which {format_size(prep.resident_bytes)} resident)")
-    return FitModule(model, prep, found, want, measure, solve_s)
+    return FitModule(model, prep, found, want, measure, solve_s, **calib)

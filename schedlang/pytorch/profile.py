@@ -157,14 +157,18 @@ class _SaveRecorder(TorchDispatchMode):
 
     def __init__(self):
         super().__init__()
-        self.saved: dict[int, torch.Tensor] = {}
+        # storage -> bytes; no reference to the tensors: holding them would keep them alive
+        # through the backward, whose peak (the option's backward overhead) then comes out
+        # higher than the runtime's. The checkpoint keeps them during the forward, so a
+        # storage's address is not reused while recording.
+        self.saved: dict[int, int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if _is_save_op(func):
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes():
-                    self.saved.setdefault(_storage_key(t), t)
+                    self.saved.setdefault(_storage_key(t), t.untyped_storage().nbytes())
         return out
 
 
@@ -303,7 +307,7 @@ def _measure(runner: _Runner, option: str, resident: list[torch.Tensor], residen
         if option == "autograd":
             kept = packed
         elif option == "selective":
-            kept = {k: t.untyped_storage().nbytes() for k, t in recorder.saved.items()}
+            kept = dict(recorder.saved)
         else:
             kept = {}
         skip = resident_keys | set(in_keys) | set(out_keys)

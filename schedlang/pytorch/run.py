@@ -210,6 +210,8 @@ def run_main(args) -> int:
         write_trace(fm.graph, args.graph_out, None, "rockmate")
     times, peaks = _train(fm, inputs, loss_fn, args.steps, device)
     rep = fm.memory_report()
+    if rep.calibrated is not None and len(peaks) > 1:
+        peaks = peaks[1:]  # the first step measured over its prediction: the module re-planned
     measured = max(p for p in peaks if p is not None) if any(p is not None for p in peaks) \
         else None
     plain_times = None
@@ -231,6 +233,7 @@ def run_main(args) -> int:
         "fit_s": fit_s, "plan_ops": None if fm.plan is None else len(fm.plan.ops),
         "fits_budget": None if measured is None or rep.budget_bytes is None
         else measured <= rep.budget_bytes,
+        "calibrated": rep.calibrated,
     }
     if args.json:
         print(json.dumps(out))
@@ -252,6 +255,12 @@ def run_main(args) -> int:
         line += f"   predicted overhead {100 * rep.plan_time_overhead:+.1f}%"
         print(line)
         print(f"fit        {fit_s:.2f} s (profile and solve)")
+        if rep.calibrated is not None:
+            c = rep.calibrated
+            print(f"calibrated the first step measured {fmt(c['measured'])}, over its prediction "
+                  f"{fmt(c['predicted'])}: " + ("re-planned with that margin (the measured peak "
+                                               "above is of the later steps)"
+                                               if c["replanned"] else "no plan fits with it"))
     if out["fits_budget"] is False:
         return 3
     return 0

@@ -106,15 +106,37 @@ class _Saved:
     """What a phantom keeps for one tensor autograd saved: the tensor, or a reference to the
     datum it is a view of (name, sizes, strides, offset relative to the datum's)."""
 
-    __slots__ = ("tensor", "ref", "host", "event", "resident", "fetched")
+    __slots__ = ("tensor", "ref", "resident", "block", "view")
 
     def __init__(self, tensor: torch.Tensor):
         self.tensor: torch.Tensor | None = tensor
         self.ref: tuple | None = None
-        self.host: torch.Tensor | None = None  # the host copy (offload)
-        self.event = None
         self.resident = False  # a parameter or buffer: never offloaded
+        self.block: _Block | None = None  # the storage it lies in, once offloaded
+        self.view: tuple = ()  # (dtype, sizes, strides, offset) in that storage
+
+
+class _Block:
+    """One storage a phantom holds, moved to the host and back as a whole: autograd often
+    saves one tensor several times (a ReLU's output is saved by the ReLU and by the next
+    convolution), and the phantom's size (what the profile measured) counts each storage
+    once. `device`: the storage's bytes on the device (uint8), None while only on the host."""
+
+    __slots__ = ("nbytes", "device", "host", "event", "fetched", "records")
+
+    def __init__(self, device: torch.Tensor):
+        self.device: torch.Tensor | None = device
+        self.nbytes = device.numel()
+        self.host: torch.Tensor | None = None
+        self.event = None
         self.fetched = False
+        self.records: list[_Saved] = []
+
+    def restore(self) -> None:
+        """Point the records at the device bytes again."""
+        for rec in self.records:
+            dtype, shape, stride, offset = rec.view
+            rec.tensor = self.device.view(dtype).as_strided(shape, stride, offset)
 
 
 @dataclass
@@ -128,6 +150,7 @@ class _Phantom:
     host_total: int = 0  # bytes of its device tensors
     fetched_bytes: float = 0  # prefetch round in progress
     offloaded: bool = False  # an offload op copied it (or began to)
+    blocks: list | None = None  # the storages it holds (made at its first offload)
 
 
 @dataclass
@@ -140,6 +163,12 @@ class _Transfer:
     buffer: torch.Tensor | None = None  # prefetch: the device buffer being filled
     fetched: int = 0
     event: Any = None
+    # a datum the graph counts as resident (0 bytes: the step's inputs, which the caller keeps
+    # alive): its "host copy" is the tensor itself, and a prefetch hands it back without a copy
+    resident: torch.Tensor | None = None
+
+    def elements(self) -> int:
+        return self.resident.numel() if self.resident is not None else self.host.numel()
 
 
 class _Run:
@@ -176,6 +205,7 @@ class PlanExecutor:
             raise PlanError(f"graph '{graph.name}' has layer '{missing[0]}', which the "
                             "partitioned module does not have")
         self.data_names = {d.name for d in graph.data}
+        self.resident_data = {d.name for d in graph.data if d.size == 0}
         self.needs = {(gl.name, o.name): set(o.needs) for gl in graph.layers for o in gl.options}
         self.loss_outputs = list(graph.loss.outputs) if graph.loss is not None else []
         self.model_outputs = list(partitioned.outputs)
@@ -452,9 +482,11 @@ class PlanExecutor:
     def _unpack(self, run: _Run, rec: _Saved, layer: str) -> torch.Tensor:
         if rec.tensor is not None:
             return rec.tensor
-        if rec.host is not None:  # offloaded and not prefetched: bring it back now
-            self._sync_event(rec.event)
-            return rec.host.to(self.device)
+        if rec.block is not None and rec.block.host is not None:
+            # offloaded and not prefetched: bring it back now
+            self._sync_event(rec.block.event)
+            dtype, shape, stride, offset = rec.view
+            return rec.block.host.to(self.device).view(dtype).as_strided(shape, stride, offset)
         name, shape, stride, rel, istride = rec.ref
         v = run.values.get(name)
         if v is None:
@@ -509,6 +541,7 @@ class PlanExecutor:
         # the graph alone holds the saved tensors now: autograd frees each node's as it runs,
         # as in plain PyTorch (the phantom shrinks during its backward)
         ph.saved.clear()
+        _release_blocks(ph)
         ph.roots.clear()
         if roots:
             with torch.enable_grad():
@@ -602,6 +635,7 @@ class PlanExecutor:
         ph.leaves.clear()
         ph.kept.clear()
         ph.saved.clear()
+        _release_blocks(ph)
 
     def _finish(self, run: _Run) -> None:
         run.phantoms.clear()
@@ -669,9 +703,15 @@ class PlanExecutor:
         if v is None or v is _PARAMS_GRAD:
             raise PlanError(f"offload of {name!r}, which is not in memory")
         tr = run.offloaded.get(name)
+        if tr is None and name in self.resident_data:
+            # nothing moves: the caller holds the tensor for the whole step
+            run.offloaded[name] = _Transfer(shape=tuple(v.shape), done=v.numel(), resident=v)
+            return
         if tr is None:
             tr = run.offloaded[name] = _Transfer(host=self._host_empty(v.numel(), v.dtype),
                                                  shape=tuple(v.shape))
+        if tr.resident is not None:
+            return
         n = v.numel()
         stop = min(n, tr.done + math.ceil(fraction * n - 1e-9))
         if stop > tr.done:
@@ -680,40 +720,57 @@ class PlanExecutor:
             run.offloaded_bytes += (stop - tr.done) * v.element_size()
             tr.done = stop
 
-    def _phantom_records(self, ph: _Phantom) -> list[_Saved]:
-        return [rec for rec in ph.saved if not rec.resident and
-                (rec.tensor is not None or rec.host is not None)]
+    def _phantom_blocks(self, ph: _Phantom) -> list[_Block]:
+        """The storages the phantom holds (not the resident ones), each once."""
+        if ph.blocks is None:
+            blocks: dict[int, _Block] = {}
+            for rec in ph.saved:
+                t = rec.tensor
+                if rec.resident or t is None or t.numel() == 0:
+                    continue
+                storage = t.untyped_storage()
+                block = blocks.get(storage.data_ptr())
+                if block is None:
+                    whole = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
+                    block = blocks[storage.data_ptr()] = _Block(whole)
+                rec.block = block
+                rec.view = (t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+                block.records.append(rec)
+            ph.blocks = list(blocks.values())
+        return ph.blocks
 
     def _offload_phantom(self, run: _Run, layer: str, fraction: float) -> None:
         ph = run.phantoms.get(layer)
         if ph is None:
             raise PlanError(f"offload of the phantom of layer {layer!r}, which has none saved")
+        if self._option_kind_of_phantom(ph) == "selective":
+            raise PlanError(f"offload of the phantom of layer {layer!r}: a selective phantom "
+                            "lives in its checkpoint and cannot be offloaded")
         ph.offloaded = True
-        recs = self._phantom_records(ph)
-        total = sum(r.tensor.numel() * r.tensor.element_size() for r in recs
-                    if r.tensor is not None)
+        blocks = self._phantom_blocks(ph)
+        total = sum(b.nbytes for b in blocks)
         target = ph.host_bytes + fraction * total
-        for rec in recs:
+        for b in blocks:
             if ph.host_bytes >= target - 1e-6:
                 break
-            if rec.host is not None or rec.tensor is None:
+            if b.host is not None or b.device is None:
                 continue
-            t = rec.tensor
-            rec.host = self._host_empty(t.shape, t.dtype)
-            rec.event = self._copy(rec.host, t, 0)
-            ph.host_bytes += t.numel() * t.element_size()
-            run.offloaded_bytes += t.numel() * t.element_size()
+            b.host = self._host_empty((b.nbytes,), torch.uint8)
+            b.event = self._copy(b.host, b.device, 0)
+            ph.host_bytes += b.nbytes
+            run.offloaded_bytes += b.nbytes
         ph.host_total = total
 
     def _keep_host_phantom(self, run: _Run, layer: str, ph: _Phantom) -> bool:
         """Dropping `ph`: keep its graph with its host copy when the copy is complete."""
-        recs = self._phantom_records(ph)
-        if not ph.offloaded or any(r.host is None for r in recs):
+        if not ph.offloaded or ph.blocks is None or any(b.host is None for b in ph.blocks):
             return False
-        for rec in recs:
-            self._sync_event(rec.event)
-            rec.event = None
-            rec.tensor = None
+        for b in ph.blocks:
+            self._sync_event(b.event)
+            b.event = None
+            b.device = None
+            for rec in b.records:
+                rec.tensor = None
         run.phantom_host[layer] = ph
         return True
 
@@ -724,29 +781,34 @@ class PlanExecutor:
             if ph is None:
                 raise PlanError(f"prefetch of the phantom of layer {op.layer!r}, which has no "
                                 "host copy off the device")
-            recs = self._phantom_records(ph)
+            blocks = ph.blocks or []
             if ph.fetched_bytes == 0:
-                for rec in recs:  # the round allocates the whole phantom
-                    self._sync_event(rec.event)
-                    rec.event = None
-                    rec.tensor = torch.empty(rec.host.shape, dtype=rec.host.dtype,
-                                             device=self.device)
-                    rec.fetched = False
+                for b in blocks:  # the round allocates the whole phantom
+                    self._sync_event(b.event)
+                    b.event = None
+                    b.device = torch.empty(b.nbytes, dtype=torch.uint8, device=self.device)
+                    b.fetched = False
+                    b.restore()
             target = ph.fetched_bytes + fraction * ph.host_total
-            for rec in recs:
+            for b in blocks:
                 if ph.fetched_bytes >= target - 1e-6:
                     break
-                if rec.fetched:
+                if b.fetched:
                     continue
-                rec.event = self._copy(rec.tensor, rec.host, 1)
-                rec.fetched = True
-                ph.fetched_bytes += rec.host.numel() * rec.host.element_size()
-                run.prefetched_bytes += rec.host.numel() * rec.host.element_size()
+                b.event = self._copy(b.device, b.host, 1)
+                b.fetched = True
+                ph.fetched_bytes += b.nbytes
+                run.prefetched_bytes += b.nbytes
             return
         name = op.data
         tr = run.offloaded.get(name)
         if tr is None:
             raise PlanError(f"prefetch of {name!r}, which has no host copy")
+        if tr.resident is not None:
+            if name not in run.fetching:
+                tr.buffer, tr.fetched = tr.resident, tr.done
+                run.fetching[name] = tr
+            return
         n = tr.host.numel()
         if name not in run.fetching:
             self._sync_event(tr.event)  # the offload is complete before the host is read
@@ -764,12 +826,12 @@ class PlanExecutor:
         if channel == "offload":
             if op.layer is not None:
                 ph = run.phantoms.get(op.layer) or run.phantom_host.get(op.layer)
-                recs = self._phantom_records(ph) if ph is not None else []
+                recs = (ph.blocks or []) if ph is not None else []
             elif op.data is not None:
                 recs = [run.offloaded[op.data]] if op.data in run.offloaded else []
             else:
                 recs = list(run.offloaded.values()) + [
-                    r for ph in run.phantoms.values() for r in self._phantom_records(ph)]
+                    b for ph in run.phantoms.values() for b in (ph.blocks or [])]
             for rec in recs:
                 self._sync_event(rec.event)
                 rec.event = None
@@ -784,34 +846,43 @@ class PlanExecutor:
             ph = run.phantom_host.get(layer)
             if ph is None or ph.fetched_bytes < ph.host_total - 1e-6:
                 continue
-            for rec in self._phantom_records(ph):
-                self._sync_event(rec.event)
-                rec.event = None
+            for b in ph.blocks or []:
+                self._sync_event(b.event)
+                b.event = None
             ph.fetched_bytes = 0
             del run.phantom_host[layer]
             run.phantoms[layer] = ph
         names = [op.data] if op.data is not None else ([] if op.layer else list(run.fetching))
         for name in names:
             tr = run.fetching.get(name)
-            if tr is not None and tr.fetched >= tr.host.numel():
+            if tr is not None and tr.fetched >= tr.elements():
                 self._finish_prefetch(run, name)
 
     def _finish_prefetch(self, run: _Run, name: str) -> None:
         tr = run.fetching.pop(name, None)
         if tr is None:
             return
-        if tr.fetched < tr.host.numel() or tr.done < tr.host.numel():
+        if tr.fetched < tr.elements() or tr.done < tr.elements():
             raise PlanError(f"{name!r} is only partly back on the device ({tr.done} of "
-                            f"{tr.host.numel()} elements offloaded, {tr.fetched} prefetched)")
+                            f"{tr.elements()} elements offloaded, {tr.fetched} prefetched)")
         self._sync_event(tr.event)
         tr.event = None
-        run.values[name] = tr.buffer.view(tr.shape)
+        run.values[name] = tr.resident if tr.resident is not None else tr.buffer.view(tr.shape)
         tr.buffer = None
 
     def _late_prefetch(self, run: _Run, name: str) -> None:
         """A datum read while still on its way back: wait for it."""
         if name in run.fetching:
             self._finish_prefetch(run, name)
+
+
+def _release_blocks(ph: _Phantom) -> None:
+    """Forget the phantom's storages (the records and their blocks refer to each other: a
+    cycle that only the garbage collector would free, keeping the tensors alive)."""
+    for b in ph.blocks or []:
+        b.records = []
+        b.device = None
+    ph.blocks = None
 
 
 def _release_engine_grad(t: torch.Tensor) -> None:

@@ -1,0 +1,150 @@
+"""The budget `schedlang.pytorch.fit` is given holds: the measured peak of every fitted step
+(CPU tracker, forward + loss + backward) is within it, with or without `loss_fn`, with or
+without offloading, and does not grow as the budget falls; when a step measures more than
+predicted, the module re-plans once (calibration) and the next step is within the budget.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+
+import pytest
+
+torch = pytest.importorskip("torch")
+torch.set_num_threads(1)
+
+from .test_pytorch_runtime import assert_same, eager_grads, fit_step  # noqa: E402
+from .torch_models import ALL  # noqa: E402
+
+#: six budgets (percent of plain execution's predicted peak) from plain down to near each
+#: model's smallest feasible one
+CASES = {
+    # no loss_fn given to fit: the loss (a cross-entropy on the logits) is the reserve's job
+    "gpt": (dict(batch=4, context=32, dim=32, heads=4, layers=6, vocab=128),
+            [100, 90, 75, 60, 50, 45]),
+    "unet": (dict(batch=2, size=32, base=8), [100, 90, 80, 70, 65, 60]),
+}
+
+
+def _steps(name, budgets, with_loss_fn, bandwidth=None):
+    from schedlang.pytorch.fit import FitError, fit, prepare
+
+    sizes, _ = CASES[name]
+    model, inputs, loss_fn = ALL[name](**sizes)
+    ref = eager_grads(model, inputs, loss_fn)
+    given = loss_fn if with_loss_fn else None
+    prep = prepare(model, inputs, loss_fn=given, repeats=1)
+    rows = []
+    for pct in budgets:
+        try:
+            fm = fit(model, inputs, f"{pct}%", loss_fn=given, prepared=prep,
+                     bandwidth=bandwidth, calibrate=False)
+        except FitError as exc:
+            assert "smallest feasible budget" in str(exc)
+            continue
+        got = fit_step(fm, model, inputs, loss_fn)
+        assert_same(ref, got, exact=False)
+        rep = fm.memory_report()
+        rows.append((pct, rep))
+    return prep, rows
+
+
+@pytest.mark.parametrize("name,with_loss_fn,bandwidth", [
+    ("gpt", False, None),
+    pytest.param("gpt", True, "16GB/s", marks=pytest.mark.slow),
+    pytest.param("unet", True, "16GB/s", marks=pytest.mark.slow),
+    pytest.param("unet", False, None, marks=pytest.mark.slow),
+])
+def test_measured_peak_within_budget_and_monotone(name, with_loss_fn, bandwidth):
+    _, budgets = CASES[name]
+    prep, rows = _steps(name, budgets, with_loss_fn, bandwidth)
+    assert len(rows) >= 5, [pct for pct, _ in rows]
+    for pct, rep in rows:
+        assert rep.measured_peak_bytes <= rep.budget_bytes, (pct, rep.measured_peak_bytes,
+                                                            rep.budget_bytes)
+        assert rep.predicted_peak_bytes <= rep.budget_bytes
+        # a plan's prediction is its runtime's (plain execution runs the module itself)
+        assert rep.plain or abs(rep.measured_peak_bytes - rep.predicted_peak_bytes) \
+            <= 0.05 * rep.predicted_peak_bytes, (pct, rep.measured_peak_bytes,
+                                                 rep.predicted_peak_bytes)
+        assert rep.loss_assumed == (not with_loss_fn)
+        assert ("reserved (no loss_fn given" in str(rep)) == (not with_loss_fn)
+    measured = [rep.measured_peak_bytes for _, rep in rows]
+    assert all(lo <= hi for hi, lo in zip(measured, measured[1:])), measured
+
+
+def test_offload_plans_move_each_saved_storage_once():
+    """A phantom whose storage autograd saved twice (a ReLU's output, read by the next
+    convolution) goes to the host and comes back once: the offload runtime agrees with the
+    plan's memory on a skip-connection model at every op."""
+    from schedlang.pytorch.fit import fit, prepare
+
+    model, inputs, loss_fn = ALL["unet"](batch=2, size=32, base=8)
+    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
+    fm = fit(model, inputs, "65%", loss_fn=loss_fn, prepared=prep, bandwidth="inf",
+             calibrate=False)
+    assert any(op.op == "offload" and op.layer for op in fm.plan.ops)
+    assert all(o.name != "selective" for lay in fm._prep.graph.layers for o in lay.options)
+    fit_step(fm, model, inputs, loss_fn)
+    stats = fm._executor.last_stats
+    assert stats["offloaded_bytes"] > 0 and stats["prefetched_bytes"] > 0
+    rep = fm.memory_report()
+    assert rep.measured_peak_bytes <= rep.budget_bytes
+
+
+def test_selective_prediction_matches_the_runtime():
+    """Every layer that offers `selective` runs it: the profiled backward overhead is the
+    runtime's (the profiler once held the kept tensors through the backward and predicted
+    up to 10% too much, which made the GPT-2 test flaky under load)."""
+    from schedlang.pytorch.fit import fit, prepare
+    from schedlang.simulate import no_recompute_plan
+
+    model, inputs, loss_fn = ALL["gpt"](batch=8, context=32, dim=32, heads=4, layers=2)
+    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
+    g = copy.copy(prep.graph)
+    g.layers = []
+    for lay in prep.graph.layers:
+        lay = copy.copy(lay)
+        sel = [o for o in lay.options if o.name == "selective"]
+        lay.options = sel + [o for o in lay.options if o.name != "selective"]
+        g.layers.append(lay)
+    assert sum(lay.options[0].name == "selective" for lay in g.layers) >= 2
+    prep = dataclasses.replace(prep, graph=g)
+    plan = no_recompute_plan(g)
+    fm = fit(model, inputs, None, loss_fn=loss_fn, prepared=prep, plan=plan, calibrate=False)
+    ref = eager_grads(model, inputs, loss_fn)
+    assert_same(ref, fit_step(fm, model, inputs, loss_fn), exact=False)
+    rep = fm.memory_report()
+    assert abs(rep.measured_peak_bytes - rep.predicted_peak_bytes) \
+        <= 0.01 * rep.predicted_peak_bytes, (rep.measured_peak_bytes, rep.predicted_peak_bytes)
+
+
+def test_calibration_replans_once_after_a_step_over_the_prediction(caplog):
+    """Without loss_fn, a loss that takes far more than the reserve: the first step measures
+    over the prediction; fit re-plans once with the excess as a margin, logs it, and the next
+    step is within the budget."""
+    from schedlang.pytorch.fit import fit, prepare
+
+    sizes, _ = CASES["gpt"]
+    model, inputs, _ = ALL["gpt"](**sizes)
+
+    def greedy_loss(logits):  # five temporaries of the logits' size live at once
+        parts = [logits * k for k in range(1, 6)]
+        return sum(p.pow(2).mean() for p in parts)
+
+    prep = prepare(model, inputs, repeats=1)
+    fm = fit(model, inputs, "70%", prepared=prep)
+    fit_step(fm, model, inputs, greedy_loss)
+    first = fm.memory_report()
+    assert first.measured_peak_bytes > first.predicted_peak_bytes
+    with caplog.at_level(logging.INFO, logger="schedlang.pytorch"):
+        fit_step(fm, model, inputs, greedy_loss)
+    second = fm.memory_report()
+    assert second.calibrated is not None and second.calibrated["replanned"]
+    assert "re-planned" in caplog.text
+    assert second.measured_peak_bytes <= second.budget_bytes
+    assert "calibrated" in str(second)
+    plan = fm.plan
+    fit_step(fm, model, inputs, greedy_loss)  # once: no further re-plan
+    assert fm.plan is plan
