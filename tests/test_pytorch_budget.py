@@ -98,7 +98,7 @@ def test_selective_prediction_matches_the_runtime():
     runtime's (the profiler once held the kept tensors through the backward and predicted
     up to 10% too much, which made the GPT-2 test flaky under load)."""
     from schedlang.pytorch.fit import fit, prepare
-    from schedlang.simulate import no_recompute_plan
+    from schedlang.planners.no_recompute import no_recompute_plan
 
     model, inputs, loss_fn = ALL["gpt"](batch=8, context=32, dim=32, heads=4, layers=2)
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
