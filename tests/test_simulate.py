@@ -12,7 +12,7 @@ from schedlang.importers.checkmate_nx import load_checkmate_nx
 from schedlang.plan import Op, Plan
 from schedlang.planners.no_recompute import no_recompute_peak, no_recompute_plan
 from schedlang.simulate import simulate
-from .paths import GRAPHS
+from .paths import GRAPHS, needs_graphs
 
 try:
     from tests.bruteforce import best_checkmate_schedule
@@ -251,6 +251,7 @@ def test_no_recompute_plan_is_valid_on_the_shared_graphs(path):
     assert r.time == pytest.approx(sum(n.time for n in g.nodes))
 
 
+@needs_graphs
 def test_vgg16_reference_peak_agrees_with_the_documented_budget():
     g = load_checkmate_nx(GRAPHS / "vgg16_train.json")
     peak = no_recompute_peak(g)
