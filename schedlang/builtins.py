@@ -297,9 +297,7 @@ class GraphData:
             return
         data_codes = data_sizes = None
         if g.layers:
-            from .hgraph import build_hgraph
-
-            data_codes, data_sizes = self._bind_hgraph(g, build_hgraph(g))
+            data_codes, data_sizes = self._bind_hgraph(g, g.hgraph())
         codes = u.codes_of([n.name for n in g.nodes])  # topological order = code order
         size = np.zeros(len(u))
         time = np.zeros(len(u))

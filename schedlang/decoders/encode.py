@@ -296,13 +296,12 @@ def encode_phases(decl, ir, plan: Plan, graph, time_limit: float = 30.0) -> np.n
     the replay, every transfer role 0 -- and the rest of the columns (creates, deletes,
     contributions, memory, the offload model's bookkeeping) completed by HiGHS on the model
     with those columns fixed (`relaxation.highs_solve`)."""
-    from ..hgraph import build_hgraph
     from ..relaxation import highs_solve
 
     if not graph.layers:
         raise NotEncodable(f"graph '{graph.name}' is node/edge data; the phase encoder works on "
                            f"layered graphs")
-    h = build_hgraph(graph)
+    h = graph.hgraph()
     runs, live_at, phantoms_at = phase_schedule(plan, h)
     lb, ub = (v.copy() for v in ir.column_bounds())
 
