@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from .ir import IRModel
 
@@ -31,6 +30,8 @@ def highs_solve(ir: IRModel, lb: np.ndarray | None = None, ub: np.ndarray | None
     columns), as an LP when `relax`."""
     import highspy
 
+    from .solvers.highs import highs_lp
+
     A, lo, hi = ir.stacked()
     clb, cub = ir.column_bounds()
     lb = clb if lb is None else np.asarray(lb, dtype=float)
@@ -38,25 +39,9 @@ def highs_solve(ir: IRModel, lb: np.ndarray | None = None, ub: np.ndarray | None
     c = ir.objective.c if ir.objective is not None else np.zeros(ir.n_columns)
     sense = ir.objective.sense if ir.objective is not None else "min"
     constant = ir.objective.constant if ir.objective is not None else 0.0
-    inf = highspy.kHighsInf
-
-    def finite(v):
-        return np.clip(np.asarray(v, dtype=float), -inf, inf)
-
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = ir.n_columns, A.shape[0]
-    lp.col_cost_ = np.asarray(c, dtype=float)
-    lp.col_lower_, lp.col_upper_ = finite(lb), finite(ub)
-    lp.row_lower_, lp.row_upper_ = finite(lo), finite(hi)
-    lp.sense_ = highspy.ObjSense.kMaximize if sense == "max" else highspy.ObjSense.kMinimize
-    csc = sp.csc_matrix(A)
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = csc.indptr.astype(np.int32)
-    lp.a_matrix_.index_ = csc.indices.astype(np.int32)
-    lp.a_matrix_.value_ = csc.data.astype(float)
-    if not relax:
-        lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
-                           for i in ir.integrality()]
+    # the constant is added to HiGHS's objective below, not passed as its offset
+    lp = highs_lp(A, c, lb, ub, lo, hi, maximize=sense == "max",
+                  integer=None if relax else ir.integrality())
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     if time_limit is not None:

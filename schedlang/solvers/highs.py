@@ -215,6 +215,38 @@ def _mip_callback(progress, interrupts: Interrupts):
 
 # --------------------------------------------------------------------------- Pyomo standard form
 
+
+def highs_lp(A, cost, col_lb, col_ub, row_lo, row_hi, *, maximize: bool = False,
+             offset: float = 0.0, integer=None):
+    """A `highspy.HighsLp` of min/max cost.x + offset s.t. row_lo <= A x <= row_hi and column
+    bounds; `integer` (a boolean per column, or None for an LP) marks the integer columns.
+    Infinite bounds may be numpy infinities. The one place a HiGHS model is assembled (the
+    Pyomo standard-form driver below, and `schedlang.relaxation`)."""
+    import highspy
+    import scipy.sparse as sp
+
+    inf = highspy.kHighsInf
+
+    def finite(v):
+        return np.clip(np.asarray(v, dtype=float), -inf, inf)
+
+    csc = sp.csc_matrix(A)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = csc.shape[1], csc.shape[0]
+    lp.col_cost_ = np.asarray(cost, dtype=float)
+    lp.col_lower_, lp.col_upper_ = finite(col_lb), finite(col_ub)
+    lp.row_lower_, lp.row_upper_ = finite(row_lo), finite(row_hi)
+    lp.offset_ = float(offset)
+    lp.sense_ = highspy.ObjSense.kMaximize if maximize else highspy.ObjSense.kMinimize
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = csc.indptr.astype(np.int32)
+    lp.a_matrix_.index_ = csc.indices.astype(np.int32)
+    lp.a_matrix_.value_ = csc.data.astype(float)
+    if integer is not None and np.any(integer):
+        lp.integrality_ = [highspy.HighsVarType.kInteger if f else highspy.HighsVarType.kContinuous
+                           for f in np.asarray(integer, dtype=bool).tolist()]
+    return lp
+
 def solve_pyomo_stdform(model, cols, run) -> RawResult:
     """Solve the Pyomo `model` (its VarData `cols` in IR order) with highspy in one call."""
     import highspy
@@ -272,23 +304,9 @@ def solve_pyomo_stdform(model, cols, run) -> RawResult:
                              shape=(n, len(where)))
         A = (A @ perm.T).tocsc()
 
-    lp = highspy.HighsLp()
-    lp.num_col_ = n
-    lp.num_row_ = A.shape[0]
-    lp.col_cost_ = cost
-    lp.col_lower_ = col_lb
-    lp.col_upper_ = col_ub
-    lp.row_lower_ = row_lo
-    lp.row_upper_ = row_hi
-    lp.offset_ = offset
-    lp.sense_ = sense
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = A.indptr
-    lp.a_matrix_.index_ = A.indices
-    lp.a_matrix_.value_ = A.data
-    if is_int.any():
-        lp.integrality_ = [highspy.HighsVarType.kInteger if f else highspy.HighsVarType.kContinuous
-                           for f in is_int.tolist()]
+    lp = highs_lp(A, cost, col_lb, col_ub, row_lo, row_hi,
+                  maximize=sense == highspy.ObjSense.kMaximize, offset=offset,
+                  integer=is_int)
 
     h = highspy.Highs()
     h.setOptionValue("output_flag", bool(run.verbose))
