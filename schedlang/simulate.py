@@ -192,16 +192,37 @@ class Replayed:
     host_peak: int | None = None  # bytes, rounded
     host_over: bool = False  # an offload went over the host budget
     wait_time: float = 0.0  # time the compute channel spent waiting for transfers
+    # with `replay(..., record=True)`: one `OpMemory` per op of the plan
+    steps: list | None = None
 
 
-def replay(plan: Plan, graph: Graph, *, host_budget: int | None = None) -> Replayed:
+@dataclass(frozen=True)
+class OpMemory:
+    """Memory and time at one op of a replay (`replay(..., record=True)`): `peak`, the most
+    bytes during the op (a compute's new copies, phantom and overhead included); `after`, the
+    bytes once it is done; `start`/`end`, the compute channel's time before and after it."""
+
+    peak: int
+    after: int
+    start: float
+    end: float
+
+
+def replay(plan: Plan, graph: Graph, *, host_budget: int | None = None,
+           record: bool = False) -> Replayed:
     """Replay `plan`'s ops on `graph` without budgets (the errors are in the result).
+    `record`: also the memory and time at each op (`Replayed.steps`, `OpMemory`s); the
+    largest `peak` of the steps is the replay's peak.
 
     Raises `DataError` when the graph is inconsistent; `simulate` reports that as an error.
     """
     errors = _Errors()
-    out = _replayer(plan, graph, errors, host_budget).run()
+    replayer = _replayer(plan, graph, errors, host_budget)
+    if record:
+        replayer.steps = []
+    out = replayer.run()
     out.errors = errors.finish()
+    out.steps = replayer.steps
     return out
 
 
@@ -326,13 +347,17 @@ class _Replay:
         self.time = 0.0  # the compute channel's current time
         self.computes = 0
         self.handlers = {kind: getattr(self, kind) for kind in self.OPS}
+        self.steps: list[OpMemory] | None = None  # per op, when recording (`replay`)
 
     def run(self) -> Replayed:
         handlers, sampled = self.handlers, self.SAMPLED
+        steps = self.steps
         for k, op in enumerate(self.plan.ops):
             kind = op.op
             if kind in sampled:
                 self.sample()
+            if steps is not None:  # the op's own peak: the running one restarts from here
+                before, start, self.peak = self.peak, self.time, self.mem
             handler = handlers.get(kind)
             if handler is not None:
                 handler(k, op)
@@ -340,6 +365,10 @@ class _Replay:
                 self.errors.add(self.unsupported(k, kind))
             else:
                 self.errors.add(f"op {k}: unknown op kind {kind!r}")
+            if steps is not None:
+                here = max(self.peak, self.mem)
+                steps.append(OpMemory(here, self.mem, start, self.time))
+                self.peak = max(before, here)
         self.finish()
         return self.result()
 

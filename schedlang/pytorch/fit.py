@@ -420,6 +420,7 @@ class FitModule(nn.Module):
         self._margin = 0  # bytes the measured step exceeded the prediction by (re-plans)
         self._pending: tuple[int, int] | None = None  # (measured, predicted) to re-plan with
         self._calibrated: dict | None = None
+        self._recorder = None  # a `timeline.Recorder` while `record_timeline()` is on
         self._set_plan(plan)
 
     def _set_plan(self, plan: Plan | None) -> None:
@@ -460,6 +461,22 @@ class FitModule(nn.Module):
                             loss_assumed=self._prep.loss_assumed,
                             calibrated=None if self._calibrated is None
                             else dict(self._calibrated))
+
+    def record_timeline(self, on: bool = True) -> None:
+        """Record memory and time per op of each measured training step (`timeline()`;
+        `schedlang.pytorch.timeline`)."""
+        if not on:
+            self._recorder = None
+        elif self._recorder is None:
+            from .timeline import Recorder
+
+            self._recorder = Recorder()
+
+    def timeline(self):
+        """The latest recorded step as a `schedlang.pytorch.timeline.Timeline` (predicted
+        and measured memory per op, op times; `.plot(path)`, `.write_trace(path)`), or None
+        before a step was recorded (see `record_timeline`)."""
+        return None if self._recorder is None else self._recorder.last
 
     # --- calibration ---------------------------------------------------------------------------
     #: a measured step this far over the prediction (bytes, or this fraction of it) re-plans
@@ -515,6 +532,8 @@ class FitModule(nn.Module):
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]
         self._tracker = MemoryTracker(resident=[self.module, *tensors, *grads])
         self._tracker.__enter__()
+        if self._recorder is not None:
+            self._recorder.begin(self, self._tracker)
         self._t0 = time.perf_counter()
 
     def _close_tracker(self) -> None:
@@ -522,6 +541,8 @@ class FitModule(nn.Module):
         if tr is None:
             return
         self._tracker = None
+        if self._recorder is not None:
+            self._recorder.end(self, tr)
         try:
             tr.__exit__(None, None, None)
         except Exception:  # a mode entered on another thread: keep the reading only

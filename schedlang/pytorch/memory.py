@@ -1,7 +1,10 @@
 """Measuring the tensor memory a piece of PyTorch code uses on its compute device.
 
 `MemoryTracker` is a context manager with `.baseline` (live bytes at entry), `.current` (live
-bytes now) and `.peak` (the most live bytes since entry or the last `reset_peak()`).
+bytes now) and `.peak` (the most live bytes since entry or the last `reset_peak()`);
+`mark()` cuts the time into windows (one per op of a plan, `schedlang.pytorch.timeline`): it
+returns the most live bytes since the previous mark and the live bytes now, and leaves `.peak`
+as it is.
 
 * On CUDA it reads the caching allocator's counters: `torch.cuda.memory_allocated` and
   `torch.cuda.max_memory_allocated` after `torch.cuda.reset_peak_memory_stats` at entry. Every
@@ -120,6 +123,7 @@ class MemoryTracker:
         self.baseline = 0
         self._peak = 0
         self._current = 0
+        self._window = 0  # the most live bytes since the last `mark()`
         self._entries: dict[int, tuple] = {}  # storage data_ptr -> (weakref to storage, finalizer)
         self._lock = threading.RLock()
         self._mode: _StorageCounter | None = None
@@ -134,14 +138,14 @@ class MemoryTracker:
             torch.cuda.synchronize(self.device)
             self.baseline = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-            self._current = self._peak = self.baseline
+            self._current = self._peak = self._window = self.baseline
             return self
         for t in self._resident:
             if t.device.type == self.device.type:
                 self._register(t)
         self._refresh()
         self.baseline = self._current
-        self._peak = self._current
+        self._peak = self._window = self._current
         self._mode = _StorageCounter(self)
         self._mode.__enter__()
         return self
@@ -186,7 +190,25 @@ class MemoryTracker:
         if self.cuda and self._open:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-        self._peak = self.current
+        self._peak = self._window = self.current
+
+    def mark(self) -> tuple[int, int]:
+        """(the most live bytes since the previous mark, or since entry; live bytes now), and
+        a new window from now. `.peak` is the largest window's."""
+        if not self._open:
+            return self._window, self._current
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            window = max(self._window, torch.cuda.max_memory_allocated(self.device))
+            self._peak = max(self._peak, window)
+            torch.cuda.reset_peak_memory_stats(self.device)  # the next window starts here
+            self._current = torch.cuda.memory_allocated(self.device)
+            self._window = self._current
+            return window, self._current
+        with self._lock:
+            self._refresh()
+            window, self._window = self._window, self._current
+            return window, self._current
 
     # --- CPU bookkeeping -----------------------------------------------------------------
     def _register(self, t: torch.Tensor) -> None:
@@ -224,3 +246,5 @@ class MemoryTracker:
         self._current = total
         if total > self._peak:
             self._peak = total
+        if total > self._window:
+            self._window = total

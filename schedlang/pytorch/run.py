@@ -6,7 +6,10 @@ file; FACTORY a callable in it returning ``(model, sample_inputs, loss_fn)``,
 shape is ``8,3,32,32``, repeat the option for several inputs). Without a loss function the
 loss is the mean of squares of the outputs. The command fits the model (profile, solve, or
 ``--graph``/``--plan`` given), trains ``--steps`` steps with SGD, and reports the predicted
-and measured peak and the step time, of the plan and of plain execution.
+and measured peak and the step time, of the plan and of plain execution. ``--plot OUT.png``
+and ``--trace OUT.json`` record the last training step op by op (`schedlang.pytorch.timeline`):
+memory predicted by the simulator and measured per executed op, with the budget; a
+Chrome/Perfetto trace of the executed ops.
 
 Wire it into the CLI (schedlang/cli.py)::
 
@@ -65,6 +68,12 @@ def add_run_arguments(p) -> None:
     p.add_argument("--plan-out", default=None, help="write the plan used here")
     p.add_argument("--graph-out", default=None, help="write the profiled graph data here")
     p.add_argument("--no-plain", action="store_true", help="do not also time plain execution")
+    p.add_argument("--plot", default=None, metavar="OUT.png", help="draw memory over the last "
+                   "training step, predicted and measured per op, with the budget (PNG; needs "
+                   "matplotlib)")
+    p.add_argument("--trace", default=None, metavar="OUT.json", help="write the last training "
+                   "step as a Chrome/Perfetto trace: ops on compute, offload and prefetch "
+                   "tracks, memory counters")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
 
@@ -185,6 +194,7 @@ def run_main(args) -> int:
         raise RunError("--steps must be at least 1")
     if args.plan and not args.graph:
         raise RunError("--plan needs --graph (the graph data the plan was made for)")
+    _check_outputs(args)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RunError("--device cuda: CUDA is not available")
@@ -208,7 +218,17 @@ def run_main(args) -> int:
         from .trace import write_trace
 
         write_trace(fm.graph, args.graph_out, None, "rockmate")
+    if args.plot or args.trace:
+        fm.record_timeline()
     times, peaks = _train(fm, inputs, loss_fn, args.steps, device)
+    timeline = fm.timeline()
+    if timeline is not None:
+        if args.plot:
+            timeline.plot(args.plot, title=f"{args.target}: memory over one training step "
+                          f"on {device}" + (" (plain execution)" if fm.plain else
+                                            f", plan of {len(fm.plan.ops)} ops"))
+        if args.trace:
+            timeline.write_trace(args.trace)
     rep = fm.memory_report()
     if rep.calibrated is not None and len(peaks) > 1:
         peaks = peaks[1:]  # the first step measured over its prediction: the module re-planned
@@ -234,6 +254,7 @@ def run_main(args) -> int:
         "fits_budget": None if measured is None or rep.budget_bytes is None
         else measured <= rep.budget_bytes,
         "calibrated": rep.calibrated,
+        "plot": args.plot, "trace": args.trace,
     }
     if args.json:
         print(json.dumps(out))
@@ -261,9 +282,35 @@ def run_main(args) -> int:
                   f"{fmt(c['predicted'])}: " + ("re-planned with that margin (the measured peak "
                                                "above is of the later steps)"
                                                if c["replanned"] else "no plan fits with it"))
+        for what, path in (("plot", args.plot), ("trace", args.trace)):
+            if path:
+                print(f"{what:<10} {path}")
     if out["fits_budget"] is False:
         return 3
     return 0
+
+
+def _check_outputs(args) -> None:
+    """Fail before profiling and training when --plot/--trace cannot be written."""
+    from ..errors import DataError, Loc
+
+    if args.plot and args.trace and Path(args.plot).resolve() == Path(args.trace).resolve():
+        raise RunError("--plot and --trace name the same file", Loc("--trace"))
+    if args.plot:
+        from ..sweep import check_plot_target
+
+        check_plot_target(args.plot, Loc("--plot"))
+    if args.trace:
+        target = Path(args.trace)
+        if target.is_dir():
+            raise DataError(f"cannot write the trace to {args.trace}: it is a folder",
+                            Loc("--trace"))
+        parent = target.resolve().parent
+        if not parent.is_dir():
+            raise DataError(f"cannot write the trace to {args.trace}: folder {parent} does "
+                            "not exist", Loc("--trace"))
+    if args.plot and Path(args.plot).is_dir():
+        raise DataError(f"cannot write the plot to {args.plot}: it is a folder", Loc("--plot"))
 
 
 def _read_graph(path: str):

@@ -219,6 +219,8 @@ class PlanExecutor:
         self.backward_ops = plan.ops[loss_at[0] + 1:]
         self.streams = None
         self.last_stats: dict = {}
+        # called around every op when set (`schedlang.pytorch.timeline.Recorder`)
+        self.observer = None
 
     # --- set-up ----------------------------------------------------------------------------
     def _find_device(self) -> torch.device:
@@ -322,6 +324,13 @@ class PlanExecutor:
 
     # --- ops ---------------------------------------------------------------------------------
     def _do(self, run: _Run, op: Op) -> None:
+        if self.observer is not None:
+            with self.observer.op(self, op):
+                self._do_op(run, op)
+        else:
+            self._do_op(run, op)
+
+    def _do_op(self, run: _Run, op: Op) -> None:
         kind = op.op
         if kind == "compute":
             if op.node == "loss":
