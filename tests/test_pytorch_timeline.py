@@ -104,10 +104,18 @@ def test_timeline_of_a_fitted_step(gpt, bandwidth, tmp_path):
     trace = tl.chrome_trace()
     json.dumps(trace)
     events = trace["traceEvents"]
-    tracks = {e["args"]["name"]: e["tid"] for e in events if e["name"] == "thread_name"}
+    tracks = {e["args"]["name"]: e["tid"] for e in events
+              if e["name"] == "thread_name" and e["pid"] == 1}
     assert set(tracks) == {"compute", "offload (device -> host)", "prefetch (host -> device)"}
-    complete = [e for e in events if e["ph"] == "X"]
+    complete = [e for e in events if e["ph"] == "X" and e["pid"] == 1]
     assert [e["args"]["op"] for e in complete] == list(range(len(ops)))
+    # the plan as the simulator times it from the profile: a process of its own
+    planned = [e for e in events if e["ph"] == "X" and e["pid"] == 2]
+    assert planned and all(e["cat"] == "predicted" for e in planned)
+    for e in planned:
+        s = steps[e["args"]["op"]]
+        assert e["ts"] == pytest.approx(1e6 * s.start) and \
+            e["dur"] == pytest.approx(1e6 * (s.end - s.start))
     by_track = {tid: [e for e in complete if e["tid"] == tid] for tid in tracks.values()}
     offloads = sum(op.op == "offload" for op in ops)
     prefetches = sum(op.op == "prefetch" for op in ops)
@@ -179,7 +187,7 @@ def test_run_plot_and_trace(tmp_path, capsys):
     assert out["plot"] == str(png) and out["trace"] == str(js)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     events = json.loads(js.read_text())["traceEvents"]
-    assert sum(e["ph"] == "X" for e in events) == out["plan_ops"]
+    assert sum(e["ph"] == "X" and e["pid"] == 1 for e in events) == out["plan_ops"]
     assert max(e["args"]["MiB"] for e in events if e["name"] == "memory measured (MiB)") \
         == out["measured_peak_bytes"] / 2**20
     for argv, message in [
@@ -191,3 +199,24 @@ def test_run_plot_and_trace(tmp_path, capsys):
         with pytest.raises(SchedError, match=message) as info:
             run(*argv)
         assert info.value.loc.path in ("--plot", "--trace")
+
+
+@pytest.mark.gpu  # skipped without CUDA (conftest.py)
+def test_timeline_on_cuda_shows_the_transfer_channels(tmp_path):
+    """On CUDA: op times from CUDA events (transfers on their side streams), memory from the
+    allocator; the per-op peaks' largest is the step's max_memory_allocated."""
+    from schedlang.pytorch.fit import fit
+
+    model, inputs, loss_fn = ALL["gpt"](batch=16, context=128, layers=4)
+    model = model.cuda()
+    inputs = tuple(x.cuda() for x in inputs)
+    fm = fit(model, inputs, "50%", loss_fn=loss_fn, bandwidth="16GB/s", calibrate=False)
+    fm.record_timeline()
+    fit_step(fm, model, inputs, loss_fn)
+    tl = fm.timeline()
+    assert tl.device.startswith("cuda")
+    assert max(tl.measured_peak) == fm.memory_report().measured_peak_bytes
+    events = tl.chrome_trace()["traceEvents"]
+    tids = {e["tid"] for e in events if e["ph"] == "X" and e["pid"] == 1}
+    assert {1, 2, 3} <= tids
+    _check_files(tl, tmp_path)

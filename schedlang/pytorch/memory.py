@@ -197,8 +197,8 @@ class MemoryTracker:
         a new window from now. `.peak` is the largest window's."""
         if not self._open:
             return self._window, self._current
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
+        if self.cuda:  # the allocator's counters are the host's: no synchronization (which
+            # would also serialize the transfer streams with the compute stream)
             window = max(self._window, torch.cuda.max_memory_allocated(self.device))
             self._peak = max(self._peak, window)
             torch.cuda.reset_peak_memory_stats(self.device)  # the next window starts here

@@ -27,7 +27,9 @@
 PNG); `Timeline.chrome_trace()` / `write_trace(path)` give a Chrome/Perfetto trace
 (``{"traceEvents": [...]}``; open it in https://ui.perfetto.dev or chrome://tracing): one
 track per channel (compute, offload, prefetch) with the executed ops, and counter tracks of
-the measured and predicted memory. `schedlang run --plot/--trace` writes both.
+the measured and predicted memory; a second process shows the plan's compute ops as the
+simulator times them from the profile, to compare with the executed ones.
+`schedlang run --plot/--trace` writes both.
 """
 from __future__ import annotations
 
@@ -61,10 +63,11 @@ def op_label(op: Op) -> str:
 
 
 def predicted_series(plan: Plan, graph, offset: int = 0, loss_overhead: int = 0
-                     ) -> tuple[list[int], list[int]]:
+                     ) -> tuple[list[int], list[int], list[tuple[float, float]]]:
     """(peak, after) bytes per op of `plan` as the simulator replays it on `graph`, plus
     `offset` (resident bytes); at the loss op, `loss_overhead` more on top of the memory after
-    it (the loss function's memory, as `fit` predicts the peak)."""
+    it (the loss function's memory, as `fit` predicts the peak). Third: the compute channel's
+    (start, end) per op in the graph's time unit (the profile's seconds for a traced model)."""
     out = replay(plan, graph, record=True)
     if out.errors:
         raise SchedError(f"the plan does not replay on graph '{graph.name}': {out.errors[0]}")
@@ -75,7 +78,7 @@ def predicted_series(plan: Plan, graph, offset: int = 0, loss_overhead: int = 0
             peak = max(peak, step.after + loss_overhead)
         peaks.append(peak + offset)
         afters.append(step.after + offset)
-    return peaks, afters
+    return peaks, afters, [(step.start, step.end) for step in out.steps]
 
 
 @dataclass
@@ -98,6 +101,8 @@ class Timeline:
     device: str = "cpu"
     plain: bool = False
     title: str = ""
+    # the plan's compute channel as the simulator times it from the profile: (start, end) s
+    predicted_times: list | None = None
     meta: dict = field(default_factory=dict)
 
     @property
@@ -144,6 +149,16 @@ class Timeline:
                                "args": {"MiB": peak / mib}})
                 events.append({"ph": "C", "name": name, "pid": pid, "ts": te,
                                "args": {"MiB": after / mib}})
+        if self.predicted_times:  # the plan as profiled: a second process, compute ops
+            events.append({"ph": "M", "name": "process_name", "pid": 2, "tid": 0,
+                           "args": {"name": "plan as predicted (profile times, simulator)"}})
+            events.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": 1,
+                           "args": {"name": "compute (predicted)"}})
+            for k, (ps, pe) in enumerate(self.predicted_times):
+                if self.kinds[k] in ("compute", "loss", "wait") and pe > ps:
+                    events.append({"ph": "X", "name": self.labels[k], "cat": "predicted",
+                                   "pid": 2, "tid": 1, "ts": 1e6 * ps,
+                                   "dur": 1e6 * (pe - ps), "args": {"op": k}})
         if self.budget_bytes is not None:
             for ts in (0.0, 1e6 * self.end[-1]):
                 events.append({"ph": "C", "name": "budget (MiB)", "pid": pid, "ts": ts,
@@ -364,7 +379,7 @@ class Recorder:
         if cached is None or cached[0] is not plan or cached[1] != offset:
             series = predicted_series(plan, prep.graph, offset, prep.loss_overhead)
             self._cache = cached = (plan, offset, series)
-        peaks, afters = cached[2]
+        peaks, afters, ptimes = cached[2]
         kinds = ["loss" if op.op == "compute" and op.node == "loss" else op.op
                  for op in plan.ops]
         labels = ["loss" if kind == "loss"
@@ -390,6 +405,6 @@ class Recorder:
             end=None if measured is None else [self._seconds(r[2]) for r in measured],
             budget_bytes=fm._budget, measured_step_peak=step_peak,
             plain_peak_bytes=prep.plain_peak, device=str(tracker.device),
-            plain=fm.plan is None, title=title,
+            plain=fm.plan is None, title=title, predicted_times=ptimes,
             meta={"resident_bytes": prep.resident_bytes, "margin_bytes": fm._margin,
                   "loss_bytes": prep.loss_overhead, "loss_assumed": prep.loss_assumed})
