@@ -43,7 +43,7 @@ from ..plan import Op, Plan
 from ..simulate import replay
 from ..units import format_size
 
-__all__ = ["Timeline", "Recorder", "predicted_series", "CHANNEL_TRACKS"]
+__all__ = ["CHANNEL_TRACKS", "Recorder", "Timeline", "predicted_series"]
 
 #: trace track (thread id, name) of each op kind: transfers on their channel's track
 CHANNEL_TRACKS = {"offload": (2, "offload (device -> host)"),
@@ -185,8 +185,8 @@ class Timeline:
         """Draw memory over the step's ops (predicted and measured peak per op, the budget)
         to `path` (PNG, matplotlib's Agg backend). Raises `SchedError` when matplotlib is
         missing or `path` cannot be written."""
-        from ..sweep import _figure, _size_unit
         from ..files import atomic_open
+        from ..sweep import _figure, _size_unit
 
         fig = _figure(loc)
         fig.set_size_inches(11, 5.5)
