@@ -147,3 +147,15 @@ def test_a_host_copy_holds_the_contributions_of_one_device_copy():
             Op("wait", channel="offload", data="a.grad")]
     res = simulate(Plan(graph=g.name, ops=ops), g, budget=2**40, save_budget=2**40)
     assert any("host copy holds other contributions" in e for e in res.errors), res.errors
+
+
+@pytest.mark.parametrize("model", ["offload_windows", "offload_steps"])
+def test_the_variants_move_partial_gradients_too(model):
+    """The window and per-step models (relaxations of offload.sched) reach at least its
+    optimum here, and their plans replay."""
+    g = long_skip()
+    _p, ref = solve(g, 12 * MiB)
+    _p, res = solve(g, 12 * MiB, model=model)
+    assert res.status == Status.OPTIMAL
+    replay(g, res, 12 * MiB)
+    assert res.objective <= ref.objective * (1 + 1e-6)
