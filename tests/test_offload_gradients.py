@@ -19,7 +19,7 @@ from schedlang.plan import Op, Plan
 from schedlang.simulate import simulate
 from schedlang.solution import Status
 from .layered_instances import MiB, opt, resolved
-from .test_offload import replay, solve
+from .offload_cases import replay, solve
 
 
 def long_skip(bandwidth: float = 8 * MiB) -> Graph:

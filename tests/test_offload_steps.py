@@ -18,8 +18,8 @@ import pytest
 
 from schedlang.planners.no_recompute import no_recompute_peak
 from schedlang.solution import Status
-from .test_offload import (BANDWIDTHS, GRID, ORACLE, MiB, oracle, oracle_budgets, replay, solve,
-                           tiny_random, transfers, with_bandwidth)
+from .offload_cases import (BANDWIDTHS, GRID, ORACLE, MiB, oracle, oracle_budgets, replay, solve,
+                            tiny_random, with_bandwidth)
 
 MODELS = ("offload", "offload_windows", "offload_steps")
 
@@ -48,11 +48,12 @@ def assert_ordered(found: dict, where: str) -> None:
         assert a <= b * (1 + 1e-6) + 1e-9, (where, found)
 
 
-@pytest.mark.parametrize("name,bw", [("big2", "large"),
-                                     pytest.param("big1", "large", marks=pytest.mark.slow),
-                                     pytest.param("big2", "inf", marks=pytest.mark.slow),
-                                     pytest.param("chain2x2", "small", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("name,bw", [("big2", "large"), ("big1", "large"), ("big2", "inf"),
+                                     ("chain2x2", "small")])
 def test_relaxations_are_ordered_and_replay(name, bw):
+    """Every budget from the no-recomputation peak down to infeasible (the default run checks
+    the order at one budget: test_recomputation_window_beats_the_frontier)."""
     g = with_bandwidth(ORACLE[name], BANDWIDTHS[bw])
     for peak in oracle_budgets(name):
         assert_ordered(optima(g, peak), f"{name} {bw} {peak / MiB} MiB")
@@ -77,6 +78,7 @@ def test_recomputation_window_beats_the_frontier():
     transfer issued right before a recomputation."""
     g = with_bandwidth(ORACLE["big2"], BANDWIDTHS["large"])
     found = optima(g, 12 * MiB)
+    assert_ordered(found, "big2 large 12 MiB")
     assert found["offload_steps"][1] < found["offload"][1] - 0.5
     assert found["offload_windows"][1] == pytest.approx(found["offload_steps"][1])
     for m in ("offload_windows", "offload_steps"):
