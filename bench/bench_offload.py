@@ -9,6 +9,11 @@ second each way, solves at each budget: rockmate.sched (recompute only), offload
 in one run. Prints the model size given to the solver, status, gap, solve seconds, and the
 time overhead vs no recomputation of each, plus the ratio of the combined model's overhead to
 the better single technique's. Every plan is replayed by the simulator (valid, time = objective).
+
+    python bench/bench_offload.py --layers 6 --models offload offload_windows offload_steps
+
+compares the offloading formulations instead (transfers at the frontier only, over each
+phase's recomputation window too, at every step: docs/plans.md, "Which offloading model").
 """
 from __future__ import annotations
 
@@ -40,7 +45,11 @@ def main() -> int:
     ap.add_argument("--budgets", nargs="+", default=["40%", "60%", "80%"])
     ap.add_argument("--time-limit", type=float, default=120.0)
     ap.add_argument("--gap", type=float, default=None)
+    ap.add_argument("--models", nargs="+", default=None,
+                    help="offloading models to compare (recompute + offload each) instead")
     args = ap.parse_args()
+    variants = VARIANTS if not args.models else tuple(
+        (f"recompute + offload ({m})", f"use {m}\n", "") for m in args.models)
 
     graph = transformer_chain(args.layers)
     graph.bandwidths = {"offload": args.bandwidth, "prefetch": args.bandwidth}
@@ -52,7 +61,7 @@ def main() -> int:
           f"{'gap':>7} {'solve s':>8}  {'overhead':>9}  replay")
     for budget in args.budgets:
         overheads = {}
-        for name, use, switch in VARIANTS:
+        for name, use, switch in variants:
             prob = schedlang.load(text=use + data + switch, budget=budget)
             r = prob.solve(time_limit=args.time_limit, gap=args.gap)
             size = r.model_size or {}
@@ -66,7 +75,7 @@ def main() -> int:
                   f"{size.get('nonzeros', 0):>7}  {r.status.value:<11} "
                   f"{'-' if r.gap is None else f'{100 * r.gap:.2f}%':>7} {r.timings.get('solve', 0.0):>8.2f}  "
                   f"{'-' if over is None else f'{100 * over:+.2f}%':>9}  {replay}")
-        both = overheads["recompute + offload"]
+        both = overheads.get("recompute + offload")
         singles = [v for k, v in overheads.items() if k != "recompute + offload" and v is not None]
         if both is not None and singles and min(singles) > 0:
             print(f"{'':>7}  combined overhead / best single technique = {both / min(singles):.2f}")

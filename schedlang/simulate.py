@@ -77,10 +77,11 @@ channels: compute, offload (device -> host) and prefetch (host -> device). A ten
   ``wait(channel[, x])`` moves the current time to the end of every transfer issued so far on
   the channel (of x only, when given). Every transfer must be waited by the end of the plan;
   the plan's time is the current time at its end.
-* ``offload(x, fraction)``: x is on the device (a datum: live and complete; a phantom: saved),
-  not pinned; its host copy grows by the fraction (at most 1 in all; it persists to the end,
-  and is valid for the same value recomputed later; a phantom's host copy belongs to the
-  option that saved it). Host memory = sum of host fractions x bytes, checked against the host
+* ``offload(x, fraction)``: x is on the device (a datum: live and complete, or, with several
+  creators, holding some of their contributions; a phantom: saved), not pinned; its host copy
+  grows by the fraction (at most 1 in all; it persists to the end, and is valid for the same
+  value recomputed later; a datum's host copy holds the contributions its device copy had,
+  every fraction the same ones; a phantom's host copy belongs to the option that saved it). Host memory = sum of host fractions x bytes, checked against the host
   budget (``host_budget``, else ``graph.budgets["host"]``) at each offload. Until the offload
   is waited, freeing x's device copy (delete, drop_phantom, a backward consuming the phantom,
   a recomputation replacing x) is an error.
@@ -88,8 +89,8 @@ channels: compute, offload (device -> host) and prefetch (host -> device). A ten
   allocates x's full size (counted in memory and the peak from then on, save window
   included). The fractions of a round must stay within the fraction of x whose offload has
   ended by the prefetch's issue time. A ``wait`` on the prefetch channel covering x when the
-  round's fractions sum to 1 completes it: x is on the device again (a datum, complete; a
-  phantom, saved with the option of its host copy). Using x, or creating it, while a round is
+  round's fractions sum to 1 completes it: x is on the device again (a datum, with the
+  contributions of its host copy; a phantom, saved with the option of its host copy). Using x, or creating it, while a round is
   in progress is an error, as is a round never completed.
 
 Code: the replay is a state machine per view, `_CheckmateReplay` and `_LayeredReplay`, one
@@ -490,6 +491,7 @@ class _LayeredReplay(_Replay):
         # transfers
         self.host_frac = [0.0] * (nd + nl)  # fraction of t offloaded (its host copy)
         self.host_opt = [-1] * nl  # the layer option of a phantom's host copy
+        self.host_mask = [0] * nd  # the contributions a datum's host copy holds
         self.offloads: dict[int, list[tuple[float, float]]] = {}  # t -> [(end, fraction)]
         # per channel: unwaited transfers, t -> [(op, end)]; every tensor ever transferred
         self.pending: dict[str, dict[int, list[tuple[int, float]]]] = {c: {} for c in CHANNELS}
@@ -743,6 +745,9 @@ class _LayeredReplay(_Replay):
                 elif d in self.offloading:  # a single creator: the new copy replaces the old one
                     self.keep_for_offload(k, d, f"compute {name!r} replaces {data[d]!r}")
             else:
+                if d in self.offloading:  # accumulated in place: the transfer reads d
+                    self.keep_for_offload(k, d, f"compute {name!r} adds its contribution to "
+                                                f"{data[d]!r}")
                 mask[d] |= bit
 
     def save_phantom(self, k: int, i: int, o: int, j: int, lo: int) -> None:
@@ -840,8 +845,11 @@ class _LayeredReplay(_Replay):
             elif not self.live[t]:
                 errors.add(f"op {k}: offload of {label}, which is not on the device "
                            f"({self.datum_state(t)})")
-            elif self.mask[t] != ha.full[t]:
+            elif self.mask[t] != ha.full[t] and self.ncre[t] < 2:
                 errors.add(f"op {k}: offload of {label}, which is incomplete: {self.missing(t)}")
+            elif self.host_frac[t] > 0 and self.host_mask[t] != self.mask[t]:
+                errors.add(f"op {k}: offload of {label}, whose host copy holds other "
+                           f"contributions: a host copy holds those of one device copy")
             else:
                 return ha.size[t]
             return None
@@ -879,6 +887,8 @@ class _LayeredReplay(_Replay):
             return
         if t >= self.nd:
             self.host_opt[t - self.nd] = self.saved[t - self.nd]
+        else:
+            self.host_mask[t] = self.mask[t]
         self.host_frac[t] += f
         self.host_used += f * nbytes
         self.host_peak = max(self.host_peak, self.host_used)
@@ -959,7 +969,7 @@ class _LayeredReplay(_Replay):
                     self.round_frac[t] = -1.0  # complete: the tensor is on the device again
                     if t < self.nd:
                         self.live[t] = 1
-                        self.mask[t] = self.ha.full[t]
+                        self.mask[t] = self.host_mask[t]
                     else:
                         self.saved[t - self.nd] = self.host_opt[t - self.nd]
                         self.saved_by[t - self.nd] = k

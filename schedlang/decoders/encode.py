@@ -286,9 +286,9 @@ def phase_schedule(plan: Plan, h) -> tuple[dict, dict, dict]:
     return runs, live_at, phantoms_at
 
 
-# the roles of transfers (offload.sched): zero in an encoded plan
-TRANSFER_ROLES = ("offload", "prefetch", "arrive", "phantom_offload", "phantom_prefetch",
-                  "phantom_arrive")
+# the roles of transfers (offload*.sched): zero in an encoded plan
+TRANSFER_ROLES = tuple(f"{scope}{role}" for scope in ("", "phantom_", "window_", "phantom_window_")
+                       for role in ("offload", "prefetch", "arrive"))
 
 
 def encode_phases(decl, ir, plan: Plan, graph, time_limit: float = 30.0) -> np.ndarray:

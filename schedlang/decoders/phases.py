@@ -12,9 +12,14 @@ phantoms not kept are dropped.
 Offloading models (models/offload.sched) add the roles offload[t, d], prefetch[t, d], arrive[t, d]
 (a prefetch round completes at the end of phase t) and their phantom counterparts
 phantom_offload / phantom_prefetch / phantom_arrive[t, j, o]; transfers overlap the frontier
-node t of phase t. That step becomes: its transfers (offload / prefetch ops), the compute, a
-wait for every transfer issued in it (so the step lasts as long as its slowest channel, like
-the model's time), then the arrivals and the step's deletes. Fractions are cleaned of solver noise:
+node t of phase t. A role may also be indexed by step, [t, k, d] and [t, k, j, o]
+(models/offload_steps.sched): transfers overlap node k of phase t. The roles window_offload,
+window_prefetch, window_arrive[t, d] and phantom_window_*[t, j, o] (models/offload_windows.sched)
+move tensors during a phase's window: issued when the phase starts, waited (and arrived) right
+before its frontier compute. A step with transfers
+becomes: its transfers (offload / prefetch ops), the compute, a wait for every transfer issued
+in it (so the step lasts as long as its slowest channel, like the model's time), then the
+arrivals and the step's deletes. Fractions are cleaned of solver noise:
 an offload never exceeds what is left of the tensor, and a round's fractions sum to exactly 1.
 """
 from __future__ import annotations
@@ -53,13 +58,18 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
     phantoms: dict[str, str] = {}  # layer -> option saved
     ops: list[Op] = []
     for i, t in enumerate(order):
+        window = moves.issue((t, None), ops)  # a phase's window: from its start to its frontier
         for k in order[: i + 1]:
             o = runs.get((t, k))
             if o is None:
                 continue
             kind, layer = layer_of[k]
+            if k == t:
+                for channel, field, x in window:
+                    ops.append(Op("wait", channel=channel, **{field: x}))
+                _arrive(moves.arrivals((t, None)), live, phantoms)
             # transfers start with the node and the step ends when all three channels are done
-            issued = moves.issue(t, ops) if k == t else []  # transfers overlap the frontier
+            issued = moves.issue((t, k), ops)
             ops.append(Op("compute", node=k, option=None if kind == "loss" else o))
             live.update(outputs_of.get(k, ()))
             if kind == "fwd" and o != FAST_FORWARD:
@@ -68,11 +78,7 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
                 phantoms.pop(layer, None)
             for channel, field, x in issued:
                 ops.append(Op("wait", channel=channel, **{field: x}))
-            for field, x, jo in (moves.arrivals(t) if k == t else ()):
-                if field == "data":
-                    live.add(x)
-                else:
-                    phantoms[x] = jo
+            _arrive(moves.arrivals((t, k)), live, phantoms)
             for d in sorted(deletes.get((t, k), []), key=data_order.index):
                 if d in live:
                     ops.append(Op("delete", data=d))
@@ -101,6 +107,14 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
                 meta={"decoder": "phases"})
 
 
+def _arrive(arrivals, live: set, phantoms: dict) -> None:
+    for field, x, jo in arrivals:
+        if field == "data":
+            live.add(x)
+        else:
+            phantoms[x] = jo
+
+
 class _Transfers:
     """The transfer roles of an offloading model, step by step (absent roles: no transfers)."""
 
@@ -110,17 +124,18 @@ class _Transfers:
         def values(role):
             return role_values(decl, ir, solution, role, required=False) or {}
 
-        self.offload = _by_phase(values("offload"), "data", values("phantom_offload"))
-        self.prefetch = _by_phase(values("prefetch"), "data", values("phantom_prefetch"))
-        self.arrive = _by_phase(values("arrive"), "data", values("phantom_arrive"))
+        self.offload, self.prefetch, self.arrive = (
+            {**_by_step(values(role), values(f"phantom_{role}")),
+             **_by_step(values(f"window_{role}"), values(f"phantom_window_{role}"), window=True)}
+            for role in ("offload", "prefetch", "arrive"))
         self.host: dict[tuple, float] = {}  # (field, x) -> fraction offloaded so far
         self.round: dict[tuple, float] = {}  # (field, x) -> fraction of the current prefetch round
 
-    def issue(self, t, ops: list) -> list[tuple[str, str, str]]:
-        """Append the offload and prefetch ops of phase t's frontier step; return (channel,
-        field, x) to wait for."""
+    def issue(self, step: tuple, ops: list) -> list[tuple[str, str, str]]:
+        """Append the offload and prefetch ops of step (t, k); return (channel, field, x) to
+        wait for."""
         issued = []
-        for field, x, _, v in self.offload.get(t, ()):
+        for field, x, _, v in self.offload.get(step, ()):
             key = (field, x)
             host = self.host.get(key, 0.0)
             f = min(v, 1.0 - host)
@@ -130,8 +145,8 @@ class _Transfers:
                 self.host[key] = host + f
                 ops.append(Op("offload", fraction=f, **{field: x}))
                 issued.append(("offload", field, x))
-        arriving = {(field, x) for field, x, _, v in self.arrive.get(t, ()) if v > 0.5}
-        for field, x, _, v in self.prefetch.get(t, ()):
+        arriving = {(field, x) for field, x, _, v in self.arrive.get(step, ()) if v > 0.5}
+        for field, x, _, v in self.prefetch.get(step, ()):
             key = (field, x)
             done = self.round.get(key, 0.0)
             # never more than the host holds; a round that ends here sums to exactly 1
@@ -148,19 +163,23 @@ class _Transfers:
             self.round[key] = 0.0
         return issued
 
-    def arrivals(self, t) -> list[tuple[str, str, str | None]]:
-        """(field, x, option of a phantom) on the device from the end of phase t's frontier."""
-        return [(field, x, o) for field, x, o, v in self.arrive.get(t, ()) if v > 0.5]
+    def arrivals(self, step: tuple) -> list[tuple[str, str, str | None]]:
+        """(field, x, option of a phantom) on the device from the end of step (t, k)."""
+        return [(field, x, o) for field, x, o, v in self.arrive.get(step, ()) if v > 0.5]
 
 
-def _by_phase(data_values: dict, field: str, phantom_values: dict) -> dict:
-    """{phase t: [(field, x, phantom option or None, value)]} of a transfer role's nonzero
-    values: data roles are indexed by (t, d), phantom roles by (t, j, o)."""
+def _by_step(data_values: dict, phantom_values: dict, window: bool = False) -> dict:
+    """{step (t, k): [(field, x, phantom option or None, value)]} of a transfer role's nonzero
+    values: data roles are indexed by (t, d) (the frontier step: k = t) or (t, k, d), phantom
+    roles by (t, j, o) or (t, k, j, o). A window role (models/offload_windows.sched) is indexed
+    like a frontier one, and its step is (t, None): from the phase's start to its frontier."""
     out: dict = {}
     for key, v in data_values.items():
         if v > _EPS:
-            out.setdefault(key[0], []).append((field, key[1], None, v))
-    for (t, j, o), v in phantom_values.items():
+            step = (key[0], None if window else key[0]) if len(key) == 2 else key[:2]
+            out.setdefault(step, []).append(("data", key[-1], None, v))
+    for key, v in phantom_values.items():
         if v > _EPS:
-            out.setdefault(t, []).append(("layer", j, o, v))
+            step = (key[0], None if window else key[0]) if len(key) == 3 else key[:2]
+            out.setdefault(step, []).append(("layer", key[-2], key[-1], v))
     return out
