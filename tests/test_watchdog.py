@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 
-import pytest
 
 import schedlang
 from schedlang.solution import Status

@@ -38,8 +38,8 @@ import time
 import numpy as np
 
 from .base import NativeOptions, SolverAdapter, spell
-from .status import ERROR, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult, by_termination, \
-    termination
+from .status import ERROR, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult, \
+    by_termination, termination
 
 # CpSolverStatus names -> termination (UNKNOWN: a limit before any solution)
 TERMINATION = by_termination({
