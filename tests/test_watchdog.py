@@ -52,7 +52,7 @@ def test_time_spent_before_the_solve_counts():
     prob = schedlang.load(text=_import("vgg16_train"), budget="90%")
     res = prob.solve(time_limit=5.0, since=time.monotonic() - 10.0, warm_start="auto")
     assert res.status == Status.FEASIBLE
-    assert "before HiGHS started" in res.message
+    assert "time limit: reached before the model was built" in res.message
     assert res.simulated.valid and res.simulated.peak_bytes <= res.budget_bytes
     assert res.objective == res.warm_start.objective
 

@@ -125,6 +125,8 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
                              f"{ir.n_columns} columns")
 
     t0 = time.perf_counter()
+    if deadline is not None and time.monotonic() >= deadline:  # no time left: no presolve
+        presolve = False
     if presolve:
         model, post = run_presolve(ir)
         if post.infeasible is None and post.summary():
@@ -154,6 +156,12 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
             notes.append(f"warm start ignored: the {backend} backend cannot pass a MIP "
                          f"start to {info.name}")
 
+    if deadline is not None and time.monotonic() >= deadline:  # no time left to build
+        timings["build"] = timings["solve"] = 0.0
+        raw = RawResult(LIMIT, x=ws, detail="time limit: reached before the model was built"
+                        + ("; the MIP start is returned" if ws is not None else ""))
+        return normalize(ir, model, post, raw, info.name, requested_gap(info.name, gap),
+                         time_limit, notes, size, base)
     if deadline is not None:  # the time left is the solver's limit (build included)
         left = max(deadline - time.monotonic(), 0.0)
         limit = left if time_limit is None else min(float(time_limit), left)
