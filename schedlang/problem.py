@@ -425,12 +425,13 @@ class PlanReport:
 
 def decode_reserve(ir: IRModel, time_limit: float) -> float:
     """Seconds a whole-run time limit keeps back for the end of the run: the watchdog's grace
-    (`solvers.highs.WATCHDOG_GRACE`), then decoding and simulating the plan: half a second
-    plus 2 µs a column (the stage decoder on resnet50_train's 349,199 columns: 0.3-0.8 s),
-    at most a quarter of the limit."""
+    (`solvers.highs.WATCHDOG_GRACE`), then checking, decoding and simulating the point and
+    writing the result: a second plus 5 µs a column (resnet50_train's 349,199 columns: 0.3-0.8
+    s to decode, as much again for the rest, on a loaded 2-core machine), at most a quarter of
+    the limit."""
     from .solvers.highs import WATCHDOG_GRACE
 
-    return min(0.25 * time_limit, WATCHDOG_GRACE + 0.5 + 2e-6 * ir.n_columns)
+    return min(0.25 * time_limit, WATCHDOG_GRACE + 1.0 + 5e-6 * ir.n_columns)
 
 
 # `Problem.solve(warm_start=AUTO)` (the CLI's default): try these planners, start from the best.

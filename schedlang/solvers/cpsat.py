@@ -130,6 +130,49 @@ def _inward(lo: np.ndarray, hi: np.ndarray, exact: np.ndarray):
                 np.where(np.isfinite(hi), np.floor(hi + slack), np.inf))
 
 
+def _row_scales(A, extra=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of the CSR matrix `A` (and its `extra` values per row, e.g. bounds), `_scale`
+    vectorized: (factor, exact); factor 0 where none exists."""
+    n = A.shape[0]
+    data = np.asarray(A.data, dtype=float)
+    rows = np.repeat(np.arange(n), np.diff(A.indptr))
+    if extra is not None:
+        e = np.asarray(extra, dtype=float)
+        data = np.concatenate([data, e.ravel()])
+        rows = np.concatenate([rows, np.repeat(np.arange(n), e.shape[1])])
+    keep = np.isfinite(data) & (data != 0)
+    data, rows = data[keep], rows[keep]
+    factor = np.zeros(n)
+    exact = np.ones(n, dtype=bool)
+    todo = np.ones(n, dtype=bool)
+
+    def settle(f: float, w: np.ndarray, ok: np.ndarray, is_exact: bool) -> None:
+        bad = np.zeros(n, dtype=bool)
+        bad[rows[~ok]] = True
+        done = todo & ~bad
+        factor[done], exact[done] = f, is_exact
+        todo[done] = False
+
+    for k in range(MAX_SHIFT + 1):
+        w = np.ldexp(data, k)
+        settle(2.0 ** k, w, w == np.round(w), True)
+        if not todo.any():
+            break
+    for k in range(1, MAX_DECIMALS + 1):
+        if not todo.any():
+            break
+        w = data * 10.0 ** k
+        settle(10.0 ** k, w, np.abs(w - np.round(w)) <= DECIMAL_TOL * np.abs(w), False)
+    return factor, exact
+
+
+def _refuse(factor: np.ndarray) -> None:
+    bad = np.flatnonzero(factor == 0)
+    if bad.size:
+        raise NotIntegral(f"row {int(bad[0])} has coefficients that no power of two up to "
+                          f"2^{MAX_SHIFT} or of ten up to 10^{MAX_DECIMALS} makes integers")
+
+
 def integral_model(ir) -> Integral:
     """`ir` scaled to integers (the module docstring); `NotIntegral` when it cannot be."""
     import scipy.sparse as sp
@@ -142,26 +185,15 @@ def integral_model(ir) -> Integral:
     col_scale = np.ones(ir.n_columns)
     col_exact = True
     if cont.any():
-        K, rows = 1.0, np.flatnonzero(np.diff(sp.csr_matrix(A[:, cont]).indptr) > 0)
-        for i in rows:
-            s, e = A.indptr[i], A.indptr[i + 1]
-            got = _scale(np.concatenate([A.data[s:e], [lo[i], hi[i]]]))
-            if got is None:
-                raise NotIntegral(f"row {i} has coefficients that no power of two up to "
-                                  f"2^{MAX_SHIFT} or of ten up to 10^{MAX_DECIMALS} makes "
-                                  f"integers")
-            K, col_exact = max(K, got[0]), col_exact and got[1]
-        col_scale[cont] = K
+        rows = np.flatnonzero(np.diff(sp.csr_matrix(A[:, cont]).indptr) > 0)
+        factor, exact = _row_scales(A[rows], np.stack([lo[rows], hi[rows]], axis=1))
+        _refuse(factor)
+        if rows.size:
+            col_scale[cont] = factor.max()
+            col_exact = bool(exact.all())
         A = sp.csr_matrix(A @ sp.diags(1.0 / col_scale))
-    row_scale = np.ones(A.shape[0])
-    exact = np.ones(A.shape[0], dtype=bool)
-    for i in range(A.shape[0]):
-        s, e = A.indptr[i], A.indptr[i + 1]
-        got = _scale(A.data[s:e])
-        if got is None:
-            raise NotIntegral(f"row {i} has coefficients that no power of two up to "
-                              f"2^{MAX_SHIFT} or of ten up to 10^{MAX_DECIMALS} makes integers")
-        row_scale[i], exact[i] = got
+    row_scale, exact = _row_scales(A)
+    _refuse(row_scale)
     A = sp.csr_matrix(sp.diags(row_scale) @ A)
     A.data = np.round(A.data)
     lo_i, hi_i = _inward(lo * row_scale, hi * row_scale, exact)
@@ -242,6 +274,9 @@ def solve(ir, run) -> RawResult:
         return RawResult(ERROR, detail=f"CP-SAT needs an integer model: {exc}")
     model = build(m, run.warm_start)
     build_time = time.perf_counter() - t0
+    if run.deadline is not None and time.monotonic() >= run.deadline:
+        return _mip_start(run, "the time limit was reached while the CP-SAT model was built",
+                          build_time)
 
     solver = cp_model.CpSolver()
     params = solver.parameters
@@ -313,6 +348,10 @@ def solve(ir, run) -> RawResult:
         detail = f"interrupted by {interrupts.requested}, {detail}"
     elif stopped:
         detail = f"stopped by the time limit's watchdog, {detail}"
+    if x is None and term in (LIMIT, UNKNOWN) and run.warm_start is not None:
+        raw = _mip_start(run, f"{detail}: no solution found in time", build_time)
+        raw.solve_time = solve_time
+        return raw
     notes = []
     if not m.obj_exact:
         notes.append("CP-SAT got a floating-point objective (no power of two makes it "
@@ -320,3 +359,11 @@ def solve(ir, run) -> RawResult:
     return RawResult(term if term != UNKNOWN else LIMIT, x=x, objective=objective, bound=bound,
                      detail=detail, notes=notes, build_time=build_time,
                      solve_time=solve_time)
+
+
+def _mip_start(run, why: str, build_time: float) -> RawResult:
+    """A limit reached with no CP-SAT solution: the MIP start (a feasible point, checked
+    before it was passed) is the best point known."""
+    x = run.warm_start
+    return RawResult(LIMIT, x=x, detail=why + ("; the MIP start is returned" if x is not None
+                                                else ""), build_time=build_time)
