@@ -222,8 +222,13 @@ def _domain(lo: float, hi: float) -> list[int]:
     return [lo, hi]
 
 
-def build(m: Integral, hint: np.ndarray | None = None):
-    """The CpModel of `m` (and the hint y = scaled MIP start)."""
+class OutOfTime(Exception):
+    """The deadline passed while the CP-SAT model was being built."""
+
+
+def build(m: Integral, hint: np.ndarray | None = None, deadline: float | None = None):
+    """The CpModel of `m` (and the hint y = scaled MIP start); `OutOfTime` once `deadline`
+    (a `time.monotonic()` instant) has passed, checked every 10,000 rows."""
     from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()
@@ -234,6 +239,8 @@ def build(m: Integral, hint: np.ndarray | None = None):
     indptr, indices = A.indptr, A.indices
     data = A.data.astype(np.int64)
     for i, (lo, hi) in enumerate(zip(m.lo.tolist(), m.hi.tolist())):
+        if deadline is not None and i % 10000 == 0 and time.monotonic() >= deadline:
+            raise OutOfTime
         s, e = indptr[i], indptr[i + 1]
         if s == e:
             continue
@@ -272,9 +279,12 @@ def solve(ir, run) -> RawResult:
         m = integral_model(ir)
     except NotIntegral as exc:
         return RawResult(ERROR, detail=f"CP-SAT needs an integer model: {exc}")
-    model = build(m, run.warm_start)
+    try:
+        model = build(m, run.warm_start, run.deadline)
+    except OutOfTime:
+        model = None
     build_time = time.perf_counter() - t0
-    if run.deadline is not None and time.monotonic() >= run.deadline:
+    if model is None or (run.deadline is not None and time.monotonic() >= run.deadline):
         return _mip_start(run, "the time limit was reached while the CP-SAT model was built",
                           build_time)
 
