@@ -75,6 +75,8 @@ def test_time_limit_holds_when_highs_overruns(tmp_path):
     assert res["status"] in ("feasible", "optimal")
     assert res["simulated"]["valid"] and res["simulated"]["peak_bytes"] <= res["budget_bytes"]
     assert sum(res["timings"].values()) <= 10.0, res["timings"]  # parse to plan
+    # a proven bound even when HiGHS reports none: every node computed once
+    assert res["bound"] is not None and res["bound"] <= res["objective"]
     assert wall < 40, f"{wall:.1f} s"  # interpreter start and imports on a loaded machine
     assert "Traceback" not in out.stderr
 
@@ -84,3 +86,21 @@ def _import(name: str) -> str:
     from schedlang.writer import write_graph
 
     return write_graph(load_checkmate_nx(GRAPHS / f"{name}.json"))
+
+
+def test_box_bound_is_the_objective_over_the_column_bounds():
+    import numpy as np
+    import scipy.sparse as sp
+
+    from schedlang.ir import ConstraintBlock, IRModel, Objective, VarFamily
+    from schedlang.solvers.status import box_bound
+
+    fam = VarFamily("x", [(0,), (1,), (2,)], "integer", np.array([1.0, 0.0, -2.0]),
+                    np.array([3.0, 5.0, 4.0]))
+    row = ConstraintBlock("r", [()], sp.csr_matrix(np.ones((1, 3))), np.array([-np.inf]),
+                          np.array([4.0]))
+    c = np.array([2.0, 0.0, -1.0])
+    assert box_bound(IRModel("m", [fam], [row], Objective("o", "min", c, 1.5))) == 2 - 4 + 1.5
+    assert box_bound(IRModel("m", [fam], [row], Objective("o", "max", c, 0.0))) == 6 + 2
+    fam.ub[0] = np.inf
+    assert box_bound(IRModel("m", [fam], [row], Objective("o", "max", c, 0.0))) is None
