@@ -23,7 +23,9 @@ The objective is scaled the same way when a power of two makes it integral (then
 is exact), else it is passed as CP-SAT's floating-point objective. A MIP start becomes CP-SAT's
 solution hint. The first SIGINT/SIGTERM, like the whole-run watchdog's deadline, stops the
 search (`stop_search`) and the best solution comes back as at a time limit; the search runs on
-a worker thread while the main thread waits in Python (`highs.Interrupts`). Progress (incumbent,
+a worker thread while the main thread waits in Python (`highs.Interrupts`); a search still
+running one second after the deadline (CP-SAT's presolve of a large model) is left to stop on
+its thread and the MIP start is returned, as HiGHS's watchdog does. Progress (incumbent,
 bound) comes from CP-SAT's solution and bound callbacks.
 
 Only the Pyomo backend drives it (interface `cpsat_ir`: the Pyomo model is not built, the IR
@@ -271,7 +273,7 @@ def solve(ir, run) -> RawResult:
     """Solve the IR model `ir` with CP-SAT (`run`: a backends.SolveRun)."""
     from ortools.sat.python import cp_model
 
-    from .highs import Interrupts
+    from .highs import LEFT_RUNNING, Interrupts
     from .progress import Progress
 
     t0 = time.perf_counter()
@@ -332,11 +334,19 @@ def solve(ir, run) -> RawResult:
         stopped = False
         while worker.is_alive():
             worker.join(0.1)
-            late = interrupts.time_left()
+            left = interrupts.time_left()
             if not stopped and (interrupts.requested is not None
-                                or (late is not None and late <= 0)):
+                                or (left is not None and left <= 0)):
                 solver.stop_search()
                 stopped = True
+            if left is not None and -left >= interrupts.grace and worker.is_alive():
+                # CP-SAT's presolve of a large model can take a while to see the request
+                LEFT_RUNNING.append(worker)
+                raw = _mip_start(run, f"CP-SAT did not stop within {interrupts.grace:g} s "
+                                      f"of the deadline and was left to stop on its thread",
+                                 build_time)
+                raw.solve_time = time.perf_counter() - t1
+                return raw
     solve_time = time.perf_counter() - t1
     name = solver.status_name(status[0]) if status else "UNKNOWN"
     term = termination(TERMINATION, name)
