@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -136,7 +137,28 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+_STARTED: list[float] = []  # time.monotonic() when the process began (solve --time-limit)
+
+
+def _process_start() -> float:
+    """`time.monotonic()` when this process started (Linux: /proc/self/stat against
+    /proc/uptime, both on the monotonic clock's scale); elsewhere: now."""
+    import time
+
+    now = time.monotonic()
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - age if 0 <= age < 3600 else now
+
+
 def main(argv: list[str] | None = None) -> int:
+    _STARTED[:] = [_process_start()] if argv is None else []
     args = _parser().parse_args(argv)
     try:
         return {"check": cmd_check, "solve": cmd_solve, "simulate": cmd_simulate,
@@ -199,7 +221,8 @@ def cmd_solve(args) -> int:
         result = prob.solve(backend=args.backend, solver=args.solver,
                             time_limit=args.time_limit, gap=args.gap, threads=args.threads,
                             presolve=not args.no_presolve, warm_start=args.warm_start,
-                            verbose=args.verbose, progress=progress)
+                            verbose=args.verbose, progress=progress,
+                            since=min([prob.started, *_STARTED]))
     if args.plan_out and result.plan is not None:
         result.plan.save(args.plan_out)
         result.plan_path = args.plan_out
@@ -566,5 +589,20 @@ def _print_plan(report) -> None:
     print("timings   " + ", ".join(f"{k} {v:.3f}s" for k, v in timings.items()))
 
 
+def entry() -> None:
+    """The `schedlang` command: `main`, then exit with its code. When the time limit's
+    watchdog left a solver running on its thread (`solvers.highs.threads_left_running`),
+    the process ends with os._exit once the output is flushed: a normal interpreter shutdown
+    would wait on, or abort in, that thread."""
+    code = main()
+    from .solvers.highs import threads_left_running
+
+    if threads_left_running():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

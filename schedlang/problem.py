@@ -127,6 +127,8 @@ class Problem:
     timings: dict = field(default_factory=dict)
     ir: IRModel | None = None
     max_elements: int | None = None  # the size guard's limit (sizes.py); None: the default
+    # time.monotonic() when `load` began (the CLI's `solve --time-limit` counts from here)
+    started: float = field(default_factory=time.monotonic)
 
     @property
     def graph(self) -> Graph | None:
@@ -158,18 +160,30 @@ class Problem:
 
     def solve(self, backend: str = "pyomo", solver: str = "highs", time_limit: float | None = None,
               gap: float | None = None, threads: int | None = None, presolve: bool = True,
-              warm_start=None, verbose: bool = False, progress=None) -> Result:
+              warm_start=None, verbose: bool = False, progress=None,
+              since: float | None = None) -> Result:
         """Solve the lowered model. `warm_start`: a MIP start given as a planner name (run on
         the graph at the peak budget; "auto": the best of `AUTO_PLANNERS`), a `Plan`, or a
         full-length column vector; a plan is
         encoded in the model's variables (`decoders.encode`). Only a start that satisfies the
         model is passed to the solver; otherwise the solve runs cold, and `Result.warm_start`
         and `Result.message` say why. `progress`: called with a
-        `schedlang.solvers.progress.Progress` while the solver runs, where it reports one."""
+        `schedlang.solvers.progress.Progress` while the solver runs, where it reports one.
+
+        `time_limit` bounds the whole call, from `since` (a `time.monotonic()` instant; by
+        default this call's start; the CLI passes `started`, so that parsing and lowering
+        count too) to the simulated plan: the solver gets what is left after lowering, the
+        warm start and the build, less a reserve for decoding and simulating
+        (`decode_reserve`), and a watchdog stops HiGHS (through the Pyomo backend) if it
+        overruns, keeping its incumbent or the warm start (`solve_ir`'s `deadline`)."""
         from .backends import solve_ir
         from .solvers import supports_warm_start
 
+        since = time.monotonic() if since is None else since
         ir = self.ir if self.ir is not None else self.lower()
+        deadline = None
+        if time_limit is not None:
+            deadline = since + float(time_limit) - decode_reserve(ir, float(time_limit))
         ws = None
         x0 = None
         ws_time = None
@@ -181,7 +195,7 @@ class Problem:
             ws.passed = x0 is not None
         sol = solve_ir(ir, backend=backend, solver=solver, time_limit=time_limit, gap=gap,
                        threads=threads, presolve=presolve, warm_start=x0, verbose=verbose,
-                       progress=progress)
+                       progress=progress, deadline=deadline)
         message = sol.message
         if ws is not None:
             if ws.passed:
@@ -409,6 +423,17 @@ class PlanReport:
         }
 
 
+def decode_reserve(ir: IRModel, time_limit: float) -> float:
+    """Seconds a whole-run time limit keeps back for the end of the run: the watchdog's grace
+    (`solvers.highs.WATCHDOG_GRACE`), then checking, decoding and simulating the point and
+    writing the result: a second plus 5 µs a column (resnet50_train's 349,199 columns: 0.3-0.8
+    s to decode, as much again for the rest, on a loaded 2-core machine), at most a quarter of
+    the limit."""
+    from .solvers.highs import WATCHDOG_GRACE
+
+    return min(0.25 * time_limit, WATCHDOG_GRACE + 1.0 + 5e-6 * ir.n_columns)
+
+
 # `Problem.solve(warm_start=AUTO)` (the CLI's default): try these planners, start from the best.
 AUTO = "auto"
 AUTO_PLANNERS = ("knapsack", "mutwo", "chen_greedy")
@@ -449,6 +474,7 @@ def load(*paths, model=None, budget=None, text: str | None = None, graph: Graph 
     `max_elements`: the size guard's limit on one declaration's elements (`schedlang.sizes`,
     default `DEFAULT_MAX_ELEMENTS`), checked before anything that large is built. Node/edge
     graph data without a formulation is solved with `checkmate`."""
+    started = time.monotonic()
     t0 = time.perf_counter()
     files = [Path(p) for p in paths]
     models = [model] if isinstance(model, (str, Path)) else list(model or [])
@@ -461,7 +487,7 @@ def load(*paths, model=None, budget=None, text: str | None = None, graph: Graph 
     elapsed = time.perf_counter() - t0
     if budget is not None:
         program.budgets["peak"] = budgets.for_graph(budget, program.graph)
-    return Problem(program, {"parse": elapsed}, max_elements=max_elements)
+    return Problem(program, {"parse": elapsed}, max_elements=max_elements, started=started)
 
 
 def _load_program(files: list, models: list, text: str | None, graph: Graph | None) -> Program:

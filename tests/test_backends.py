@@ -311,7 +311,7 @@ def test_warm_start_of_wrong_length_is_rejected():
 # --------------------------------------------------------------------------- registry
 
 def test_registry_names_and_availability():
-    assert SOLVER_NAMES == ("highs", "gurobi", "scip", "cbc", "glpk")
+    assert SOLVER_NAMES == ("highs", "gurobi", "scip", "cbc", "glpk", "cpsat")
     assert solvers.DEFAULT_SOLVER == "highs"
     for backend in BACKENDS:
         avail = available_solvers(backend)
@@ -354,6 +354,8 @@ def test_option_mapping(backend, solver):
                           "numberThreads")}[backend],
         "glpk": {"pyomo": ("tmlim", "mipgap", None, None),
                  "cvxpy": ("tm_lim", "mip_gap", None, None)}[backend],
+        "cpsat": ("max_time_in_seconds", "relative_gap_limit", "absolute_gap_limit",
+                  "num_workers"),
     }[solver]
     tl, gap, absgap, threads = names
     assert flat[gap] == 0.01

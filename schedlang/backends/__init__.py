@@ -76,6 +76,7 @@ class SolveRun:
     verbose: bool = False
     interface: str | None = None  # force a Pyomo interface (tests, benchmarks)
     progress: Callable[[Progress], None] | None = None  # fed while the solver runs, if it can
+    deadline: float | None = None  # time.monotonic() by which the solve must end (watchdog)
 
 
 def _backend_module(backend: str):
@@ -92,11 +93,16 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
              time_limit: float | None = None, gap: float | None = None,
              threads: int | None = None, presolve: bool = True,
              warm_start: np.ndarray | None = None, verbose: bool = False,
-             progress: Callable[[Progress], None] | None = None) -> Solution:
+             progress: Callable[[Progress], None] | None = None,
+             deadline: float | None = None) -> Solution:
     """Presolve, build, solve and postsolve `ir`; one normalized `Solution`.
 
     `progress` is called with a `Progress` now and then while the solver runs, where the
     solver reports it (HiGHS through the Pyomo backend; `schedlang.solvers.progress`).
+    `deadline` (a `time.monotonic()` instant) bounds the rest of the solve, build included:
+    the solver's time limit becomes the time left once the model is built, and HiGHS through
+    the Pyomo backend is watched (`solvers.highs.Interrupts`): a solver still running at the
+    deadline is stopped, and its best point (or the MIP start) returned as at a time limit.
 
     Raises `SolverUnavailable` for an unknown backend or solver, or one not installed,
     and `SchedError` for invalid option values; everything the solver does wrong becomes
@@ -119,6 +125,8 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
                              f"{ir.n_columns} columns")
 
     t0 = time.perf_counter()
+    if deadline is not None and time.monotonic() >= deadline:  # no time left: no presolve
+        presolve = False
     if presolve:
         model, post = run_presolve(ir)
         if post.infeasible is None and post.summary():
@@ -148,7 +156,18 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
             notes.append(f"warm start ignored: the {backend} backend cannot pass a MIP "
                          f"start to {info.name}")
 
-    run = SolveRun(info, opts, time_limit, ws, verbose, progress=progress)
+    if deadline is not None and time.monotonic() >= deadline:  # no time left to build
+        timings["build"] = timings["solve"] = 0.0
+        raw = RawResult(LIMIT, x=ws, detail="time limit: reached before the model was built"
+                        + ("; the MIP start is returned" if ws is not None else ""))
+        return normalize(ir, model, post, raw, info.name, requested_gap(info.name, gap),
+                         time_limit, notes, size, base)
+    if deadline is not None:  # the time left is the solver's limit (build included)
+        left = max(deadline - time.monotonic(), 0.0)
+        limit = left if time_limit is None else min(float(time_limit), left)
+        opts = native_options(info.name, backend, limit, gap, threads)
+        time_limit = limit
+    run = SolveRun(info, opts, time_limit, ws, verbose, progress=progress, deadline=deadline)
     with info.session(threads, verbose):
         raw = _call_backend(backend, model, run)
         if raw.termination == INF_OR_UNBD:

@@ -6,9 +6,13 @@ keys), one indexed `Constraint` per constraint block whose rule returns
 Component names are the family and block names, made into Python identifiers.
 
 Interfaces (each solver adapter in `schedlang/solvers/` lists its own, first available
-wins): `stdform_highs` (schedlang's driver, `schedlang.solvers.highs.solve_pyomo_stdform`),
+wins): `highs_ir` (HiGHS's default: the IR's matrix handed to highspy in one call,
+`schedlang.solvers.highs.solve_ir`, no Pyomo model built: the fastest way from the IR to
+HiGHS, and no Pyomo objects for the garbage collector to walk afterwards), `stdform_highs`
+(the Pyomo model compiled to standard form, `schedlang.solvers.highs.solve_pyomo_stdform`),
 `appsi_highs` (pyomo.contrib.appsi), pyomo.contrib.solver's `highs`, `gurobi_direct`,
-`scip_direct`, and Pyomo's classic shell plugins (`cbc`, `glpk`). The termination tables
+`scip_direct`, Pyomo's classic shell plugins (`cbc`, `glpk`), and `cpsat_ir` (CP-SAT,
+`schedlang.solvers.cpsat`: built from the IR directly, no Pyomo model). The termination tables
 of Pyomo's three APIs are in `schedlang.solvers.status`; a solver's log-reading quirks are
 its adapter's `adjust_classic`.
 """
@@ -22,8 +26,9 @@ import time
 import numpy as np
 
 from ..ir import IRModel
-from ..solvers import PYOMO_CONTRIB, pyomo_interface
-from ..solvers.highs import solve_pyomo_stdform
+from ..solvers import PYOMO_CONTRIB, cpsat, pyomo_interface
+from ..solvers.highs import IR_INTERFACE, solve_pyomo_stdform
+from ..solvers.highs import solve_ir as solve_highs_ir
 from ..solvers.status import ERROR, PYOMO_APPSI, PYOMO_CLASSIC, RawResult, termination
 from ..solvers.status import PYOMO_CONTRIB as CONTRIB_TERMINATION
 from . import SolveRun
@@ -126,10 +131,15 @@ def _values(cols: list, primals=None) -> np.ndarray:
 
 
 def solve(ir: IRModel, run: SolveRun) -> RawResult:
+    interface = run.interface or pyomo_interface(run.solver.name)
+    # CP-SAT, and HiGHS by default, take the IR's matrix as it is: no Pyomo model is built
+    if interface == cpsat.INTERFACE:
+        return cpsat.solve(ir, run)
+    if interface == IR_INTERFACE:
+        return solve_highs_ir(ir, run)
     t0 = time.perf_counter()
     model = build(ir)
     build_time = time.perf_counter() - t0
-    interface = run.interface or pyomo_interface(run.solver.name)
     cols = columns(model)
     if run.warm_start is not None:
         for v, val in zip(cols, run.warm_start.tolist()):

@@ -20,6 +20,7 @@ def decode_stages(decl, ir, solution, graph) -> Plan:
     FREE = role_values(decl, ir, solution, "free")
     U = role_values(decl, ir, solution, "memory", required=False)
     order = [n.name for n in graph.nodes]
+    position = {name: i for i, name in enumerate(order)}
     frees_after: dict[tuple, list] = {}
     for (t, u, v), val in FREE.items():
         if val > 0.5:
@@ -36,7 +37,7 @@ def decode_stages(decl, ir, solution, graph) -> Plan:
                         ops.append(Op("delete", data=u))
                         live.discard(u)
         nxt = order[i + 1] if i + 1 < len(order) else None
-        for u in [x for x in order if x in live]:
+        for u in sorted(live, key=position.__getitem__):  # in graph order
             if nxt is None or S.get((nxt, u), 0.0) < 0.5:
                 ops.append(Op("delete", data=u))
                 live.discard(u)

@@ -1,7 +1,8 @@
 """The solver registry: one name per solver, whatever the backend.
 
 A solver is chosen by one of `SOLVER_NAMES` (``highs`` by default). Each solver is one
-adapter module in this package (`highs.py`, `gurobi.py`, `scip.py`, `cbc.py`, `glpk.py`;
+adapter module in this package (`highs.py`, `gurobi.py`, `scip.py`, `cbc.py`, `glpk.py`,
+`cpsat.py`;
 what an adapter says: `base.py`), and `ADAPTERS` below lists them: adding a solver is one
 file and one line there. This module answers, for a solver and a backend: is it installed
 (`is_available`, `pyomo_interface`), how are the common options spelled (`native_options`),
@@ -19,7 +20,7 @@ import math
 from functools import lru_cache
 
 from ..errors import SolverUnavailable, did_you_mean
-from . import cbc, glpk, gurobi, highs, scip
+from . import cbc, cpsat, glpk, gurobi, highs, scip
 from .base import CvxpyAnswer, NativeOptions, SolverAdapter
 
 BACKEND_NAMES = ("pyomo", "cvxpy")
@@ -30,6 +31,7 @@ ADAPTERS: tuple[SolverAdapter, ...] = (
     scip.ADAPTER,
     cbc.ADAPTER,
     glpk.ADAPTER,
+    cpsat.ADAPTER,
 )
 SOLVERS: dict[str, SolverAdapter] = {a.name: a for a in ADAPTERS}
 SOLVER_NAMES = tuple(SOLVERS)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from functools import cache
 
 import numpy as np
@@ -48,17 +49,36 @@ TERMINATION = by_termination({
 })
 
 
+# worker threads the watchdog stopped waiting for (HiGHS stops at its next callback); a
+# process that ends while one runs must end with os._exit (`threads_left_running`)
+LEFT_RUNNING: list[threading.Thread] = []
+
+
+def threads_left_running() -> bool:
+    """Is a HiGHS run the watchdog abandoned still going? (Then ending the interpreter
+    normally would abort in HiGHS's thread: `schedlang.cli.entry` ends with os._exit.)"""
+    return any(t.is_alive() for t in LEFT_RUNNING)
+
+
+# the Pyomo backend's first choice: the IR's matrix straight to highspy (`solve_ir`)
+IR_INTERFACE = "highs_ir"
+
+# seconds the watchdog waits, after the deadline, for HiGHS to honour its request to stop
+WATCHDOG_GRACE = 1.0
+
+
 class Highs(SolverAdapter):
     def options(self, backend, time_limit, gap, threads) -> NativeOptions:
         return NativeOptions(spell(("time_limit", "mip_rel_gap", "threads"), time_limit, gap,
                                    threads, mip_abs_gap=0.0))
 
     def pyomo_interface_available(self, interface: str) -> bool | None:
-        if interface != "stdform_highs":
+        if interface not in ("stdform_highs", IR_INTERFACE):
             return None
         try:
             import highspy  # noqa: F401
-            from pyomo.repn.plugins.standard_form import LinearStandardFormCompiler  # noqa: F401
+            if interface == "stdform_highs":
+                from pyomo.repn.plugins.standard_form import LinearStandardFormCompiler  # noqa: F401
         except Exception:  # a broken installation is an unavailable solver
             return False
         return True
@@ -103,7 +123,7 @@ class Highs(SolverAdapter):
         return chain.solver.solve_via_data(data, True, verbose, opts, cache_)
 
 
-ADAPTER = Highs("highs", 1e-4, ("stdform_highs", "appsi_highs", "highs"), "HIGHS",
+ADAPTER = Highs("highs", 1e-4, (IR_INTERFACE, "stdform_highs", "appsi_highs", "highs"), "HIGHS",
                 warm_start=frozenset({"pyomo", "cvxpy"}),
                 doc="HiGHS (highspy), embedded, the default")
 
@@ -136,12 +156,25 @@ def read_info(model_status: str, info, x_value, model_value=lambda v: v) -> RawR
 class Interrupts:
     """SIGINT/SIGTERM while HiGHS runs: the first is recorded (`requested`: the signal's name)
     and makes `stop_requested` true, which the MIP callback passes to HiGHS; the default
-    actions are then put back, so a second signal ends the process."""
+    actions are then put back, so a second signal ends the process.
+
+    The whole-run time limit's watchdog (`deadline`, a `time.monotonic()` instant, or None):
+    HiGHS gets the time left as its own limit; at the deadline the watchdog asks it to stop
+    as a signal would, and `grace` seconds later, if HiGHS is still in a phase that calls no
+    interrupt callback (presolve, the root LP of a large MIP), it stops waiting
+    (`abandoned`): the run returns what the callbacks saw last (`incumbent`, `bound`) and
+    HiGHS is left to stop on its thread at its next callback."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self):
+    def __init__(self, deadline: float | None = None, grace: float = WATCHDOG_GRACE):
         self.requested: str | None = None
+        self.deadline = deadline
+        self.grace = grace
+        self.expired = False  # the watchdog asked HiGHS to stop
+        self.abandoned = False  # ... and stopped waiting for it
+        self.incumbent: np.ndarray | None = None  # the last improving MIP solution
+        self.bound: float | None = None  # the last dual bound a MIP callback reported
 
     def _first(self, signum, frame) -> None:
         self.requested = signal.Signals(signum).name
@@ -149,15 +182,25 @@ class Interrupts:
             signal.signal(s, signal.SIG_DFL)
 
     def check(self, event) -> None:
-        """A HiGHS interrupt callback: stop once a signal came."""
-        if self.requested is not None:
+        """A HiGHS interrupt callback: stop once a signal came or the deadline passed."""
+        if self.requested is not None or self.expired:
             event.data_in.user_interrupt = True
 
+    def improving(self, event) -> None:
+        """HiGHS's improving-solution callback: keep the point (the watchdog's fallback)."""
+        sol = event.data_out.mip_solution
+        if sol is not None:
+            self.incumbent = np.array(sol, dtype=float)
+
+    def time_left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
     def run(self, h) -> None:
-        """`h.run()`; in the main thread, on a worker thread while the main thread waits in
-        Python, so that a signal is seen at once (a second Ctrl-C ends the process even while
-        HiGHS is in a long LP that calls no callback)."""
-        if threading.current_thread() is not threading.main_thread():
+        """`h.run()`; in the main thread, or with a deadline, on a worker thread while this
+        thread waits in Python, so that a signal is seen at once (a second Ctrl-C ends the
+        process even while HiGHS is in a long LP that calls no callback) and the watchdog
+        can stop waiting."""
+        if self.deadline is None and threading.current_thread() is not threading.main_thread():
             h.run()
             return
         failed: list[BaseException] = []
@@ -172,6 +215,15 @@ class Interrupts:
         worker.start()
         while worker.is_alive():
             worker.join(0.1)
+            if self.deadline is None or not worker.is_alive():
+                continue
+            late = time.monotonic() - self.deadline
+            if late >= 0:
+                self.expired = True
+            if late >= self.grace:
+                self.abandoned = True
+                LEFT_RUNNING.append(worker)
+                return
         if failed:
             raise failed[0]
 
@@ -202,9 +254,11 @@ def _mip_callback(progress, interrupts: Interrupts):
 
     def report(event) -> None:
         interrupts.check(event)
+        d = event.data_out
+        if abs(d.mip_dual_bound) < inf:
+            interrupts.bound = float(d.mip_dual_bound)
         if progress is None:
             return
-        d = event.data_out
         found = abs(d.mip_primal_bound) < inf
         progress(Progress(d.mip_primal_bound if found else None,
                           d.mip_dual_bound if abs(d.mip_dual_bound) < inf else None,
@@ -307,19 +361,54 @@ def solve_pyomo_stdform(model, cols, run) -> RawResult:
     lp = highs_lp(A, cost, col_lb, col_ub, row_lo, row_hi,
                   maximize=sense == highspy.ObjSense.kMaximize, offset=offset,
                   integer=is_int)
+    return run_highs(lp, is_int, run)
 
+
+def solve_ir(ir, run) -> RawResult:
+    """Solve the IR model `ir` with highspy, its matrix handed over in one call (the
+    `highs_ir` interface: no Pyomo model is built)."""
+    import time
+
+    t0 = time.perf_counter()
+    A, lo, hi = ir.stacked()
+    lb, ub = ir.column_bounds()
+    obj = ir.objective
+    cost = obj.c if obj is not None else np.zeros(ir.n_columns)
+    is_int = ir.integrality()
+    lp = highs_lp(A, cost, lb, ub, lo, hi, maximize=obj is not None and obj.sense == "max",
+                  offset=obj.constant if obj is not None else 0.0, integer=is_int)
+    build_time = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    raw = run_highs(lp, is_int, run)
+    raw.build_time = build_time
+    raw.solve_time = time.perf_counter() - t1
+    return raw
+
+
+def run_highs(lp, is_int: np.ndarray, run) -> RawResult:
+    """Pass `lp` (a HighsLp; `is_int`: its integer columns) to a new `Highs`, with `run`'s
+    options, MIP start, progress, interrupts and deadline, and read its answer."""
+    import highspy
+
+    n = len(is_int)
     h = highspy.Highs()
     h.setOptionValue("output_flag", bool(run.verbose))
     h.setOptionValue("log_to_console", bool(run.verbose))
-    status = h.passModel(lp)
-    if status == highspy.HighsStatus.kError:
+    if h.passModel(lp) == highspy.HighsStatus.kError:
         return RawResult(ERROR, detail="HiGHS rejected the model")
     for key, val in run.options.options.items():
         if h.setOptionValue(key, val) == highspy.HighsStatus.kError:
             return RawResult(ERROR, detail=f"HiGHS rejected option {key}={val!r}")
-    interrupts = Interrupts()
+    interrupts = Interrupts(run.deadline)
+    left = interrupts.time_left()
+    if left is not None:
+        if left <= 0:  # the whole run's time is spent before the solver started
+            return _watchdog_result(run, interrupts, "before HiGHS started", n)
+        limit = min(float(run.options.options.get("time_limit", left)), left)
+        h.setOptionValue("time_limit", max(limit, 0.0))
     if is_int.any():
         h.cbMipInterrupt.subscribe(_mip_callback(run.progress, interrupts))
+        h.cbMipImprovingSolution.subscribe(interrupts.improving)
         # the LPs inside the MIP (the root LP can take minutes) check for an interrupt too
         h.cbSimplexInterrupt.subscribe(interrupts.check)
         h.cbIpmInterrupt.subscribe(interrupts.check)
@@ -330,11 +419,30 @@ def solve_pyomo_stdform(model, cols, run) -> RawResult:
         h.setSolution(sol)
     with interrupts.installed():
         interrupts.run(h)
+    if interrupts.abandoned:
+        return _watchdog_result(run, interrupts, f"HiGHS did not stop within "
+                                f"{interrupts.grace:g} s of the deadline (it was in a phase "
+                                f"that calls no interrupt callback) and was left to stop on "
+                                f"its thread", n)
     info = h.getInfo()
     raw = read_info(h.getModelStatus().name, info,
                     lambda: np.asarray(h.getSolution().col_value, dtype=float))
     if interrupts.requested is not None:
         raw.detail = f"interrupted by {interrupts.requested}, {raw.detail}"
+    elif interrupts.expired:
+        raw.detail = f"stopped by the time limit's watchdog, {raw.detail}"
     if not is_int.any():  # an LP optimum: the bound is the objective
         raw.bound = info.objective_function_value if raw.termination == OPTIMAL else None
     return raw
+
+
+def _watchdog_result(run, interrupts: Interrupts, why: str, n: int) -> RawResult:
+    """A time limit reached without HiGHS's own answer: the best point known (the last
+    improving solution HiGHS reported, else the MIP start) and the last bound it reported."""
+    x = interrupts.incumbent
+    source = "HiGHS's last improving solution"
+    if x is None or len(x) != n:
+        x, source = run.warm_start, "the MIP start"
+    kept = f"; {source} is returned" if x is not None else ""
+    return RawResult(LIMIT, x=x, bound=interrupts.bound,
+                     detail=f"time limit: {why}{kept}")
