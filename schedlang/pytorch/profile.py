@@ -435,7 +435,7 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
         for d in layer.inputs:
             remaining[d] = remaining.get(d, 0) + 1
     env = dict(zip(part.inputs, inputs))
-    cache: dict[str, tuple[str, dict[str, _Measured], dict[str, str]]] = {}
+    cache: dict[tuple, tuple[str, dict[str, _Measured], dict[str, str]]] = {}
     results: list[LayerProfile] = []
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), \
             _param_grads_cleared(params_all):
@@ -449,7 +449,8 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
                 sample_outs = _outputs(layer.module(*values))
             runner.out_grads = [torch.randn_like(o) if d in grad_in[layer.name] else None
                                 for d, o in zip(layer.outputs, sample_outs)]
-            key = layer.signature
+            # the same layer with and without gradients to compute measures differently
+            key = (layer.signature, bool(grad_in[layer.name]), tuple(requires))
             if key in cache:
                 measured_as, measured, skipped = cache[key]
             else:
