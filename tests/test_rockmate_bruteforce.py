@@ -21,7 +21,7 @@ import random
 import pytest
 
 import schedlang
-from schedlang.graph import Graph
+from schedlang.graph import Graph, Option, Step
 from schedlang.hgraph import build_hgraph
 from schedlang.planners.no_recompute import no_recompute_peak
 from schedlang.simulate import simulate
@@ -72,6 +72,13 @@ def instances() -> dict[str, Graph]:
         [opt("keep", 1, 2, 4, fwd_steps=[(6, [], [])]),
          opt("sel", 2, 3, 1, ["out"], bwd_steps=[(2, ["gin", "out"], [])])],
     ])
+    # fast_forward stated by the graph data (measured), with a sub-step profile on layer 1 and
+    # a flat overhead larger than the options' on layer 2
+    ff = chain("ffstated2x2", [2, 3, 2], [two, two])
+    ff.layers[0].fast_forward = Option("fast_forward", 1, 0, 0, 0, 0, [], fwd_steps=[
+        Step(5 * MiB, [], []), Step(1 * MiB, ["x"], ["h1"])])
+    ff.layers[1].fast_forward = Option("fast_forward", 1.5, 3 * MiB, 0, 0, 0, [])
+    out["ffstated2x2"] = ff
     return out
 
 
