@@ -1,7 +1,8 @@
 """models/rockmate.sched against an exhaustive search of its own space (tests/bruteforce_rockmate.py).
 
-On tiny layered graphs (2-3 layers, 2-3 options each, plus fast_forward; chains, a gradient with
-two contributions, sub-step profiles), at budgets from the tightest feasible peak up to the
+On tiny layered graphs (2-3 layers, 2-3 options each, plus fast_forward, derived or stated;
+chains, a gradient with two contributions, sub-step profiles, a frozen first layer with no
+backward), at budgets from the tightest feasible peak up to the
 no-recomputation peak and 1 MiB below the tightest, with and without a binding save budget: the
 ILP's optimum equals the exhaustive optimum on both backends, infeasible iff infeasible, and the
 ILP's plan replays valid in the simulator within both budgets, its simulated time the objective.
@@ -15,6 +16,7 @@ random sequences, and a search that replays every prefix with `simulate`).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 
@@ -79,6 +81,14 @@ def instances() -> dict[str, Graph]:
         Step(5 * MiB, [], []), Step(1 * MiB, ["x"], ["h1"])])
     ff.layers[1].fast_forward = Option("fast_forward", 1.5, 3 * MiB, 0, 0, 0, [])
     out["ffstated2x2"] = ff
+    # a frozen first layer: no backward, no phantom (its only option is fast_forward); h1.grad,
+    # made by L2.bwd, stands for a parameter gradient (an output)
+    fz = chain("frozen3x2", [2, 3, 2, 2], [two, two, two])
+    fz.layers[0] = dataclasses.replace(fz.layers[0], options=[], grad_inputs=[], grad_outputs=[],
+                                       fast_forward=Option("fast_forward", 1, 2 * MiB, 0, 0, 0, []))
+    fz.data = [dataclasses.replace(d, role="output") if d.name == "h1.grad" else d
+               for d in fz.data if d.name != "x.grad"]
+    out["frozen3x2"] = fz
     return out
 
 
@@ -239,7 +249,8 @@ def random_sequence(ev: _Evaluator, rng: random.Random, p_recompute: float) -> l
     return seq
 
 
-@pytest.mark.parametrize("name", ["chain2x3", "chain3x2", "skip3x2", "profiled2x2"])
+@pytest.mark.parametrize("name", ["chain2x3", "chain3x2", "skip3x2", "profiled2x2", "ffstated2x2",
+                                  "frozen3x2"])
 def test_evaluator_agrees_with_the_simulator(name):
     """The search's replay (validity, peak, loss-phase memory, time) is the simulator's."""
     graph = INSTANCES[name]
