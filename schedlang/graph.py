@@ -89,6 +89,9 @@ class Layer:
     grad_outputs: list[str]  # gradients the backward produces
     options: list[Option]
     loc: Loc | None = None
+    # the forward without autograd as measured (`option fast_forward fwd T overhead M
+    # [fwd_steps (...)]`: only its forward fields are read); None: derived (schedlang/hgraph.py)
+    fast_forward: Option | None = None
 
 
 @dataclass
@@ -182,7 +185,10 @@ class Graph:
                    tuple(lay.grad_outputs),
                    tuple((o.name, o.fwd_time, o.fwd_overhead, o.bwd_time, o.bwd_overhead,
                           o.phantom, tuple(o.needs), o.pinned, steps(o.fwd_steps),
-                          steps(o.bwd_steps)) for o in lay.options))
+                          steps(o.bwd_steps)) for o in lay.options),
+                   None if lay.fast_forward is None else
+                   (lay.fast_forward.fwd_time, lay.fast_forward.fwd_overhead,
+                    steps(lay.fast_forward.fwd_steps)))
                   for lay in self.layers),
             None if self.loss is None else (tuple(self.loss.inputs), tuple(self.loss.outputs),
                                             self.loss.time),

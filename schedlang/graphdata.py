@@ -10,6 +10,7 @@ import networkx as nx
 from . import ast
 from .errors import DataError, Loc, did_you_mean
 from .graph import DataNode, Graph, Layer, Loss, Node, Option, Step
+from .hgraph import FAST_FORWARD
 from .parser import name_loc
 from .units import SIZE_UNITS, TIME_UNITS, dimension, format_size
 
@@ -107,12 +108,16 @@ def build_graph(decl: ast.GraphDecl) -> Graph:
 
 def _layer(item: ast.LayerStmt, times: _Times) -> Layer:
     options = []
+    fast_forward = None
     seen: dict[str, Loc] = {}
     for o in item.options:
         if o.name in seen:
             raise DataError(f"option '{o.name}' of layer '{item.name}' is declared twice", o.loc)
         seen[o.name] = o.loc
         what = f"option '{o.name}' of layer '{item.name}'"
+        if o.name == FAST_FORWARD:
+            fast_forward = _fast_forward(o, what, times)
+            continue
         steps = {}
         for side, stmts in (("fwd", o.fwd_steps), ("bwd", o.bwd_steps)):
             steps[side] = [Step(_size(st.overhead, f"a {side} step of {what}"),
@@ -124,11 +129,30 @@ def _layer(item: ast.LayerStmt, times: _Times) -> Layer:
             times(o.bwd, f"backward time of {what}"), _size(o.bwd_overhead, f"backward overhead of {what}", 0),
             _size(o.phantom, f"phantom of {what}", 0), [str(n) for n in o.needs], o.loc,
             steps["fwd"], steps["bwd"], o.pinned))
-    if not options:
+    if not options and fast_forward is None:
         raise DataError(f"layer '{item.name}' has no option", name_loc(item.name, item.loc))
     return Layer(str(item.name), [str(n) for n in item.inputs], [str(n) for n in item.outputs],
                  [str(n) for n in item.grad_inputs], [str(n) for n in item.grad_outputs], options,
-                 name_loc(item.name, item.loc))
+                 name_loc(item.name, item.loc), fast_forward)
+
+
+def _fast_forward(o: ast.OptionStmt, what: str, times: _Times) -> Option:
+    """`option fast_forward fwd T [overhead M] [fwd_steps (...)]`: the forward without autograd
+    as measured. It has no backward, phantom, needs or pin (it saves nothing)."""
+    extra = [name for name, present in (("bwd", o.bwd is not None), ("phantom", o.phantom is not None),
+                                        ("needs", bool(o.needs)), ("pinned", o.pinned),
+                                        ("bwd_steps", bool(o.bwd_steps))) if present]
+    if extra:
+        raise DataError(f"{what} is the forward without autograd: it takes `fwd`, `overhead` and "
+                        f"`fwd_steps` only, not `{extra[0]}`", o.loc)
+    if o.fwd is None:
+        raise DataError(f"{what} needs its measured time: `option {FAST_FORWARD} fwd TIME "
+                        "overhead SIZE`", o.loc)
+    steps = [Step(_size(st.overhead, f"a fwd step of {what}"), [str(n) for n in st.frees],
+                  [str(n) for n in st.creates]) for st in o.fwd_steps]
+    return Option(FAST_FORWARD, times(o.fwd, f"forward time of {what}"),
+                  _size(o.fwd_overhead, f"forward overhead of {what}", 0), 0.0, 0, 0, [], o.loc,
+                  steps)
 
 
 def _check_layers(g: Graph, items: list) -> None:

@@ -10,8 +10,17 @@ From `data`, `layer` (forward/backward pair with options) and `loss` declaration
   option_uses (k, o, d): the backward k run with option o also reads d (the option's `needs`,
   Rockmate's dep_interfaces_data);
 * options: a backward has its layer's options; a forward has them too plus `fast_forward` (no
-  autograd, so no phantom), whose time and overhead are the smallest of the layer's forward
-  options (Rockmate's nOpts + 1 options for a forward);
+  autograd, so no phantom; Rockmate's nOpts + 1 options for a forward). Its time, overhead and
+  sub-step profile are the layer's `option fast_forward ...` when the graph data states it (the
+  PyTorch profiler measures the forward under ``no_grad``). Otherwise they are derived, and
+  the memory conservatively (`fast_forward_option`): the time is the least forward time of the
+  layer's options (a forward without autograd does the same arithmetic and saves nothing), the
+  overhead the *largest* forward transient of its options (an option's flat overhead, or the
+  largest step of its `fwd_steps`), with no profile: we do not know which option's kernels and
+  workspaces the forward without autograd runs, and the largest step bounds every step;
+* layers with no backward: a layer whose only option is `fast_forward` (a frozen layer at the
+  input side, parameter-free glue whose inputs need no gradient) has a forward and no backward,
+  saves no phantom and takes no `grad` statement;
 * phantoms: option o of layer j saves phantom(j, o) bytes from its forward to its backward;
 * inputs: data with role `input` (in memory at the start, created by nobody); outputs: data
   with role `output` (input gradients: they must be alive at the end).
@@ -89,14 +98,37 @@ def bwd_name(layer: str) -> str:
     return f"{layer}.bwd"
 
 
+def _fwd_transient(o) -> int:
+    """The most transient memory of option o's forward: its flat overhead, or its largest step."""
+    return max(st.overhead for st in o.fwd_steps) if o.fwd_steps else int(o.fwd_overhead)
+
+
+def fast_forward_option(layer) -> NodeOption:
+    """The `fast_forward` option of `layer`'s forward: as stated, else derived (module docstring)."""
+    ff = layer.fast_forward
+    if ff is not None:
+        return NodeOption(FAST_FORWARD, ff.fwd_time, ff.fwd_overhead, list(ff.fwd_steps))
+    opts = layer.options
+    return NodeOption(FAST_FORWARD, min(o.fwd_time for o in opts), max(_fwd_transient(o) for o in opts))
+
+
+def has_backward(layer) -> bool:
+    """A layer has a backward unless its only option is `fast_forward`."""
+    return bool(layer.options)
+
+
 def build_hgraph(g: Graph) -> HGraph:
     """The H-graph of a layered graph; DataError (located) when the layers are inconsistent."""
     if not g.layers:
         raise DataError(f"graph '{g.name}' has no layers: the H-graph needs `data`, `layer` and "
                         "`loss` declarations", g.loc)
     for layer in g.layers:
-        if not layer.options:
+        if not layer.options and layer.fast_forward is None:
             raise DataError(f"layer '{layer.name}' has no option", layer.loc or g.loc)
+        if not has_backward(layer) and (layer.grad_inputs or layer.grad_outputs):
+            raise DataError(f"layer '{layer.name}' has no backward (its only option is "
+                            f"`{FAST_FORWARD}`), so it takes no `grad` statement: declare the "
+                            "options of its backward, or drop the gradients", layer.loc or g.loc)
     h = HGraph(g.name)
     for d in g.data:
         h.data[d.name] = d.size
@@ -106,7 +138,7 @@ def build_hgraph(g: Graph) -> HGraph:
             h.outputs.append(d.name)
     for layer in g.layers:
         opts = layer.options
-        ff = NodeOption(FAST_FORWARD, min(o.fwd_time for o in opts), min(o.fwd_overhead for o in opts))
+        ff = fast_forward_option(layer)
         h.compute.append(ComputeNode(fwd_name(layer.name), "fwd", layer.name,
                                      [NodeOption(o.name, o.fwd_time, o.fwd_overhead, o.fwd_steps)
                                       for o in opts] + [ff],
@@ -128,6 +160,8 @@ def build_hgraph(g: Graph) -> HGraph:
     h.creates += [("loss", d) for d in g.loss.outputs]
     h.uses += [("loss", d) for d in g.loss.inputs]
     for layer in reversed(g.layers):
+        if not has_backward(layer):
+            continue
         k = bwd_name(layer.name)
         h.compute.append(ComputeNode(k, "bwd", layer.name,
                                      [NodeOption(o.name, o.bwd_time, o.bwd_overhead, o.bwd_steps)

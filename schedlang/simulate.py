@@ -28,8 +28,10 @@ replayed on their H-graph (`schedlang.hgraph.build_hgraph`): compute nodes ``LAY
   it holds) + the sizes of saved phantoms. Inputs (``role input``) are live at the start, and
   the peak starts at their total.
 * ``compute(node, option)``: `option` names one of the node's options (a forward's options are
-  its layer's plus ``fast_forward``; the loss takes none, or ``loss``); it may be omitted only
-  on a node with a single option.
+  its layer's plus ``fast_forward``, whose numbers are those of the H-graph: stated by the
+  graph data or derived, `schedlang.hgraph`; the loss takes none, or ``loss``); it may be
+  omitted only on a node with a single option. A layer whose only option is ``fast_forward``
+  has no backward node: its forward saves nothing and nothing consumes a phantom of it.
 
   - every datum the node uses must be live and complete (every creator has contributed); a
     backward run with option o also needs the data of o's ``needs`` (``option_uses``), and the
@@ -45,6 +47,8 @@ replayed on their H-graph (`schedlang.hgraph.build_hgraph`): compute nodes ``LAY
     several creators is invalid (the gradient would be accumulated twice).
   - peak at the op = memory before it + bytes of the data copies it creates + the phantom it
     saves + the option's overhead (transient: it is gone after the op); time += option's time.
+    The memory before a backward holds the phantom it consumes: a backward's overhead does not
+    (docs/language.md, "Overheads").
     An option with a sub-step profile (``fwd_steps``/``bwd_steps``) has instead the largest of:
     the end state (memory before + new data + phantom, no overhead) and each step (memory
     before + phantom + the step's overhead + the new data created by that step - the inputs

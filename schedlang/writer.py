@@ -161,6 +161,21 @@ def _write_layered(graph: Graph) -> str:
     def names(items) -> str:
         return "(" + ", ".join(quote_name(n) for n in items) + ")"
 
+    def steps_text(*sides) -> str:
+        text = ""
+        for side, steps in sides:
+            if steps:
+                parts = []
+                for st in steps:
+                    part = format_size(st.overhead)
+                    if st.frees:
+                        part += f" frees {names(st.frees)}"
+                    if st.creates:
+                        part += f" creates {names(st.creates)}"
+                    parts.append(part)
+                text += f"\n        {side} (" + ", ".join(parts) + ")"
+        return text
+
     lines = [f"# schedlang graph data: {len(graph.data)} data nodes, {len(graph.layers)} layers"]
     header = f"graph {quote_name(graph.name)}"
     if graph.title:
@@ -181,18 +196,12 @@ def _write_layered(graph: Graph) -> str:
                 text += f" needs {names(o.needs)}"
             if o.pinned:
                 text += " pinned"
-            for side, steps in (("fwd_steps", o.fwd_steps), ("bwd_steps", o.bwd_steps)):
-                if steps:
-                    parts = []
-                    for st in steps:
-                        part = format_size(st.overhead)
-                        if st.frees:
-                            part += f" frees {names(st.frees)}"
-                        if st.creates:
-                            part += f" creates {names(st.creates)}"
-                        parts.append(part)
-                    text += f"\n        {side} (" + ", ".join(parts) + ")"
+            text += steps_text(("fwd_steps", o.fwd_steps), ("bwd_steps", o.bwd_steps))
             lines.append(text)
+        ff = layer.fast_forward
+        if ff is not None:
+            lines.append(f"    option fast_forward fwd {format_time(ff.fwd_time, unit)} overhead "
+                         f"{format_size(ff.fwd_overhead)}" + steps_text(("fwd_steps", ff.fwd_steps)))
         lines.append("  }")
     if graph.loss is not None:
         lines.append(f"  loss {names(graph.loss.inputs)} -> {names(graph.loss.outputs)} "

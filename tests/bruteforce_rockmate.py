@@ -57,11 +57,12 @@ plan of the space:
 * memo: a state (phase, next node, memory state) reached before at no greater time (what follows
   depends only on the state);
 * dominance (``dominance=True``, the default): a forward run with an option other than
-  fast_forward whose phantom is dropped unconsumed. The same plan with fast_forward there (time
-  and overhead are the minima of the layer's forward options, no phantom, the same data) is
-  valid, no slower and never holds more memory (for an option with a sub-step profile, only
-  when fast_forward's overhead is at most the phantom: the cut is not made otherwise); the
-  tests check on small instances that ``dominance=False`` finds the same optima.
+  fast_forward whose phantom is dropped unconsumed, when the same plan with fast_forward there
+  (no phantom, the same data) is valid, no slower and never holds more memory: fast_forward's
+  time is at most the option's and its transient memory (overhead, or largest step) at most
+  the option's phantom plus its flat overhead (plus nothing, with a profile): the cut is not
+  made otherwise; the tests check on small instances that ``dominance=False`` finds the same
+  optima.
 
 Search size: the space holds prod_t (options of t) * prod_{k < t, k != loss} (1 + options of k)
 compute sequences (`SearchStats.space`): 3*12*16*32*96 ~ 1.8e6 for 2 layers of 2 options,
@@ -177,8 +178,9 @@ class _Evaluator:
                        for o in k.options] for k in h.compute]
         # a phantom-saving forward option whose phantom is dropped unconsumed is dominated by
         # fast_forward (no slower, same data, no phantom) when fast_forward's transient memory
-        # is no more than the option's: always with a flat overhead (fast_forward's is the
-        # least), with a profile when it is at most the phantom (the profile's end state)
+        # is never more than the option's: fast_forward's is at most its overhead (or largest
+        # step) above the memory before plus its outputs; the option's is at least its flat
+        # overhead plus its phantom, or (with a profile) its phantom (the end state)
         self.ff_dominates = []
         for i, k in enumerate(h.compute):
             row = []
@@ -187,8 +189,10 @@ class _Evaluator:
                     row.append(False)
                     continue
                 ff = self.opt_names[i].index(FAST_FORWARD)
+                ff_most = max([self.opt_over[i][ff]] + [st[0] for st in self.steps[i][ff]])
                 ph = self.phantom[self.layer[i]][self.opt_lo[i][o]]
-                row.append(not self.steps[i][o] or self.opt_over[i][ff] <= ph)
+                least = ph if self.steps[i][o] else ph + self.opt_over[i][o]
+                row.append(self.opt_time[i][ff] <= self.opt_time[i][o] and ff_most <= least)
             self.ff_dominates.append(row)
 
     def op_peak(self, i: int, o: int, mem: int, add: int, new, ph: int, freed) -> int:

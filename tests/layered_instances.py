@@ -73,3 +73,40 @@ def skip3(name: str, options: list[list[Option]]) -> Graph:
                               [resolved(o, names) for o in opts]))
     g.loss = Loss(["c"], ["loss", "c.grad"], 1)
     return g
+
+
+def random_dag(name: str, seed: int, layers: int = 3) -> Graph:
+    """A random DAG of `layers` layers: layer i reads the previous activation and, at random,
+    earlier ones (x included), so gradients have several creators; 1-2 random options per layer
+    (keep everything, or recompute from the inputs, or keep a small phantom and need the
+    output), random sizes, times and overheads. Deterministic in `seed`."""
+    import random
+
+    rng = random.Random(seed)
+    acts = ["x"] + [f"h{i}" for i in range(1, layers + 1)]
+    size = {a: rng.randint(1, 3) * MiB for a in acts}
+    g = Graph(name)
+    g.data.append(DataNode("x", size["x"], "input"))
+    g.data += [DataNode(a, size[a]) for a in acts[1:]]
+    g.data.append(DataNode("loss", MiB))
+    g.data += [DataNode(f"{a}.grad", size[a]) for a in reversed(acts[1:])]
+    g.data.append(DataNode("x.grad", size["x"], "output"))
+    for i in range(1, layers + 1):
+        ins = [a for a in acts[:i - 1] if rng.random() < 0.6] + [acts[i - 1]]
+        out = acts[i]
+        names = {"in": ins, "out": [out], "gin": [f"{out}.grad"], "gout": [f"{a}.grad" for a in ins]}
+        fwd = rng.randint(1, 3)
+        kinds = rng.sample(["keep", "recomp", "sel"], rng.randint(1, 2))
+        opts = []
+        for kind in kinds:
+            over = dict(fwd_over_mib=rng.choice([0, 0, 1]), bwd_over_mib=rng.choice([0, 1, 2]))
+            if kind == "keep":
+                opts.append(opt("keep", fwd, fwd + rng.randint(0, 2), rng.randint(1, 4), **over))
+            elif kind == "recomp":
+                opts.append(opt("recomp", fwd, 2 * fwd + rng.randint(0, 2), 0, ["in"], **over))
+            else:
+                opts.append(opt("sel", fwd, fwd + rng.randint(1, 3), rng.randint(0, 2), ["out"], **over))
+        g.layers.append(Layer(f"L{i}", ins, [out], [f"{out}.grad"], [f"{a}.grad" for a in ins],
+                              [resolved(o, names) for o in opts]))
+    g.loss = Loss([acts[-1]], ["loss", f"{acts[-1]}.grad"], 1)
+    return g

@@ -1,32 +1,36 @@
 """models/rockmate.sched against an exhaustive search of its own space (tests/bruteforce_rockmate.py).
 
-On tiny layered graphs (2-3 layers, 2-3 options each, plus fast_forward; chains, a gradient with
-two contributions, sub-step profiles), at budgets from the tightest feasible peak up to the
+On tiny layered graphs (2-3 layers, 2-3 options each, plus fast_forward, derived or stated;
+chains, a gradient with two contributions, sub-step profiles, a frozen first layer with no
+backward), at budgets from the tightest feasible peak up to the
 no-recomputation peak and 1 MiB below the tightest, with and without a binding save budget: the
 ILP's optimum equals the exhaustive optimum on both backends, infeasible iff infeasible, and the
 ILP's plan replays valid in the simulator within both budgets, its simulated time the objective.
 
-A plan that does not replay because of the known issue (KNOWN_ISSUE below: the solver picked a
-tied optimum that the phases decoder mistranslates) is reported as xfail, with where it happens;
-any other failure fails. The search itself is checked against the simulator (its replay on
+The solution never runs a creator on a live copy of its datum (`creators_run_on_live_data`:
+the model's `one_version_during` and `single_creator_allocates` rule it out; before them a tied
+optimum did, and the decoded plan did not replay). Random DAGs whose gradients have two or three
+creators (`random_dag`) and a `.sched` extension that forces an accumulated gradient's creator
+to re-run check the exact contents of accumulated data (issue 12 item 2). The search itself is checked against the simulator (its replay on
 random sequences, and a search that replays every prefix with `simulate`).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 
 import pytest
 
 import schedlang
-from schedlang.graph import Graph
+from schedlang.graph import Graph, Option, Step
 from schedlang.hgraph import build_hgraph
 from schedlang.planners.no_recompute import no_recompute_peak
 from schedlang.simulate import simulate
 from schedlang.solution import Status
 from schedlang.writer import write_graph
 from .bruteforce_rockmate import SearchStats, _Evaluator, best_rockmate_plan
-from .layered_instances import MiB, chain, opt, skip3
+from .layered_instances import MiB, chain, opt, random_dag, skip3
 
 BACKENDS = ("pyomo", "cvxpy")
 
@@ -70,6 +74,21 @@ def instances() -> dict[str, Graph]:
         [opt("keep", 1, 2, 4, fwd_steps=[(6, [], [])]),
          opt("sel", 2, 3, 1, ["out"], bwd_steps=[(2, ["gin", "out"], [])])],
     ])
+    # fast_forward stated by the graph data (measured), with a sub-step profile on layer 1 and
+    # a flat overhead larger than the options' on layer 2
+    ff = chain("ffstated2x2", [2, 3, 2], [two, two])
+    ff.layers[0].fast_forward = Option("fast_forward", 1, 0, 0, 0, 0, [], fwd_steps=[
+        Step(5 * MiB, [], []), Step(1 * MiB, ["x"], ["h1"])])
+    ff.layers[1].fast_forward = Option("fast_forward", 1.5, 3 * MiB, 0, 0, 0, [])
+    out["ffstated2x2"] = ff
+    # a frozen first layer: no backward, no phantom (its only option is fast_forward); h1.grad,
+    # made by L2.bwd, stands for a parameter gradient (an output)
+    fz = chain("frozen3x2", [2, 3, 2, 2], [two, two, two])
+    fz.layers[0] = dataclasses.replace(fz.layers[0], options=[], grad_inputs=[], grad_outputs=[],
+                                       fast_forward=Option("fast_forward", 1, 2 * MiB, 0, 0, 0, []))
+    fz.data = [dataclasses.replace(d, role="output") if d.name == "h1.grad" else d
+               for d in fz.data if d.name != "x.grad"]
+    out["frozen3x2"] = fz
     return out
 
 
@@ -159,18 +178,6 @@ def creators_run_on_live_data(prob, res) -> list[str]:
     return out
 
 
-#: The decoded plan of an optimal solution may not replay when the solver picks, among equally
-#: good solutions, one that runs a creator k of a datum d still alive before k in its phase
-#: with C[t, k, d] = 1 and D[t, k, d] = 1: the model allocates a second version and releases
-#: the old one (alive stays 1, so `one_version` holds; both copies count during k), but the
-#: phases decoder emits `delete d` after k, which deletes the only copy the simulator has, and a
-#: later reader fails. The same with an accumulated gradient (C = D = 1 at a second creator).
-#: The objective is right (an equally good solution deletes the old copy first). Before
-#: `single_creator_allocates` the model could also recompute with C = 0, counting no new copy
-#: (the simulated peak went over budget). See `test_minimal_reproducers`.
-KNOWN_ISSUE = "models/rockmate.sched lets a creator allocate its datum while it is alive"
-
-
 def check_against_bruteforce(name: str, peak: int, save: int | None, backend: str) -> None:
     graph = INSTANCES[name]
     best, _plan = brute(name, peak, save)
@@ -182,11 +189,10 @@ def check_against_bruteforce(name: str, peak: int, save: int | None, backend: st
     assert res.status == Status.OPTIMAL, f"{where}: brute force {best}, ILP {res.status}"
     assert res.objective == pytest.approx(best, rel=1e-6), \
         f"{where}: ILP {res.objective} != brute force {best}"
+    # a creator never allocates a datum that is alive (nor re-runs the only creator of a live
+    # one): the phases decoder's deletes would then free the only copy
+    assert not creators_run_on_live_data(prob, res), (where, creators_run_on_live_data(prob, res))
     sim = simulate(res.plan, graph, budget=peak, save_budget=save if save is not None else peak)
-    if not (sim.valid and sim.fits_budget):
-        culprits = creators_run_on_live_data(prob, res)
-        if culprits:
-            pytest.xfail(f"{KNOWN_ISSUE}: {where}: {culprits[0]}; {sim.errors[0]}")
     assert sim.valid and sim.fits_budget, (where, sim.errors, [str(op) for op in res.plan.ops])
     assert sim.time == pytest.approx(res.objective, rel=1e-9)
 
@@ -243,7 +249,8 @@ def random_sequence(ev: _Evaluator, rng: random.Random, p_recompute: float) -> l
     return seq
 
 
-@pytest.mark.parametrize("name", ["chain2x3", "chain3x2", "skip3x2", "profiled2x2"])
+@pytest.mark.parametrize("name", ["chain2x3", "chain3x2", "skip3x2", "profiled2x2", "ffstated2x2",
+                                  "frozen3x2"])
 def test_evaluator_agrees_with_the_simulator(name):
     """The search's replay (validity, peak, loss-phase memory, time) is the simulator's."""
     graph = INSTANCES[name]
@@ -328,3 +335,70 @@ for _name, (_make, _peak, _save) in REPRODUCERS.items():
 def test_minimal_reproducers(name, backend):
     _make, peak, save = REPRODUCERS[name]
     check_against_bruteforce(name, peak, save, backend)
+
+
+# ---------------------------------------------------------------------- several creators per datum
+#: random DAGs of 3 layers where layers read earlier activations too, so gradients have two or
+#: three creators (tests/layered_instances.random_dag); a few in the default run, more as slow
+DAG_SEEDS = tuple(range(4))
+DAG_SEEDS_SLOW = tuple(range(4, 24))
+for _seed in DAG_SEEDS + DAG_SEEDS_SLOW:
+    INSTANCES[f"dag{_seed}"] = random_dag(f"dag{_seed}", _seed)
+
+
+@pytest.mark.parametrize("label", LABELS)
+@pytest.mark.parametrize("seed", DAG_SEEDS)
+def test_several_creators_per_datum(seed, label):
+    name = f"dag{seed}"
+    check_against_bruteforce(name, dict(peak_budgets(name))[label], None, "pyomo")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("label", LABELS)
+@pytest.mark.parametrize("seed", DAG_SEEDS + DAG_SEEDS_SLOW)
+def test_several_creators_per_datum_slow(seed, label, backend):
+    name = f"dag{seed}"
+    peak = dict(peak_budgets(name))[label]
+    check_against_bruteforce(name, peak, None, backend)
+    if label in ("middle", "no_recompute"):
+        check_against_bruteforce(name, peak, save_budget_for(name, peak), backend)
+
+
+#: `.sched` extensions over skip3x2 (a.grad accumulated from C.bwd, then B.bwd; read by A.bwd)
+#: that force C.bwd to re-run in the last phase with a.grad kept into it. Feasible: a.grad is
+#: deleted after C.bwd's phase and re-created by B.bwd, so it holds B's contribution only.
+#: Infeasible in the model's space: a.grad kept through B.bwd's phase holds both contributions,
+#: and a re-run of C.bwd would add its contribution twice, or (a.grad deleted after it, then
+#: re-created by B.bwd) lose it; the model used to accept both plans, which do not replay.
+FORCED = {
+    "rerun_kept": ('constraint rerun: computed["A.bwd", "C.bwd"] == 1\n'
+                   'constraint kept: P["A.bwd", "a.grad"] == 1\n', True),
+    "rerun_kept_twice": ('constraint rerun: computed["A.bwd", "C.bwd"] == 1\n'
+                         'constraint kept: P["A.bwd", "a.grad"] + P["B.bwd", "a.grad"] == 2\n', False),
+    "rerun_both_kept_twice": ('constraint rerun: computed["A.bwd", "C.bwd"] + computed["A.bwd", "B.bwd"] == 2\n'
+                              'constraint kept: P["A.bwd", "a.grad"] + P["B.bwd", "a.grad"] == 2\n', False),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(FORCED))
+def test_forced_rerun_of_an_accumulated_gradient(case, backend):
+    extra, feasible = FORCED[case]
+    graph = INSTANCES["skip3x2"]
+    peak = no_recompute_peak(graph)
+    graph.budgets = {"peak": peak}
+    try:
+        prob = schedlang.load(text="use rockmate\n" + write_graph(graph) + extra)
+    finally:
+        graph.budgets = {}
+    res = prob.solve(backend=backend)
+    if not feasible:
+        ops = [str(op) for op in res.plan.ops] if res.plan is not None else None
+        assert res.status == Status.INFEASIBLE, (res.status, ops)
+        return
+    assert res.status == Status.OPTIMAL
+    sim = simulate(res.plan, graph, budget=peak)
+    assert sim.valid and sim.fits_budget, (sim.errors, [str(op) for op in res.plan.ops])
+    assert sim.time == pytest.approx(res.objective)
+    assert res.objective >= brute("skip3x2", peak, None)[0]

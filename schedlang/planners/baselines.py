@@ -91,7 +91,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..graph import Graph
-from ..hgraph import FAST_FORWARD, bwd_name, fwd_name
+from ..hgraph import FAST_FORWARD, bwd_name, fwd_name, has_backward
 from ..plan import Op, Plan
 from ..simulate import simulate
 from . import Planner
@@ -263,6 +263,13 @@ class _LView:
     def __init__(self, graph: Graph):
         self.graph = graph
         graph.hgraph()  # validates the layered data (DataError)
+        frozen = [layer.name for layer in graph.layers if not has_backward(layer)]
+        if frozen:
+            from . import PlannerNotApplicable
+
+            raise PlannerNotApplicable(f"layer '{frozen[0]}' has no backward (its only option is "
+                                       "fast_forward): this planner needs a backward per layer "
+                                       "(mutwo and the solvers handle such layers)", graph.loc)
         self.layers = graph.layers
         L = len(self.layers)
         self.L = L

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 from ..errors import DataError
 from ..graph import Graph
-from ..hgraph import FAST_FORWARD, bwd_name, fwd_name
+from ..hgraph import FAST_FORWARD, bwd_name, fwd_name, has_backward
 from ..plan import Op, Plan
 from ..simulate import simulate
 from . import Planner
@@ -398,11 +398,14 @@ def _layered_ops(graph: Graph, recompute: set[str]) -> list[Op]:
     creators: dict[str, int] = {}
     steps: list[tuple[str, str | None, list[str], list[str]]] = []  # node, option, uses, creates
     for layer in layers:
-        option = FAST_FORWARD if layer.name in recompute else layer.options[0].name
+        option = FAST_FORWARD if layer.name in recompute or not has_backward(layer) \
+            else layer.options[0].name
         steps.append((fwd_name(layer.name), option, list(layer.inputs), list(layer.outputs)))
     if graph.loss is not None:
         steps.append(("loss", None, list(graph.loss.inputs), list(graph.loss.outputs)))
     for layer in reversed(layers):
+        if not has_backward(layer):  # forward only: no phantom, nothing to recompute
+            continue
         keep = layer.options[0]
         if layer.name in recompute:
             opt = refwd_option(layer)
@@ -460,7 +463,8 @@ def _mutwo_layered(graph: Graph, budget: int | None) -> Outcome:
     recompute: set[str] = set()
     ops, peak, total = measure(recompute)
     base_peak, base_time = peak, total
-    cands = {layer.name: layer for layer in graph.layers if layer.options[0].phantom > 0}
+    cands = {layer.name: layer for layer in graph.layers
+             if has_backward(layer) and layer.options[0].phantom > 0}
     steps: list[dict] = []
     best = (peak, ops, total, set())
     while budget is not None and peak > budget and cands:

@@ -189,7 +189,7 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     # a copy whose data sizes may change (not a deep copy: the trace info holds the model)
     graph = copy.copy(graph)
     graph.data = [copy.copy(d) for d in graph.data]
-    graph.layers = [_consistent_times(_with_fast_forward_overhead(lay)) for lay in graph.layers]
+    graph.layers = [_consistent_times(lay) for lay in graph.layers]
     graph.layers = _with_accumulation(graph)
     params = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
               for t in list(model.parameters()) + list(model.buffers())}
@@ -214,33 +214,6 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     peak = max(sim.peak_bytes, loss_moment(base, graph) + loss_overhead)
     return Prepared(part, graph, resident, peak + resident, sim.time, info, loss_overhead,
                     out_bytes, loss_fn is None)
-
-
-def _with_fast_forward_overhead(layer):
-    """A copy of `layer` whose `fast_forward` costs what the runtime's does.
-
-    The H-graph gives a forward's `fast_forward` option (a forward under ``no_grad``) the
-    smallest forward overhead of the layer's options. Under autograd a layer's temporaries
-    are mostly saved (they are its phantom), so its forward overhead is small, while a
-    ``no_grad`` forward holds them transiently: the ``recompute`` option's forward is exactly
-    the runtime's fast forward. So every other option gets that overhead as its flat forward
-    overhead (which only the fast forward's minimum reads), and keeps its own as a one-step
-    profile (``fwd_steps``: same peak as the flat overhead gave)."""
-    from ..graph import Step
-
-    rec = next((o for o in layer.options if o.name == "recompute"), None)
-    if rec is None:
-        return layer
-    layer = copy.copy(layer)
-    options = []
-    for o in layer.options:
-        if o is not rec and o.fwd_overhead < rec.fwd_overhead and not o.fwd_steps:
-            o = copy.copy(o)
-            o.fwd_steps = [Step(o.fwd_overhead, [], list(layer.outputs))]
-            o.fwd_overhead = rec.fwd_overhead
-        options.append(o)
-    layer.options = options
-    return layer
 
 
 def _offloadable(layer):

@@ -19,12 +19,17 @@ measures, per option, what the runtime will execute:
   inside the checkpoint's forward context, leaving out the layer's outputs; it needs the layer's
   inputs (the checkpoint keeps them) and the outputs it kept. Offered only for layers that run
   such an op and where it keeps less than ``autograd``.
+* ``fast_forward`` (every layer, measured on its own): the forward under ``torch.no_grad()``,
+  what the runtime runs for the H-graph's `fast_forward` option: time and overhead (the graph
+  data's `option fast_forward fwd T overhead M`). A layer whose outputs need no gradient (a
+  frozen layer at the input side, parameter-free glue on inputs that need none) has nothing
+  to differentiate: it gets no other option, so no backward and no phantom.
 
 Times are medians of `repeats` runs after one warm-up (CUDA events on a GPU, `perf_counter`
 elsewhere), in seconds. Memory is measured with `MemoryTracker` in one more run: the forward
 overhead is the forward's peak above (memory before + outputs + phantom), the backward overhead
-the backward's peak above (memory before + the gradients it creates), as the H-Rockmate
-formulation adds them. Parameter gradients: the first backward to reach a parameter (the
+the backward's peak above (memory before, the phantom it consumes included, + the gradients
+it creates), as the H-Rockmate formulation adds them (docs/language.md, "Overheads"). Parameter gradients: the first backward to reach a parameter (the
 backward of the last layer, in forward order, that uses it) creates its gradient; the others
 accumulate into it (a temporary, part of their overhead).
 """
@@ -42,6 +47,7 @@ from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
                                     create_selective_checkpoint_contexts)
 
 from ..errors import Loc, SchedError
+from ..hgraph import FAST_FORWARD
 from .memory import MemoryTracker
 from .partition import LayerPart, Partitioned
 
@@ -100,6 +106,9 @@ class LayerProfile:
     signature: str = ""
     measured_as: str = ""  # the layer whose measurement this one reuses (same signature)
     skipped: dict[str, str] = field(default_factory=dict)  # option -> why it is not offered
+    # the forward under ``no_grad`` (the runtime's `fast_forward`): time and overhead, measured
+    # as its own option; a layer with no `options` (nothing to differentiate) has no backward
+    fast_forward: OptionProfile | None = None
 
     def option(self, name: str) -> OptionProfile:
         for o in self.options:
@@ -331,6 +340,37 @@ def _measure(runner: _Runner, option: str, resident: list[torch.Tensor], residen
                      needs_in, needs_out, saves_matmul, after_fwd - mt.baseline - out_bytes)
 
 
+def _measure_fast_forward(runner: _Runner, resident: list[torch.Tensor], device: torch.device,
+                          repeats: int, timer: _Timer) -> _Measured:
+    """The forward under ``no_grad`` (the runtime's `fast_forward`): its median time, and its
+    overhead, the peak above the memory before it plus its new outputs (docs/language.md,
+    "Overheads")."""
+    times = []
+    for r in range(repeats + 1):
+        xs = runner.leaves()
+        t = timer.start()
+        with torch.no_grad():
+            outs = _outputs(runner.layer.module(*xs))
+        tf = timer.stop(t)
+        del outs, xs
+        if r:  # the first run warms up
+            times.append(tf)
+    xs = runner.leaves()
+    in_keys = {_storage_key(x) for x in xs} | {_storage_key(t) for t in resident}
+    with MemoryTracker(resident=resident + xs, device=device) as mt:
+        with torch.no_grad():
+            outs = _outputs(runner.layer.module(*xs))
+        peak = mt.peak - mt.baseline
+        new_out = {}
+        for o in outs:
+            k = _storage_key(o)
+            if k not in in_keys and o.untyped_storage().nbytes():
+                new_out.setdefault(k, o.untyped_storage().nbytes())
+        del outs
+    return _Measured(FAST_FORWARD, statistics.median(times), 0.0,
+                     max(0, peak - sum(new_out.values())), 0, 0, [], [])
+
+
 # --- the profiler ----------------------------------------------------------------------------
 def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None,
             sample_inputs: tuple | None = None) -> ProfiledGraph:
@@ -395,7 +435,7 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
         for d in layer.inputs:
             remaining[d] = remaining.get(d, 0) + 1
     env = dict(zip(part.inputs, inputs))
-    cache: dict[str, tuple[str, dict[str, _Measured], dict[str, str]]] = {}
+    cache: dict[tuple, tuple[str, dict[str, _Measured], dict[str, str]]] = {}
     results: list[LayerProfile] = []
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), \
             _param_grads_cleared(params_all):
@@ -409,7 +449,8 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
                 sample_outs = _outputs(layer.module(*values))
             runner.out_grads = [torch.randn_like(o) if d in grad_in[layer.name] else None
                                 for d, o in zip(layer.outputs, sample_outs)]
-            key = layer.signature
+            # the same layer with and without gradients to compute measures differently
+            key = (layer.signature, bool(grad_in[layer.name]), tuple(requires))
             if key in cache:
                 measured_as, measured, skipped = cache[key]
             else:
@@ -428,15 +469,9 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
                                 raise SchedError(f"layer '{layer.name}' fails under autograd: "
                                                  f"{first}", WHERE) from None
                             skipped[option] = first
-                else:  # nothing to differentiate: forward only
-                    fwd, _ = _median_times(runner, "recompute", repeats, timer)
-                    with MemoryTracker(resident=resident + values, device=dev) as mt:
-                        outs = runner.forward("recompute", runner.leaves())
-                        peak = mt.peak - mt.baseline
-                        out_b = sum(o.untyped_storage().nbytes() for o in outs)
-                        del outs
-                    measured["autograd"] = _Measured("autograd", fwd, 0.0, max(0, peak - out_b), 0,
-                                                     0, [], [])
+                # the forward without autograd, its own option (for a layer with nothing to
+                # differentiate, the only one: it has no backward)
+                measured[FAST_FORWARD] = _measure_fast_forward(runner, resident, dev, repeats, timer)
                 measured_as = layer.name
                 cache[key] = (measured_as, measured, skipped)
             results.append(_layer_profile(layer, measured, measured_as, part, named, owner,
@@ -457,8 +492,11 @@ def _layer_profile(layer: LayerPart, measured: dict[str, _Measured], measured_as
                    part: Partitioned, named: dict, owner: dict, grad_in: list[str],
                    grad_out: list[str]) -> LayerProfile:
     opts: list[OptionProfile] = []
-    auto = measured["autograd"]
+    auto = measured.get("autograd")
+    ff = measured[FAST_FORWARD]
     for name, m in measured.items():
+        if name == FAST_FORWARD:
+            continue
         if name == "selective" and (not m.saves_matmul or m.phantom >= auto.phantom):
             continue
         needs = [layer.inputs[i] for i in m.needs_in] + [layer.outputs[i] for i in m.needs_out]
@@ -472,4 +510,5 @@ def _layer_profile(layer: LayerPart, measured: dict[str, _Measured], measured_as
         sum(named[p].numel() * named[p].element_size() for p in layer.params),
         sum(named[p].numel() * named[p].element_size() for p in owned),
         owned, grad_in, grad_out, layer.signature,
-        "" if measured_as == layer.name else measured_as)
+        "" if measured_as == layer.name else measured_as,
+        fast_forward=OptionProfile(FAST_FORWARD, ff.fwd_time, 0.0, ff.fwd_overhead, 0, 0))

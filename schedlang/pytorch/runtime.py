@@ -337,8 +337,9 @@ class PlanExecutor:
                 return
             layer, _, side = op.node.rpartition(".")
             option = op.option
-            if option is None:
-                option = self.glayers[layer].options[0].name
+            if option is None:  # a node with a single option (a layer with no backward: fast_forward)
+                opts = self.glayers[layer].options
+                option = opts[0].name if opts else FAST_FORWARD
             if side == "fwd":
                 self._forward(run, layer, option)
             else:

@@ -9,7 +9,9 @@
   `output`) holds the gradients of the parameters whose gradient that layer's backward creates
   (the first backward to reach a parameter: the last layer using it);
 * `layer NAME (inputs) -> (outputs) { grad (output grads) -> (input grads, params grad);
-  option autograd/recompute/selective ... }` from the measured times, overheads and phantoms;
+  option autograd/recompute/selective ...; option fast_forward ... }` from the measured
+  times, overheads and phantoms (a layer with nothing to differentiate: `fast_forward` only,
+  no `grad`: it has no backward);
 * `loss (model outputs) -> (loss, model outputs' grads)` with a tiny time.
 
 Times are in seconds (written with units). Parameters and buffers are fixed memory: not in the
@@ -108,8 +110,11 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
         opts = [Option(o.name, _round_time(o.fwd_time), int(o.fwd_overhead), _round_time(o.bwd_time),
                        int(o.bwd_overhead), int(o.phantom), list(o.needs))
                 for o in lp.options]
+        ff = lp.fast_forward
         g.layers.append(Layer(lp.name, list(layer.inputs), list(layer.outputs),
-                              [f"{d}.grad" for d in lp.grad_inputs], grad_outputs, opts))
+                              [f"{d}.grad" for d in lp.grad_inputs], grad_outputs, opts,
+                              fast_forward=None if ff is None else Option(
+                                  ff.name, _round_time(ff.fwd_time), int(ff.fwd_overhead), 0.0, 0, 0)))
     g.loss = Loss(list(part.outputs), loss_outputs, float(loss_time))
     g.trace_info = TraceInfo(profiled.resident_bytes, profiled.param_bytes, profiled.buffer_bytes,
                              profiled.device, {l.name: list(l.calls) for l in part.layers},
@@ -342,7 +347,7 @@ def trace_main(args) -> int:
           f"{len(graph.data)} data; fixed memory (parameters, buffers) "
           f"{format_size(info.resident_bytes)}")
     for layer in graph.layers:
-        opts = ", ".join(o.name for o in layer.options)
+        opts = ", ".join(o.name for o in layer.options) or "fast_forward only: no backward"
         print(f"  {layer.name}: {', '.join(layer.inputs)} -> {', '.join(layer.outputs)} [{opts}]")
     print(f"solve it with: schedlang solve {args.output} --budget 70%")
     return 0
