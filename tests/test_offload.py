@@ -18,8 +18,8 @@
 Five model bugs the oracle found (a datum's window ending at its readers' first computation,
 arrivals not restoring contributions, the host budget reading outside the window, a phantom
 prefetch round unable to span two phases, a phantom offloaded during its own backward) each
-keep their minimal reproducer below as a regression test. The predicted-peak equality is an
-xfail that is not strict (it depends on which tied optimum the solver returns).
+keep their minimal reproducer below as a regression test. The predicted peak bounds the
+replayed one (equality depends on which tied optimum the solver returns).
 """
 from __future__ import annotations
 
@@ -218,17 +218,15 @@ def test_offloading_helps_somewhere():
     replay(g, res, 12 * MiB)
 
 
-@pytest.mark.xfail(strict=False, reason="the model's Hold/Busy may be 1 with nothing in flight: "
-                   "they count memory that the plan does not hold, so the predicted peak is "
-                   "above the simulated one")
-def test_predicted_peak_is_the_simulated_peak():
-    """tiny_transformer, 16GB/s, peak 120MiB: the ILP sets Hold/Busy of x in phases where no
-    prefetch of x is in flight (nothing forces them to 0: they only cost memory), and predicts
-    114 MiB; the plan peaks at 108 MiB. Not strict: another tied optimum may have no slack."""
+def test_predicted_peak_bounds_the_simulated_peak():
+    """tiny_transformer, 16GB/s, peak 120MiB. The ILP's Hold/Busy of a datum may be 1 in phases
+    where no prefetch of it is in flight (nothing forces them to 0: they only cost memory), so
+    the predicted peak can be above the replayed one (114 vs 108 MiB with one tied optimum);
+    what a user relies on is that it is never below it, nor above the budget."""
     g = with_bandwidth(example("tiny_transformer"), 16e9)
     _p, res = solve(g, 120 * MiB)
     sim = replay(g, res, 120 * MiB)
-    assert sim.peak_bytes == res.plan.predicted_peak
+    assert sim.peak_bytes <= res.plan.predicted_peak <= 120 * MiB
 
 
 # ---------------------------------------------------------------------- switches
