@@ -26,12 +26,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import budgets
 from .errors import DataError, Loc, SchedError
 from .graph import Graph
+from .parametric import BudgetLowering
 from .planners.no_recompute import no_recompute_peak, no_recompute_plan
 from .problem import Problem, Result, load
 from .simulate import simulate
@@ -121,26 +123,51 @@ def solve_at(program, budget: int, *, backend: str = "pyomo", solver: str = "hig
              time_limit: float | None = None, gap: float | None = None,
              threads: int | None = None, presolve: bool = True,
              ref: tuple[int | None, float | None] | None = None,
-             timings: dict | None = None, max_elements: int | None = None) -> SweepPoint:
+             timings: dict | None = None, max_elements: int | None = None,
+             lowering: BudgetLowering | None = None, warm_start=None) -> SweepPoint:
     """Lower and solve an already loaded and checked `program` at peak budget `budget` (bytes).
 
     Self-contained, so that a sweep can be mapped over budgets by Ray, Dask or the like: the
     program is not modified (a shallow copy gets the budget). `ref` is `reference(graph)`
     (computed here when not given); `timings` are the shared parse/check times to report.
+    `lowering`: the program lowered once (`schedlang.parametric.BudgetLowering`), moved to
+    this budget instead of lowered again (the same IR); `warm_start`: a MIP start, as
+    `Problem.solve` takes it (a neighbouring budget's solution vector or plan).
     """
     prog = dataclasses.replace(program, budgets={**program.budgets, "peak": int(budget)})
     times = dict(timings) if timings else {}
     times.setdefault("check", 0.0)  # checked once by the caller: Problem.lower skips it
     prob = Problem(prog, times, max_elements=max_elements)
-    prob.lower()
+    if lowering is not None:
+        t0 = time.perf_counter()
+        prob.ir = lowering.at(prog.budgets)
+        times["lower"] = time.perf_counter() - t0
+    else:
+        prob.lower()
     result = prob.solve(backend=backend, solver=solver, time_limit=time_limit, gap=gap,
-                        threads=threads, presolve=presolve)
+                        threads=threads, presolve=presolve, warm_start=warm_start)
     ref_peak, ref_time = ref if ref is not None else reference(prog.graph)
     percent = 100.0 * budget / ref_peak if ref_peak else None
     overhead = None
     if result.status.has_solution and result.objective is not None and ref_time:
         overhead = result.objective / ref_time - 1.0
     return SweepPoint(int(budget), percent, result, overhead)
+
+
+def neighbour_start(points: list[SweepPoint]):
+    """The MIP start of the next (larger) budget: the solution of the largest budget solved so
+    far. Its plan fits a smaller budget, so it fits this one; `Problem.solve` checks it against
+    the model and solves cold when it does not satisfy it. The solver's column vector when
+    there is one (same columns: the lowering moved, it did not change shape), else the plan
+    (a point read back by `--resume`), which is encoded. None when nothing is solved yet."""
+    for point in reversed(points):
+        if point.solved:
+            sol = point.result.solution
+            if sol is not None and sol.x is not None:
+                return sol.x
+            if point.result.plan is not None:
+                return point.result.plan
+    return None
 
 
 def prepare(path_or_paths, model: str | None = None, max_elements: int | None = None) -> Problem:
@@ -154,7 +181,7 @@ def prepare(path_or_paths, model: str | None = None, max_elements: int | None = 
 def sweep(path_or_paths, budgets, model: str | None = None, backend: str = "pyomo",
           solver: str = "highs", time_limit: float | None = None, gap: float | None = None,
           threads: int | None = None, progress=None,
-          max_elements: int | None = None) -> list[SweepPoint]:
+          max_elements: int | None = None, parametric: bool = True) -> list[SweepPoint]:
     """Solve the files at each budget; one `SweepPoint` per budget, in ascending budget order.
 
     `budgets` is a spec string (``"30%..100%/8"``, see `parse_budgets`) or a list of sizes,
@@ -164,32 +191,46 @@ def sweep(path_or_paths, budgets, model: str | None = None, backend: str = "pyom
     `progress(index, total, budget_bytes, point)` is called before each solve (point None)
     and after it; index counts from 1.
     """
-    return sweep_problem(prepare(path_or_paths, model, max_elements), budgets, backend=backend, solver=solver,
-                         time_limit=time_limit, gap=gap, threads=threads, progress=progress)
+    return sweep_problem(prepare(path_or_paths, model, max_elements), budgets, backend=backend,
+                         solver=solver, time_limit=time_limit, gap=gap, threads=threads,
+                         progress=progress, parametric=parametric)
 
 
 def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str = "highs",
                   time_limit: float | None = None, gap: float | None = None,
                   threads: int | None = None, progress=None,
-                  done: dict[int, SweepPoint] | None = None, record=None) -> list[SweepPoint]:
+                  done: dict[int, SweepPoint] | None = None, record=None,
+                  parametric: bool = True) -> list[SweepPoint]:
     """`sweep` on a `Problem` from `prepare` (loaded and checked).
 
     `done`: points already solved, by budget in bytes (from `PointLog.resume`): they are taken
     as they are, not solved again; `record(point)` is called with each newly solved point as
-    soon as it is finished (`PointLog.append`)."""
+    soon as it is finished (`PointLog.append`). `parametric` (the default): the program is
+    lowered once and only moved to each budget (`schedlang.parametric`), and each budget's
+    solve starts from the solution of the budget below it (`neighbour_start`); False: each
+    budget is lowered and solved cold on its own, as a distributed map does it."""
     values = parse_budgets(budgets, prob.graph)
     ref = reference(prob.graph)
     shared = {"parse": prob.timings.get("parse", 0.0), "check": prob.timings.get("check", 0.0)}
     points: list[SweepPoint] = []
+    lowering = None
     for k, budget in enumerate(values, 1):
         if done and budget in done:
             point = done[budget]
         else:
             if progress is not None:
                 progress(k, len(values), budget, None)
+            start = None
+            if parametric:
+                if lowering is None:  # lowered once, at the first budget solved
+                    lowering = BudgetLowering(prob.program, {**prob.program.budgets,
+                                                             "peak": int(budget)},
+                                              prob.max_elements)
+                start = neighbour_start(points)
             point = solve_at(prob.program, budget, backend=backend, solver=solver,
                              time_limit=time_limit, gap=gap, threads=threads, ref=ref,
-                             timings=shared, max_elements=prob.max_elements)
+                             timings=shared, max_elements=prob.max_elements,
+                             **({"lowering": lowering, "warm_start": start} if parametric else {}))
             if record is not None:
                 record(point)
         points.append(point)
