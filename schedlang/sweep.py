@@ -35,7 +35,7 @@ from .errors import DataError, Loc, SchedError
 from .graph import Graph
 from .parametric import BudgetLowering
 from .planners.no_recompute import no_recompute_peak, no_recompute_plan
-from .problem import Problem, Result, load
+from .problem import Problem, Result, WarmStart, load
 from .simulate import simulate
 from .solution import EXIT_CODES, Status
 
@@ -326,10 +326,11 @@ def point_from_json(obj: dict, prob: Problem, loc: Loc) -> SweepPoint:
                                               "save_bytes": prob.budgets.get("save")},
                                    "predicted": obj.get("predicted")}, str(loc))
             sim = simulate(plan, graph)
+        ws = obj.get("warm_start")
         result = Result(status, obj.get("objective"), obj.get("bound"), obj.get("gap"),
                         obj.get("backend"), obj.get("solver"), obj.get("model_size") or {},
                         obj.get("timings") or {}, plan, sim, None, obj.get("message") or "",
-                        budget)
+                        budget, warm_start=WarmStart(**ws) if isinstance(ws, dict) else None)
     except (ValueError, TypeError) as exc:
         raise DataError(f"a sweep point at {budget} B cannot be read back: {exc}", loc) from None
     return SweepPoint(budget, obj.get("budget_percent"), result, obj.get("overhead"))

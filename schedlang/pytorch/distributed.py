@@ -174,9 +174,10 @@ class FSDPLayer:
     forward runs, and again while its backward runs); `shard_params`: this rank's shard
     (resident for the whole step); `full_grads`: the unsharded gradients of its parameters,
     from its backward until the reduce-scatter (this rank then keeps `shard_grads`);
-    `fwd_extra`, `bwd_extra`: what the layer's forward and backward overheads grow by;
-    `recompute_extra`: what a recomputing backward (the forward again inside the backward)
-    holds beyond `bwd_extra` (0: the backward's all-gather serves the recomputation too)."""
+    `fwd_extra`, `bwd_extra`: what the layer's forward and backward overheads grow by. A
+    recomputing backward (the forward run again inside the backward) adds nothing beyond
+    `bwd_extra`: FSDP2's pre-backward hook all-gathers the parameters before the
+    recomputation runs, and they serve both."""
 
     layer: str
     full_params: int
@@ -185,7 +186,6 @@ class FSDPLayer:
     shard_grads: int
     fwd_extra: int
     bwd_extra: int
-    recompute_extra: int
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -219,6 +219,8 @@ def fsdp_layer_memory(graph: Graph, world: int, param_bytes: dict[str, int] | No
     gradient byte (0.5 for a bf16 `reduce_dtype` of fp32 gradients; 1.0 by default)."""
     if world < 1:
         raise ValueError("world size must be at least 1")
+    if param_bytes is None:
+        param_bytes = param_bytes_of(graph)
     out = []
     for lay in graph.layers:
         full = int(param_bytes.get(lay.name, 0))
@@ -227,7 +229,7 @@ def fsdp_layer_memory(graph: Graph, world: int, param_bytes: dict[str, int] | No
         fwd = full - shard
         bwd = (full - shard if reshard_after_forward else 0) + grads
         out.append(FSDPLayer(lay.name, full, shard, grads, _shard(grads, world) if grads else 0,
-                             fwd, bwd, 0))
+                             fwd, bwd))
     return out
 
 
