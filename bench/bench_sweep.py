@@ -9,7 +9,9 @@ Side by side, in one process, the rounds interleaved (ABBA...) so that machine l
 * **relower**: `sweep_problem(..., parametric=False)`: each budget lowered from the program and
   solved cold (the sweep before issue 15);
 * **parametric**: `sweep_problem(...)` (the default): the program lowered once and moved to
-  each budget (`schedlang.parametric`), each budget started from its neighbour's solution.
+  each budget (`schedlang.parametric`);
+* **neighbour** (with `--neighbour`): parametric, and each budget's solve started from the
+  solution of the budget below it (`sweep_problem(..., neighbour=True)`).
 
 Per round: wall seconds of the whole sweep, seconds spent lowering and in the solver, and the
 check that both give the same table (status and objective per budget; an objective may differ
@@ -52,10 +54,11 @@ def same(a, b) -> bool:
     return len(a) == len(b)
 
 
-def run_once(path: str, budgets: str, parametric: bool, time_limit):
+def run_once(path: str, budgets: str, name: str, time_limit):
     prob = prepare(path)
     t0 = time.perf_counter()
-    points = sweep_problem(prob, budgets, parametric=parametric, time_limit=time_limit)
+    points = sweep_problem(prob, budgets, parametric=name != "relower",
+                           neighbour=name == "neighbour", time_limit=time_limit)
     wall = time.perf_counter() - t0
     lower = sum(p.result.timings.get("lower", 0.0) for p in points)
     solve = sum(p.result.timings.get("solve", 0.0) for p in points)
@@ -85,18 +88,19 @@ def main() -> None:
     ap.add_argument("--budgets", default="30%..100%/8")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--time-limit", type=float, default=None)
+    ap.add_argument("--neighbour", action="store_true", help="also the neighbour warm start")
     ap.add_argument("--ray", action="store_true", help="also time `sweep --ray` vs the serial CLI")
     args = ap.parse_args()
     path = str(ROOT / args.file) if not Path(args.file).is_absolute() else args.file
 
-    rows = {"relower": [], "parametric": []}
+    names = ["relower", "parametric"] + (["neighbour"] if args.neighbour else [])
+    rows = {n: [] for n in names}
     tables = {}
     for r in range(args.rounds):
-        order = ["relower", "parametric"] if r % 2 == 0 else ["parametric", "relower"]
+        order = names if r % 2 == 0 else names[::-1]
         for name in order:
             before = load()
-            wall, lower, solve, points = run_once(path, args.budgets, name == "parametric",
-                                                  args.time_limit)
+            wall, lower, solve, points = run_once(path, args.budgets, name, args.time_limit)
             rows[name].append(wall)
             tables.setdefault(name, table(points))
             print(f"round {r + 1} {name:10s} wall {wall:7.2f} s  lower {lower:6.3f} s  "
@@ -104,10 +108,13 @@ def main() -> None:
             for p in points:
                 print(f"    {p.budget_percent or 0:7.3g}%  {p.status.value:9s} "
                       f"{p.objective!s:22s} solve {p.solve_time:6.2f} s", flush=True)
-    ok = same(tables["relower"], tables["parametric"])
-    a, b = statistics.median(rows["relower"]), statistics.median(rows["parametric"])
-    print(f"\n{Path(path).name}, budgets {args.budgets}: relower median {a:.2f} s, parametric "
-          f"median {b:.2f} s: ratio {a / b:.2f}x (target >= 2x); same table: {ok}; {load()}")
+    a = statistics.median(rows["relower"])
+    print()
+    for name in names[1:]:
+        b = statistics.median(rows[name])
+        ok = same(tables["relower"], tables[name])
+        print(f"{Path(path).name}, budgets {args.budgets}: relower median {a:.2f} s, {name} "
+              f"median {b:.2f} s: ratio {a / b:.2f}x (target >= 2x); same table: {ok}; {load()}")
 
     if args.ray:
         print()

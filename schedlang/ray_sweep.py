@@ -9,10 +9,10 @@ returned in ascending budget order. Without an address a local Ray instance is s
 shut down at the end); with one (``ray://host:10001``, ``auto``, ``host:6379``), the sweep
 joins that cluster, whose workers need schedlang installed.
 
-The serial sweep lowers the program once and starts each budget from its neighbour's solution
-(`schedlang.parametric`); a task solves its budget on its own. Both give the same statuses
-and optimal objectives (the optimum at a budget does not depend on the start); a budget
-stopped at a gap or a limit may end at another feasible plan.
+The serial sweep lowers the program once and moves it from budget to budget
+(`schedlang.parametric`); a task lowers its budget on its own. The models are the same, so
+the results are: same statuses and objectives (a solve stopped by a time limit depends on the
+machine's speed, and may end elsewhere).
 """
 from __future__ import annotations
 

@@ -5,11 +5,12 @@
     for p in points:
         print(p.budget_percent, p.status.value, p.objective, p.overhead)
 
-The files are parsed and checked once; each budget is then lowered and solved on its own by
-`solve_at`, which needs nothing but the loaded program and the budget. Budgets are independent
-of each other, so `sweep` is a plain loop over `solve_at` that an engine such as Ray or Dask can
-replace by a map (``ray.get([remote_solve_at.remote(program, b) for b in budgets])``): the
-program, the options and the `SweepPoint` results are ordinary picklable data.
+The files are parsed, checked and lowered once; each budget is then solved by `solve_at` on
+that lowering moved to the budget (`schedlang.parametric`: only what reads the budget is
+evaluated again, and the model is the one a fresh lowering gives). Budgets are independent of
+each other: `solve_at` also lowers on its own when given no lowering, which is what the Ray map
+of `sweep --ray` does (`schedlang.ray_sweep`): the program, the options and the `SweepPoint`
+results are ordinary picklable data.
 
 Budget specs (`parse_budgets`, which is `schedlang.budgets.parse_list`), comma-separated
 items, each one of:
@@ -181,7 +182,8 @@ def prepare(path_or_paths, model: str | None = None, max_elements: int | None = 
 def sweep(path_or_paths, budgets, model: str | None = None, backend: str = "pyomo",
           solver: str = "highs", time_limit: float | None = None, gap: float | None = None,
           threads: int | None = None, progress=None,
-          max_elements: int | None = None, parametric: bool = True) -> list[SweepPoint]:
+          max_elements: int | None = None, parametric: bool = True,
+          neighbour: bool = False) -> list[SweepPoint]:
     """Solve the files at each budget; one `SweepPoint` per budget, in ascending budget order.
 
     `budgets` is a spec string (``"30%..100%/8"``, see `parse_budgets`) or a list of sizes,
@@ -193,22 +195,25 @@ def sweep(path_or_paths, budgets, model: str | None = None, backend: str = "pyom
     """
     return sweep_problem(prepare(path_or_paths, model, max_elements), budgets, backend=backend,
                          solver=solver, time_limit=time_limit, gap=gap, threads=threads,
-                         progress=progress, parametric=parametric)
+                         progress=progress, parametric=parametric, neighbour=neighbour)
 
 
 def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str = "highs",
                   time_limit: float | None = None, gap: float | None = None,
                   threads: int | None = None, progress=None,
                   done: dict[int, SweepPoint] | None = None, record=None,
-                  parametric: bool = True) -> list[SweepPoint]:
+                  parametric: bool = True, neighbour: bool = False) -> list[SweepPoint]:
     """`sweep` on a `Problem` from `prepare` (loaded and checked).
 
     `done`: points already solved, by budget in bytes (from `PointLog.resume`): they are taken
     as they are, not solved again; `record(point)` is called with each newly solved point as
     soon as it is finished (`PointLog.append`). `parametric` (the default): the program is
-    lowered once and only moved to each budget (`schedlang.parametric`), and each budget's
-    solve starts from the solution of the budget below it (`neighbour_start`); False: each
-    budget is lowered and solved cold on its own, as a distributed map does it."""
+    lowered once and only moved to each budget (`schedlang.parametric`: the same model a fresh
+    lowering gives, so the same results); False: each budget is lowered on its own, as a
+    distributed map does it. `neighbour`: start each budget's solve from the solution of the
+    budget below it (`neighbour_start`). Off by default: on transformer12 it made HiGHS no
+    faster overall and once stopped at the neighbour's plan, reported `feasible` with a gap,
+    where the cold solve proves a better optimum (bench/bench_sweep.py, docs/distributed.md)."""
     values = parse_budgets(budgets, prob.graph)
     ref = reference(prob.graph)
     shared = {"parse": prob.timings.get("parse", 0.0), "check": prob.timings.get("check", 0.0)}
@@ -226,7 +231,7 @@ def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str
                     lowering = BudgetLowering(prob.program, {**prob.program.budgets,
                                                              "peak": int(budget)},
                                               prob.max_elements)
-                start = neighbour_start(points)
+                start = neighbour_start(points) if neighbour else None
             point = solve_at(prob.program, budget, backend=backend, solver=solver,
                              time_limit=time_limit, gap=gap, threads=threads, ref=ref,
                              timings=shared, max_elements=prob.max_elements,
