@@ -1008,13 +1008,20 @@ def _conjuncts(e) -> list:
 
 def _references(e) -> set[str]:
     out = set()
-    stack = [e]
-    while stack:
-        x = stack.pop()
+    for x in ast_nodes(e):
         if isinstance(x, ast.Name):
             out.add(x.id)
         elif isinstance(x, ast.Subscript):
             out.add(x.name)
+    return out
+
+
+def ast_nodes(e):
+    """Every AST node under `e` (itself included), depth first."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
         if isinstance(x, ast.Node):
             for v in vars(x).values():
                 if isinstance(v, ast.Node):
@@ -1022,7 +1029,6 @@ def _references(e) -> set[str]:
                 elif isinstance(v, list):
                     stack.extend(i for i in v if isinstance(i, ast.Node))
                     stack.extend(j for i in v if isinstance(i, tuple) for j in i if isinstance(j, ast.Node))
-    return out
 
 
 def _free_names(e) -> set[str]:

@@ -28,7 +28,7 @@ import numpy as np
 
 from . import ast
 from .ir import IRModel
-from .lower import Lowering, _references, lower_program
+from .lower import Lowering, _references, ast_nodes, lower_program
 from .program import Program
 
 #: the budgets a sweep moves: the peak budget, and the save budget, which is the peak budget
@@ -39,19 +39,8 @@ SWEPT = ("peak", "save")
 def _uses_bounds(node) -> bool:
     """Whether a constraint body may be lowered with a big-M from column bounds (logic.py:
     `implies`, `iff`, `or`, `any`, `not`); plain comparisons and `and`/`all` of them never."""
-    stack = [node]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, ast.Not) or (isinstance(x, ast.Logic) and x.op != "and") \
-                or (isinstance(x, ast.Aggregate) and x.op == "any"):
-            return True
-        if isinstance(x, ast.Node):
-            for v in vars(x).values():
-                if isinstance(v, ast.Node):
-                    stack.append(v)
-                elif isinstance(v, list):
-                    stack.extend(i for i in v if isinstance(i, ast.Node))
-    return False
+    return any(isinstance(x, ast.Not) or (isinstance(x, ast.Logic) and x.op != "and")
+               or (isinstance(x, ast.Aggregate) and x.op == "any") for x in ast_nodes(node))
 
 
 def budget_dependents(program: Program, kinds=SWEPT) -> set[str]:
@@ -219,7 +208,7 @@ class BudgetLowering:
         return ir
 
 
-def family_bounds_equal(a: IRModel, b: IRModel) -> bool:
+def same_ir(a: IRModel, b: IRModel) -> bool:
     """Same columns, rows, coefficients, bounds and objective (for tests and self-checks)."""
     if [(f.name, f.kind, f.keys) for f in a.variables] != [(f.name, f.kind, f.keys) for f in b.variables]:
         return False

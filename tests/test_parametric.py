@@ -7,7 +7,7 @@ import pytest
 
 from schedlang import budgets
 from schedlang.lower import lower_program
-from schedlang.parametric import BudgetLowering, budget_dependents, family_bounds_equal
+from schedlang.parametric import BudgetLowering, budget_dependents, same_ir
 from schedlang.problem import load
 from schedlang.sweep import prepare, sweep_problem
 from .paths import ROOT
@@ -31,7 +31,7 @@ def test_moved_lowering_equals_a_fresh_one(name):
     assert low.incremental, low.reason
     for b in values[::-1] + values[1:]:
         at = {**prog.budgets, "peak": b}
-        assert family_bounds_equal(low.at(at), lower_program(prog, prog.graph, at)), b
+        assert same_ir(low.at(at), lower_program(prog, prog.graph, at)), b
 
 
 def test_only_what_reads_the_budget_is_redone():
@@ -53,7 +53,7 @@ def test_a_budget_in_a_when_guard_lowers_again(tmp_path):
     assert not low.incremental and "when" in low.reason
     for mib in (90, 150, 200):
         at = {**prog.budgets, "peak": mib * 2**20}
-        assert family_bounds_equal(low.at(at), lower_program(prog, prog.graph, at))
+        assert same_ir(low.at(at), lower_program(prog, prog.graph, at))
 
 
 @pytest.mark.parametrize("name", ["chain", "profiled"])
