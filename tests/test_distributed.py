@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,7 @@ if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
 WORLD = 2
+ROOT_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 BUDGETS = [100, 60, 40]
 CASES = {
     # activations outweigh parameters, so that 40% is within reach
@@ -119,31 +121,41 @@ def test_fit_then_ddp(case, tmp_path):
     _check_ddp(case, tmp_path)
 
 
-def _mismatch_worker(rank: int, port: int, out: str) -> None:
-    from schedlang.pytorch.distributed import DistributedPlanError
+def _agreement_worker(rank: int, port: int, out: str) -> None:
+    from schedlang.problem import load, run_named_planner
+    from schedlang.pytorch.distributed import DistributedPlanError, agree_plan, plan_digest
     from schedlang.pytorch.fit import fit
 
     from .torch_models import ALL
 
     _init(rank, port)
     try:
-        model, sample, loss_fn = ALL["mlp"](batch=64, width=16 + 8 * rank)  # a different model per rank
+        result = {}
+        # ranks that solved differently: every rank gets rank 0's plan
+        g = load(str(ROOT_EXAMPLES / "transformer12.sched")).graph
+        mine = run_named_planner("no_recompute" if rank == 0 else "recompute_all", g, None)
+        result["before"] = plan_digest(mine)
+        result["after"] = plan_digest(agree_plan(mine, g))
+        # ranks with different models: a clear error on every rank, no hang
+        model, sample, loss_fn = ALL["mlp"](batch=64, width=16 + 8 * rank)
         try:
             fit(model, sample, budget="60%", loss_fn=loss_fn, repeats=1)
-            msg = ""
+            result["error"] = ""
         except DistributedPlanError as exc:
-            msg = str(exc)
-        with open(os.path.join(out, f"rank{rank}.txt"), "w") as f:
-            f.write(msg)
+            result["error"] = str(exc)
+        with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+            json.dump(result, f)
     finally:
         dist.destroy_process_group()
 
 
-def test_ranks_with_different_models_fail_clearly(tmp_path):
-    _spawn(_mismatch_worker, str(tmp_path))
-    for r in range(WORLD):
-        msg = (tmp_path / f"rank{r}.txt").read_text()
-        assert "the ranks traced different graphs" in msg and "ranks [0]" in msg
+def test_one_plan_on_every_rank_or_a_clear_error(tmp_path):
+    _spawn(_agreement_worker, str(tmp_path))
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    assert got[0]["before"] != got[1]["before"]  # the ranks' own plans differ
+    assert got[0]["after"] == got[1]["after"] == got[0]["before"]  # rank 0's, everywhere
+    for r in got:
+        assert "the ranks traced different graphs" in r["error"] and "ranks [0]" in r["error"]
 
 
 # ---------------------------------------------------------------------- FSDP2 accounting
