@@ -28,7 +28,7 @@ def import_ray():
         import ray
     except ImportError:
         raise SchedError("--ray needs Ray, which is not installed: pip install "
-                         "\"schedlang[ray]\" (or pip install \"ray[default]\")", RAY_LOC) from None
+                         "\"schedlang[ray]\" (or pip install ray)", RAY_LOC) from None
     return ray
 
 
