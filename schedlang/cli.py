@@ -109,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
                    "as soon as the budget is solved")
     w.add_argument("--resume", action="store_true", help="with --out: keep the points already "
                    "in FILE.jsonl and solve only the budgets it lacks")
+    w.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="solve the budgets as "
+                   "Ray tasks, on the cluster at ADDRESS, else on a local Ray instance (needs "
+                   "pip install \"schedlang[ray]\")")
     _max_elements_argument(w)
 
     i = sub.add_parser("import", help="convert graph data from other tools to .sched")
@@ -382,6 +385,10 @@ def cmd_sweep(args) -> int:
                          Loc("--resume"))
     if args.plot:
         check_plot_target(args.plot)  # before a long sweep, not after it
+    if args.ray is not None:
+        from .ray_sweep import import_ray
+
+        import_ray()  # a clear error before any work when Ray is missing
     files = [args.file] + args.compare
     problems = [prepare(f, args.model, args.max_elements) for f in files]  # every file checked before any solve
     log = PointLog(args.out, resume=args.resume) if args.out else None
@@ -414,6 +421,8 @@ def _sweep(args, files, problems, log) -> int:
 
         def progress(k, n, budget, point, where=where, label=label, done=done):
             head = f"sweep {label}[{k}/{n}] {where(budget)}: "
+            if point is not None and args.ray is not None and budget not in done:
+                started[0] = time.perf_counter() - point.solve_time  # a task's own solve time
             if point is None:
                 started[0] = time.perf_counter()
                 if tty:
@@ -429,11 +438,17 @@ def _sweep(args, files, problems, log) -> int:
             print(("\r\x1b[K" if tty else "") + line, file=sys.stderr, flush=True)
 
         t1 = time.perf_counter()
-        points = sweep_problem(prob, budgets, backend=args.backend, solver=args.solver,
-                               time_limit=args.time_limit, gap=args.gap, threads=args.threads,
-                               progress=progress, done=done,
-                               record=(lambda point, path=path: log.append(path, point))
-                               if log is not None else None)
+        run = sweep_problem
+        extra = {}
+        if args.ray is not None:
+            from .ray_sweep import sweep_on_ray as run
+
+            extra = {"address": args.ray}
+        points = run(prob, budgets, backend=args.backend, solver=args.solver,
+                     time_limit=args.time_limit, gap=args.gap, threads=args.threads,
+                     progress=progress, done=done,
+                     record=(lambda point, path=path: log.append(path, point))
+                     if log is not None else None, **extra)
         curves[path] = points
         if not args.json:
             _print_sweep(prob, args, points, ref_peak, ref_time, time.perf_counter() - t1)

@@ -588,6 +588,13 @@ class Lowering:
     @_lowering
     def _declare_var(self, d: ast.VarDecl):
         fam = self._decl_family(d)
+        lb, ub = self.var_bounds(d, fam)
+        self._add_family(d.name, fam, d.kind, lb, ub, d.loc, d.doc)
+
+    @_lowering
+    def var_bounds(self, d: ast.VarDecl, fam: Family) -> tuple[np.ndarray, np.ndarray]:
+        """The column bounds of variable `d` over its domain `fam` (parametric.py evaluates
+        them again when a budget moves)."""
         n = len(fam.keys)
         lb = np.zeros(n) if d.kind == "binary" else np.full(n, -np.inf)
         ub = np.ones(n) if d.kind == "binary" else np.full(n, np.inf)
@@ -604,7 +611,7 @@ class Lowering:
             i = int(np.flatnonzero(bad)[0])
             raise DataError(f"variable {d.name}{self._fmt_key(fam.keys[i]) if fam.keys.shape[1] else ''} has "
                             f"lower bound {lb[i]:g} above its upper bound {ub[i]:g}", d.loc)
-        self._add_family(d.name, fam, d.kind, lb, ub, d.loc, d.doc)
+        return lb, ub
 
     def _add_family(self, name, fam: Family, kind, lb, ub, loc, doc=""):
         keys = [tuple(self.u.value(int(c)) for c in row) for row in fam.keys]
@@ -1001,13 +1008,20 @@ def _conjuncts(e) -> list:
 
 def _references(e) -> set[str]:
     out = set()
-    stack = [e]
-    while stack:
-        x = stack.pop()
+    for x in ast_nodes(e):
         if isinstance(x, ast.Name):
             out.add(x.id)
         elif isinstance(x, ast.Subscript):
             out.add(x.name)
+    return out
+
+
+def ast_nodes(e):
+    """Every AST node under `e` (itself included), depth first."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
         if isinstance(x, ast.Node):
             for v in vars(x).values():
                 if isinstance(v, ast.Node):
@@ -1015,7 +1029,6 @@ def _references(e) -> set[str]:
                 elif isinstance(v, list):
                     stack.extend(i for i in v if isinstance(i, ast.Node))
                     stack.extend(j for i in v if isinstance(i, tuple) for j in i if isinstance(j, ast.Node))
-    return out
 
 
 def _free_names(e) -> set[str]:

@@ -5,11 +5,12 @@
     for p in points:
         print(p.budget_percent, p.status.value, p.objective, p.overhead)
 
-The files are parsed and checked once; each budget is then lowered and solved on its own by
-`solve_at`, which needs nothing but the loaded program and the budget. Budgets are independent
-of each other, so `sweep` is a plain loop over `solve_at` that an engine such as Ray or Dask can
-replace by a map (``ray.get([remote_solve_at.remote(program, b) for b in budgets])``): the
-program, the options and the `SweepPoint` results are ordinary picklable data.
+The files are parsed, checked and lowered once; each budget is then solved by `solve_at` on
+that lowering moved to the budget (`schedlang.parametric`: only what reads the budget is
+evaluated again, and the model is the one a fresh lowering gives). Budgets are independent of
+each other: `solve_at` also lowers on its own when given no lowering, which is what the Ray map
+of `sweep --ray` does (`schedlang.ray_sweep`): the program, the options and the `SweepPoint`
+results are ordinary picklable data.
 
 Budget specs (`parse_budgets`, which is `schedlang.budgets.parse_list`), comma-separated
 items, each one of:
@@ -26,14 +27,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import budgets
 from .errors import DataError, Loc, SchedError
 from .graph import Graph
+from .parametric import BudgetLowering
 from .planners.no_recompute import no_recompute_peak, no_recompute_plan
-from .problem import Problem, Result, load
+from .problem import Problem, Result, WarmStart, load
 from .simulate import simulate
 from .solution import EXIT_CODES, Status
 
@@ -121,26 +124,51 @@ def solve_at(program, budget: int, *, backend: str = "pyomo", solver: str = "hig
              time_limit: float | None = None, gap: float | None = None,
              threads: int | None = None, presolve: bool = True,
              ref: tuple[int | None, float | None] | None = None,
-             timings: dict | None = None, max_elements: int | None = None) -> SweepPoint:
+             timings: dict | None = None, max_elements: int | None = None,
+             lowering: BudgetLowering | None = None, warm_start=None) -> SweepPoint:
     """Lower and solve an already loaded and checked `program` at peak budget `budget` (bytes).
 
     Self-contained, so that a sweep can be mapped over budgets by Ray, Dask or the like: the
     program is not modified (a shallow copy gets the budget). `ref` is `reference(graph)`
     (computed here when not given); `timings` are the shared parse/check times to report.
+    `lowering`: the program lowered once (`schedlang.parametric.BudgetLowering`), moved to
+    this budget instead of lowered again (the same IR); `warm_start`: a MIP start, as
+    `Problem.solve` takes it (a neighbouring budget's solution vector or plan).
     """
     prog = dataclasses.replace(program, budgets={**program.budgets, "peak": int(budget)})
     times = dict(timings) if timings else {}
     times.setdefault("check", 0.0)  # checked once by the caller: Problem.lower skips it
     prob = Problem(prog, times, max_elements=max_elements)
-    prob.lower()
+    if lowering is not None:
+        t0 = time.perf_counter()
+        prob.ir = lowering.at(prog.budgets)
+        times["lower"] = time.perf_counter() - t0
+    else:
+        prob.lower()
     result = prob.solve(backend=backend, solver=solver, time_limit=time_limit, gap=gap,
-                        threads=threads, presolve=presolve)
+                        threads=threads, presolve=presolve, warm_start=warm_start)
     ref_peak, ref_time = ref if ref is not None else reference(prog.graph)
     percent = 100.0 * budget / ref_peak if ref_peak else None
     overhead = None
     if result.status.has_solution and result.objective is not None and ref_time:
         overhead = result.objective / ref_time - 1.0
     return SweepPoint(int(budget), percent, result, overhead)
+
+
+def neighbour_start(points: list[SweepPoint]):
+    """The MIP start of the next (larger) budget: the solution of the largest budget solved so
+    far. Its plan fits a smaller budget, so it fits this one; `Problem.solve` checks it against
+    the model and solves cold when it does not satisfy it. The solver's column vector when
+    there is one (same columns: the lowering moved, it did not change shape), else the plan
+    (a point read back by `--resume`), which is encoded. None when nothing is solved yet."""
+    for point in reversed(points):
+        if point.solved:
+            sol = point.result.solution
+            if sol is not None and sol.x is not None:
+                return sol.x
+            if point.result.plan is not None:
+                return point.result.plan
+    return None
 
 
 def prepare(path_or_paths, model: str | None = None, max_elements: int | None = None) -> Problem:
@@ -154,7 +182,8 @@ def prepare(path_or_paths, model: str | None = None, max_elements: int | None = 
 def sweep(path_or_paths, budgets, model: str | None = None, backend: str = "pyomo",
           solver: str = "highs", time_limit: float | None = None, gap: float | None = None,
           threads: int | None = None, progress=None,
-          max_elements: int | None = None) -> list[SweepPoint]:
+          max_elements: int | None = None, parametric: bool = True,
+          neighbour: bool = False) -> list[SweepPoint]:
     """Solve the files at each budget; one `SweepPoint` per budget, in ascending budget order.
 
     `budgets` is a spec string (``"30%..100%/8"``, see `parse_budgets`) or a list of sizes,
@@ -164,32 +193,49 @@ def sweep(path_or_paths, budgets, model: str | None = None, backend: str = "pyom
     `progress(index, total, budget_bytes, point)` is called before each solve (point None)
     and after it; index counts from 1.
     """
-    return sweep_problem(prepare(path_or_paths, model, max_elements), budgets, backend=backend, solver=solver,
-                         time_limit=time_limit, gap=gap, threads=threads, progress=progress)
+    return sweep_problem(prepare(path_or_paths, model, max_elements), budgets, backend=backend,
+                         solver=solver, time_limit=time_limit, gap=gap, threads=threads,
+                         progress=progress, parametric=parametric, neighbour=neighbour)
 
 
 def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str = "highs",
                   time_limit: float | None = None, gap: float | None = None,
                   threads: int | None = None, progress=None,
-                  done: dict[int, SweepPoint] | None = None, record=None) -> list[SweepPoint]:
+                  done: dict[int, SweepPoint] | None = None, record=None,
+                  parametric: bool = True, neighbour: bool = False) -> list[SweepPoint]:
     """`sweep` on a `Problem` from `prepare` (loaded and checked).
 
     `done`: points already solved, by budget in bytes (from `PointLog.resume`): they are taken
     as they are, not solved again; `record(point)` is called with each newly solved point as
-    soon as it is finished (`PointLog.append`)."""
+    soon as it is finished (`PointLog.append`). `parametric` (the default): the program is
+    lowered once and only moved to each budget (`schedlang.parametric`: the same model a fresh
+    lowering gives, so the same results); False: each budget is lowered on its own, as a
+    distributed map does it. `neighbour`: start each budget's solve from the solution of the
+    budget below it (`neighbour_start`). Off by default: on transformer12 it made HiGHS no
+    faster overall and once stopped at the neighbour's plan, reported `feasible` with a gap,
+    where the cold solve proves a better optimum (bench/bench_sweep.py, docs/distributed.md)."""
     values = parse_budgets(budgets, prob.graph)
     ref = reference(prob.graph)
     shared = {"parse": prob.timings.get("parse", 0.0), "check": prob.timings.get("check", 0.0)}
     points: list[SweepPoint] = []
+    lowering = None
     for k, budget in enumerate(values, 1):
         if done and budget in done:
             point = done[budget]
         else:
             if progress is not None:
                 progress(k, len(values), budget, None)
+            start = None
+            if parametric:
+                if lowering is None:  # lowered once, at the first budget solved
+                    lowering = BudgetLowering(prob.program, {**prob.program.budgets,
+                                                             "peak": int(budget)},
+                                              prob.max_elements)
+                start = neighbour_start(points) if neighbour else None
             point = solve_at(prob.program, budget, backend=backend, solver=solver,
                              time_limit=time_limit, gap=gap, threads=threads, ref=ref,
-                             timings=shared, max_elements=prob.max_elements)
+                             timings=shared, max_elements=prob.max_elements,
+                             **({"lowering": lowering, "warm_start": start} if parametric else {}))
             if record is not None:
                 record(point)
         points.append(point)
@@ -285,10 +331,11 @@ def point_from_json(obj: dict, prob: Problem, loc: Loc) -> SweepPoint:
                                               "save_bytes": prob.budgets.get("save")},
                                    "predicted": obj.get("predicted")}, str(loc))
             sim = simulate(plan, graph)
+        ws = obj.get("warm_start")
         result = Result(status, obj.get("objective"), obj.get("bound"), obj.get("gap"),
                         obj.get("backend"), obj.get("solver"), obj.get("model_size") or {},
                         obj.get("timings") or {}, plan, sim, None, obj.get("message") or "",
-                        budget)
+                        budget, warm_start=WarmStart(**ws) if isinstance(ws, dict) else None)
     except (ValueError, TypeError) as exc:
         raise DataError(f"a sweep point at {budget} B cannot be read back: {exc}", loc) from None
     return SweepPoint(budget, obj.get("budget_percent"), result, obj.get("overhead"))

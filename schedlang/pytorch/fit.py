@@ -602,8 +602,14 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     recomputed (`models/offload.sched`); None: recomputation only. `calibrate`: after the first
     measured step, if its peak is over the prediction (or the budget), re-plan once with the
     excess as a margin (logged on the ``schedlang.pytorch`` logger; see `memory_report()`)."""
+    from . import distributed
+
     prep = prepared if prepared is not None else prepare(
         model, sample_inputs, layers=layers, graph=graph, loss_fn=loss_fn, **trace_kwargs)
+    if distributed.active():  # one profile and one plan on every rank (distributed.py)
+        agreed, plain_time = distributed.agree_graph(prep.graph, prep.plain_time)
+        prep = dataclasses.replace(prep, graph=agreed, plain_time=plain_time)
+        calibrate = False  # a re-plan would be one rank's alone
     if bandwidth is not None:
         rate = parse_bandwidth(bandwidth)
         linked = copy.copy(prep.graph)
@@ -632,7 +638,9 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
                        f"alone ({format_size(prep.resident_bytes)}: parameters, buffers and "
                        "inputs)")
     t0 = time.perf_counter()
-    found = solve_plan(prep.graph, activation, solver, time_limit, backend, **extra)
+    found = solve_plan(prep.graph, activation, solver, time_limit, backend, **extra) \
+        if distributed.solves_here() else None
+    found = distributed.agree_plan(found, prep.graph)  # rank 0's plan; a no-op on one process
     solve_s = time.perf_counter() - t0
     if found is None:
         # the formulation rounds the budget down to whole KiB: a KiB above plain execution's

@@ -1,0 +1,131 @@
+"""Budget sweeps: per-budget re-lowering vs the parametric sweep, and the sweep on Ray.
+
+    python bench/bench_sweep.py                                  # transformer12, 8 budgets, 2 rounds
+    python bench/bench_sweep.py --file examples/unet.sched --budgets 40%..100%/4 --rounds 3
+    python bench/bench_sweep.py --ray                            # + `sweep --ray` (local Ray)
+
+Side by side, in one process, the rounds interleaved (ABBA...) so that machine load hits both:
+
+* **relower**: `sweep_problem(..., parametric=False)`: each budget lowered from the program and
+  solved cold (the sweep before issue 15);
+* **parametric**: `sweep_problem(...)` (the default): the program lowered once and moved to
+  each budget (`schedlang.parametric`);
+* **neighbour** (with `--neighbour`): parametric, and each budget's solve started from the
+  solution of the budget below it (`sweep_problem(..., neighbour=True)`).
+
+Per round: wall seconds of the whole sweep, seconds spent lowering and in the solver, and the
+check that both give the same table (status and objective per budget; an objective may differ
+only at a budget stopped at a gap, `feasible`). The ratio is relower / parametric of the
+medians. With `--ray`, the CLI's `sweep --ray` (a local Ray instance, started and stopped by
+the sweep: its start-up is in the wall time) against the serial CLI sweep, and the same check.
+The machine's load average is printed with every figure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from schedlang.sweep import prepare, sweep_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load() -> str:
+    return "load %.1f %.1f %.1f" % os.getloadavg()
+
+
+def table(points) -> list:
+    return [(p.budget_bytes, p.status.value, None if p.objective is None else round(p.objective, 9))
+            for p in points]
+
+
+def same(a, b) -> bool:
+    for x, y in zip(a, b):
+        if x[:2] != y[:2]:
+            return False
+        if x[1] == "optimal" and x[2] != y[2]:
+            return False
+    return len(a) == len(b)
+
+
+def run_once(path: str, budgets: str, name: str, time_limit):
+    prob = prepare(path)
+    t0 = time.perf_counter()
+    points = sweep_problem(prob, budgets, parametric=name != "relower",
+                           neighbour=name == "neighbour", time_limit=time_limit)
+    wall = time.perf_counter() - t0
+    lower = sum(p.result.timings.get("lower", 0.0) for p in points)
+    solve = sum(p.result.timings.get("solve", 0.0) for p in points)
+    return wall, lower, solve, points
+
+
+def cli_sweep(path: str, budgets: str, ray: bool, time_limit) -> tuple[float, list]:
+    argv = [sys.executable, "-c", "from schedlang.cli import main; raise SystemExit(main())",
+            "sweep", path, "--budgets", budgets, "--json"]
+    if time_limit is not None:
+        argv += ["--time-limit", str(time_limit)]
+    if ray:
+        argv.append("--ray")
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if out.returncode not in (0, 4):
+        raise SystemExit(f"sweep failed ({out.returncode}): {out.stderr[-2000:]}")
+    pts = json.loads(out.stdout)
+    return wall, [(p["budget_bytes"], p["status"],
+                   None if p["objective"] is None else round(p["objective"], 9)) for p in pts]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--file", default="examples/transformer12.sched")
+    ap.add_argument("--budgets", default="30%..100%/8")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--time-limit", type=float, default=None)
+    ap.add_argument("--neighbour", action="store_true", help="also the neighbour warm start")
+    ap.add_argument("--ray", action="store_true", help="also time `sweep --ray` vs the serial CLI")
+    args = ap.parse_args()
+    path = str(ROOT / args.file) if not Path(args.file).is_absolute() else args.file
+
+    names = ["relower", "parametric"] + (["neighbour"] if args.neighbour else [])
+    rows = {n: [] for n in names}
+    tables = {}
+    for r in range(args.rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        for name in order:
+            before = load()
+            wall, lower, solve, points = run_once(path, args.budgets, name, args.time_limit)
+            rows[name].append(wall)
+            tables.setdefault(name, table(points))
+            print(f"round {r + 1} {name:10s} wall {wall:7.2f} s  lower {lower:6.3f} s  "
+                  f"solve {solve:7.2f} s  ({before} -> {load()})", flush=True)
+            for p in points:
+                print(f"    {p.budget_percent or 0:7.3g}%  {p.status.value:9s} "
+                      f"{p.objective!s:22s} solve {p.solve_time:6.2f} s", flush=True)
+    a = statistics.median(rows["relower"])
+    print()
+    for name in names[1:]:
+        b = statistics.median(rows[name])
+        ok = same(tables["relower"], tables[name])
+        print(f"{Path(path).name}, budgets {args.budgets}: relower median {a:.2f} s, {name} "
+              f"median {b:.2f} s: ratio {a / b:.2f}x (target >= 2x); same table: {ok}; {load()}")
+
+    if args.ray:
+        print()
+        before = load()
+        ws, serial = cli_sweep(path, args.budgets, False, args.time_limit)
+        print(f"serial CLI sweep      wall {ws:7.2f} s  ({before} -> {load()})", flush=True)
+        before = load()
+        wr, on_ray = cli_sweep(path, args.budgets, True, args.time_limit)
+        print(f"sweep --ray (local)   wall {wr:7.2f} s  ({before} -> {load()})", flush=True)
+        print(f"same table: {same(serial, on_ray)}")
+
+
+if __name__ == "__main__":
+    main()
