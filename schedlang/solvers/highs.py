@@ -18,17 +18,22 @@ Quirks:
 Interrupts (`solve_pyomo_stdform`, MIP models, main thread): `Highs.run` runs on a worker
 thread while the main thread waits in Python, so that signals are seen at once. The first
 SIGINT (Ctrl-C) or SIGTERM asks HiGHS to stop at its next interrupt callback (MIP, simplex,
-IPM; the LP relaxations inside the MIP do not call them, so a long root LP finishes first); the
-run returns with model status kInterrupt and its incumbent, which schedlang reports as
-`feasible` with its gap (`no_solution` without one), as at a time limit. After the first signal
-both signals get their default action back, so a second Ctrl-C ends the process at once
-(docs/reliability.md).
+IPM); the run returns with model status kInterrupt and its incumbent, which schedlang reports
+as `feasible` with its gap (`no_solution` without one), as at a time limit. The LP relaxations
+inside HiGHS's MIP run on an inner `Highs` of their own that calls no callback (and reads its
+time limit once, when it starts), so nothing reaches a long root LP: when HiGHS has not stopped
+`Interrupts.GRACE` seconds after the signal, the solve stops waiting for it and returns the best
+point it knows (the last improving solution HiGHS reported, else the MIP start) with the last
+bound HiGHS reported; HiGHS's thread is left to stop at its next callback (in the CLI the
+process ends first). After the first signal both signals get their default action back, so a
+second Ctrl-C ends the process at once (docs/reliability.md).
 """
 from __future__ import annotations
 
 import contextlib
 import signal
 import threading
+import time
 from functools import cache
 
 import numpy as np
@@ -50,8 +55,13 @@ TERMINATION = by_termination({
 
 class Highs(SolverAdapter):
     def options(self, backend, time_limit, gap, threads) -> NativeOptions:
+        # mip_feasibility_tolerance: HiGHS checks MIP points on its scaled model, where the
+        # default 1e-6 lets a memory row of 4.6e5 MiB (a 450 GiB budget) pass 1 KiB over its
+        # bound: a plan over the budget, or (after presolve) a wrong "infeasible". At 1e-9 the
+        # slack stays under the models' whole-KiB rounding of budgets up to ~1 TiB
+        # (docs/reliability.md, "Numbers at the edges")
         return NativeOptions(spell(("time_limit", "mip_rel_gap", "threads"), time_limit, gap,
-                                   threads, mip_abs_gap=0.0))
+                                   threads, mip_abs_gap=0.0, mip_feasibility_tolerance=1e-9))
 
     def pyomo_interface_available(self, interface: str) -> bool | None:
         if interface != "stdform_highs":
@@ -118,6 +128,17 @@ def _swallow_banner() -> None:
         highspy.Highs()
 
 
+def quiet_highs():
+    """A `highspy.Highs()` with its log off, made after the banner was swallowed (for the
+    HiGHS runs outside a solve's `session`: LP relaxations and MIP-start completions)."""
+    import highspy
+
+    _swallow_banner()
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    return h
+
+
 def read_info(model_status: str, info, x_value, model_value=lambda v: v) -> RawResult:
     """A RawResult from HiGHS' model status name and `HighsInfo`; `x_value()` gives the
     point, `model_value(v)` maps HiGHS' objective values into the model's terms."""
@@ -134,17 +155,22 @@ def read_info(model_status: str, info, x_value, model_value=lambda v: v) -> RawR
 
 
 class Interrupts:
-    """SIGINT/SIGTERM while HiGHS runs: the first is recorded (`requested`: the signal's name)
-    and makes `stop_requested` true, which the MIP callback passes to HiGHS; the default
-    actions are then put back, so a second signal ends the process."""
+    """SIGINT/SIGTERM while HiGHS runs: the first is recorded (`requested`: the signal's name),
+    and the interrupt callbacks (`check`) pass it to HiGHS; the default actions are then put
+    back, so a second signal ends the process. `run` waits at most `GRACE` seconds after the
+    signal for HiGHS to stop (`abandoned`: it did not, e.g. inside its root LP)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    GRACE = 2.0  # seconds HiGHS gets to honour the request before the solve stops waiting
 
     def __init__(self):
         self.requested: str | None = None
+        self.requested_at: float | None = None
+        self.abandoned = False
 
     def _first(self, signum, frame) -> None:
         self.requested = signal.Signals(signum).name
+        self.requested_at = time.monotonic()
         for s in self.SIGNALS:
             signal.signal(s, signal.SIG_DFL)
 
@@ -172,6 +198,10 @@ class Interrupts:
         worker.start()
         while worker.is_alive():
             worker.join(0.1)
+            if (self.requested_at is not None and worker.is_alive()
+                    and time.monotonic() - self.requested_at > self.GRACE):
+                self.abandoned = True  # HiGHS is in code that calls no callback
+                return
         if failed:
             raise failed[0]
 
@@ -191,9 +221,29 @@ class Interrupts:
                 signal.signal(s, handler)
 
 
-def _mip_callback(progress, interrupts: Interrupts):
+class Incumbent:
+    """The best point known while HiGHS runs: the MIP start, then each improving solution
+    HiGHS reports; and the last finite dual bound its MIP callback saw. What an interrupted
+    solve returns when HiGHS cannot be stopped in time (`Interrupts.abandoned`)."""
+
+    def __init__(self, start):
+        self.x = None if start is None else np.asarray(start, dtype=float)
+        self.source = "returned the MIP start" if start is not None else "no solution known"
+        self.bound: float | None = None
+
+    def improved(self, event) -> None:
+        self.x = np.array(event.data_out.mip_solution, dtype=float)
+        self.source = "returned HiGHS's last improving solution"
+
+    def saw_bound(self, bound: float, inf: float) -> None:
+        if abs(bound) < inf:
+            self.bound = float(bound)
+
+
+def _mip_callback(progress, interrupts: Interrupts, best: Incumbent | None = None):
     """A MIP callback of HiGHS: passes its incumbent, bound, gap and time on to `progress`
-    (when given), and asks HiGHS to stop once a signal came (`Interrupts`)."""
+    (when given), records the bound in `best`, and asks HiGHS to stop once a signal came
+    (`Interrupts`)."""
     import highspy
 
     from .progress import Progress
@@ -202,9 +252,11 @@ def _mip_callback(progress, interrupts: Interrupts):
 
     def report(event) -> None:
         interrupts.check(event)
+        d = event.data_out
+        if best is not None:
+            best.saw_bound(d.mip_dual_bound, inf)
         if progress is None:
             return
-        d = event.data_out
         found = abs(d.mip_primal_bound) < inf
         progress(Progress(d.mip_primal_bound if found else None,
                           d.mip_dual_bound if abs(d.mip_dual_bound) < inf else None,
@@ -318,9 +370,11 @@ def solve_pyomo_stdform(model, cols, run) -> RawResult:
         if h.setOptionValue(key, val) == highspy.HighsStatus.kError:
             return RawResult(ERROR, detail=f"HiGHS rejected option {key}={val!r}")
     interrupts = Interrupts()
+    best = Incumbent(run.warm_start if is_int.any() else None)
     if is_int.any():
-        h.cbMipInterrupt.subscribe(_mip_callback(run.progress, interrupts))
-        # the LPs inside the MIP (the root LP can take minutes) check for an interrupt too
+        h.cbMipInterrupt.subscribe(_mip_callback(run.progress, interrupts, best))
+        h.cbMipImprovingSolution.subscribe(best.improved)
+        # an LP solved by HiGHS itself (not the relaxations inside its MIP) checks too
         h.cbSimplexInterrupt.subscribe(interrupts.check)
         h.cbIpmInterrupt.subscribe(interrupts.check)
     if run.warm_start is not None and is_int.any():
@@ -330,6 +384,16 @@ def solve_pyomo_stdform(model, cols, run) -> RawResult:
         h.setSolution(sol)
     with interrupts.installed():
         interrupts.run(h)
+    if interrupts.abandoned:
+        # HiGHS is still inside an LP that calls no callback: the best point known so far
+        stuck = time.monotonic() - interrupts.requested_at
+        x = best.x
+        return RawResult(LIMIT, x=None if x is None else x.copy(),
+                         objective=None if x is None else float(cost @ x) + offset,
+                         bound=best.bound,
+                         detail=f"interrupted by {interrupts.requested}, HiGHS did not stop "
+                         f"within {stuck:.1f} s (inside an LP relaxation, which it cannot "
+                         f"interrupt); {best.source}")
     info = h.getInfo()
     raw = read_info(h.getModelStatus().name, info,
                     lambda: np.asarray(h.getSolution().col_value, dtype=float))
