@@ -42,6 +42,7 @@ from ..plan import Plan
 from ..planners.no_recompute import no_recompute_plan
 from ..simulate import simulate
 from ..units import format_size
+from .guards import check_call, guarded_fit
 
 __all__ = ["fit", "FitModule", "FitError", "MemoryReport", "resolve_fit_budget", "prepare",
            "LOSS_RESERVE"]
@@ -531,6 +532,7 @@ class FitModule(nn.Module):
         self._check_calibration()
 
     def forward(self, *args, **kwargs):
+        check_call(self, args)  # dtype/device as fitted; a new shape gets its own plan
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         training = torch.is_grad_enabled()
         if training and self._pending is not None:
@@ -587,6 +589,7 @@ class _StepEnd:
 
 
 # --- the one call ---------------------------------------------------------------------------------
+@guarded_fit
 def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs",
         time_limit: float | None = 60.0, layers=None, backend: str = "pyomo",
         graph: Graph | None = None, plan: Plan | None = None, measure: bool = True,
