@@ -378,11 +378,12 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
                       **kw) -> int | None:
     """Bisection with the solver between an infeasible `low` and `high` (activation bytes):
     the smallest budget found feasible (within `rel`, at most `max_solves` solves), or None
-    if `high` is not."""
+    if `high` is not. The budget, not the plan's peak: a plan also needs the save budget that
+    its budget implies (the loss phase), so a budget of its peak may admit no plan."""
     plan = solve_plan(graph, high, solver, time_limit, backend, **kw)
     if plan is None:
         return None
-    best = plan.predicted_peak
+    best = high
     solves = 1
     while best - low > max(rel * best, 1024) and solves < max_solves:
         solves += 1
@@ -391,7 +392,7 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
         if plan is None:
             low = mid
         else:
-            best = plan.predicted_peak
+            best = mid
     return best
 
 
