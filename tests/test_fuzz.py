@@ -34,6 +34,8 @@ SOLVE = ["--time-limit", "1", "--max-elements", MAX_ELEMENTS, "--quiet"]
 DEFAULT = {"mutation": 120, "program": 120, "plan": 80, "graph": 80}
 SLOW = {"mutation": 4500, "program": 3000, "plan": 1500, "graph": 1500}
 FUZZ_SLOW_CASES = sum(SLOW.values())
+SCALES = [pytest.param(DEFAULT, id="default"),
+          pytest.param(SLOW, id="slow", marks=pytest.mark.slow)]
 
 MODELS = sorted((ROOT / "models").rglob("*.sched"))
 SOURCES = sorted(EXAMPLES.glob("*.sched")) + MODELS
@@ -61,6 +63,13 @@ class Tally:
               f"({self.longest[1]}), peak RSS grew {grown / 2**20:.0f} MiB")
         assert grown < MAX_RSS_GROWTH
         assert self.count >= expected
+
+
+def drive(make, n: int, name: str, *args) -> None:
+    """Run the hypothesis test `make(n, name)` builds on `args`, then check its tally."""
+    run, tally = make(n, name)
+    run(*args)
+    tally.finish(n)
 
 
 def fuzz_settings(n: int):
@@ -113,17 +122,9 @@ def _mutation_test(n: int, name: str):
     return run, tally
 
 
-def test_fuzz_mutations(workdir):
-    run, tally = _mutation_test(DEFAULT["mutation"], "mutation")
-    run(workdir)
-    tally.finish(DEFAULT["mutation"])
-
-
-@pytest.mark.slow
-def test_fuzz_mutations_at_scale(workdir):
-    run, tally = _mutation_test(SLOW["mutation"], "mutation (slow)")
-    run(workdir)
-    tally.finish(SLOW["mutation"])
+@pytest.mark.parametrize("scale", SCALES)
+def test_fuzz_mutations(workdir, scale):
+    drive(_mutation_test, scale["mutation"], "mutation", workdir)
 
 
 # --------------------------------------------------------------------------- generated programs
@@ -143,17 +144,9 @@ def _program_test(n: int, name: str):
     return run, tally
 
 
-def test_fuzz_programs(workdir):
-    run, tally = _program_test(DEFAULT["program"], "program")
-    run(workdir)
-    tally.finish(DEFAULT["program"])
-
-
-@pytest.mark.slow
-def test_fuzz_programs_at_scale(workdir):
-    run, tally = _program_test(SLOW["program"], "program (slow)")
-    run(workdir)
-    tally.finish(SLOW["program"])
+@pytest.mark.parametrize("scale", SCALES)
+def test_fuzz_programs(workdir, scale):
+    drive(_program_test, scale["program"], "program", workdir)
 
 
 # --------------------------------------------------------------------------- plan JSON
@@ -192,17 +185,9 @@ def _plan_test(n: int, name: str):
     return run, tally
 
 
-def test_fuzz_plans(workdir):
-    run, tally = _plan_test(DEFAULT["plan"], "plan JSON")
-    run(workdir, _valid_plans(workdir))
-    tally.finish(DEFAULT["plan"])
-
-
-@pytest.mark.slow
-def test_fuzz_plans_at_scale(workdir):
-    run, tally = _plan_test(SLOW["plan"], "plan JSON (slow)")
-    run(workdir, _valid_plans(workdir))
-    tally.finish(SLOW["plan"])
+@pytest.mark.parametrize("scale", SCALES)
+def test_fuzz_plans(workdir, scale):
+    drive(_plan_test, scale["plan"], "plan JSON", workdir, _valid_plans(workdir))
 
 
 # --------------------------------------------------------------------------- graph JSON
@@ -229,14 +214,7 @@ def _graph_test(n: int, name: str):
     return run, tally
 
 
-def test_fuzz_graph_json(workdir):
-    run, tally = _graph_test(DEFAULT["graph"], "graph JSON")
-    run(workdir)
-    tally.finish(DEFAULT["graph"])
+@pytest.mark.parametrize("scale", SCALES)
+def test_fuzz_graph_json(workdir, scale):
+    drive(_graph_test, scale["graph"], "graph JSON", workdir)
 
-
-@pytest.mark.slow
-def test_fuzz_graph_json_at_scale(workdir):
-    run, tally = _graph_test(SLOW["graph"], "graph JSON (slow)")
-    run(workdir)
-    tally.finish(SLOW["graph"])

@@ -20,14 +20,20 @@ VGG19 = GRAPHS / "vgg19_train.json"
 pytestmark = pytest.mark.skipif(not VGG19.exists(), reason="shared graphs absent")
 
 
+def import_graph(source, tmp_path, budget: str):
+    """`schedlang import` of a shared checkmate-nx graph at `budget`: (the .sched, the env)."""
+    graph = tmp_path / f"{source.stem}.sched"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-m", "schedlang.cli", "import", str(source), "--format",
+                    "checkmate-nx", "-o", str(graph), "--budget", budget], check=True, env=env,
+                   capture_output=True)
+    return graph, env
+
+
 def start_solve(tmp_path, *extra):
     """`schedlang solve` on vgg19_train at 80% with a MIP start (an incumbent from the start),
     returned once HiGHS is in its branch and bound (its log's table header on stderr)."""
-    graph = tmp_path / "vgg19.sched"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "-m", "schedlang.cli", "import", str(VGG19), "--format",
-                    "checkmate-nx", "-o", str(graph), "--budget", "80%"], check=True, env=env,
-                   capture_output=True)
+    graph, env = import_graph(VGG19, tmp_path, "80%")
     plan = tmp_path / "plan.json"
     proc = subprocess.Popen([sys.executable, "-m", "schedlang.cli", "solve", str(graph), "--json",
                              "--warm-start", "mutwo", "--verbose", "--plan-out", str(plan), *extra],
@@ -112,11 +118,7 @@ MOBILENET = GRAPHS / "mobilenet_train.json"
 def test_ctrl_c_in_the_root_lp_returns_the_mip_start(tmp_path):
     """mobilenet_train at 90%: HiGHS's root LP takes minutes and calls no callback; Ctrl-C 30 s
     into the solve returns the MIP start (or a better point) as `feasible` within seconds."""
-    graph = tmp_path / "mobilenet.sched"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "-m", "schedlang.cli", "import", str(MOBILENET), "--format",
-                    "checkmate-nx", "-o", str(graph), "--budget", "90%"], check=True, env=env,
-                   capture_output=True)
+    graph, env = import_graph(MOBILENET, tmp_path, "90%")
     plan = tmp_path / "plan.json"
     proc = subprocess.Popen([sys.executable, "-m", "schedlang.cli", "solve", str(graph), "--json",
                              "--plan-out", str(plan)],
