@@ -132,7 +132,7 @@ def test_sizes_near_2_63_plan_and_replay(tmp_path):
     assert res.simulated is None or res.simulated.peak_bytes <= below
 
 
-@pytest.mark.parametrize("factor", [1, 2**12, 2**16])
+@pytest.mark.parametrize("factor", [1, 2**12, pytest.param(2**16, marks=pytest.mark.slow)])
 def test_a_tight_budget_is_honoured_at_every_scale(tmp_path, factor):
     """The chain with all sizes times `factor` (nodes of 16 MiB .. 2 TiB), one byte under an
     optimal peak: the same optimum as the small chain. HiGHS's default MIP feasibility
