@@ -79,7 +79,8 @@ class Highs(SolverAdapter):
 
         if not verbose:
             _swallow_banner()
-        if threads is None:
+        if threads is None or any(t.is_alive() for t in ABANDONED):
+            # (never reset the scheduler under a run left in its root LP by an interrupt)
             yield
             return
         highspy.Highs.resetGlobalScheduler(True)
@@ -154,6 +155,11 @@ def read_info(model_status: str, info, x_value, model_value=lambda v: v) -> RawR
     return RawResult(term, x=x, objective=incumbent, bound=bound, detail=f"HiGHS {model_status}")
 
 
+#: HiGHS runs an interrupt stopped waiting for (`Interrupts.abandoned`): until they end, no
+#: session resets HiGHS's thread scheduler under them
+ABANDONED: list[threading.Thread] = []
+
+
 class Interrupts:
     """SIGINT/SIGTERM while HiGHS runs: the first is recorded (`requested`: the signal's name),
     and the interrupt callbacks (`check`) pass it to HiGHS; the default actions are then put
@@ -201,6 +207,7 @@ class Interrupts:
             if (self.requested_at is not None and worker.is_alive()
                     and time.monotonic() - self.requested_at > self.GRACE):
                 self.abandoned = True  # HiGHS is in code that calls no callback
+                ABANDONED.append(worker)
                 return
         if failed:
             raise failed[0]
