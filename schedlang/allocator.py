@@ -78,7 +78,6 @@ from .plan import Plan
 METHODS = ("inplace", "pool", "greedy_by_size")
 FREE_AT = ("delete", "last_use")
 
-_NO_BUDGET = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -210,9 +209,9 @@ class _Builder:
 
 
 def _validate(plan: Plan, graph: Graph) -> None:
-    from .simulate import simulate
+    from .simulate import NO_LIMIT, simulate
 
-    res = simulate(plan, graph, budget=_NO_BUDGET, save_budget=_NO_BUDGET)
+    res = simulate(plan, graph, budget=NO_LIMIT, save_budget=NO_LIMIT)
     if not res.valid:
         more = f" (and {len(res.errors) - 1} more)" if len(res.errors) > 1 else ""
         raise DataError(f"cannot allocate buffers for a plan that does not replay: "

@@ -29,6 +29,7 @@ from .relational import (
     Universe,
     with_row_id,
 )
+from .units import float_at_least, float_at_most
 
 # ------------------------------------------------------------------------------- sets
 # name -> tuple arity. The first four are the Checkmate view (nodes with one output each,
@@ -68,15 +69,15 @@ def _budget(low, name: str, loc: Loc) -> float:
                             f"model uses {name} (at {loc}); {hint}", low.g.loc)
         raise DataError(f"missing budget: the model uses {name}, and no {kind} budget was "
                         f"given; {hint}", loc)
-    return float(low.budgets[kind])
+    return float_at_most(low.budgets[kind])
 
 
 def _host(low, name: str, loc: Loc) -> float:
     """budget.host: host memory for offloaded copies (bytes); inf when not given."""
     if "host" in low.budgets:
-        return float(low.budgets["host"])
+        return float_at_most(low.budgets["host"])
     host = low.g.budgets.get("host") if low.g is not None else None
-    return np.inf if host is None else float(host)
+    return np.inf if host is None else float_at_most(host)
 
 
 def _bandwidth(low, name: str, loc: Loc) -> float:
@@ -296,6 +297,7 @@ class GraphData:
         if g is None:
             return
         data_codes = data_sizes = None
+        g.check_total_bytes()
         if g.layers:
             data_codes, data_sizes = self._bind_hgraph(g, g.hgraph())
         codes = u.codes_of([n.name for n in g.nodes])  # topological order = code order
@@ -304,7 +306,7 @@ class GraphData:
         backward = np.zeros(len(u), dtype=bool)
         if g.layers:
             size[data_codes] = data_sizes
-        size[codes] = [n.size for n in g.nodes]
+        size[codes] = [float_at_least(n.size) for n in g.nodes]
         time[codes] = [n.time for n in g.nodes]
         backward[codes] = [n.kind == "backward" for n in g.nodes]
         self.node_attrs = {"size": size, "time": time, "is_backward": backward}
@@ -322,7 +324,7 @@ class GraphData:
         code = self.u.code
         compute = [code(k.name) for k in h.compute]  # registered first: code order = H-graph order
         data_codes = np.array([code(d) for d in h.data], dtype=np.int64)
-        data_sizes = np.array(list(h.data.values()), dtype=float)
+        data_sizes = np.array([float_at_least(b) for b in h.data.values()], dtype=float)
 
         def rows(items, width):
             arr = np.array([[code(x) for x in item] for item in items], dtype=np.int64)
@@ -348,9 +350,9 @@ class GraphData:
         opts = self.sets["options"].cols
         self.tables["time"] = (KeyIndex(opts, base), np.array([o.time for k in h.compute for o in k.options]))
         self.tables["overhead"] = (KeyIndex(opts, base),
-                                   np.array([o.overhead for k in h.compute for o in k.options], float))
+                                   np.array([float_at_least(o.overhead) for k in h.compute for o in k.options], float))
         self.tables["phantom"] = (KeyIndex(self.sets["phantom_options"].cols, base),
-                                  np.array(list(h.phantoms.values()), dtype=float))
+                                  np.array([float_at_least(b) for b in h.phantoms.values()], dtype=float))
         # sub-step profiles: steps are numbered 1..n per (node, option)
         steps, frees, pending, step_mem = [], [], [], []
         outputs = {k.name: [d for c, d in h.creates if c == k.name] for k in h.compute}
@@ -358,7 +360,7 @@ class GraphData:
             for o in k.options:
                 for i, st in enumerate(o.steps, 1):
                     steps.append((k.name, o.name, i))
-                    step_mem.append(st.overhead)
+                    step_mem.append(float_at_least(st.overhead))
                     frees += [(k.name, o.name, i, d) for d in st.frees]
                     pending += [(k.name, o.name, i, d) for d in outputs[k.name] if d not in st.creates]
         self.sets["stepped"] = rows(list(dict.fromkeys((k, o) for k, o, _ in steps)), 2)

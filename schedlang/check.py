@@ -32,12 +32,17 @@ class T:
 BOOL, ELEM, SET = T("bool"), T("elem"), T("set")
 
 
+class _Cycle(CheckError):
+    """A param whose value reads itself, directly or through other params."""
+
+
 class Checker:
     def __init__(self, program: Program):
         self.p = program
         self.errors: list[CheckError] = []
         self.expr_types: dict[str, T] = {}
         self.in_progress: set[str] = set()
+        self.params_in_progress: list[str] = []  # params being checked, outermost first
         self.param_dims: dict[str, str] = {}
         self.param_kinds: dict[str, str] = {}
         self.set_arities: dict[str, int | None] = {}
@@ -136,27 +141,11 @@ class Checker:
             if t.kind != "set":
                 raise CheckError(f"set '{d.name}' must be defined by a set, not {_describe(t)}", d.value.loc)
         elif isinstance(d, ast.ParamDecl):
-            if d.value is None:
-                raise CheckError(f"param '{d.name}' has no value: give `= expression` or `default expression`",
-                                 name_loc(d.name, d.loc))
-            if isinstance(d.value, ast.Table):
-                for key, val in d.value.pairs:
-                    for k in key.items if isinstance(key, ast.Tuple) else [key]:
-                        if isinstance(k, ast.Name) and k.id not in self.p.decls and k.id not in BUILTIN_SCALARS:
-                            continue  # a bare key is an element's name: {a: 1} is {"a": 1}
-                        t = self.constant(k, {}, f"a key of param '{d.name}'")
-                        if t.kind not in ("elem", "num"):
-                            raise CheckError(f"a key of param '{d.name}' must be an element, not {_describe(t)}",
-                                             k.loc)
-                    self.constant(val, {}, f"a value of param '{d.name}'")
-                return
-            t = self.expr(d.value, scope)
-            self.require_constant(t, d.value, f"param '{d.name}'",
-                                  f"; declare it as `expr {d.name} = ...` to name an expression over variables")
-            if t.kind not in ("num", "bool"):
-                raise CheckError(f"param '{d.name}' must be a number, not {_describe(t)}", d.value.loc)
-            self.param_dims[d.name] = t.dim
-            self.param_kinds[d.name] = t.kind  # a number, or a condition (`param on = x > 0`)
+            self.params_in_progress.append(d.name)
+            try:
+                self.param_declaration(d, scope)
+            finally:
+                self.params_in_progress.pop()
         elif isinstance(d, ast.VarDecl):
             for b in (d.lb, d.ub):
                 if b is not None:
@@ -173,6 +162,29 @@ class Checker:
             if t.kind not in ("formula", "bool"):
                 raise CheckError(f"constraint '{d.name}' must be a comparison (==, <=, >=) or a logical "
                                  f"formula, not {_describe(t)}", d.body.loc)
+
+    def param_declaration(self, d, scope) -> None:
+        if d.value is None:
+            raise CheckError(f"param '{d.name}' has no value: give `= expression` or `default expression`",
+                             name_loc(d.name, d.loc))
+        if isinstance(d.value, ast.Table):
+            for key, val in d.value.pairs:
+                for k in key.items if isinstance(key, ast.Tuple) else [key]:
+                    if isinstance(k, ast.Name) and k.id not in self.p.decls and k.id not in BUILTIN_SCALARS:
+                        continue  # a bare key is an element's name: {a: 1} is {"a": 1}
+                    t = self.constant(k, {}, f"a key of param '{d.name}'")
+                    if t.kind not in ("elem", "num"):
+                        raise CheckError(f"a key of param '{d.name}' must be an element, not {_describe(t)}",
+                                         k.loc)
+                self.constant(val, {}, f"a value of param '{d.name}'")
+            return
+        t = self.expr(d.value, scope)
+        self.require_constant(t, d.value, f"param '{d.name}'",
+                              f"; declare it as `expr {d.name} = ...` to name an expression over variables")
+        if t.kind not in ("num", "bool"):
+            raise CheckError(f"param '{d.name}' must be a number, not {_describe(t)}", d.value.loc)
+        self.param_dims[d.name] = t.dim
+        self.param_kinds[d.name] = t.kind  # a number, or a condition (`param on = x > 0`)
 
     def set_arity(self, d: ast.SetDecl) -> int | None:
         """The tuple length of a declared set, or None when it cannot be told (or is wrong)."""
@@ -308,9 +320,15 @@ class Checker:
         if isinstance(d, ast.SetDecl):
             return T("set", arity=self.set_arity(d))
         if isinstance(d, ast.ParamDecl):
+            if d.name in self.params_in_progress:
+                path = self.params_in_progress[self.params_in_progress.index(d.name):] + [d.name]
+                raise _Cycle(f"param '{d.name}' is defined in terms of itself "
+                             f"({' -> '.join(path)})", e.loc)
             if d.name not in self.param_dims and d.value is not None and not isinstance(d.value, ast.Table):
                 try:
                     self.declaration(d)
+                except _Cycle:
+                    raise
                 except CheckError:
                     pass
             return T(self.param_kinds.get(d.name, "num"), self.param_dims.get(d.name, ""))

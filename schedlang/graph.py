@@ -157,6 +157,7 @@ class Graph:
 
         def build() -> HGraph:
             self.check_one_vocabulary()
+            self.check_total_bytes()
             return build_hgraph(self)
         return self._cached("hgraph", self._layered_key(), build)
 
@@ -195,8 +196,24 @@ class Graph:
             tuple(self.bandwidths.items()),
         )
 
+    def check_total_bytes(self) -> None:
+        """DataError when the graph's sizes add up to more than an int64 holds: every peak and
+        budget is at most that sum, and the planners, the simulator and the models count bytes
+        in 64-bit integers or floats (`schedlang.units.MAX_BYTES`)."""
+        from .units import MAX_BYTES
+
+        total = (sum(int(n.size) for n in self.nodes) + sum(int(d.size) for d in self.data)
+                 + sum(int(o.phantom) + int(o.fwd_overhead) + int(o.bwd_overhead)
+                       + sum(int(st.overhead) for st in o.fwd_steps + o.bwd_steps)
+                       for lay in self.layers for o in lay.options))
+        if total > MAX_BYTES:
+            raise DataError(f"graph '{self.name}': its sizes add up to {total:,} bytes, over "
+                            f"{MAX_BYTES:,} (2^63 - 1): peaks and budgets are counted in 64-bit "
+                            "integers; give sizes in a coarser unit", self.loc or Loc(self.name))
+
     def _build_checkmate_index(self) -> CheckmateIndex:
         self.check_one_vocabulary()
+        self.check_total_bytes()
         names = tuple(n.name for n in self.nodes)
         index: dict[str, int] = {}
         for i, name in enumerate(names):

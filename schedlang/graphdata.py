@@ -5,6 +5,8 @@ and the reverse; one time convention per graph), negative sizes/times, cycles, b
 """
 from __future__ import annotations
 
+import math
+
 import networkx as nx
 
 from . import ast
@@ -12,7 +14,7 @@ from .errors import DataError, Loc, did_you_mean
 from .graph import DataNode, Graph, Layer, Loss, Node, Option, Step
 from .hgraph import FAST_FORWARD
 from .parser import name_loc
-from .units import SIZE_UNITS, TIME_UNITS, dimension, format_size
+from .units import SIZE_UNITS, TIME_UNITS, dimension, exact_bytes, format_size
 
 
 def _size(v: ast.Value | None, what: str, default: int | None = None) -> int:
@@ -23,10 +25,12 @@ def _size(v: ast.Value | None, what: str, default: int | None = None) -> int:
     if v.unit and v.unit not in SIZE_UNITS:
         raise DataError(f"{what} must be a size (B, KiB, MiB, GiB, ...), not a {dimension(v.unit)} "
                         f"('{v.text}')", v.loc)
-    nbytes = v.value * SIZE_UNITS.get(v.unit, 1)
-    if nbytes < 0:
+    if v.value < 0:
         raise DataError(f"{what} cannot be negative ('{v.text}')", v.loc)
-    return int(round(nbytes))
+    try:  # exact, from the literal's text: sizes near 2^63 keep every byte
+        return exact_bytes(v.text[:len(v.text) - len(v.unit)], v.unit)
+    except ValueError as exc:
+        raise DataError(f"{what}: {exc}", v.loc) from None
 
 
 class _Times:
@@ -42,6 +46,9 @@ class _Times:
             raise DataError(f"{what} must be a time (s, ms, us), not a {dimension(v.unit)} ('{v.text}')", v.loc)
         if v.value < 0:
             raise DataError(f"{what} cannot be negative ('{v.text}')", v.loc)
+        if not math.isfinite(v.value * TIME_UNITS.get(v.unit, 1.0)):
+            raise DataError(f"{what} must be a finite number, not '{v.text}' (too large for a "
+                            "float)", v.loc)
         if self.first is None:
             self.first = v
         elif bool(self.first.unit) != bool(v.unit):

@@ -21,7 +21,7 @@ from .ir import IRModel
 from .plan import Plan
 from .planners.no_recompute import no_recompute_plan
 from .program import Program, attach_graph, load_program, set_params
-from .simulate import SimResult, simulate
+from .simulate import NO_LIMIT, SimResult, simulate
 from .solution import Solution, Status
 
 
@@ -29,7 +29,6 @@ from .solution import Solution, Status
 resolve_budget = budgets.for_graph
 
 
-NO_LIMIT = 1 << 62  # a budget no plan reaches: replay without a memory limit
 
 
 @dataclass

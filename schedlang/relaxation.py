@@ -30,7 +30,7 @@ def highs_solve(ir: IRModel, lb: np.ndarray | None = None, ub: np.ndarray | None
     columns), as an LP when `relax`."""
     import highspy
 
-    from .solvers.highs import highs_lp
+    from .solvers.highs import highs_lp, quiet_highs
 
     A, lo, hi = ir.stacked()
     clb, cub = ir.column_bounds()
@@ -42,8 +42,7 @@ def highs_solve(ir: IRModel, lb: np.ndarray | None = None, ub: np.ndarray | None
     # the constant is added to HiGHS's objective below, not passed as its offset
     lp = highs_lp(A, c, lb, ub, lo, hi, maximize=sense == "max",
                   integer=None if relax else ir.integrality())
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = quiet_highs()
     if time_limit is not None:
         h.setOptionValue("time_limit", float(time_limit))
     if gap is not None:

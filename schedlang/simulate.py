@@ -113,6 +113,11 @@ from .errors import DataError, did_you_mean
 from .graph import CheckmateIndex, Graph
 from .hgraph import HIndex
 from .plan import CHANNELS, OP_KINDS, Op, Plan, _a
+from .units import MAX_BYTES
+
+#: a budget no plan reaches (a graph's sizes add up to at most MAX_BYTES,
+#: `Graph.check_total_bytes`): replay without a memory limit
+NO_LIMIT = MAX_BYTES
 
 #: at most this many replay errors are listed; the rest are counted
 MAX_ERRORS = 50

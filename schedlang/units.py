@@ -1,7 +1,9 @@
 """Units of sizes (bytes) and times (seconds), and parsing of user-given quantities."""
 from __future__ import annotations
 
+import math
 import re
+from fractions import Fraction
 
 SIZE_UNITS = {
     "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
@@ -28,6 +30,41 @@ def scale(value: float, unit: str) -> float:
 _QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-z]*)\s*$")
 
 
+#: the largest size schedlang takes (bytes): what an int64 holds, 8 EiB
+MAX_BYTES = 2**63 - 1
+
+
+def exact_bytes(number: str, unit: str = "") -> int:
+    """The whole bytes of `number` (decimal text, e.g. '9007199254740993' or '1.5') times
+    `unit`, computed exactly (no float rounding: sizes near 2**63 stay exact), rounded to the
+    nearest byte. Raises ValueError for a size over `MAX_BYTES`."""
+    scale_ = SIZE_UNITS.get(unit, 1)
+    approx = float(number) * scale_  # cheap first: never build 10**400 exactly
+    if not math.isfinite(approx) or approx > 2.0 * MAX_BYTES:
+        raise ValueError(f"'{number}{unit}' is too large: sizes are at most {MAX_BYTES:,} bytes "
+                         "(2^63 - 1, 8 EiB)")
+    nbytes = round(Fraction(number) * scale_)
+    if nbytes > MAX_BYTES:
+        raise ValueError(f"'{number}{unit}' is too large: sizes are at most {MAX_BYTES:,} bytes "
+                         "(2^63 - 1, 8 EiB)")
+    return nbytes
+
+
+def float_at_least(nbytes: int) -> float:
+    """The least float >= the integer `nbytes`: how a size enters a model (float(n) rounds to
+    the nearest float, below n for some n over 2^53, and a model would then count less
+    memory than a plan uses)."""
+    f = float(nbytes)
+    return math.nextafter(f, math.inf) if f < nbytes else f
+
+
+def float_at_most(nbytes: int) -> float:
+    """The greatest float <= the integer `nbytes`: how a budget enters a model (so that
+    rounding the budget to whole KiB in a model never rounds it up)."""
+    f = float(nbytes)
+    return math.nextafter(f, -math.inf) if f > nbytes else f
+
+
 def parse_size(text: str) -> int:
     """'14GiB', '1.5e9', '3221225472B' -> bytes. Raises ValueError with a readable reason."""
     m = _QUANTITY.match(text)
@@ -38,7 +75,7 @@ def parse_size(text: str) -> int:
         kind = "a time" if unit in TIME_UNITS else "an unknown unit"
         raise ValueError(f"'{text}' is not a size: '{unit}' is {kind}; "
                          f"use one of {', '.join(SIZE_UNITS)}")
-    return int(round(float(number) * SIZE_UNITS.get(unit, 1)))
+    return exact_bytes(number, unit)
 
 
 def parse_rate(value) -> float:

@@ -156,3 +156,16 @@ def test_simulate_checks_the_budgets_of_the_graph_file(capsys, tmp_path):
     assert code == 3 and "budget" in out
     code, _, _ = run(capsys, "simulate", str(plan_path), "--graph", CHAIN)
     assert code == 0
+
+
+def test_solve_json_stdout_is_only_json_in_a_fresh_process():
+    """HiGHS prints a banner at the first `Highs()` of a process; the MIP-start completion of a
+    phase model made that one outside the solve's session, on stdout before the JSON."""
+    import os
+
+    proc = subprocess.run([sys.executable, "-m", "schedlang.cli", "solve",
+                           str(ROOT / "examples" / "profiled.sched"), "--json"],
+                          capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "optimal"

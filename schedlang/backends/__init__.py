@@ -89,6 +89,36 @@ def build_model(ir: IRModel, backend: str) -> object:
     return _backend_module(backend).build(ir)
 
 
+#: the largest bound (a row's or a column's, in the model's own units) at which a solver's
+#: feasibility tolerance (HiGHS: 1e-9, on its scaled model) stays under the 1/1024 resolution of
+#: the shipped models (budgets in MiB rounded down to whole KiB)
+LARGE_BOUND = 1e6
+
+
+def large_numbers(model: IRModel) -> list[str]:
+    """A note when a finite row or column bound of `model` passes `LARGE_BOUND`: there the
+    solver cannot tell a memory row that fits from one 1 KiB over, and its 'infeasible' (or a
+    plan the simulator finds over the budget) may come from its tolerance, not the data."""
+    worst, where = 0.0, ""
+    for b in model.constraints:
+        for arr in (b.lo, b.hi):
+            finite = np.abs(arr[np.isfinite(arr)])
+            if finite.size and finite.max() > worst:
+                worst, where = float(finite.max()), f"constraint {b.name}"
+    for f in model.variables:
+        for arr in (f.lb, f.ub):
+            finite = np.abs(np.asarray(arr, dtype=float))
+            finite = finite[np.isfinite(finite)]
+            if finite.size and finite.max() > worst:
+                worst, where = float(finite.max()), f"variable {f.name}"
+    if worst <= LARGE_BOUND:
+        return []
+    return [f"numbers in the model reach {worst:.4g} ({where}), over {LARGE_BOUND:.0e}: the "
+            "solver's feasibility tolerance is then coarser than the model's resolution, so an "
+            "'infeasible' or a plan over the budget may come from it; give the model coarser "
+            "units (docs/reliability.md)"]
+
+
 def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
              time_limit: float | None = None, gap: float | None = None,
              threads: int | None = None, presolve: bool = True,
@@ -139,6 +169,7 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
         return Solution(Status.INFEASIBLE, message=join(notes + [reason]),
                         model_size=model.size_summary(), **base)
     size = model.size_summary()
+    notes += large_numbers(model)
 
     if model.n_columns == 0:  # presolve fixed everything
         timings["build"] = timings["solve"] = 0.0

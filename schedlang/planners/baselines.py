@@ -93,12 +93,11 @@ from ..errors import DataError
 from ..graph import Graph
 from ..hgraph import FAST_FORWARD, bwd_name, fwd_name, has_backward
 from ..plan import Op, Plan
-from ..simulate import simulate
+from ..simulate import NO_LIMIT, simulate
 from . import Planner
 from .no_recompute import no_recompute_plan
 
 #: a budget no plan reaches: replays checked for structure only
-_NO_LIMIT = 1 << 62
 
 
 # --- replay helper ------------------------------------------------------------------------------
@@ -117,7 +116,7 @@ class Replay:
 def replay(plan: Plan, graph: Graph, budget: int | None,
            save_budget: int | None = None) -> Replay:
     """Simulate `plan` for its structure (no budget) and compare its peaks with the budgets."""
-    sim = simulate(plan, graph, budget=_NO_LIMIT, save_budget=_NO_LIMIT)
+    sim = simulate(plan, graph, budget=NO_LIMIT, save_budget=NO_LIMIT)
     fits = sim.valid and (budget is None or sim.peak_bytes <= budget)
     if fits and save_budget is not None and sim.save_peak_bytes is not None:
         fits = sim.save_peak_bytes <= save_budget

@@ -42,6 +42,7 @@ from ..plan import Plan
 from ..planners.no_recompute import no_recompute_plan
 from ..simulate import simulate
 from ..units import format_size
+from .guards import check_call, guarded_fit
 
 __all__ = ["fit", "FitModule", "FitError", "MemoryReport", "resolve_fit_budget", "prepare",
            "LOSS_RESERVE"]
@@ -350,11 +351,12 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
                       **kw) -> int | None:
     """Bisection with the solver between an infeasible `low` and `high` (activation bytes):
     the smallest budget found feasible (within `rel`, at most `max_solves` solves), or None
-    if `high` is not."""
+    if `high` is not. The budget, not the plan's peak: a plan also needs the save budget that
+    its budget implies (the loss phase), so a budget of its peak may admit no plan."""
     plan = solve_plan(graph, high, solver, time_limit, backend, **kw)
     if plan is None:
         return None
-    best = plan.predicted_peak
+    best = high
     solves = 1
     while best - low > max(rel * best, 1024) and solves < max_solves:
         solves += 1
@@ -363,7 +365,7 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
         if plan is None:
             low = mid
         else:
-            best = plan.predicted_peak
+            best = mid
     return best
 
 
@@ -525,6 +527,7 @@ class FitModule(nn.Module):
         self._check_calibration()
 
     def forward(self, *args, **kwargs):
+        check_call(self, args)  # dtype/device as fitted; a new shape gets its own plan
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         training = torch.is_grad_enabled()
         if training and self._pending is not None:
@@ -581,6 +584,7 @@ class _StepEnd:
 
 
 # --- the one call ---------------------------------------------------------------------------------
+@guarded_fit
 def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs",
         time_limit: float | None = 60.0, layers=None, backend: str = "pyomo",
         graph: Graph | None = None, plan: Plan | None = None, measure: bool = True,

@@ -61,6 +61,7 @@ from ..errors import SchedError
 from ..graph import Graph
 from ..hgraph import FAST_FORWARD
 from ..plan import Op, Plan
+from .guards import check_layer_outputs
 
 __all__ = ["PlanExecutor", "PlanError", "PlanModule"]
 
@@ -397,6 +398,7 @@ class PlanExecutor:
             with self._replaying(run, layer), torch.no_grad():
                 outs = lp.module(*xs)
             outs = _as_tuple(outs)
+            check_layer_outputs(run, layer, outs)  # a recomputation must repeat the first run
             for name, t in zip(lp.outputs, outs):
                 run.values[name] = t
             if kind == "recompute":
@@ -430,6 +432,7 @@ class PlanExecutor:
             with self._replaying(run, layer), torch.enable_grad():
                 outs = _as_tuple(checkpoint(lp.module, *leaves, use_reentrant=False,
                                             context_fn=context_fn))
+        check_layer_outputs(run, layer, outs)
         iface = [(d, leaf) for d, leaf in zip(lp.inputs, leaves)]
         values = []
         for name, t in zip(lp.outputs, outs):

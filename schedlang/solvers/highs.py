@@ -18,11 +18,16 @@ Quirks:
 Interrupts (`solve_pyomo_stdform`, MIP models, main thread): `Highs.run` runs on a worker
 thread while the main thread waits in Python, so that signals are seen at once. The first
 SIGINT (Ctrl-C) or SIGTERM asks HiGHS to stop at its next interrupt callback (MIP, simplex,
-IPM; the LP relaxations inside the MIP do not call them, so a long root LP finishes first); the
-run returns with model status kInterrupt and its incumbent, which schedlang reports as
-`feasible` with its gap (`no_solution` without one), as at a time limit. After the first signal
-both signals get their default action back, so a second Ctrl-C ends the process at once
-(docs/reliability.md).
+IPM); the run returns with model status kInterrupt and its incumbent, which schedlang reports
+as `feasible` with its gap (`no_solution` without one), as at a time limit. The LP relaxations
+inside HiGHS's MIP run on an inner `Highs` of their own that calls no callback (and reads its
+time limit once, when it starts), so nothing reaches a long root LP: when HiGHS has not stopped
+`Interrupts.SIGNAL_GRACE` seconds after the signal (or `WATCHDOG_GRACE` seconds after the
+whole run's deadline), the solve stops waiting for it and returns the best point it knows (the
+last improving solution HiGHS reported, else the MIP start) with the last bound HiGHS
+reported; HiGHS's thread is left to stop at its next callback (`LEFT_RUNNING`; the CLI ends
+with os._exit). After the first signal both signals get their default action back, so a second
+Ctrl-C ends the process at once (docs/reliability.md).
 """
 from __future__ import annotations
 
@@ -69,8 +74,13 @@ WATCHDOG_GRACE = 1.0
 
 class Highs(SolverAdapter):
     def options(self, backend, time_limit, gap, threads) -> NativeOptions:
+        # mip_feasibility_tolerance: HiGHS checks MIP points on its scaled model, where the
+        # default 1e-6 lets a memory row of 4.6e5 MiB (a 450 GiB budget) pass 1 KiB over its
+        # bound: a plan over the budget, or (after presolve) a wrong "infeasible". At 1e-9 the
+        # slack stays under the models' whole-KiB rounding of budgets up to ~1 TiB
+        # (docs/reliability.md, "Numbers at the edges")
         return NativeOptions(spell(("time_limit", "mip_rel_gap", "threads"), time_limit, gap,
-                                   threads, mip_abs_gap=0.0))
+                                   threads, mip_abs_gap=0.0, mip_feasibility_tolerance=1e-9))
 
     def pyomo_interface_available(self, interface: str) -> bool | None:
         if interface not in ("stdform_highs", IR_INTERFACE):
@@ -89,7 +99,8 @@ class Highs(SolverAdapter):
 
         if not verbose:
             _swallow_banner()
-        if threads is None:
+        if threads is None or threads_left_running():
+            # (never reset the scheduler under a run an interrupt left in its root LP)
             yield
             return
         highspy.Highs.resetGlobalScheduler(True)
@@ -138,6 +149,17 @@ def _swallow_banner() -> None:
         highspy.Highs()
 
 
+def quiet_highs():
+    """A `highspy.Highs()` with its log off, made after the banner was swallowed (for the
+    HiGHS runs outside a solve's `session`: LP relaxations and MIP-start completions)."""
+    import highspy
+
+    _swallow_banner()
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    return h
+
+
 def read_info(model_status: str, info, x_value, model_value=lambda v: v) -> RawResult:
     """A RawResult from HiGHS' model status name and `HighsInfo`; `x_value()` gives the
     point, `model_value(v)` maps HiGHS' objective values into the model's terms."""
@@ -163,12 +185,15 @@ class Interrupts:
     as a signal would, and `grace` seconds later, if HiGHS is still in a phase that calls no
     interrupt callback (presolve, the root LP of a large MIP), it stops waiting
     (`abandoned`): the run returns what the callbacks saw last (`incumbent`, `bound`) and
-    HiGHS is left to stop on its thread at its next callback."""
+    HiGHS is left to stop on its thread at its next callback. A signal likewise: HiGHS gets
+    `SIGNAL_GRACE` seconds to honour it."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNAL_GRACE = 2.0  # seconds HiGHS gets to honour a signal before the solve stops waiting
 
     def __init__(self, deadline: float | None = None, grace: float = WATCHDOG_GRACE):
         self.requested: str | None = None
+        self.requested_at: float | None = None  # time.monotonic() of the first signal
         self.deadline = deadline
         self.grace = grace
         self.expired = False  # the watchdog asked HiGHS to stop
@@ -178,6 +203,7 @@ class Interrupts:
 
     def _first(self, signum, frame) -> None:
         self.requested = signal.Signals(signum).name
+        self.requested_at = time.monotonic()
         for s in self.SIGNALS:
             signal.signal(s, signal.SIG_DFL)
 
@@ -215,13 +241,14 @@ class Interrupts:
         worker.start()
         while worker.is_alive():
             worker.join(0.1)
-            if self.deadline is None or not worker.is_alive():
+            if not worker.is_alive():
                 continue
-            late = time.monotonic() - self.deadline
-            if late >= 0:
+            now = time.monotonic()
+            if self.deadline is not None and now >= self.deadline:
                 self.expired = True
-            if late >= self.grace:
-                self.abandoned = True
+            if (self.expired and now - self.deadline >= self.grace) or (
+                    self.requested_at is not None and now - self.requested_at >= self.SIGNAL_GRACE):
+                self.abandoned = True  # HiGHS is in code that calls no callback
                 LEFT_RUNNING.append(worker)
                 return
         if failed:
@@ -403,7 +430,7 @@ def run_highs(lp, is_int: np.ndarray, run) -> RawResult:
     left = interrupts.time_left()
     if left is not None:
         if left <= 0:  # the whole run's time is spent before the solver started
-            return _watchdog_result(run, interrupts, "before HiGHS started", n)
+            return _watchdog_result(run, interrupts, "time limit: before HiGHS started", n)
         limit = min(float(run.options.options.get("time_limit", left)), left)
         h.setOptionValue("time_limit", max(limit, 0.0))
     if is_int.any():
@@ -420,10 +447,15 @@ def run_highs(lp, is_int: np.ndarray, run) -> RawResult:
     with interrupts.installed():
         interrupts.run(h)
     if interrupts.abandoned:
-        return _watchdog_result(run, interrupts, f"HiGHS did not stop within "
-                                f"{interrupts.grace:g} s of the deadline (it was in a phase "
-                                f"that calls no interrupt callback) and was left to stop on "
-                                f"its thread", n)
+        if interrupts.requested is not None:
+            why = (f"interrupted by {interrupts.requested}, HiGHS did not stop within "
+                   f"{interrupts.SIGNAL_GRACE:g} s (inside an LP relaxation, which it cannot "
+                   f"interrupt) and was left to stop on its thread")
+        else:
+            why = (f"time limit: HiGHS did not stop within {interrupts.grace:g} s of the deadline (it was "
+                   f"in a phase that calls no interrupt callback) and was left to stop on its "
+                   f"thread")
+        return _watchdog_result(run, interrupts, why, n)
     info = h.getInfo()
     raw = read_info(h.getModelStatus().name, info,
                     lambda: np.asarray(h.getSolution().col_value, dtype=float))
@@ -437,7 +469,7 @@ def run_highs(lp, is_int: np.ndarray, run) -> RawResult:
 
 
 def _watchdog_result(run, interrupts: Interrupts, why: str, n: int) -> RawResult:
-    """A time limit reached without HiGHS's own answer: the best point known (the last
+    """A time limit or a signal without HiGHS's own answer: the best point known (the last
     improving solution HiGHS reported, else the MIP start) and the last bound it reported."""
     x = interrupts.incumbent
     source = "HiGHS's last improving solution"
@@ -445,4 +477,4 @@ def _watchdog_result(run, interrupts: Interrupts, why: str, n: int) -> RawResult
         x, source = run.warm_start, "the MIP start"
     kept = f"; {source} is returned" if x is not None else ""
     return RawResult(LIMIT, x=x, bound=interrupts.bound,
-                     detail=f"time limit: {why}{kept}")
+                     detail=f"{why}{kept}")

@@ -1,0 +1,151 @@
+"""What a fitted module checks at run time, so that a wrong input or a model whose graph
+changes gives a clear error, or a new plan, and never a silently wrong gradient (issue 11).
+
+* **Inputs** (`check_call`, at each call of a `FitModule`): the tensors' dtypes and devices must
+  be those of the sample the module was fitted on (the profile, the plan and the parameters
+  are for them): else `InputMismatch`. A different *shape* (another batch size, a sequence
+  length) is a new problem: the module is fitted again for it, at the same budget in bytes,
+  and the plan is kept per shape (`shape_key`), so a last, smaller batch of an epoch costs one
+  solve the first time only. A module given a ready `graph` or `plan` cannot be fitted again:
+  a new shape is then an `InputMismatch` too.
+* **The graph** (`check_layer_outputs`, called by the runtime after each forward of a layer):
+  the first forward of a layer in a step records its outputs' shapes, dtypes and a checksum
+  (a float64 sum: one reduction, no copy); a recomputation of the layer in the same step
+  (from the same inputs and RNG state) must give the same. A layer whose forward depends on
+  anything else (a counter, global state, a data-dependent branch on state outside its
+  inputs) gives other values when recomputed, and the gradients computed from them would be
+  wrong: `GraphChanged` names the layer. Data-dependent control flow *between* layers is
+  caught earlier: torch.fx cannot trace it, and `fit` says so.
+
+`guarded_fit` wraps `fit` to remember how to fit again (its arguments) on the module.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ..errors import SchedError
+
+#: relative tolerance of the recomputation checksum (kernels may sum in another order)
+CHECKSUM_RTOL = 1e-5
+
+
+class InputMismatch(SchedError):
+    """A fitted module was called with inputs it was not fitted for."""
+
+
+class GraphChanged(SchedError):
+    """A layer gave other results when recomputed: the model's graph changed within a step."""
+
+
+def signature(args) -> tuple:
+    """Per positional argument: (shape, dtype, device) of a tensor, the type name otherwise."""
+    return tuple((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor)
+                 else type(a).__name__ for a in args)
+
+
+def shape_key(sig: tuple) -> tuple:
+    return tuple(s[0] if isinstance(s, tuple) else s for s in sig)
+
+
+def _describe(s) -> str:
+    if isinstance(s, tuple):
+        return f"a {str(s[1]).replace('torch.', '')} tensor of shape {list(s[0])} on {s[2]}"
+    return f"a {s}"
+
+
+def guarded_fit(fit):
+    """`fit`, remembering on the returned module how to fit it again for another shape."""
+    @functools.wraps(fit)
+    def wrapper(model, sample_inputs, budget="100%", **kwargs):
+        fm = fit(model, sample_inputs, budget, **kwargs)
+        inputs = (sample_inputs,) if isinstance(sample_inputs, torch.Tensor) else tuple(sample_inputs)
+        sig = signature(inputs)
+        fixed = [k for k in ("graph", "plan", "prepared") if kwargs.get(k) is not None]
+        refit_kwargs = {k: v for k, v in kwargs.items() if k not in ("graph", "plan", "prepared")}
+
+        def refit(new_inputs):
+            if fixed:
+                raise InputMismatch(
+                    f"this module was fitted with a given {', '.join(fixed)} for inputs "
+                    f"{_shape_list(sig)}, and is called with {_shape_list(signature(new_inputs))}: "
+                    f"fit it again with a sample of the new shape")
+            again = fit(model, new_inputs, fm._budget if fm._budget is not None else budget,
+                        **refit_kwargs)
+            return again._prep, again._plan
+
+        fm._guard = _Shapes(sig, refit, (fm._prep, fm._plan))
+        return fm
+    return wrapper
+
+
+def _shape_list(sig) -> str:
+    return ", ".join(str(list(s[0])) if isinstance(s, tuple) else s for s in sig)
+
+
+class _Shapes:
+    """The fitted signature, and the (prepared, plan) of each input shape seen so far."""
+
+    def __init__(self, sig: tuple, refit, first):
+        self.sig = sig
+        self.refit = refit
+        self.plans = {shape_key(sig): first}
+        self.current = shape_key(sig)
+
+
+def check_call(fm, args) -> None:
+    """Before a call of `fm` (a FitModule): raise `InputMismatch` for inputs of another dtype or
+    device (or another number of them) than the sample; switch to the plan of a new shape,
+    fitting it first when it is new."""
+    guard = getattr(fm, "_guard", None)
+    if guard is None:
+        return
+    sig = signature(args)
+    if len(sig) != len(guard.sig):
+        raise InputMismatch(f"the module was fitted with {len(guard.sig)} inputs and is called "
+                            f"with {len(sig)}")
+    for k, (got, want) in enumerate(zip(sig, guard.sig)):
+        if isinstance(got, tuple) != isinstance(want, tuple) or (
+                isinstance(got, tuple) and got[1:] != want[1:]):
+            raise InputMismatch(
+                f"input {k} is {_describe(got)}; the module was fitted on {_describe(want)}: its "
+                "profile, plan and parameters are for that dtype and device (move or cast the "
+                "input, or fit the module again with a sample like it)")
+    key = shape_key(sig)
+    if key == guard.current:
+        return
+    if key not in guard.plans:
+        guard.plans[key] = guard.refit(tuple(args))
+    prep, plan = guard.plans[key]
+    fm._prep = prep
+    fm._pending = None
+    fm._set_plan(plan)
+    guard.current = key
+
+
+def check_layer_outputs(run, layer: str, outs) -> None:
+    """After a forward of `layer` in the step `run`: record its outputs the first time, and
+    compare a recomputation with the record (`GraphChanged` when it differs)."""
+    seen = run.__dict__.setdefault("_guard_outputs", {})
+    now = [(tuple(t.shape), t.dtype, t.detach().sum(dtype=torch.float64))
+           if isinstance(t, torch.Tensor) else (None, type(t).__name__, None) for t in outs]
+    first = seen.get(layer)
+    if first is None:
+        seen[layer] = now
+        return
+    for k, ((shape, dtype, total), (shape0, dtype0, total0)) in enumerate(zip(now, first)):
+        same = shape == shape0 and dtype == dtype0 and (total is None or bool(torch.isclose(
+            total, total0, rtol=CHECKSUM_RTOL, atol=1e-8, equal_nan=True)))
+        if not same:
+            raise GraphChanged(
+                f"layer '{layer}' gave another result when recomputed (output {k}: "
+                + (f"shape {list(shape)} {dtype}, first {list(shape0)} {dtype0}"
+                   if (shape, dtype) != (shape0, dtype0) else
+                   f"sum {float(total):.6g}, first {float(total0):.6g}")
+                + "): its forward depends on more than its inputs (a counter, global state, a "
+                "branch on such state), so gradients through a recomputation would be wrong; "
+                "make the layer a function of its inputs, or fit with a budget that keeps it")
+    if len(now) != len(first):
+        raise GraphChanged(f"layer '{layer}' returned {len(now)} outputs when recomputed, "
+                           f"{len(first)} the first time")
