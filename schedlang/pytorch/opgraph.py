@@ -51,7 +51,7 @@ LOSS_TIME = 1e-6
 class OpUnit:
     name: str
     nodes: list[str]  # fx node names, in order
-    fwd_time: float = 0.0  # seconds (median over the repeats)
+    fwd_time: float = 0.0  # seconds (the least over the repeats: the load of a shared CPU only adds)
     bwd_time: float = 0.0
     created: int = 0  # bytes of the storages its ops create
     reads: list[str] = field(default_factory=list)  # units whose values it reads
@@ -257,7 +257,7 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
     created = [0] * K
     saved: list[set] = [set() for _ in range(K)]
     has_bwd = [False] * K
-    grad_bytes = [0] * K
+    grad_size: dict[str, int] = {}  # value -> bytes of its gradient
     input_ptrs: set = set()
     current = [None]
     clock = [0.0]
@@ -298,15 +298,9 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
                             owner[_ptr(t)] = k
                             sizes[_ptr(t)] = t.untyped_storage().nbytes()
                             created[k] += t.untyped_storage().nbytes()
-                for k, us in enumerate(units):
-                    reads = {a for n in us for a in n.all_input_nodes
-                             if a.op == "placeholder" or unit_of.get(a.name) != k}
-                    for a in reads:
-                        if a.op == "placeholder" and placeholders.index(a) < n_fixed:
-                            continue
-                        v = env[a.name]
-                        if isinstance(v, torch.Tensor) and v.requires_grad:
-                            grad_bytes[k] += v.numel() * v.element_size()
+                for name, v in env.items():
+                    if isinstance(v, torch.Tensor) and v.requires_grad:
+                        grad_size[name] = v.numel() * v.element_size()
             # the backward: each unit's autograd nodes, timed by node pre-hooks and hooks
             grad_fns: dict = {}
             for n in calls:
@@ -341,10 +335,23 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
                     fwd[n.name].clear()
             del env, outs, roots, args, grad_fns, handles
 
+    # a unit that creates no storage (views, getitems) joins the unit before it: cutting
+    # right before or right after it saves the same bytes
+    group: list[int] = []
+    for k in range(K):
+        group.append(group[-1] if k and created[k] == 0 else (group[-1] + 1 if k else 0))
+    G = group[-1] + 1 if K else 0
+    members: list[list[int]] = [[] for _ in range(G)]
+    for k in range(K):
+        members[group[k]].append(k)
+    unit_of = {n: group[k] for n, k in unit_of.items()}
+    owner = {p: (group[k] if k >= 0 else -1) for p, k in owner.items()}
+    names = [names[ks[0]] for ks in members]
     ops_units: list[OpUnit] = []
     saved_total = 0
     counted: set = set()
-    for k, us in enumerate(units):
+    for k, ks in enumerate(members):
+        us = [n for j in ks for n in units[j]]
         reads: list[str] = []
         for n in us:
             for a in n.all_input_nodes:
@@ -354,18 +361,24 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
                     if c is not None and c >= 0 and c != k and names[c] not in reads:
                         reads.append(names[c])
         sv = []
-        for p in saved[k]:
+        ksaved = set().union(*(saved[j] for j in ks))
+        for p in ksaved:
             o = owner.get(p, -1)
             if o >= 0 and names[o] not in sv:
                 sv.append(names[o])
             if o >= 0 and p not in counted:
                 counted.add(p)
                 saved_total += sizes.get(p, 0)
+        reads_in = {a for n in us for a in n.all_input_nodes
+                    if a.op == "placeholder" or unit_of.get(a.name) != k}
+        gbytes = sum(grad_size.get(a.name, 0) for a in reads_in
+                     if not (a.op == "placeholder" and placeholders.index(a) < n_fixed))
         ops_units.append(OpUnit(
             names[k], [n.name for n in us],
-            statistics.median([sum(fwd[n.name][r] for n in us) for r in range(repeats)]),
-            statistics.median(bwd[k]), created[k], reads, sv, grad_bytes[k], has_bwd[k],
-            any(p in input_ptrs for p in saved[k]), [_op_name(n) for n in us]))
+            min(sum(fwd[n.name][r] for n in us) for r in range(repeats)),
+            min(sum(bwd[j][r] for j in ks) for r in range(repeats)),
+            sum(created[j] for j in ks), reads, sv, gbytes, any(has_bwd[j] for j in ks),
+            any(p in input_ptrs for p in ksaved), [_op_name(n) for n in us]))
     out_units: list[str] = []
     out_reads: list[str] = []
     for a in graph_outputs(gm):

@@ -118,9 +118,11 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
 
 
 def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, device=None,
-          name: str | None = None) -> Graph:
+          name: str | None = None, op_options=False) -> Graph:
     """Partition, profile and describe `model` as layered graph data (see the module docstring).
 
+    `op_options`: also generate options from each layer's op graph (`schedlang.pytorch.options`:
+    True, or a dict of `add_generated_options` arguments, e.g. ``{"model": "my.sched"}``).
     `graph.trace_info` is the `TraceInfo` (resident bytes, the profiled layers)."""
     if importlib.util.find_spec("torch") is None:
         raise SchedError("tracing a PyTorch model needs torch: pip install 'schedlang[torch]'",
@@ -130,6 +132,10 @@ def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, 
 
     part = partition(model, sample_inputs, layers)
     profiled = profile(part, repeats=repeats, options=options or OPTIONS, device=device)
+    if op_options:
+        from .options import add_generated_options
+
+        add_generated_options(profiled, **(op_options if isinstance(op_options, dict) else {}))
     shapes = ", ".join("x".join(str(s) for s in part.data[d].shape) for d in part.inputs)
     return to_graph(profiled, name=name, title=f"{type(model).__name__} ({shapes}) traced on "
                     f"{profiled.device}")
