@@ -398,8 +398,10 @@ def _unit_name(nodes: list[fx.Node]) -> str:
 
 
 def _op_name(n: fx.Node) -> str:
+    """`addmm`, `relu_`, `getitem`: the aten op's name without its overload."""
     t = n.target
-    return getattr(t, "__name__", None) or str(t)
+    packet = getattr(t, "overloadpacket", None)
+    return getattr(packet, "__name__", None) or getattr(t, "__name__", None) or str(t)
 
 
 def _signature(gm: fx.GraphModule, inputs) -> str:
