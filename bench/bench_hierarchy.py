@@ -148,7 +148,7 @@ def part_flat(args) -> dict:
     from schedlang.pytorch.opgraph import record_ops
     from schedlang.simulate import simulate
 
-    model, inputs, loss_fn = ALL["gpt"](batch=2, context=16, dim=32, heads=2, layers=2, vocab=32)
+    model, inputs, loss_fn = ALL["gpt"](batch=2, context=16, dim=32, heads=2, layers=1, vocab=32)
     og = record_ops(model, inputs, repeats=args.repeats)
     flat = og.checkmate("flat", loss=True)
     base = simulate(no_recompute_plan(flat), flat)
@@ -162,7 +162,8 @@ def part_flat(args) -> dict:
         fb = int(base.peak_bytes * frac)
         flat.budgets = {"peak": fb}
         t0 = time.perf_counter()
-        res = schedlang.load(model="checkmate", graph=flat).solve(time_limit=args.time_limit)
+        res = schedlang.load(model="checkmate", graph=flat).solve(time_limit=args.time_limit,
+                                                                  warm_start="auto")
         fs = time.perf_counter() - t0
         f_oh = res.objective / base.time - 1 if res.objective else None
         hb = int(hbase.peak_bytes * frac)
@@ -182,7 +183,8 @@ def part_flat(args) -> dict:
     for _ in range(args.flat_bisect):
         mid = (lo + hi) / 2
         flat.budgets = {"peak": int(base.peak_bytes * mid)}
-        res = schedlang.load(model="checkmate", graph=flat).solve(time_limit=args.time_limit)
+        res = schedlang.load(model="checkmate", graph=flat).solve(time_limit=args.time_limit,
+                                                                  warm_start="auto")
         if res.status.has_solution:
             hi = mid
         else:
@@ -234,7 +236,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="+", default=None)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--time-limit", type=float, default=120.0)
-    ap.add_argument("--flat-budgets", type=float, nargs="+", default=[0.8, 0.6])
+    ap.add_argument("--flat-budgets", type=float, nargs="+", default=[0.8, 0.7])
     ap.add_argument("--flat-bisect", type=int, default=5)
     ap.add_argument("--json")
     args = ap.parse_args(argv)
