@@ -135,9 +135,9 @@ def _gpt():
 
 
 def test_generated_options_execute_like_eager():
-    """A plan that runs every block with a generated option (kept and checkpointed
-    segments, dropout inside): gradients and the RNG stream equal eager PyTorch, and the
-    measured peak equals the simulated one within the tolerance."""
+    """Plans that run every block with one generated option (kept and checkpointed
+    segments, nested or not, dropout inside): gradients and the RNG stream equal eager
+    PyTorch, and the measured peak equals the simulated one within the tolerance."""
     from schedlang.pytorch.fit import fit, prepare
 
     model, inputs, loss_fn = _gpt()
@@ -146,19 +146,26 @@ def test_generated_options_execute_like_eager():
     gen = {lay.name: [o.name for o in lay.options if o.name.startswith("ops")]
            for lay in prep.graph.layers}
     assert gen["blocks.0"] and gen["blocks.1"], gen
-    ops = []
-    for lay in prep.graph.layers:
-        ops.append(Op("compute", node=f"{lay.name}.fwd", option=(gen[lay.name] or ["autograd"])[0]))
-    ops.append(Op("compute", node="loss"))
-    for lay in reversed(prep.graph.layers):
-        ops.append(Op("compute", node=f"{lay.name}.bwd", option=(gen[lay.name] or ["autograd"])[0]))
-    plan = Plan(prep.graph.name, ops)
-    fm = fit(model, inputs, None, loss_fn=loss_fn, prepared=prep, plan=plan, calibrate=False)
-    assert_same(ref, fit_step(fm, model, inputs, loss_fn), exact=False)
-    rep = fm.memory_report()
-    assert abs(rep.measured_peak_bytes - rep.predicted_peak_bytes) <= \
-        TOLERANCE * rep.predicted_peak_bytes
-    assert fm._executor.last_stats["pinned"] == 0
+    runs = prep.partitioned.op_options["blocks.0"]
+    # a cut nested in one more checkpoint (two levels of recomputation) is among them
+    assert any(runs[name].nested for name in gen["blocks.0"])
+    for k in range(len(gen["blocks.0"])):
+        def pick(name):
+            return gen[name][min(k, len(gen[name]) - 1)] if gen[name] else "autograd"
+
+        ops = [Op("compute", node=f"{lay.name}.fwd", option=pick(lay.name))
+               for lay in prep.graph.layers]
+        ops.append(Op("compute", node="loss"))
+        ops += [Op("compute", node=f"{lay.name}.bwd", option=pick(lay.name))
+                for lay in reversed(prep.graph.layers)]
+        plan = Plan(prep.graph.name, ops)
+        fm = fit(model, inputs, None, loss_fn=loss_fn, prepared=prep, plan=plan,
+                 calibrate=False)
+        assert_same(ref, fit_step(fm, model, inputs, loss_fn), exact=False)
+        rep = fm.memory_report()
+        assert abs(rep.measured_peak_bytes - rep.predicted_peak_bytes) <= \
+            TOLERANCE * rep.predicted_peak_bytes, (pick("blocks.0"), rep)
+        assert fm._executor.last_stats["pinned"] == 0
 
 
 def test_fit_with_generated_options_within_budget():

@@ -12,7 +12,8 @@ does not matter here), `generate_options`
    round per segment);
 3. builds each distinct solution as a `SegmentedLayer` — the layer's aten graph run segment
    by segment, each checkpointed segment through `torch.utils.checkpoint` (non-reentrant,
-   RNG state preserved: dropout masks are those of the first run) — and measures it as
+   RNG state preserved: dropout masks are those of the first run); when it recomputes
+   something, also nested in one more checkpoint around the layer — and measures each as
    `profile` measures the fixed options (times, forward and backward overheads, phantom,
    needs), with the same `MemoryTracker`;
 4. keeps the options no other option (fixed or generated) dominates in phantom, backward
@@ -50,10 +51,16 @@ CACHE: dict = {}
 
 
 class SegmentedLayer:
-    """`module`'s aten graph (`og.gm`) run in segments: [(call nodes, checkpointed)]."""
+    """`module`'s aten graph (`og.gm`) run in segments: [(call nodes, checkpointed)].
+    `nested`: the whole layer runs inside one more checkpoint, so that the segments'
+    boundaries are not kept from the forward to the backward either: the backward recomputes
+    the layer once without its checkpointed segments' internals, then each of them in its own
+    round (two levels of recomputation)."""
 
-    def __init__(self, og: OpGraph, module, segments: list[tuple[list[fx.Node], bool]]):
+    def __init__(self, og: OpGraph, module, segments: list[tuple[list[fx.Node], bool]],
+                 nested: bool = False):
         self.og = og
+        self.nested = nested
         self.module = module
         self.segments = segments
         self.placeholders = [n for n in og.gm.graph.nodes if n.op == "placeholder"]
@@ -83,6 +90,13 @@ class SegmentedLayer:
         return [(nodes[0].name, nodes[-1].name, ckpt) for nodes, ckpt in self.segments]
 
     def __call__(self, *xs):
+        if self.nested:
+            if self.held is not None:
+                self.held += [x.untyped_storage().data_ptr() for x in xs]
+            return checkpoint(self._run, *xs, use_reentrant=False)
+        return self._run(*xs)
+
+    def _run(self, *xs):
         params = list(self.module.parameters()) if hasattr(self.module, "parameters") else []
         buffers = list(self.module.buffers()) if hasattr(self.module, "buffers") else []
         env = {n.name: a for n, a in zip(self.placeholders, params + buffers + list(xs))}
@@ -141,6 +155,7 @@ class GeneratedOption:
     spans: list  # [(first unit, last unit, checkpointed)]
     measured: Measured
     layer: SegmentedLayer | None = None
+    nested: bool = False  # inside one more checkpoint (SegmentedLayer.nested)
 
 
 def _storage(t: torch.Tensor) -> int:
@@ -278,20 +293,22 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
         params = list(module.parameters()) if hasattr(module, "parameters") else []
         for spans in spans_list:
             if len(spans) == 1:  # the whole layer kept or checkpointed: autograd, recompute
-                measures.append(None)
                 continue
-            layer = SegmentedLayer(og, module, _segments(og, spans))
-            measures.append(measure(layer, values, requires, out_grads, params, owned,
-                                    resident, repeats))
+            # each cut as it is, and inside one more checkpoint when it recomputes something
+            for nested in (False, True) if any(c for _, _, c in spans) else (False,):
+                layer = SegmentedLayer(og, module, _segments(og, spans), nested)
+                measures.append((spans, nested, measure(layer, values, requires, out_grads,
+                                                        params, owned, resident, repeats)))
         if cache_key is not None:
             CACHE[cache_key] = (og, spans_list, measures)
     out: list[GeneratedOption] = []
-    pool = [m for m in measures if m is not None] + list(fixed)
-    for spans, m in zip(spans_list, measures):
-        if m is None or _dominated(m, pool):
+    pool = [m for _, _, m in measures] + list(fixed)
+    for spans, nested, m in measures:
+        if _dominated(m, pool):
             continue
         out.append(GeneratedOption(f"{OPS_PREFIX}{len(out) + 1}", spans, m,
-                                   SegmentedLayer(og, module, _segments(og, spans))))
+                                   SegmentedLayer(og, module, _segments(og, spans), nested),
+                                   nested))
     return out
 
 
