@@ -242,22 +242,25 @@ def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRA
                 solver: str = "highs", time_limit: float | None = 30.0,
                 name: str = "layer") -> list[list]:
     """The distinct solutions of `model` on `og` at budgets `fractions` x what autograd
-    saves inside the layer (largest first; the series stops at the first infeasible one)."""
+    saves inside the layer, on the peak (`budget peak`) then on the phantom (`budget save`);
+    largest first, each series stops at its first infeasible budget."""
     import schedlang
     from ..decoders.segments import segments_of
 
     g = og.checkmate(name, loss=False)
     total = max(og.saved_total, 1024)
     found: list[list] = []
-    for f in fractions:
-        g.budgets = {"peak": int(total * f) + 1024}
-        prob = schedlang.load(model=model, graph=g)
-        res = prob.solve(solver=solver, time_limit=time_limit)
-        if not res.status.has_solution:
-            break
-        spans = sorted(segments_of(prob.program, prob.ir, res.solution))
-        if spans not in found:
-            found.append(spans)
+    for kind in ("peak", "save"):  # the backward's peak, then the phantom alone
+        for f in fractions:
+            budget = int(total * f) + 1024
+            g.budgets = {"peak": budget} if kind == "peak" else {"peak": 1 << 50, "save": budget}
+            prob = schedlang.load(model=model, graph=g)
+            res = prob.solve(solver=solver, time_limit=time_limit)
+            if not res.status.has_solution:
+                break
+            spans = sorted(segments_of(prob.program, prob.ir, res.solution))
+            if spans not in found:
+                found.append(spans)
     return found
 
 
