@@ -46,6 +46,9 @@ WHERE = Loc("options")
 OPS_PREFIX = "ops"
 #: the budgets of the series, as fractions of what autograd saves inside the layer
 DEFAULT_FRACTIONS = (0.8, 0.6, 0.45, 0.3, 0.2, 0.12, 0.06)
+#: the most generated options a layer gets (evenly spread along the Pareto front), so that
+#: the top-level model stays small
+MAX_OPTIONS = 6
 #: (partition signature, input shapes, model, fractions) -> (OpGraph, [spans], [measures])
 CACHE: dict = {}
 
@@ -279,13 +282,14 @@ def _dominated(m: Measured, others: list[Measured]) -> bool:
 def generate_options(module, values, requires, out_grads, owned=(), resident=(), *,
                      model: str = "layer_options", fractions=DEFAULT_FRACTIONS,
                      repeats: int = 3, solver: str = "highs", time_limit: float | None = 30.0,
-                     fixed: list[Measured] = (), key=None, name: str = "layer"
-                     ) -> list[GeneratedOption]:
+                     fixed: list[Measured] = (), key=None, name: str = "layer",
+                     max_options: int = MAX_OPTIONS) -> list[GeneratedOption]:
     """Generated options of one layer (module docstring): `values` its sample inputs,
     `requires` which of them need a gradient, `out_grads` a gradient per output (None where
     the backward reads none), `owned` the parameters whose gradient its backward creates,
     `resident` what stays in memory anyway, `fixed` the measures of the layer's other
-    options (a generated option they dominate is dropped). `key`: cache key (structure)."""
+    options (a generated option they dominate is dropped). `key`: cache key (structure).
+    At most `max_options`, spread along the front of phantom + backward overhead."""
     cache_key = None if key is None else (key, model, tuple(fractions))
     if cache_key is not None and cache_key in CACHE:
         og, spans_list, measures = CACHE[cache_key]
@@ -306,9 +310,12 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
             CACHE[cache_key] = (og, spans_list, measures)
     out: list[GeneratedOption] = []
     pool = [m for _, _, m in measures] + list(fixed)
-    for spans, nested, m in measures:
-        if _dominated(m, pool):
-            continue
+    kept = [(spans, nested, m) for spans, nested, m in measures if not _dominated(m, pool)]
+    if len(kept) > max_options:  # spread along the front: phantom + backward overhead
+        kept.sort(key=lambda r: r[2].phantom + r[2].bwd_overhead)
+        step = (len(kept) - 1) / (max_options - 1) if max_options > 1 else 0
+        kept = [kept[round(i * step)] for i in range(max_options)]
+    for spans, nested, m in kept:
         out.append(GeneratedOption(f"{OPS_PREFIX}{len(out) + 1}", spans, m,
                                    SegmentedLayer(og, module, _segments(og, spans), nested),
                                    nested))
@@ -317,7 +324,8 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
 
 def add_generated_options(profiled, *, model: str = "layer_options",
                           fractions=DEFAULT_FRACTIONS, solver: str = "highs",
-                          time_limit: float | None = 30.0, repeats: int | None = None) -> dict:
+                          time_limit: float | None = 30.0, repeats: int | None = None,
+                          max_options: int = MAX_OPTIONS) -> dict:
     """Add generated options to every layer of `profiled` (a `ProfiledGraph`) that has a
     backward, and register their callables on `profiled.part.op_options`. Returns
     {layer: [GeneratedOption]}."""
@@ -360,7 +368,7 @@ def add_generated_options(profiled, *, model: str = "layer_options",
         gens = generate_options(layer.module, values, requires, out_grads, owned, resident,
                                 model=model, fractions=fractions, repeats=repeats,
                                 solver=solver, time_limit=time_limit, fixed=fixed, key=key,
-                                name=lp.name)
+                                name=lp.name, max_options=max_options)
         for g in gens:
             m = g.measured
             needs = list(layer.inputs) + [layer.outputs[i] for i in m.needs_out]
