@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import operator
-import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -171,7 +170,6 @@ def _units_of(gm: fx.GraphModule) -> list[list[fx.Node]]:
     changed = True
     while changed:
         changed = False
-        where = {n: k for k, us in enumerate(units) for n in us}
         for k in range(len(units) - 1):
             produced = [n for us in units[:k + 1] for n in us]
             later = {n for us in units[k + 1:] for n in us}
@@ -185,7 +183,6 @@ def _units_of(gm: fx.GraphModule) -> list[list[fx.Node]]:
                 del units[k + 1]
                 changed = True
                 break
-        del where
     return units
 
 
