@@ -12,9 +12,10 @@ from __future__ import annotations
 from ..errors import CheckError, did_you_mean
 from .encode import ENCODERS, NotEncodable
 from .phases import decode_phases
+from .segments import decode_segments
 from .stages import decode_stages
 
-DECODERS = {"stages": decode_stages, "phases": decode_phases}
+DECODERS = {"stages": decode_stages, "phases": decode_phases, "segments": decode_segments}
 
 
 def decode(program, ir, solution, graph):

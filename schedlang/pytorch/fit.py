@@ -218,10 +218,10 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
 
 
 def _offloadable(layer):
-    """`layer` without its ``selective`` option: its phantom lives inside the checkpoint
+    """`layer` without its ``selective`` and generated (``ops...``) options: their phantoms live inside checkpoints
     (`torch.utils.checkpoint` keeps what the policy saves), where the runtime cannot move it
     to the host, while the offload formulation may offload any phantom."""
-    kept = [o for o in layer.options if o.name != "selective"]
+    kept = [o for o in layer.options if o.name != "selective" and not o.name.startswith("ops")]
     if len(kept) == len(layer.options) or not kept:
         return layer
     layer = copy.copy(layer)

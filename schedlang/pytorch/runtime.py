@@ -18,6 +18,11 @@ graph of a partitioned module (see `schedlang.simulate._LayeredReplay` for the s
     holds the data's memory.
   - ``selective``: the same through ``torch.utils.checkpoint`` (non-reentrant) with the
     selective policy of `schedlang.pytorch.profile`;
+  - ``ops`` (generated options ``ops1``, ``ops2``...: `schedlang.pytorch.options`): the same
+    as ``autograd`` with the layer's callable replaced by the option's `SegmentedLayer`
+    (registered in ``partitioned.op_options[layer][option]``): its aten graph in segments,
+    the checkpointed ones recomputed during the backward (one round each); its inputs are
+    restored before the backward as for ``selective``;
   - ``recompute``: a forward under ``no_grad``; the phantom is only the RNG state;
   - ``fast_forward``: a forward under ``no_grad``, no phantom.
 
@@ -71,7 +76,9 @@ class PlanError(SchedError):
 
 
 #: options with the forward run under autograd and the graph kept as the phantom
-_GRAPH_OPTIONS = ("autograd", "selective")
+_GRAPH_OPTIONS = ("autograd", "selective", "ops")
+#: options whose phantom holds checkpoint frames that read the layer's inputs at the backward
+_CHECKPOINT_OPTIONS = ("selective", "ops")
 _NO_GRAD_OPTIONS = ("recompute", FAST_FORWARD)
 
 
@@ -250,10 +257,11 @@ class PlanExecutor:
                     raise PlanError(f"op {k}: compute {node!r} with option {option!r}; the "
                                     f"layer has {', '.join(opts)}")
                 kind = self._option_kind(layer, option)
-                if kind is None:
+                if kind is None or (kind == "ops" and self._op_layer(layer, option) is None):
                     raise PlanError(f"op {k}: option {option!r} of layer {layer!r} has no "
                                     "runtime: options are autograd, recompute, selective "
-                                    "(and fast_forward)")
+                                    "(and fast_forward), and generated options registered "
+                                    "in the partitioned module's op_options")
             elif op.op == "delete" or (op.op in ("offload", "prefetch") and op.data):
                 if op.data not in self.data_names:
                     raise PlanError(f"op {k}: {op.op} of unknown data {op.data!r}")
@@ -269,10 +277,14 @@ class PlanExecutor:
             option = opts[0].name if len(opts) == 1 else None
         if option is None:
             return None
-        for kind in ("fast_forward", "autograd", "recompute", "selective"):
+        for kind in ("fast_forward", "autograd", "recompute", "selective", "ops"):
             if option == kind or option.startswith(kind):
                 return kind
         return None
+
+    def _op_layer(self, layer: str, option: str):
+        """The callable of a generated option (`schedlang.pytorch.options`), or None."""
+        return (getattr(self.part, "op_options", None) or {}).get(layer, {}).get(option)
 
     # --- public API --------------------------------------------------------------------------
     def new_run(self) -> _Run:
@@ -413,7 +425,9 @@ class PlanExecutor:
                 leaf.requires_grad_(True)
             leaves.append(leaf)
         ph = _Phantom(option)
-        if kind == "autograd":
+        if kind in ("autograd", "ops"):
+            fn = lp.module if kind == "autograd" else self._op_layer(layer, option)
+
             def pack(t):
                 rec = _Saved(t)
                 ph.saved.append(rec)
@@ -424,7 +438,7 @@ class PlanExecutor:
 
             with self._replaying(run, layer), torch.enable_grad(), \
                     torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-                outs = _as_tuple(lp.module(*leaves))
+                outs = _as_tuple(fn(*leaves))
         else:
             from torch.utils.checkpoint import checkpoint
 
@@ -532,7 +546,7 @@ class PlanExecutor:
                 outs = _as_tuple(lp.module(*leaves))
             ph.roots = [(name, t) for name, t in zip(lp.outputs, outs) if t.requires_grad]
             del leaves, outs
-        elif kind == "selective":
+        elif kind in _CHECKPOINT_OPTIONS:
             for d, leaf in ph.leaves.items():  # the checkpoint recomputes from its inputs
                 v = run.values.get(d, ph.kept.get(d))
                 if v is None:
@@ -627,13 +641,13 @@ class PlanExecutor:
                     rec.ref = None
                     run.pinned += 1
                     run.pinned_names.append(name)
-            if self._option_kind_of_phantom(ph) == "selective" and name in ph.leaves:
+            if self._option_kind_of_phantom(ph) in _CHECKPOINT_OPTIONS and name in ph.leaves:
                 ph.kept[name] = v
                 run.pinned += 1
                 run.pinned_names.append(name)
 
     def _option_kind_of_phantom(self, ph: _Phantom) -> str | None:
-        for kind in ("autograd", "recompute", "selective"):
+        for kind in ("autograd", "recompute", "selective", "ops"):
             if ph.option == kind or ph.option.startswith(kind):
                 return kind
         return None
@@ -756,9 +770,9 @@ class PlanExecutor:
         ph = run.phantoms.get(layer)
         if ph is None:
             raise PlanError(f"offload of the phantom of layer {layer!r}, which has none saved")
-        if self._option_kind_of_phantom(ph) == "selective":
-            raise PlanError(f"offload of the phantom of layer {layer!r}: a selective phantom "
-                            "lives in its checkpoint and cannot be offloaded")
+        if self._option_kind_of_phantom(ph) in _CHECKPOINT_OPTIONS:
+            raise PlanError(f"offload of the phantom of layer {layer!r}: a {ph.option} phantom "
+                            "lives in its checkpoints and cannot be offloaded")
         ph.offloaded = True
         blocks = self._phantom_blocks(ph)
         total = sum(b.nbytes for b in blocks)

@@ -123,9 +123,11 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
 
 
 def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, device=None,
-          name: str | None = None) -> Graph:
+          name: str | None = None, op_options=False) -> Graph:
     """Partition, profile and describe `model` as layered graph data (see the module docstring).
 
+    `op_options`: also generate options from each layer's op graph (`schedlang.pytorch.options`:
+    True, or a dict of `add_generated_options` arguments, e.g. ``{"model": "my.sched"}``).
     `graph.trace_info` is the `TraceInfo` (resident bytes, the profiled layers)."""
     if importlib.util.find_spec("torch") is None:
         raise SchedError("tracing a PyTorch model needs torch: pip install 'schedlang[torch]'",
@@ -135,6 +137,10 @@ def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, 
 
     part = partition(model, sample_inputs, layers)
     profiled = profile(part, repeats=repeats, options=options or OPTIONS, device=device)
+    if op_options:
+        from .options import add_generated_options
+
+        add_generated_options(profiled, **(op_options if isinstance(op_options, dict) else {}))
     shapes = ", ".join("x".join(str(s) for s in part.data[d].shape) for d in part.inputs)
     return to_graph(profiled, name=name, title=f"{type(model).__name__} ({shapes}) traced on "
                     f"{profiled.device}")
@@ -218,6 +224,9 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="device to move the model and inputs to (cpu, cuda, "
                    "cuda:1); default: where the factory put them")
     p.add_argument("--name", help="graph name (default: the model's class name)")
+    p.add_argument("--ops", action="store_true",
+                   help="write the whole model's aten-level op graph as Checkmate-view graph "
+                        "data (`use checkmate`) instead of layered graph data")
     p.add_argument("--budget", help="also write `budget peak` (a size, or a percent of the "
                    "no-recomputation peak)")
     p.add_argument("-o", "--output", required=True, help="the .sched file to write")
@@ -329,6 +338,8 @@ def trace_main(args) -> int:
             inputs = tuple(x.to(device) for x in inputs)
         except (RuntimeError, AssertionError) as exc:
             raise SchedError(f"cannot use device '{args.device}': {exc}", Loc("--device")) from None
+    if getattr(args, "ops", False):
+        return _trace_ops_main(args, model, tuple(inputs))
     layers = [s.strip() for s in args.layers.split(",") if s.strip()] if args.layers else None
     try:
         graph = trace(model, tuple(inputs), layers, repeats=args.repeats, options=options,
@@ -349,6 +360,40 @@ def trace_main(args) -> int:
     for layer in graph.layers:
         opts = ", ".join(o.name for o in layer.options) or "fast_forward only: no backward"
         print(f"  {layer.name}: {', '.join(layer.inputs)} -> {', '.join(layer.outputs)} [{opts}]")
+    print(f"solve it with: schedlang solve {args.output} --budget 70%")
+    return 0
+
+
+def _trace_ops_main(args, model, inputs) -> int:
+    """`schedlang trace --ops`: the whole model's op graph, Checkmate view, `use checkmate`."""
+    from ..files import write_file
+    from ..problem import resolve_budget
+    from ..units import format_size
+    from ..writer import write_graph
+    from .memory import storage_bytes
+    from .opgraph import record_ops
+
+    try:
+        og = record_ops(model, inputs, repeats=args.repeats)
+    except SchedError:
+        raise
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SchedError(f"recording the ops of {type(model).__name__} failed: "
+                         f"{type(exc).__name__}: {first}", Loc(args.factory)) from None
+    graph = og.checkmate(args.name or _graph_name(type(model).__name__), loss=True)
+    if args.budget:
+        graph.budgets["peak"] = resolve_budget(args.budget, graph, Loc("--budget"))
+    params = list(model.parameters())
+    buffers = list(model.buffers())
+    info = TraceInfo(storage_bytes(params + buffers), storage_bytes(params),
+                     storage_bytes(buffers), str(inputs[0].device) if inputs else "cpu")
+    write_file(args.output, f"# op graph traced by schedlang.pytorch: {og.n_ops} aten ops in "
+               f"{len(og.units)} units; parameters, buffers and inputs are fixed memory\n"
+               f"{info.comment()}\nuse checkmate\n" + write_graph(graph))
+    print(f"wrote {args.output}: graph {graph.name}, {og.n_ops} aten ops in {len(og.units)} "
+          f"units, {len(graph.nodes)} nodes, {len(graph.edges)} edges; fixed memory "
+          f"{format_size(info.resident_bytes)}")
     print(f"solve it with: schedlang solve {args.output} --budget 70%")
     return 0
 

@@ -1,0 +1,258 @@
+"""The hierarchy: layer options generated from op-level solves (models/layer_options.sched).
+
+    python bench/bench_hierarchy.py [--parts lowest flat scale] [--repeats 2] [--json OUT]
+
+* lowest: the smallest feasible budget `fit` finds with the three fixed options (autograd,
+  recompute, selective) and with the generated options added, for a U-Net-like CNN and a
+  GPT-like transformer (tests/torch_models.py), side by side with the physical floor:
+  resident memory (parameters, buffers, inputs) + parameter gradients + the largest single
+  op's backward working set (its output's gradient, its inputs' gradients, what autograd saved
+  for it). At the generated options' smallest budget, one training step runs: gradients
+  against eager PyTorch, measured peak (CPU tracker) against the budget.
+* flat: a small model planned flat at op level (its whole op graph, `checkmate.sched`)
+  against the hierarchical plan (layered graph with generated options, `rockmate.sched`):
+  each plan's time overhead over its own graph's no-recomputation time at the same budget
+  fraction, and each one's lowest feasible budget (bisection with the solver).
+* scale: end-to-end planning time (partition, profile, op graphs, option solves, the top
+  solve) of a 12-block transformer, and its op count.
+
+Budgets are bisected to 1%. Times on a shared CPU are noisy (quote `uptime`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from schedlang.pytorch.fit import fit, prepare, solve_plan  # noqa: E402
+from schedlang.units import format_size  # noqa: E402
+from tests.torch_models import ALL  # noqa: E402
+
+MODELS = {
+    # 3 encoder and 2 decoder conv blocks, 64x64 inputs
+    "unet": ("unet", dict(batch=4, size=64, base=8)),
+    "gpt": ("gpt", dict(batch=4, context=64, dim=64, heads=4, layers=4, vocab=128)),
+}
+
+
+def lowest(prep, rel: float = 0.01, time_limit: float = 60.0) -> int | None:
+    """Smallest total budget (bytes) with a plan, by bisection on the activation budget."""
+    kw = {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes}
+    high = prep.plain_peak - prep.resident_bytes + prep.output_bytes + 1024
+    plan = solve_plan(prep.graph, high, "highs", time_limit, **kw)
+    if plan is None:
+        return None
+    best, low = plan.predicted_peak, 0
+    while best - low > max(rel * best, 1024):
+        mid = (low + best) // 2
+        plan = solve_plan(prep.graph, mid, "highs", time_limit, **kw)
+        if plan is None:
+            low = mid
+        else:
+            best = plan.predicted_peak
+    return best + prep.resident_bytes
+
+
+def floor(model, prep) -> dict:
+    """Resident + parameter gradients + the largest single op's backward working set."""
+    from schedlang.pytorch.options import CACHE
+
+    pgrads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    ws, where = 0, ""
+    for og, _, _ in CACHE.values():
+        owned = {u.name: u.created for u in og.units}
+        for u in og.units:
+            if not u.has_backward:
+                continue
+            w = u.created + u.grad_bytes + sum(owned.get(s, 0) for s in u.saved_from)
+            if w > ws:
+                ws, where = w, "+".join(u.ops[:3])
+    return {"resident": prep.resident_bytes, "param_grads": pgrads, "op_working_set": ws,
+            "op": where, "floor": prep.resident_bytes + pgrads + ws}
+
+
+def check_step(model, inputs, loss_fn, prep, budget) -> dict:
+    from tests.test_pytorch_runtime import assert_same, eager_grads, fit_step
+
+    ref = eager_grads(model, inputs, loss_fn)
+    fm = fit(model, inputs, budget, loss_fn=loss_fn, prepared=prep, calibrate=False)
+    got = fit_step(fm, model, inputs, loss_fn)
+    try:
+        assert_same(ref, got, exact=False)
+        equal = True
+    except AssertionError:
+        equal = False
+    rep = fm.memory_report()
+    used = sorted({op.option for op in fm.plan.ops if op.op == "compute" and op.option
+                   and op.option.startswith("ops")}) if fm.plan else []
+    return {"budget": budget, "measured": rep.measured_peak_bytes,
+            "predicted": rep.predicted_peak_bytes, "grads_equal": equal,
+            "within": rep.measured_peak_bytes <= budget, "generated_used": used}
+
+
+def part_lowest(args) -> list[dict]:
+    rows = []
+    for key, (factory, sizes) in MODELS.items():
+        if args.models and key not in args.models:
+            continue
+        from schedlang.pytorch.options import CACHE
+
+        CACHE.clear()  # the floor reads this model's op graphs
+        model, inputs, loss_fn = ALL[factory](**sizes)
+        fixed = prepare(model, inputs, loss_fn=loss_fn, repeats=args.repeats)
+        t0 = time.perf_counter()
+        gen = prepare(model, inputs, loss_fn=loss_fn, repeats=args.repeats,
+                      op_options={"repeats": args.repeats})
+        gen_s = time.perf_counter() - t0
+        n_gen = sum(1 for lay in gen.graph.layers for o in lay.options if o.name.startswith("ops"))
+        lo_fixed = lowest(fixed)
+        lo_gen = lowest(gen)
+        fl = floor(model, gen)
+        # the step runs at the smallest budget found plus 1 KiB (the bisection's plan is
+        # predicted at most at that budget; the CPU tracker sees a few bytes more: the loss)
+        step = check_step(model, inputs, loss_fn, gen, lo_gen + 1024) if lo_gen else None
+        row = {"model": key, "plain_peak": gen.plain_peak, "fixed": lo_fixed, "generated": lo_gen,
+               "reduction": None if not (lo_fixed and lo_gen) else 1 - lo_gen / lo_fixed,
+               "floor": fl, "gen_options": n_gen, "prepare_with_options_s": gen_s, "step": step}
+        rows.append(row)
+        print(f"{key:5s} plain {format_size(gen.plain_peak):>10s}  fixed options "
+              f"{_fmt(lo_fixed)}  generated ({n_gen} options) {_fmt(lo_gen)}  "
+              f"-{100 * (row['reduction'] or 0):.1f}%  floor {format_size(fl['floor'])} "
+              f"(resident {format_size(fl['resident'])}, param grads "
+              f"{format_size(fl['param_grads'])}, op {format_size(fl['op_working_set'])} "
+              f"{fl['op']}); generated/floor {(lo_gen or 0) / fl['floor']:.3f}", flush=True)
+        if step:
+            print(f"      step at {format_size(step['budget'])}: measured "
+                  f"{format_size(step['measured'])} predicted {format_size(step['predicted'])} "
+                  f"within budget {step['within']} gradients equal eager {step['grads_equal']} "
+                  f"generated options used {step['generated_used']}", flush=True)
+    return rows
+
+
+def _fmt(b) -> str:
+    return f"{format_size(b):>10s}" if b else "      none"
+
+
+def part_flat(args) -> dict:
+    """Flat op-level Checkmate vs the hierarchical plan on a small model."""
+    import schedlang
+    from schedlang.planners.no_recompute import no_recompute_plan
+    from schedlang.pytorch.opgraph import record_ops
+    from schedlang.simulate import simulate
+
+    model, inputs, loss_fn = ALL["gpt"](batch=2, context=16, dim=32, heads=2, layers=1, vocab=32)
+    og = record_ops(model, inputs, repeats=args.repeats)
+    flat = og.checkmate("flat", loss=True)
+    base = simulate(no_recompute_plan(flat), flat)
+    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=args.repeats,
+                   op_options={"repeats": args.repeats})
+    hbase = simulate(no_recompute_plan(prep.graph), prep.graph)
+    out = {"ops": og.n_ops, "units": len(og.units), "rows": []}
+    print(f"flat: {og.n_ops} aten ops, {len(og.units)} units, {len(flat.nodes)} nodes; "
+          f"hierarchical: {len(prep.graph.layers)} layers", flush=True)
+    for frac in args.flat_budgets:
+        fb = int(base.peak_bytes * frac)
+        flat.budgets = {"peak": fb}
+        t0 = time.perf_counter()
+        res = schedlang.load(model="checkmate", graph=flat).solve(time_limit=args.time_limit,
+                                                                  warm_start="auto")
+        fs = time.perf_counter() - t0
+        f_oh = res.objective / base.time - 1 if res.objective else None
+        hb = int(hbase.peak_bytes * frac)
+        t0 = time.perf_counter()
+        plan = solve_plan(prep.graph, hb, "highs", args.time_limit,
+                          loss_overhead=prep.loss_overhead, output_bytes=prep.output_bytes)
+        hs = time.perf_counter() - t0
+        h_oh = plan.predicted_time / hbase.time - 1 if plan else None
+        row = {"fraction": frac, "flat_status": res.status.value, "flat_gap": res.gap,
+               "flat_overhead": f_oh, "flat_s": fs, "hier_overhead": h_oh, "hier_s": hs}
+        out["rows"].append(row)
+        print(f"  at {100 * frac:.0f}% of each graph's plain peak: flat {res.status.value} "
+              f"overhead {_pct(f_oh)} (gap {_pct(res.gap)}, {fs:.1f} s); hierarchical overhead "
+              f"{_pct(h_oh)} ({hs:.1f} s)", flush=True)
+    # lowest feasible budget of each, as a fraction of its own graph's plain peak
+    lo, hi = 0.0, 1.0
+    for _ in range(args.flat_bisect):
+        mid = (lo + hi) / 2
+        flat.budgets = {"peak": int(base.peak_bytes * mid)}
+        res = schedlang.load(model="checkmate", graph=flat).solve(time_limit=args.time_limit,
+                                                                  warm_start="auto")
+        if res.status.has_solution:
+            hi = mid
+        else:
+            lo = mid
+    h_lo = lowest(prep)
+    h_frac = (h_lo - prep.resident_bytes) / (prep.plain_peak - prep.resident_bytes)
+    out.update({"flat_lowest_fraction": hi, "hier_lowest_fraction": h_frac})
+    print(f"  lowest feasible budget, fraction of each graph's own plain activation peak: flat "
+          f"{hi:.3f} (bisection, {args.flat_bisect} solves: within {1 / 2 ** args.flat_bisect:.3f}), "
+          f"hierarchical {h_frac:.3f}", flush=True)
+    return out
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:+.2f}%"
+
+
+def part_scale(args) -> dict:
+    """End-to-end planning of a 12-block transformer."""
+    from schedlang.pytorch.options import CACHE
+    from schedlang.pytorch.opgraph import record_ops
+
+    CACHE.clear()
+    model, inputs, loss_fn = ALL["gpt"](batch=4, context=64, dim=64, heads=4, layers=12,
+                                        vocab=128)
+    t0 = time.perf_counter()
+    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=args.repeats,
+                   op_options={"repeats": args.repeats})
+    t_prep = time.perf_counter() - t0
+    budget = int(0.4 * prep.plain_peak)
+    t1 = time.perf_counter()
+    fm = fit(model, inputs, budget, loss_fn=loss_fn, prepared=prep, calibrate=False)
+    t_solve = time.perf_counter() - t1
+    og = record_ops(model, inputs, repeats=1)
+    n_bwd = sum(1 for u in og.units if u.has_backward)
+    out = {"blocks": 12, "aten_ops_forward": og.n_ops, "units": len(og.units),
+           "checkmate_nodes": len(og.units) + 1 + n_bwd, "prepare_s": t_prep,
+           "top_solve_s": t_solve, "total_s": t_prep + t_solve, "plan_found": fm.plan is not None}
+    print(f"12-block transformer: {og.n_ops} forward aten ops ({len(og.units)} units, "
+          f"{out['checkmate_nodes']} Checkmate nodes with the backward); trace + profile + "
+          f"op graphs + option solves {t_prep:.1f} s, top-level solve at 40% {t_solve:.1f} s, "
+          f"total {t_prep + t_solve:.1f} s (target <= 300 s)", flush=True)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", nargs="+", default=["lowest", "flat", "scale"])
+    ap.add_argument("--models", nargs="+", default=None)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--time-limit", type=float, default=120.0)
+    ap.add_argument("--flat-budgets", type=float, nargs="+", default=[0.8, 0.7])
+    ap.add_argument("--flat-bisect", type=int, default=5)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    print(f"load: {os.getloadavg()}", flush=True)
+    out = {}
+    if "lowest" in args.parts:
+        out["lowest"] = part_lowest(args)
+    if "flat" in args.parts:
+        out["flat"] = part_flat(args)
+    if "scale" in args.parts:
+        out["scale"] = part_scale(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

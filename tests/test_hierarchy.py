@@ -1,0 +1,240 @@
+"""The hierarchy: op graphs (schedlang.pytorch.opgraph), `trace --ops`, layer options generated
+by solving models/layer_options.sched (schedlang.pytorch.options), and their execution.
+
+Generated options must run with the gradients of eager PyTorch (dropout masks included) and a
+measured peak within the budget and the prediction's tolerance; adding them never raises the
+smallest feasible budget.
+"""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+torch.set_num_threads(1)
+
+from torch import nn  # noqa: E402
+
+import schedlang  # noqa: E402
+from schedlang.plan import Op, Plan  # noqa: E402
+from schedlang.simulate import simulate  # noqa: E402
+
+from .test_pytorch_runtime import assert_same, eager_grads, fit_step  # noqa: E402
+from .torch_models import ALL  # noqa: E402
+
+TOLERANCE = 0.05  # |measured - predicted| / predicted, as for the fixed options
+
+
+def _tiny_layer():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 16)), torch.randn(8, 16)
+
+
+def test_record_ops_of_a_tiny_layer():
+    from schedlang.pytorch.opgraph import record_ops
+
+    layer, x = _tiny_layer()
+    og = record_ops(layer, (x,), repeats=1)
+    ops = [op for u in og.units for op in u.ops]
+    assert "addmm" in " ".join(ops) and "relu" in " ".join(ops)
+    assert og.n_ops == len(ops) and len(og.units) <= og.n_ops
+    # what autograd saves inside (outer hook, storages once, inputs and parameters left
+    # out): the ReLU's output, saved by the ReLU and the second Linear: 8 x 64 floats
+    skip = {t.untyped_storage().data_ptr() for t in [x] + list(layer.parameters())}
+    seen = {}
+
+    def pack(t):
+        seen.setdefault(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(x)
+    assert og.saved_total == sum(b for k, b in seen.items() if k not in skip) == 8 * 64 * 4
+    relu = next(u for u in og.units if "relu" in u.ops)
+    assert relu.created == 8 * 64 * 4 and relu.has_backward
+    # the ReLU's output is saved for its own backward and for the second Linear's
+    assert sum(relu.name in u.saved_from for u in og.units) == 2
+    assert og.outputs == [og.units[-1].name]
+    # the Checkmate view: checked graph data, forward nodes then backward nodes
+    g = og.checkmate("tiny", loss=True)
+    kinds = [n.kind for n in g.nodes]
+    assert kinds == sorted(kinds, key=lambda k: k == "backward")
+    schedlang.load(model="checkmate", graph=g).check()
+
+
+def test_trace_ops_writes_checkmate_data_that_solves_and_replays(tmp_path, capsys):
+    from schedlang.pytorch.trace import main
+
+    factory = tmp_path / "factory.py"
+    factory.write_text("import torch\nfrom torch import nn\n"
+                       "def make():\n    torch.manual_seed(0)\n"
+                       "    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64),"
+                       " nn.ReLU(), nn.Linear(64, 8)), (torch.randn(256, 32),)\n")
+    out = tmp_path / "ops.sched"
+    assert main([f"{factory}:make", "--ops", "--repeats", "1", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "use checkmate" in text and "schedlang.pytorch resident_bytes" in text
+    assert "aten ops" in capsys.readouterr().out
+    prob = schedlang.load(str(out), budget="90%")
+    res = prob.solve(time_limit=60)
+    assert res.status.has_solution
+    assert res.simulated.valid and res.simulated.peak_bytes <= prob.budgets["peak"]
+    replay = simulate(res.plan, prob.graph, budget=prob.budgets["peak"])
+    assert replay.valid and abs(replay.time - res.objective) <= 1e-9 + 1e-6 * res.objective
+
+
+def test_layer_options_formulation_on_a_layer():
+    """Above what autograd saves the cut costs nothing (everything kept); below, the solution
+    respects the budget on the phantom plus the largest round; far below, no cut fits."""
+    from schedlang.decoders.segments import segments_of
+    from schedlang.pytorch.opgraph import record_ops
+
+    model, (idx,), _ = ALL["gpt"](batch=2, context=16, layers=1)
+    block = model.blocks[0]
+    og = record_ops(block, (torch.randn(2, 16, 32),), repeats=1)
+    g = og.checkmate("block", loss=False)
+    order = [u.name for u in og.units]
+
+    def solve(budget):
+        g.budgets = {"peak": budget}
+        prob = schedlang.load(model="layer_options", graph=g)
+        res = prob.solve(time_limit=60)
+        return res, (segments_of(prob.program, prob.ir, res.solution)
+                     if res.status.has_solution else None)
+
+    res, spans = solve(og.saved_total + 4096)
+    assert res.objective == pytest.approx(0, abs=1e-6) and all(not c for _, _, c in spans)
+    for frac in (0.8, 0.7, 0.6):
+        res, spans = solve(int(og.saved_total * frac))
+        if res.status.has_solution:
+            break
+    assert res.status.has_solution and any(c for _, _, c in spans)
+    covered = sorted(k for a, b, _ in spans for k in range(order.index(a), order.index(b) + 1))
+    assert covered == list(range(len(order)))
+    assert not solve(1024)[0].status.has_solution
+
+
+def test_option_generation_is_changed_in_sched_text(tmp_path):
+    """A user's file over layer_options.sched (no Python) changes the generated cuts."""
+    from schedlang.pytorch.opgraph import record_ops
+    from schedlang.pytorch.options import solve_spans
+
+    mine = tmp_path / "one_round.sched"
+    mine.write_text("use layer_options\n"
+                    "constraint one_round: sum((i, j) in SEG) XC[i, j] <= 1\n")
+    model, (idx,), _ = ALL["gpt"](batch=2, context=16, layers=1)
+    og = record_ops(model.blocks[0], (torch.randn(2, 16, 32),), repeats=1)
+    fractions = (0.9, 0.8, 0.7)
+    shipped = solve_spans(og, fractions=fractions)
+    assert any(sum(c for _, _, c in spans) >= 2 for spans in shipped)
+    for spans in solve_spans(og, model=str(mine), fractions=fractions):
+        assert sum(c for _, _, c in spans) <= 1, spans
+
+
+def _gpt():
+    return ALL["gpt"](batch=4, context=32, dim=32, heads=4, layers=2, vocab=64)
+
+
+def test_generated_options_execute_like_eager():
+    """Plans that run every block with one generated option (kept and checkpointed
+    segments, nested or not, dropout inside): gradients and the RNG stream equal eager
+    PyTorch, and the measured peak equals the simulated one within the tolerance."""
+    from schedlang.pytorch.fit import fit, prepare
+
+    model, inputs, loss_fn = _gpt()
+    ref = eager_grads(model, inputs, loss_fn)
+    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1, op_options={"repeats": 1})
+    gen = {lay.name: [o.name for o in lay.options if o.name.startswith("ops")]
+           for lay in prep.graph.layers}
+    assert gen["blocks.0"] and gen["blocks.1"], gen
+    runs = prep.partitioned.op_options["blocks.0"]
+    # a cut nested in one more checkpoint (two levels of recomputation) is among them
+    assert any(runs[name].nested for name in gen["blocks.0"])
+    for k in range(len(gen["blocks.0"])):
+        def pick(name):
+            return gen[name][min(k, len(gen[name]) - 1)] if gen[name] else "autograd"
+
+        ops = [Op("compute", node=f"{lay.name}.fwd", option=pick(lay.name))
+               for lay in prep.graph.layers]
+        ops.append(Op("compute", node="loss"))
+        ops += [Op("compute", node=f"{lay.name}.bwd", option=pick(lay.name))
+                for lay in reversed(prep.graph.layers)]
+        plan = Plan(prep.graph.name, ops)
+        fm = fit(model, inputs, None, loss_fn=loss_fn, prepared=prep, plan=plan,
+                 calibrate=False)
+        assert_same(ref, fit_step(fm, model, inputs, loss_fn), exact=False)
+        rep = fm.memory_report()
+        assert abs(rep.measured_peak_bytes - rep.predicted_peak_bytes) <= \
+            TOLERANCE * rep.predicted_peak_bytes, (pick("blocks.0"), rep)
+        assert fm._executor.last_stats["pinned"] == 0
+
+
+def test_fit_with_generated_options_within_budget():
+    from schedlang.pytorch.fit import FitError, fit, prepare
+
+    model, inputs, loss_fn = _gpt()
+    ref = eager_grads(model, inputs, loss_fn)
+    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1, op_options={"repeats": 1})
+    ran = 0
+    for pct in (75, 65, 55):
+        try:
+            fm = fit(model, inputs, f"{pct}%", loss_fn=loss_fn, prepared=prep, calibrate=False)
+        except FitError:
+            continue
+        assert_same(ref, fit_step(fm, model, inputs, loss_fn), exact=False)
+        rep = fm.memory_report()
+        assert rep.measured_peak_bytes <= rep.budget_bytes
+        assert abs(rep.measured_peak_bytes - rep.predicted_peak_bytes) <= \
+            TOLERANCE * rep.predicted_peak_bytes
+        ran += 1
+    assert ran >= 2
+
+
+def test_identical_layers_are_solved_once(monkeypatch):
+    """Equal blocks share one op graph and one series of solves, and a second profile of the
+    same model solves nothing (the cache is keyed by the layer's structure)."""
+    from schedlang.pytorch import options
+    from schedlang.pytorch.partition import partition
+    from schedlang.pytorch.profile import profile
+
+    model, inputs, _ = _gpt()
+    calls = []
+    real = options.solve_spans
+    monkeypatch.setattr(options, "solve_spans", lambda *a, **k: calls.append(1) or real(*a, **k))
+    options.CACHE.clear()
+    part = partition(model, inputs)
+    options.add_generated_options(profile(part, repeats=1), repeats=1)
+    blocks = [lay.name for lay in part.layers if lay.name.startswith("blocks.")]
+    solved = len(calls)
+    assert solved < len(part.layers) and solved >= 1
+    assert set(part.op_options) >= set(blocks)
+    options.add_generated_options(profile(partition(model, inputs), repeats=1), repeats=1)
+    assert len(calls) == solved
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,sizes", [
+    ("gpt", dict(batch=4, context=32, dim=32, heads=4, layers=3, vocab=64)),
+    ("unet", dict(batch=2, size=32, base=8)),
+])
+def test_generated_options_never_raise_the_smallest_budget(name, sizes):
+    from schedlang.pytorch.fit import prepare, smallest_feasible
+
+    model, inputs, loss_fn = ALL[name](**sizes)
+    fixed = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
+    gen = prepare(model, inputs, loss_fn=loss_fn, repeats=1, op_options={"repeats": 1})
+    # the same profile of the fixed options on both sides: the generated graph minus its
+    # generated options (the two profiles' noise would otherwise decide)
+    import copy
+
+    base = copy.copy(gen.graph)
+    base.layers = []
+    for lay in gen.graph.layers:
+        lay = copy.copy(lay)
+        lay.options = [o for o in lay.options if not o.name.startswith("ops")]
+        base.layers.append(lay)
+    kw = {"loss_overhead": gen.loss_overhead, "output_bytes": gen.output_bytes}
+    high = gen.plain_peak - gen.resident_bytes + gen.output_bytes + 1024
+    lo_fixed = smallest_feasible(base, 0, high, "highs", 60, rel=0.01, max_solves=14, **kw)
+    lo_gen = smallest_feasible(gen.graph, 0, high, "highs", 60, rel=0.01, max_solves=14, **kw)
+    assert fixed is not None and lo_fixed is not None and lo_gen is not None
+    assert lo_gen <= lo_fixed * 1.01 + 1024
