@@ -9,7 +9,9 @@ the first `nn.ModuleList` / `nn.Sequential` on each path that holds at least two
 identical children (`partition.module_key`: same types, parameter shapes and mode) gives all
 its children as blocks: `model.layers.*` (Llama), `transformer.h.*` (GPT-2),
 `bert.encoder.layer.*`, `model.encoder.layers.*` and `model.decoder.layers.*` (BART),
-`vit.encoder.layer.*`, the `layers` of every ResNet/ConvNeXt stage. An `nn.Sequential` root
+`vit.encoder.layer.*`, the `layers` of every ResNet/ConvNeXt stage; and, as optional blocks,
+the submodules with parameters beside the blocks' ancestors (embeddings, a convolutional stem,
+final norms, heads) that the run calls once. An `nn.Sequential` root
 gives its children. A model with no such container gives its direct children that the run
 calls exactly once (a U-Net's encoder, bottleneck and decoder modules). `names=[...]` chooses
 the submodules instead (they must not nest).
@@ -67,6 +69,8 @@ class BlockCall:
     args: tuple = ()  # as called in the sample run (tensors are the sample's)
     kwargs: dict = field(default_factory=dict)
     leaves: list = field(default_factory=list)  # per tensor leaf of (args, kwargs): datum name
+    views: list = field(default_factory=list)  # per leaf: None, or (sizes, strides, offset)
+    #                                            of the view of its datum the block was given
     inputs: list[str] = field(default_factory=list)  # data read, each once, in call order
     outputs: list[str] = field(default_factory=list)  # new data returned, in return order
     out_leaves: list = field(default_factory=list)  # per tensor leaf of the output: datum name
@@ -137,9 +141,11 @@ def _containers(module: nn.Module, prefix: str):
             yield from _containers(child, q + ".")
 
 
-def candidate_blocks(model: nn.Module, names=None) -> tuple[str, list[str]]:
-    """(how they were chosen, qualified names of the candidate blocks) — see the module
-    docstring. Candidates the run does not call once are dropped by `find_blocks`."""
+def candidate_blocks(model: nn.Module, names=None) -> tuple[str, list[str], list[str]]:
+    """(how they were chosen, qualified names of the candidate blocks, optional ones) — see
+    the module docstring. Optional candidates (and, for the "children" choice, all of them)
+    that the run does not call exactly once are dropped by `find_blocks`; a required one is an
+    error."""
     modules = dict(model.named_modules())
     if names is not None:
         if isinstance(names, str):
@@ -157,15 +163,36 @@ def candidate_blocks(model: nn.Module, names=None) -> tuple[str, list[str]]:
                 if a != b and b.startswith(a + "."):
                     raise BlockError(f"layers: '{b}' is inside '{a}'; blocks must not nest",
                                      WHERE)
-        return "user", list(dict.fromkeys(names))
+        return "user", list(dict.fromkeys(names)), []
     if isinstance(model, (nn.Sequential, nn.ModuleList)) and len(model) >= 2:
-        return "sequential", [n for n, _ in model.named_children()]
+        return "sequential", [n for n, _ in model.named_children()], []
     found = []
     for q, container in _containers(model, ""):
         found += [f"{q}.{c}" for c, _ in container.named_children()]
     if found:
-        return "blocks", found
-    return "children", [n for n, _ in model.named_children()]
+        return "blocks", found, _beside(model, found)
+    return "children", [n for n, _ in model.named_children()], []
+
+
+def _beside(model: nn.Module, blocks: list[str]) -> list[str]:
+    """Submodules with parameters next to the blocks' ancestors (embeddings, a stem, final
+    norms, heads): blocks of their own when the run calls them once, so that a plan can
+    recompute what they save instead of keeping it as glue."""
+    ancestors = {""}
+    for b in blocks:
+        parts = b.split(".")
+        ancestors.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    taken = set(blocks)
+    out = []
+    for a in sorted(ancestors, key=lambda n: (n.count("."), n)):
+        mod = model.get_submodule(a) if a else model
+        for c, child in mod.named_children():
+            q = f"{a}.{c}" if a else c
+            if q in ancestors or q in taken or isinstance(child, (nn.ModuleList, nn.ModuleDict)):
+                continue
+            if any(True for _ in child.parameters()):
+                out.append(q)
+    return out
 
 
 # --- the recording run ---------------------------------------------------------------------------
@@ -298,7 +325,7 @@ class _Run:
         self.end_segment()
         self.order.append(call)
         call.args, call.kwargs = args, dict(kwargs)
-        leaves = []
+        leaves, views = [], []
         for t in tree_flatten((args, kwargs))[0]:
             if not isinstance(t, torch.Tensor):
                 continue
@@ -307,10 +334,16 @@ class _Run:
                 k = _key(t)
                 if k is None or k in self.params or k in self.buffers:
                     leaves.append(None)
+                    views.append(None)
                     continue
                 d = self.datum(t, f"{call.name}.in{len(leaves)}")  # made outside any op
             leaves.append(d)
-        call.leaves = leaves
+            v = self.values[d]
+            same = (t.shape == v.shape and t.stride() == v.stride()
+                    and t.storage_offset() == v.storage_offset() and t.dtype == v.dtype)
+            views.append(None if same else (tuple(t.shape), tuple(t.stride()),
+                                             t.storage_offset()))
+        call.leaves, call.views = leaves, views
         call.inputs = list(dict.fromkeys(d for d in leaves if d is not None))
         self.inside = call
         return None
@@ -350,6 +383,7 @@ def _sanitize(name: str) -> str:
 
 def _record(model, cands, sample_inputs, sample_kwargs):
     modules = dict(model.named_modules())
+    pname = {id(p): n for n, p in model.named_parameters()}  # tied weights: the first name
     calls: dict[int, BlockCall] = {}
     for n in cands:
         m = modules[n]
@@ -357,7 +391,7 @@ def _record(model, cands, sample_inputs, sample_kwargs):
         parent = modules[parent_name] if parent_name else model
         if id(m) in calls:  # the same module under two names
             continue
-        params = [f"{n}.{p}" for p, _ in m.named_parameters()]
+        params = list(dict.fromkeys(pname[id(p)] for p in m.parameters()))
         calls[id(m)] = BlockCall(n, m, parent, attr, params=params)
     run = _Run(model, calls)
     for i, x in enumerate(sample_inputs):
@@ -396,22 +430,30 @@ def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None =
         sample_inputs = (sample_inputs,)
     sample_inputs = tuple(sample_inputs)
     sample_kwargs = dict(sample_kwargs or {})
-    mode, cands = candidate_blocks(model, names)
-    run, out, blocks = _record(model, cands, sample_inputs, sample_kwargs)
-    if mode in ("blocks", "sequential") and len(blocks) < 2:
+    mode, cands, optional = candidate_blocks(model, names)
+    run, out, blocks = _record(model, cands + optional, sample_inputs, sample_kwargs)
+    if mode in ("blocks", "sequential") and len([b for b in blocks if b.name in cands]) < 2:
         # containers the forward does not run block by block: the direct children instead
-        mode = "children"
+        mode, optional = "children", []
         cands = [n for n, _ in model.named_children()]
         run, out, blocks = _record(model, cands, sample_inputs, sample_kwargs)
+    if mode == "children":
+        optional, cands = cands, []
+    empty = [b.name for b in blocks if not b.outputs]  # views or in-place: not a layer
+    if empty:
+        cands = [n for n in cands if n not in empty]
+        optional = [n for n in optional if n not in empty]
+        run, out, blocks = _record(model, cands + optional, sample_inputs, sample_kwargs)
     if run.repeated:
-        if mode != "children":
-            c = run.repeated[0]
+        required = [c for c in run.repeated if c.name in cands]
+        if required:
+            c = required[0]
             raise BlockError(f"block '{c.name}' ({type(c.module).__name__}) is called more "
                              "than once in one forward (shared weights): it cannot be wrapped "
                              "as one block; name other submodules with layers=[...]", WHERE)
         twice = {c.name for c in run.repeated}
-        cands = [n for n in cands if n not in twice]
-        run, out, blocks = _record(model, cands, sample_inputs, sample_kwargs)
+        optional = [n for n in optional if n not in twice]
+        run, out, blocks = _record(model, cands + optional, sample_inputs, sample_kwargs)
     if mode == "user":
         missing = [n for n in cands if n not in {b.name for b in blocks}]
         if missing:

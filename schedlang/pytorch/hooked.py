@@ -58,9 +58,12 @@ class _BlockFn:
         leaves, k = [], 0
         for x in self.flat:
             if isinstance(x, torch.Tensor):
-                d = self.call.leaves[k]
+                d, view = self.call.leaves[k], self.call.views[k]
                 k += 1
-                leaves.append(env[d] if d is not None else x)
+                if d is None:
+                    leaves.append(x)
+                else:
+                    leaves.append(env[d] if view is None else env[d].as_strided(*view))
             else:
                 leaves.append(x)
         args, kwargs = tree_unflatten(leaves, self.spec)
@@ -299,7 +302,7 @@ class _BlockMixin:
                     from .profile import selective_context
 
                     kw["context_fn"] = selective_context
-                return checkpoint(_once_stats(self, fwd), *args, use_reentrant=False,
+                return checkpoint(once_stats(self, fwd), *args, use_reentrant=False,
                                   preserve_rng_state=True, **kw, **kwargs)
             return fwd(*args, **kwargs)
 
@@ -317,25 +320,38 @@ def _bn_modules(module: nn.Module) -> list:
             if isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats]
 
 
-def _once_stats(module: nn.Module, fwd):
+@contextlib.contextmanager
+def running_stats_kept(module: nn.Module):
+    """Within the context, forwards of `module` leave BatchNorm running statistics (and their
+    step counters) as they were: a recomputed forward must not update them a second time."""
+    bns = _bn_modules(module)
+    if not bns:
+        yield
+        return
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes(), torch.no_grad():
+        saved = [[b.detach().clone() for b in m.buffers()] for m in bns]
+    try:
+        yield
+    finally:
+        with _disable_current_modes(), torch.no_grad():
+            for m, vals in zip(bns, saved):
+                for b, v in zip(m.buffers(), vals):
+                    b.copy_(v)
+
+
+def once_stats(module: nn.Module, fwd):
     """`fwd` for a checkpoint: its second run (the recomputation) leaves the BatchNorm running
     statistics as the first run left them (eager PyTorch updates them once per step)."""
-    bns = _bn_modules(module)
     runs = [0]
 
     def run(*args, **kwargs):
         runs[0] += 1
-        if runs[0] == 1 or not bns:
+        if runs[0] == 1:
             return fwd(*args, **kwargs)
-        with torch.no_grad():
-            saved = [[b.detach().clone() for b in m.buffers()] for m in bns]
-        try:
+        with running_stats_kept(module):
             return fwd(*args, **kwargs)
-        finally:
-            with torch.no_grad():
-                for m, vals in zip(bns, saved):
-                    for b, v in zip(m.buffers(), vals):
-                        b.copy_(v)
 
     return run
 
