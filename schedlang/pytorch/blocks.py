@@ -76,6 +76,7 @@ class BlockCall:
     out_leaves: list = field(default_factory=list)  # per tensor leaf of the output: datum name
     params: list[str] = field(default_factory=list)  # qualified names of its parameters
     signature: str = ""  # equal for identical blocks called on identical shapes
+    kept: int = 0  # bytes the block's forward left alive beyond its outputs (saved tensors)
 
 
 @dataclass
@@ -346,6 +347,7 @@ class _Run:
         call.leaves, call.views = leaves, views
         call.inputs = list(dict.fromkeys(d for d in leaves if d is not None))
         self.inside = call
+        call.kept = self.tracker.current if self.tracker is not None else 0
         return None
 
     def post(self, module, args, kwargs, out):
@@ -364,6 +366,9 @@ class _Run:
             name = f"{call.name}.out" if len(new) == 1 else f"{call.name}.out{i}"
             call.outputs.append(self.datum(t, name))
         call.out_leaves = [self.names.get(_key(t)) for t in tensors]
+        if self.tracker is not None:  # what the block leaves alive beyond its outputs
+            call.kept = max(0, self.tracker.current - call.kept
+                            - sum(t.untyped_storage().nbytes() for t in new))
         self.start_segment(len(self.order))
         return None
 
@@ -379,6 +384,11 @@ def _signature(call: BlockCall, meta: dict[str, TensorMeta]) -> str:
 
 def _sanitize(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.]", "_", name) or "x"
+
+
+#: an optional block (beside the stack) is kept when it saves at least this share of what the
+#: largest block of the stack saves
+OPTIONAL_SHARE = 0.25
 
 
 def _record(model, cands, sample_inputs, sample_kwargs):
@@ -440,6 +450,10 @@ def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None =
     if mode == "children":
         optional, cands = cands, []
     empty = [b.name for b in blocks if not b.outputs]  # views or in-place: not a layer
+    # an optional block that saves little would only make the plan's problem larger
+    most = max((b.kept for b in blocks if b.name in cands), default=0)
+    empty += [b.name for b in blocks if b.name in optional and mode != "children"
+              and b.kept < OPTIONAL_SHARE * most]
     if empty:
         cands = [n for n in cands if n not in empty]
         optional = [n for n in optional if n not in empty]

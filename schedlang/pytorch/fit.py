@@ -4,10 +4,12 @@
     loss_fn(model(*inputs)).backward(); optimizer.step()     # as usual
     model.memory_report()
 
-`fit` partitions the module into layers and profiles them (`schedlang.pytorch.trace`), solves
-`models/rockmate.sched` on the layered graph data at the budget, and returns a `FitModule`
-whose parameters are the original module's and whose forward/backward execute the plan
-(`schedlang.pytorch.runtime`).
+`fit` cuts the module into layers and profiles them — with a whole-model torch.fx trace
+(`schedlang.pytorch.trace`, run by `schedlang.pytorch.runtime`) or, with no trace, from its
+blocks found by hooks on one run (`schedlang.pytorch.blocks`, run by the in-place wrappers of
+`schedlang.pytorch.hooked`; `frontend=`, see `prepare`) —, solves `models/rockmate.sched` on the
+layered graph data at the budget, and returns a `FitModule` whose parameters are the original
+module's and whose forward/backward execute the plan.
 
 The budget is the peak of all tensor memory on the compute device during a training step
 (parameters, gradients, activations, temporaries, and the loss computed on the outputs: what
@@ -92,6 +94,16 @@ class MemoryReport:
                          f"{LOSS_RESERVE} x the outputs, as a cross-entropy takes)")
         elif self.loss_bytes:
             lines.append(f"loss            {_fmt(self.loss_bytes)} (measured on loss_fn)")
+        fe = self.extra.get("frontend")
+        if fe == "blocks":
+            probes = self.extra.get("probes") or []
+            lines.append("front end       blocks (hooks; the model's own forward runs, its blocks "
+                         "wrapped in place)" + (f"; probe step measured "
+                                                f"{_fmt(probes[-1]['measured'])}" if probes else ""))
+        elif fe == "fx":
+            lines.append("front end       fx (torch.fx layers, run by the plan executor)")
+        if self.extra.get("fallback"):
+            lines.append(f"fallback        plain PyTorch: {self.extra['fallback']}")
         if self.calibrated:
             c = self.calibrated
             lines.append(f"calibrated      step measured {_fmt(c['measured'])} over the "
@@ -305,6 +317,22 @@ def _offloadable(layer):
     return layer
 
 
+def _blocks_offloadable(graph: Graph, glue: list[str]) -> Graph:
+    """`graph` with what per-block wrappers cannot move pinned: the data (tensors the model's
+    own code passes between blocks) and the glue's phantoms. A block's wrapper offloads what
+    the block saves (its phantom) through saved-tensor hooks."""
+    graph = copy.copy(graph)
+    graph.data = [dataclasses.replace(d, pinned=True) for d in graph.data]
+    layers = []
+    for lay in graph.layers:
+        if lay.name in glue:
+            lay = copy.copy(lay)
+            lay.options = [dataclasses.replace(o, pinned=True) for o in lay.options]
+        layers.append(lay)
+    graph.layers = layers
+    return graph
+
+
 def _with_accumulation(graph: Graph) -> list:
     """The layers, each backward overhead raised by the gradients it may add into an existing
     one. A datum read by several layers (a skip connection) gets its gradient from each of
@@ -382,7 +410,7 @@ LEAST_PEAK = "least_peak"
 def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
                time_limit: float | None = None, backend: str = "pyomo",
                loss_overhead: int = 0, output_bytes: int = 0,
-               extensions: tuple = ()) -> Plan | None:
+               extensions: tuple = (), least_peak: bool = True) -> Plan | None:
     """The rockmate plan of `graph` within `activation_budget` bytes, or None if none found.
 
     `loss_overhead`: memory the loss function adds at the loss (the graph's loss node has
@@ -409,10 +437,13 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     # Among plans as fast as this one, the one with the smallest peak: equally fast plans
     # differ in memory, and this choice makes the peak fall as the budget falls.
     fastest = res.objective * (1 + 1e-7) + 1e-12
-    second = schedlang.load(model=[model, *exts, extension_path(LEAST_PEAK)], graph=g,
+    second = None if not least_peak else schedlang.load(
+        model=[model, *exts, extension_path(LEAST_PEAK)], graph=g,
                             params={"fastest_time": fastest})
-    least = second.solve(backend=backend, solver=solver, time_limit=time_limit)
-    if least.plan is not None and least.status in (Status.OPTIMAL, Status.FEASIBLE):
+    least = None if second is None else \
+        second.solve(backend=backend, solver=solver, time_limit=time_limit)
+    if least is not None and least.plan is not None \
+            and least.status in (Status.OPTIMAL, Status.FEASIBLE):
         res = least
     sim = simulate(res.plan, graph, budget=int(activation_budget))
     if not sim.valid:
@@ -438,11 +469,12 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
     while best - low > max(rel * best, 1024) and solves < max_solves:
         solves += 1
         mid = (low + best) // 2
-        plan = solve_plan(graph, mid, solver, time_limit, backend, **kw)
+        # feasibility only: the fastest plan's peak is within `mid` (no least-peak solve)
+        plan = solve_plan(graph, mid, solver, time_limit, backend, least_peak=False, **kw)
         if plan is None:
             low = mid
         else:
-            best = plan.predicted_peak
+            best = min(best, plan.predicted_peak)
     return best
 
 
@@ -739,6 +771,8 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         linked = copy.copy(prep.graph)
         linked.bandwidths = {"offload": rate, "prefetch": rate}
         linked.layers = [_offloadable(lay) for lay in linked.layers]
+        if prep.frontend == "blocks":
+            linked = _blocks_offloadable(linked, prep.partitioned.glue_layers)
         prep = dataclasses.replace(prep, graph=linked)  # the caller's `prepared` stays as it is
     extra = {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes,
              "extensions": _extensions(prep)}

@@ -293,7 +293,8 @@ class _BlockMixin:
         if state is None or not torch.is_grad_enabled():
             return fwd(*args, **kwargs)
         choice, offload = state
-        with (_offloading(self) if offload else contextlib.nullcontext()):
+        with (_offloading(self) if offload and choice == "autograd"
+              else contextlib.nullcontext()):
             if choice in ("recompute", "selective"):
                 from torch.utils.checkpoint import checkpoint
 
