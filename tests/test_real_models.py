@@ -242,7 +242,7 @@ def test_unet_skip_model_within_budget(frontend, bandwidth):
     network, so its smallest feasible budget is higher than a transformer's (README)."""
     budgets = [70] if frontend == "auto" and bandwidth is None else [100, 70, 60]
     prep, rows = _fit_at(_plain("unet"), dict(batch=2, size=32, base=8), budgets,
-                         with_loss_fn=False, frontend=frontend, bandwidth=bandwidth,
+                         with_loss_fn=True, frontend=frontend, bandwidth=bandwidth,
                          exact=bandwidth is None)
     assert prep.frontend == ("fx" if frontend == "auto" else "blocks")
     assert any(not isinstance(r, int) and not r.plain for _, r in rows), rows

@@ -739,9 +739,11 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     `frontend`: how the model is cut into layers (`prepare`): ``"auto"`` (default: torch.fx
     when the model traces and takes positional tensors, else the hook front end),
     ``"fx"``, or ``"blocks"`` (no trace: the model's blocks are wrapped in place and its own
-    forward runs). With ``"blocks"``, `fit` runs one probe step on the samples (`probe`; state
-    restored afterwards) and, if it measures more than predicted, plans again with the excess
-    as a margin until the measured peak is within the budget. `fallback`: when the model cannot
+    forward runs). `fit` then runs one probe step on the samples (`probe`, with `measure`;
+    gradients, buffers and RNG state restored afterwards) and, if it measures over the budget,
+    plans again with the excess over the prediction as a margin until the measured peak is
+    within the budget (a step measured above the prediction but within the budget raises the
+    prediction to it). `fallback`: when the model cannot
     be planned (no blocks found, a block that fails under a wrapper, a failed trace), return
     the model run as plain PyTorch with a warning instead of raising; never silently.
 
@@ -794,7 +796,7 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     else:
         found, solve_s = _solve_or_raise(prep, want, 0, solver, time_limit, backend, extra)
         fm = FitModule(model, prep, found, want, measure, solve_s, **calib)
-    if prep.frontend == "blocks" and probe:
+    if probe and prep.frontend in ("blocks", "fx") and measure:
         _probe_until_within(fm, args, kwargs, loss_fn, want, solver, time_limit, backend,
                             extra)
     return fm
@@ -831,22 +833,22 @@ def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, 
 PROBES = 4
 
 
-def probe_step(module: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserve: int = 0,
-               output_bytes: int = 0) -> int:
-    """The measured peak (bytes, resident included) of one training step of `module` on the
-    samples: forward, the loss (`loss_fn`, else a gradient of ones for each floating output
-    and `loss_reserve` bytes at the loss) and backward. Gradients, buffers and the RNG state
-    are restored afterwards."""
+def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserve: int = 0,
+               output_bytes: int = 0, run=None) -> int:
+    """The measured peak (bytes, resident included) of one training step of `model` (called
+    through `run`, default the model itself) on the samples: forward, the loss (`loss_fn`,
+    else a gradient of ones for each floating output and `loss_reserve` bytes at the loss)
+    and backward. Gradients, buffers and the RNG state are restored afterwards."""
     from .blocks import preserved
     from .memory import MemoryTracker
 
-    model = module
+    run = model if run is None else run
     with preserved(model):
         for p in model.parameters():
             p.grad = None
         inputs = [t for t in _flat((args, kwargs)) if isinstance(t, torch.Tensor)]
         with MemoryTracker(resident=[model, *inputs]) as mt:
-            out = model(*args, **kwargs)
+            out = run(*args, **kwargs)
             after = mt.current
             if loss_fn is not None:
                 loss = loss_fn(out)
@@ -872,7 +874,8 @@ def _probe_until_within(fm: FitModule, args, kwargs, loss_fn, want: int, solver,
     measured = None
     for _ in range(PROBES):
         measured = probe_step(fm.module, args, kwargs, loss_fn,
-                              prep.loss_overhead if prep.loss_assumed else 0, prep.output_bytes)
+                              prep.loss_overhead if prep.loss_assumed else 0, prep.output_bytes,
+                              run=fm._call)
         predicted = fm.predicted_peak()
         fm._probes.append({"measured": measured, "predicted": predicted,
                            "plan": fm.plan is not None})
