@@ -724,7 +724,7 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         graph: Graph | None = None, plan: Plan | None = None, measure: bool = True,
         loss_fn=None, prepared: Prepared | None = None, bandwidth=None,
         calibrate: bool = True, frontend: str = "auto", fallback: bool = False,
-        probe: bool = True, sample_kwargs: dict | None = None, **trace_kwargs) -> FitModule:
+        probe: bool | None = None, sample_kwargs: dict | None = None, **trace_kwargs) -> FitModule:
     """`model` wrapped to train within `budget` (see the module docstring).
 
     `sample_inputs`: a tensor, a tuple of positional inputs, or a dict of keyword inputs
@@ -739,8 +739,9 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     `frontend`: how the model is cut into layers (`prepare`): ``"auto"`` (default: torch.fx
     when the model traces and takes positional tensors, else the hook front end),
     ``"fx"``, or ``"blocks"`` (no trace: the model's blocks are wrapped in place and its own
-    forward runs). `fit` then runs one probe step on the samples (`probe`, with `measure`;
-    gradients, buffers and RNG state restored afterwards) and, if it measures over the budget,
+    forward runs). `fit` then runs one probe step on the samples (`probe`: default with the
+    hook front end, ``probe=True`` for fx too; gradients, buffers and RNG state restored
+    afterwards) and, if it measures over the budget,
     plans again with the excess over the prediction as a margin until the measured peak is
     within the budget (a step measured above the prediction but within the budget raises the
     prediction to it). `fallback`: when the model cannot
@@ -796,6 +797,8 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     else:
         found, solve_s = _solve_or_raise(prep, want, 0, solver, time_limit, backend, extra)
         fm = FitModule(model, prep, found, want, measure, solve_s, **calib)
+    if probe is None:  # default: the hook front end, whose glue the profile cannot replay
+        probe = prep.frontend == "blocks"
     if probe and prep.frontend in ("blocks", "fx") and measure:
         _probe_until_within(fm, args, kwargs, loss_fn, want, solver, time_limit, backend,
                             extra)
@@ -839,6 +842,8 @@ def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserv
     through `run`, default the model itself) on the samples: forward, the loss (`loss_fn`,
     else a gradient of ones for each floating output and `loss_reserve` bytes at the loss)
     and backward. Gradients, buffers and the RNG state are restored afterwards."""
+    from torch.utils._pytree import tree_map
+
     from .blocks import preserved
     from .memory import MemoryTracker
 
@@ -846,6 +851,9 @@ def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserv
     with preserved(model):
         for p in model.parameters():
             p.grad = None
+        # fresh leaves: the samples' own .grad stays as it is
+        args, kwargs = tree_map(lambda t: t.detach().requires_grad_(t.requires_grad)
+                                if isinstance(t, torch.Tensor) else t, (args, kwargs))
         inputs = [t for t in _flat((args, kwargs)) if isinstance(t, torch.Tensor)]
         with MemoryTracker(resident=[model, *inputs]) as mt:
             out = run(*args, **kwargs)
@@ -880,8 +888,8 @@ def _probe_until_within(fm: FitModule, args, kwargs, loss_fn, want: int, solver,
         fm._probes.append({"measured": measured, "predicted": predicted,
                            "plan": fm.plan is not None})
         if measured <= want:
-            if measured > predicted:  # the prediction is the measurement from now on
-                fm._margin += measured - predicted
+            if measured > predicted and prep.frontend == "blocks":
+                fm._margin += measured - predicted  # the prediction is the measurement
             return
         margin = fm._margin + measured - predicted
         log.info("schedlang fit: the probe step measured %s over the budget %s (predicted %s): "
