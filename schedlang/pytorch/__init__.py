@@ -5,6 +5,8 @@ Needs torch (an optional dependency); nothing is imported until a name is used:
 * `partition(model, sample_inputs, layers=None)` -> `Partitioned` (schedlang.pytorch.partition)
 * `profile(partitioned, repeats=5, ...)` -> `ProfiledGraph` (schedlang.pytorch.profile)
 * `trace(model, sample_inputs, ...)` -> `Graph` (schedlang.pytorch.trace), `to_graph(profiled)`
+* `find_blocks(model, args, kwargs)` -> `FoundBlocks` (schedlang.pytorch.blocks): blocks and glue
+  from the module tree and one hooked run (no trace)
 * `fit(...)` (schedlang.pytorch.fit): train within a memory budget with a solved plan
 * `MemoryTracker` (schedlang.pytorch.memory)
 """
@@ -25,6 +27,8 @@ _EXPORTS = {
     "to_graph": "trace",
     "TraceInfo": "trace",
     "fit": "fit",
+    "find_blocks": "blocks",
+    "FoundBlocks": "blocks",
     "MemoryTracker": "memory",
 }
 

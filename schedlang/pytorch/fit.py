@@ -4,10 +4,12 @@
     loss_fn(model(*inputs)).backward(); optimizer.step()     # as usual
     model.memory_report()
 
-`fit` partitions the module into layers and profiles them (`schedlang.pytorch.trace`), solves
-`models/rockmate.sched` on the layered graph data at the budget, and returns a `FitModule`
-whose parameters are the original module's and whose forward/backward execute the plan
-(`schedlang.pytorch.runtime`).
+`fit` cuts the module into layers and profiles them — with a whole-model torch.fx trace
+(`schedlang.pytorch.trace`, run by `schedlang.pytorch.runtime`) or, with no trace, from its
+blocks found by hooks on one run (`schedlang.pytorch.blocks`, run by the in-place wrappers of
+`schedlang.pytorch.hooked`; `frontend=`, see `prepare`) —, solves `models/rockmate.sched` on the
+layered graph data at the budget, and returns a `FitModule` whose parameters are the original
+module's and whose forward/backward execute the plan.
 
 The budget is the peak of all tensor memory on the compute device during a training step
 (parameters, gradients, activations, temporaries, and the loss computed on the outputs: what
@@ -93,6 +95,16 @@ class MemoryReport:
                          f"{LOSS_RESERVE} x the outputs, as a cross-entropy takes)")
         elif self.loss_bytes:
             lines.append(f"loss            {_fmt(self.loss_bytes)} (measured on loss_fn)")
+        fe = self.extra.get("frontend")
+        if fe == "blocks":
+            probes = self.extra.get("probes") or []
+            lines.append("front end       blocks (hooks; the model's own forward runs, its blocks "
+                         "wrapped in place)" + (f"; probe step measured "
+                                                f"{_fmt(probes[-1]['measured'])}" if probes else ""))
+        elif fe == "fx":
+            lines.append("front end       fx (torch.fx layers, run by the plan executor)")
+        if self.extra.get("fallback"):
+            lines.append(f"fallback        plain PyTorch: {self.extra['fallback']}")
         if self.calibrated:
             c = self.calibrated
             lines.append(f"calibrated      step measured {_fmt(c['measured'])} over the "
@@ -117,6 +129,8 @@ class Prepared:
     loss_overhead: int = 0  # the loss function's memory beyond the outputs' gradients
     output_bytes: int = 0  # the model's outputs
     loss_assumed: bool = False  # no loss_fn: loss_overhead is the LOSS_RESERVE default
+    frontend: str = "fx"  # how the layers were found: "fx" (torch.fx) or "blocks" (hooks)
+    note: str = ""  # why `auto` chose the front end it did
 
 
 def loss_moment(plan: Plan, graph: Graph) -> int:
@@ -147,7 +161,8 @@ def loss_moment(plan: Plan, graph: Graph) -> int:
     return sum(sizes.get(d, 0) for d in live) + sum(phantoms.values())
 
 
-def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn) -> tuple[int, int]:
+def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn,
+                          sample_kwargs: dict | None = None) -> tuple[int, int]:
     """(bytes the loss function's forward and backward use beyond the gradients of the model's
     outputs and the loss value, bytes of the outputs), measured on one sample output."""
     from torch.utils._pytree import tree_flatten, tree_map
@@ -155,8 +170,10 @@ def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn) -> tu
     from .memory import MemoryTracker
 
     dev = next((p.device for p in model.parameters()), torch.device("cpu"))
-    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), torch.no_grad():
-        out = model(*sample_inputs)
+    from .blocks import preserved
+
+    with preserved(model), torch.no_grad():
+        out = model(*sample_inputs, **(sample_kwargs or {}))
     out = tree_map(lambda t: t.detach().requires_grad_(True)
                    if isinstance(t, torch.Tensor) and t.is_floating_point() else t, out)
     leaves = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
@@ -169,24 +186,69 @@ def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn) -> tu
     return max(0, extra - grads - loss.numel() * loss.element_size()), out_bytes
 
 
-def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = None,
-            loss_fn=None, **trace_kwargs) -> Prepared:
-    """Partition and profile `model` (or take `graph`, e.g. read from a .sched file)."""
-    from .partition import partition
+FRONTENDS = ("auto", "fx", "blocks")
 
+
+def split_inputs(sample_inputs, sample_kwargs=None) -> tuple[tuple, dict]:
+    """(positional, keyword) sample inputs: a tensor, a tuple of positional inputs, or a dict
+    of keyword inputs (``fit(model, {"input_ids": ids, "attention_mask": mask})``)."""
     if isinstance(sample_inputs, torch.Tensor):
-        sample_inputs = (sample_inputs,)
-    sample_inputs = tuple(sample_inputs)
-    info = None
-    part = None
-    if graph is None:
-        from .trace import trace
+        return (sample_inputs,), dict(sample_kwargs or {})
+    if isinstance(sample_inputs, dict):
+        return (), {**sample_inputs, **(sample_kwargs or {})}
+    return tuple(sample_inputs), dict(sample_kwargs or {})
 
-        graph = trace(model, sample_inputs, layers=layers, **trace_kwargs)
-        info = getattr(graph, "trace_info", None)
-        part = getattr(getattr(info, "profiled", None), "part", None)
-    if part is None:
-        part = partition(model, sample_inputs, layers)
+
+def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = None,
+            loss_fn=None, frontend: str = "auto", sample_kwargs: dict | None = None,
+            **trace_kwargs) -> Prepared:
+    """Partition and profile `model` (or take `graph`, e.g. read from a .sched file).
+
+    `frontend`: ``"fx"`` cuts the model into layers with a whole-model `torch.fx` trace
+    (`schedlang.pytorch.partition`; finer layers: the glue joins them, and the runtime replays
+    any rockmate plan); ``"blocks"`` finds its blocks from the module tree and one run with
+    hooks (`schedlang.pytorch.blocks`; no trace: the model's own forward runs, the blocks are
+    wrapped in place); ``"auto"`` (the default) uses fx when the model traces and its inputs are
+    positional tensors, else blocks."""
+    args, kwargs = split_inputs(sample_inputs, sample_kwargs)
+    if frontend not in FRONTENDS:
+        raise SchedError(f"frontend must be one of {', '.join(FRONTENDS)}, got {frontend!r}")
+    note = ""
+    if frontend == "auto":
+        if graph is not None:
+            frontend = "fx"
+        elif kwargs or not all(isinstance(a, torch.Tensor) for a in args):
+            frontend, note = "blocks", "keyword or non-tensor inputs: torch.fx is not tried"
+        else:
+            from .partition import partition
+
+            try:
+                partition(model, args, layers)
+                frontend = "fx"
+            except SchedError as exc:
+                frontend, note = "blocks", f"torch.fx: {exc}"
+                log.info("schedlang fit: %s; using the hook front end (blocks)", note)
+    if frontend == "blocks":
+        from .hooked import trace_blocks
+
+        tr = trace_blocks(model, args, kwargs, layers, **trace_kwargs)
+        graph, part = tr.graph, tr
+    else:
+        if kwargs:
+            raise SchedError("frontend 'fx' takes positional tensor inputs only; use "
+                             "frontend='blocks' for keyword inputs")
+        part = None
+        if graph is None:
+            from .trace import trace
+
+            graph = trace(model, args, layers=layers, **trace_kwargs)
+            info = getattr(graph, "trace_info", None)
+            part = getattr(getattr(info, "profiled", None), "part", None)
+        if part is None:
+            from .partition import partition
+
+            part = partition(model, args, layers)
+    info = getattr(graph, "trace_info", None)
     # a copy whose data sizes may change (not a deep copy: the trace info holds the model)
     graph = copy.copy(graph)
     graph.data = [copy.copy(d) for d in graph.data]
@@ -205,7 +267,7 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     graph.budgets = {}
     loss_overhead = out_bytes = 0
     if loss_fn is not None:
-        loss_overhead, out_bytes = measure_loss_overhead(model, sample_inputs, loss_fn)
+        loss_overhead, out_bytes = measure_loss_overhead(model, args, loss_fn, kwargs)
     else:  # the loss outside the module still takes memory: reserve a safe default
         out_bytes = sum(part.data[d].nbytes for d in part.outputs
                         if d in part.data and part.data[d].dtype.is_floating_point)
@@ -214,7 +276,7 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     sim = simulate(base, graph)
     peak = max(sim.peak_bytes, loss_moment(base, graph) + loss_overhead)
     return Prepared(part, graph, resident, peak + resident, sim.time, info, loss_overhead,
-                    out_bytes, loss_fn is None)
+                    out_bytes, loss_fn is None, frontend, note)
 
 
 def _offloadable(layer):
@@ -227,6 +289,22 @@ def _offloadable(layer):
     layer = copy.copy(layer)
     layer.options = kept
     return layer
+
+
+def _blocks_offloadable(graph: Graph, glue: list[str]) -> Graph:
+    """`graph` with what per-block wrappers cannot move pinned: the data (tensors the model's
+    own code passes between blocks) and the glue's phantoms. A block's wrapper offloads what
+    the block saves (its phantom) through saved-tensor hooks."""
+    graph = copy.copy(graph)
+    graph.data = [dataclasses.replace(d, pinned=True) for d in graph.data]
+    layers = []
+    for lay in graph.layers:
+        if lay.name in glue:
+            lay = copy.copy(lay)
+            lay.options = [dataclasses.replace(o, pinned=True) for o in lay.options]
+        layers.append(lay)
+    graph.layers = layers
+    return graph
 
 
 def _with_accumulation(graph: Graph) -> list:
@@ -305,7 +383,8 @@ LEAST_PEAK = "least_peak"
 
 def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
                time_limit: float | None = None, backend: str = "pyomo",
-               loss_overhead: int = 0, output_bytes: int = 0) -> Plan | None:
+               loss_overhead: int = 0, output_bytes: int = 0,
+               extensions: tuple = (), least_peak: bool = True) -> Plan | None:
     """The rockmate plan of `graph` within `activation_budget` bytes, or None if none found.
 
     `loss_overhead`: memory the loss function adds at the loss (the graph's loss node has
@@ -324,17 +403,21 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
         if save <= 0:
             return None
         g.budgets["save"] = save
-    prob = schedlang.load(model=model, graph=g)
+    exts = [str(extension_path(e)) for e in extensions]
+    prob = schedlang.load(model=[model, *exts] if exts else model, graph=g)
     res = prob.solve(backend=backend, solver=solver, time_limit=time_limit)
     if res.plan is None or res.status not in (Status.OPTIMAL, Status.FEASIBLE):
         return None
     # Among plans as fast as this one, the one with the smallest peak: equally fast plans
     # differ in memory, and this choice makes the peak fall as the budget falls.
     fastest = res.objective * (1 + 1e-7) + 1e-12
-    second = schedlang.load(model=[model, extension_path(LEAST_PEAK)], graph=g,
+    second = None if not least_peak else schedlang.load(
+        model=[model, *exts, extension_path(LEAST_PEAK)], graph=g,
                             params={"fastest_time": fastest})
-    least = second.solve(backend=backend, solver=solver, time_limit=time_limit)
-    if least.plan is not None and least.status in (Status.OPTIMAL, Status.FEASIBLE):
+    least = None if second is None else \
+        second.solve(backend=backend, solver=solver, time_limit=time_limit)
+    if least is not None and least.plan is not None \
+            and least.status in (Status.OPTIMAL, Status.FEASIBLE):
         res = least
     sim = simulate(res.plan, graph, budget=int(activation_budget))
     if not sim.valid:
@@ -361,7 +444,8 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
     while best - low > max(rel * best, 1024) and solves < max_solves:
         solves += 1
         mid = (low + best) // 2
-        plan = solve_plan(graph, mid, solver, time_limit, backend, **kw)
+        # feasibility only: the fastest plan's peak is within `mid` (no least-peak solve)
+        plan = solve_plan(graph, mid, solver, time_limit, backend, least_peak=False, **kw)
         if plan is None:
             low = mid
         else:
@@ -396,13 +480,26 @@ class FitModule(nn.Module):
         self._pending: tuple[int, int] | None = None  # (measured, predicted) to re-plan with
         self._calibrated: dict | None = None
         self._recorder = None  # a `timeline.Recorder` while `record_timeline()` is on
+        self._wrappers = None
+        self._probes: list[dict] = []  # the probe steps `fit` ran (hook front end)
+        self._fallback: str | None = None
+        if prepared.frontend == "blocks":
+            from .hooked import BlockWrappers
+
+            self._wrappers = BlockWrappers(prepared.partitioned.found)
         self._set_plan(plan)
 
     def _set_plan(self, plan: Plan | None) -> None:
         self._plan = plan
         self._executor = None
         self._runner = []
-        if plan is not None:
+        if self._wrappers is not None:
+            from .hooked import plan_choices
+
+            blocks = [b.name for b in self._prep.partitioned.found.blocks]
+            self._wrappers.set(None if plan is None
+                               else plan_choices(plan, self._prep.graph, blocks))
+        elif plan is not None:
             from .runtime import PlanExecutor
 
             self._executor = PlanExecutor(self._prep.partitioned, plan, self._prep.graph)
@@ -435,7 +532,10 @@ class FitModule(nn.Module):
                             loss_bytes=self._prep.loss_overhead,
                             loss_assumed=self._prep.loss_assumed,
                             calibrated=None if self._calibrated is None
-                            else dict(self._calibrated))
+                            else dict(self._calibrated),
+                            extra={"frontend": self._prep.frontend,
+                                   "probes": [dict(p) for p in self._probes],
+                                   **({"fallback": self._fallback} if self._fallback else {})})
 
     def record_timeline(self, on: bool = True) -> None:
         """Record memory and time per op of each measured training step (`timeline()`;
@@ -480,7 +580,8 @@ class FitModule(nn.Module):
             found = solve_plan(self._prep.graph, activation, args.get("solver", "highs"),
                                args.get("time_limit"), args.get("backend", "pyomo"),
                                loss_overhead=self._prep.loss_overhead,
-                               output_bytes=self._prep.output_bytes)
+                               output_bytes=self._prep.output_bytes,
+                               extensions=_extensions(self._prep))
         self._calibrated = {"measured": measured, "predicted": predicted, "margin": margin,
                             "replanned": found is not None,
                             "solve_s": time.perf_counter() - t0}
@@ -526,9 +627,22 @@ class FitModule(nn.Module):
         self._step_s = time.perf_counter() - self._t0
         self._check_calibration()
 
+    @property
+    def frontend(self) -> str:
+        """``"fx"`` (the plan runs on the fx-partitioned module) or ``"blocks"`` (the model's
+        own forward runs; its blocks are wrapped in place)."""
+        return self._prep.frontend
+
+    def unwrap(self) -> nn.Module:
+        """The model with its blocks' wrappers removed (hook front end): plain PyTorch again."""
+        if self._wrappers is not None:
+            self._wrappers.unwrap()
+            self._wrappers = None
+        return self.module
+
     def forward(self, *args, **kwargs):
         check_call(self, args)  # dtype/device as fitted; a new shape gets its own plan
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        tensors = [a for a in _flat((args, kwargs)) if isinstance(a, torch.Tensor)]
         training = torch.is_grad_enabled()
         if training and self._pending is not None:
             self._recalibrate()
@@ -549,7 +663,7 @@ class FitModule(nn.Module):
         return out
 
     def _call(self, *args, **kwargs):
-        if self._executor is None:
+        if self._executor is None or self._wrappers is not None:
             return self.module(*args, **kwargs)
         return self._runner[0](*args, **kwargs)
 
@@ -584,19 +698,53 @@ class _StepEnd:
 
 
 # --- the one call ---------------------------------------------------------------------------------
+def _extensions(prep: Prepared) -> tuple:
+    """The .sched extensions the front end's runtime needs: per-block wrappers run only the
+    plans of models/extensions/per_block.sched."""
+    from .hooked import PER_BLOCK
+
+    return (PER_BLOCK,) if prep.frontend == "blocks" else ()
+
+
+def _fallback(model: nn.Module, exc: Exception, measure: bool) -> FitModule:
+    msg = f"schedlang fit: the model cannot be planned ({exc}); fallback=True: plain PyTorch"
+    log.warning(msg)
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+    prep = Prepared(None, Graph("fallback"), 0, 0, 0.0, frontend="none", note=str(exc))
+    fm = FitModule(model, prep, None, None, measure)
+    fm._fallback = str(exc)
+    return fm
+
+
 @guarded_fit
 def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs",
         time_limit: float | None = 60.0, layers=None, backend: str = "pyomo",
         graph: Graph | None = None, plan: Plan | None = None, measure: bool = True,
         loss_fn=None, prepared: Prepared | None = None, bandwidth=None,
-        calibrate: bool = True, **trace_kwargs) -> FitModule:
+        calibrate: bool = True, frontend: str = "auto", fallback: bool = False,
+        probe: bool | None = None, sample_kwargs: dict | None = None, **trace_kwargs) -> FitModule:
     """`model` wrapped to train within `budget` (see the module docstring).
 
-    `loss_fn(outputs) -> scalar`: the loss the training step applies to the model's outputs.
-    Optional; given, its memory (measured once on a sample output) is part of the prediction
-    and of the plan's constraints (the save budget of the loss phase); without it the loss is
-    assumed to need no memory beyond the outputs' gradients. `prepared`: the result of
-    `prepare(...)` for this model (to fit at several budgets with one profile).
+    `sample_inputs`: a tensor, a tuple of positional inputs, or a dict of keyword inputs
+    (``{"input_ids": ids, "attention_mask": mask}``); `sample_kwargs` adds keyword inputs to
+    positional ones. `loss_fn(outputs) -> scalar`: the loss the training step applies to the
+    model's outputs (a `ModelOutput` for `transformers` models). Optional; given, its memory
+    (measured once on a sample output) is part of the prediction and of the plan's constraints
+    (the save budget of the loss phase); without it `LOSS_RESERVE` times the outputs' bytes are
+    reserved. `prepared`: the result of `prepare(...)` for this model (to fit at several
+    budgets with one profile).
+
+    `frontend`: how the model is cut into layers (`prepare`): ``"auto"`` (default: torch.fx
+    when the model traces and takes positional tensors, else the hook front end),
+    ``"fx"``, or ``"blocks"`` (no trace: the model's blocks are wrapped in place and its own
+    forward runs). `fit` then runs one probe step on the samples (`probe`: default with the
+    hook front end, ``probe=True`` for fx too; gradients, buffers and RNG state restored
+    afterwards) and, if it measures over the budget,
+    plans again with the excess over the prediction as a margin until the measured peak is
+    within the budget (a step measured above the prediction but within the budget raises the
+    prediction to it). `fallback`: when the model cannot
+    be planned (no blocks found, a block that fails under a wrapper, a failed trace), return
+    the model run as plain PyTorch with a warning instead of raising; never silently.
 
     `graph` (layered graph data of this model, as `trace` writes it) skips profiling;
     `plan` (made for that graph) skips solving. `measure`: track the peak of every training
@@ -608,8 +756,19 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     excess as a margin (logged on the ``schedlang.pytorch`` logger; see `memory_report()`)."""
     from . import distributed
 
-    prep = prepared if prepared is not None else prepare(
-        model, sample_inputs, layers=layers, graph=graph, loss_fn=loss_fn, **trace_kwargs)
+    args, kwargs = split_inputs(sample_inputs, sample_kwargs)
+    if prepared is not None:
+        prep = prepared
+    else:
+        try:
+            prep = prepare(model, args, layers=layers, graph=graph, loss_fn=loss_fn,
+                           frontend=frontend, sample_kwargs=kwargs, **trace_kwargs)
+        except FitError:
+            raise
+        except SchedError as exc:
+            if not fallback:
+                raise
+            return _fallback(model, exc, measure)
     if distributed.active():  # one profile and one plan on every rank (distributed.py)
         agreed, plain_time = distributed.agree_graph(prep.graph, prep.plain_time)
         prep = dataclasses.replace(prep, graph=agreed, plain_time=plain_time)
@@ -619,10 +778,13 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         linked = copy.copy(prep.graph)
         linked.bandwidths = {"offload": rate, "prefetch": rate}
         linked.layers = [_offloadable(lay) for lay in linked.layers]
+        if prep.frontend == "blocks":
+            linked = _blocks_offloadable(linked, prep.partitioned.glue_layers)
         prep = dataclasses.replace(prep, graph=linked)  # the caller's `prepared` stays as it is
-    extra = {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes}
-    calib = {"calibrate": calibrate,
-             "solve_args": {"solver": solver, "time_limit": time_limit, "backend": backend}}
+    extra = {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes,
+             "extensions": _extensions(prep)}
+    solve_args = {"solver": solver, "time_limit": time_limit, "backend": backend}
+    calib = {"calibrate": calibrate, "solve_args": solve_args}
     if plan is not None:
         sim = simulate(plan, prep.graph)
         if not sim.valid:
@@ -635,12 +797,26 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         return FitModule(model, prep, plan, want, measure, **calib)
     want = resolve_fit_budget(budget, prep.plain_peak)
     if want >= prep.plain_peak:
-        return FitModule(model, prep, None, want, measure, **calib)
-    activation = want - prep.resident_bytes
+        fm = FitModule(model, prep, None, want, measure, **calib)
+    else:
+        found, solve_s = _solve_or_raise(prep, want, 0, solver, time_limit, backend, extra)
+        fm = FitModule(model, prep, found, want, measure, solve_s, **calib)
+    if probe is None:  # default: the hook front end, whose glue the profile cannot replay
+        probe = prep.frontend == "blocks"
+    if probe and prep.frontend in ("blocks", "fx") and measure:
+        _probe_until_within(fm, args, kwargs, loss_fn, want, solver, time_limit, backend,
+                            extra)
+    return fm
+
+
+def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, backend,
+                    extra: dict, why: str = "") -> tuple[Plan, float]:
+    activation = want - prep.resident_bytes - margin
     if activation <= 0:
         raise FitError(f"budget {format_size(want)} ({want} B) is below the resident memory "
                        f"alone ({format_size(prep.resident_bytes)}: parameters, buffers and "
-                       "inputs)")
+                       "inputs)" + (f" and the measured margin {format_size(margin)}"
+                                    if margin else ""))
     t0 = time.perf_counter()
     found = solve_plan(prep.graph, activation, solver, time_limit, backend, **extra) \
         if distributed.solves_here() else None
@@ -652,10 +828,83 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         high = prep.plain_peak - prep.resident_bytes + prep.output_bytes + 1024
         best = smallest_feasible(prep.graph, activation, high, solver, time_limit, backend,
                                  **extra)
+        fixed = prep.resident_bytes + margin
         smallest = "unknown" if best is None else \
-            f"{format_size(best + prep.resident_bytes)} ({best + prep.resident_bytes} B)"
-        raise FitError(f"no plan fits the budget {format_size(want)} ({want} B): the smallest "
-                       f"feasible budget found is {smallest} (bisection with the solver "
-                       f"{solver}; plain execution needs {format_size(prep.plain_peak)}, "
+            f"{format_size(best + fixed)} ({best + fixed} B)"
+        raise FitError(f"no plan fits the budget {format_size(want)} ({want} B){why}: the "
+                       f"smallest feasible budget found is {smallest} (bisection with the "
+                       f"solver {solver}; plain execution needs {format_size(prep.plain_peak)}, "
                        f"of which {format_size(prep.resident_bytes)} resident)")
-    return FitModule(model, prep, found, want, measure, solve_s, **calib)
+    return found, solve_s
+
+
+#: probe steps `fit` runs at most (hook front end) before giving up on a budget
+PROBES = 4
+
+
+def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserve: int = 0,
+               output_bytes: int = 0, run=None) -> int:
+    """The measured peak (bytes, resident included) of one training step of `model` (called
+    through `run`, default the model itself) on the samples: forward, the loss (`loss_fn`,
+    else a gradient of ones for each floating output and `loss_reserve` bytes at the loss)
+    and backward. Gradients, buffers and the RNG state are restored afterwards."""
+    from torch.utils._pytree import tree_map
+
+    from .blocks import preserved
+    from .memory import MemoryTracker
+
+    run = model if run is None else run
+    with preserved(model):
+        for p in model.parameters():
+            p.grad = None
+        # fresh leaves: the samples' own .grad stays as it is
+        args, kwargs = tree_map(lambda t: t.detach().requires_grad_(t.requires_grad)
+                                if isinstance(t, torch.Tensor) else t, (args, kwargs))
+        inputs = [t for t in _flat((args, kwargs)) if isinstance(t, torch.Tensor)]
+        with MemoryTracker(resident=[model, *inputs]) as mt:
+            out = run(*args, **kwargs)
+            after = mt.current
+            if loss_fn is not None:
+                loss = loss_fn(out)
+                loss.backward()
+                del loss
+            else:
+                leaves = [t for t in _flat(out) if isinstance(t, torch.Tensor)
+                          and t.requires_grad and t.is_floating_point()]
+                torch.autograd.backward(leaves, [torch.ones_like(t) for t in leaves])
+                del leaves
+            del out
+            peak = mt.peak
+    if loss_fn is None:
+        peak = max(peak, after + output_bytes + loss_reserve)
+    return peak
+
+
+def _probe_until_within(fm: FitModule, args, kwargs, loss_fn, want: int, solver, time_limit,
+                        backend, extra: dict) -> None:
+    """Run probe steps; while one measures over the budget, plan again with the excess over
+    the prediction as a margin (see `fit`)."""
+    prep = fm._prep
+    measured = None
+    for _ in range(PROBES):
+        measured = probe_step(fm.module, args, kwargs, loss_fn,
+                              prep.loss_overhead if prep.loss_assumed else 0, prep.output_bytes,
+                              run=fm._call)
+        predicted = fm.predicted_peak()
+        fm._probes.append({"measured": measured, "predicted": predicted,
+                           "plan": fm.plan is not None})
+        if measured <= want:
+            if measured > predicted and prep.frontend == "blocks":
+                fm._margin += measured - predicted  # the prediction is the measurement
+            return
+        margin = fm._margin + measured - predicted
+        log.info("schedlang fit: the probe step measured %s over the budget %s (predicted %s): "
+                 "planning with a margin of %s", format_size(measured), format_size(want),
+                 format_size(predicted), format_size(margin))
+        found, _ = _solve_or_raise(prep, want, margin, solver, time_limit, backend, extra,
+                                   f" (a probe step measured {format_size(measured)}, "
+                                   f"{format_size(margin)} over the prediction)")
+        fm._margin = margin
+        fm._set_plan(found)
+    raise FitError(f"no plan fits the budget {format_size(want)} ({want} B): after {PROBES} "
+                   f"probe steps the step still measures {format_size(measured)}")

@@ -392,7 +392,13 @@ class PlanExecutor:
             run.rng[layer] = self._rng_get()
             return contextlib.nullcontext()
         devices = [self.device] if self.device.type == "cuda" else []
-        return _ForkedRng(devices, state, self.device)
+        stack = contextlib.ExitStack()
+        stack.enter_context(_ForkedRng(devices, state, self.device))
+        # a run after the first: BatchNorm running statistics are updated once per step
+        from .hooked import running_stats_kept
+
+        stack.enter_context(running_stats_kept(self.layers[layer].module))
+        return stack
 
     def _grad_inputs(self, layer: str) -> list[bool]:
         produced = set(self.glayers[layer].grad_outputs)
@@ -443,9 +449,11 @@ class PlanExecutor:
             from torch.utils.checkpoint import checkpoint
 
             context_fn = _selective_context_fn()
+            from .hooked import once_stats
+
             with self._replaying(run, layer), torch.enable_grad():
-                outs = _as_tuple(checkpoint(lp.module, *leaves, use_reentrant=False,
-                                            context_fn=context_fn))
+                outs = _as_tuple(checkpoint(once_stats(lp.module, lp.module), *leaves,
+                                            use_reentrant=False, context_fn=context_fn))
         check_layer_outputs(run, layer, outs)
         iface = [(d, leaf) for d, leaf in zip(lp.inputs, leaves)]
         values = []

@@ -1,0 +1,553 @@
+"""Find a model's layer structure from its module tree and one real run (no symbolic trace).
+
+    from schedlang.pytorch.blocks import find_blocks
+    found = find_blocks(model, (input_ids,), {"attention_mask": mask})
+    for call in found.blocks: print(call.name, call.inputs, "->", call.outputs)
+
+**Which submodules are blocks** (`candidate_blocks`): walking the module tree from the root,
+the first `nn.ModuleList` / `nn.Sequential` on each path that holds at least two structurally
+identical children (`partition.module_key`: same types, parameter shapes and mode) gives all
+its children as blocks: `model.layers.*` (Llama), `transformer.h.*` (GPT-2),
+`bert.encoder.layer.*`, `model.encoder.layers.*` and `model.decoder.layers.*` (BART),
+`vit.encoder.layer.*`, the `layers` of every ResNet/ConvNeXt stage; and, as optional blocks,
+the submodules with parameters beside the blocks' ancestors (embeddings, a convolutional stem,
+final norms, heads) that the run calls once. An `nn.Sequential` root
+gives its children. A model with no such container gives its direct children that the run
+calls exactly once (a U-Net's encoder, bottleneck and decoder modules). `names=[...]` chooses
+the submodules instead (they must not nest).
+
+**What the run records** (`find_blocks`): the model runs once on the sample inputs, with
+forward pre/post hooks (keyword arguments included) on the blocks, a dispatch mode that sees
+every op, and saved-tensor hooks. Each tensor is a *datum*, keyed by its storage: the model's
+inputs (``input0``, ``input1``, ... for positional ones, the keyword for keyword ones), the
+new tensors each block returns (``<block>.out``, or ``.out0``, ``.out1``... inside tuples,
+`ModelOutput`s, lists; a returned tensor sharing storage with one of the block's inputs is
+that input, not an output), and the tensors the *glue* creates that something later reads
+(``glueK.out0``...). The glue is everything the model's own forward runs outside the blocks:
+segment ``glue0`` runs before the first block call, ``glueK`` between block calls K-1 and K,
+the last one after the last block (embeddings, masks, position embeddings, the final norm and
+head, an internal loss). For each glue segment the run records the data it reads, the data it
+creates, the storages autograd saves for its backward (``saved``: bytes, parameters and data
+excepted; ``needs``: the data it saved), its parameters, its time and its transient peak.
+
+Blocks must each be called exactly once per forward; a block called twice (weight sharing) or
+never is an error that names it (`BlockError`).
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from ..errors import Loc, SchedError, did_you_mean
+from .memory import MemoryTracker
+from .partition import TensorMeta, module_key
+
+__all__ = ["BlockCall", "GlueSegment", "FoundBlocks", "BlockError", "candidate_blocks",
+           "find_blocks"]
+
+WHERE = Loc("blocks")
+
+
+class BlockError(SchedError):
+    """The model's blocks cannot be found or planned (the message names the submodule)."""
+
+
+@dataclass
+class BlockCall:
+    """One block and how the run called it."""
+
+    name: str  # qualified submodule name ("model.layers.0")
+    module: nn.Module
+    parent: nn.Module
+    attr: str  # its name in `parent`
+    args: tuple = ()  # as called in the sample run (tensors are the sample's)
+    kwargs: dict = field(default_factory=dict)
+    leaves: list = field(default_factory=list)  # per tensor leaf of (args, kwargs): datum name
+    views: list = field(default_factory=list)  # per leaf: None, or (sizes, strides, offset)
+    #                                            of the view of its datum the block was given
+    inputs: list[str] = field(default_factory=list)  # data read, each once, in call order
+    outputs: list[str] = field(default_factory=list)  # new data returned, in return order
+    out_leaves: list = field(default_factory=list)  # per tensor leaf of the output: datum name
+    params: list[str] = field(default_factory=list)  # qualified names of its parameters
+    signature: str = ""  # equal for identical blocks called on identical shapes
+    kept: int = 0  # bytes the block's forward left alive beyond its outputs (saved tensors)
+
+
+@dataclass
+class GlueSegment:
+    """The model's own code run between two block calls (or before the first, after the last)."""
+
+    name: str  # "glue0", "glue1", ...
+    index: int  # glue K runs right before block K (K == len(blocks): after the last one)
+    reads: list[str] = field(default_factory=list)  # data it reads
+    creates: list[str] = field(default_factory=list)  # data it makes that are read later
+    saved: int = 0  # bytes autograd saves for its backward (not parameters, not data)
+    needs: list[str] = field(default_factory=list)  # data autograd saved
+    params: list[str] = field(default_factory=list)  # parameters it reads
+    time_s: float = 0.0
+    overhead: int = 0  # transient bytes above what it leaves behind
+    ops: int = 0  # aten ops it ran
+
+
+@dataclass
+class FoundBlocks:
+    model: nn.Module
+    blocks: list[BlockCall]  # in call order
+    segments: list[GlueSegment]  # glue0 .. glueN (N = len(blocks)), some possibly empty
+    data: dict[str, TensorMeta]
+    values: dict[str, torch.Tensor]  # sample value of every datum (from the run)
+    inputs: list[str]  # the model's input data
+    outputs: list[str]  # data the model returns (tensor leaves, each once)
+    mode: str  # "blocks" (repeated blocks), "sequential", "children", "user"
+
+    def block(self, name: str) -> BlockCall:
+        for b in self.blocks:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def producers(self) -> dict[str, str]:
+        """datum -> the block or glue segment that makes it (model inputs are absent)."""
+        out = {d: s.name for s in self.segments for d in s.creates}
+        out.update({d: b.name for b in self.blocks for d in b.outputs})
+        return out
+
+
+# --- which submodules ----------------------------------------------------------------------------
+def _has_repeat(container: nn.Module) -> bool:
+    keys: dict = {}
+    for _, c in container.named_children():
+        if not any(True for _ in c.parameters()):
+            continue
+        k = module_key(c)
+        keys[k] = keys.get(k, 0) + 1
+        if keys[k] >= 2:
+            return True
+    return False
+
+
+def _containers(module: nn.Module, prefix: str):
+    for name, child in module.named_children():
+        q = f"{prefix}{name}"
+        if isinstance(child, (nn.ModuleList, nn.Sequential)) and len(child) >= 2 \
+                and _has_repeat(child):
+            yield q, child
+        else:
+            yield from _containers(child, q + ".")
+
+
+def candidate_blocks(model: nn.Module, names=None) -> tuple[str, list[str], list[str]]:
+    """(how they were chosen, qualified names of the candidate blocks, optional ones) — see
+    the module docstring. Optional candidates (and, for the "children" choice, all of them)
+    that the run does not call exactly once are dropped by `find_blocks`; a required one is an
+    error."""
+    modules = dict(model.named_modules())
+    if names is not None:
+        if isinstance(names, str):
+            names = [s.strip() for s in names.split(",") if s.strip()]
+        names = [str(n).strip() for n in names]
+        if not names:
+            raise BlockError("layers is empty: give submodule names, or None to choose "
+                             "automatically", WHERE)
+        for n in names:
+            if not n or n not in modules:
+                raise BlockError(f"layers: the model has no submodule '{n}'"
+                                 f"{did_you_mean(n, [k for k in modules if k])}", WHERE)
+        for a in names:
+            for b in names:
+                if a != b and b.startswith(a + "."):
+                    raise BlockError(f"layers: '{b}' is inside '{a}'; blocks must not nest",
+                                     WHERE)
+        return "user", list(dict.fromkeys(names)), []
+    if isinstance(model, (nn.Sequential, nn.ModuleList)) and len(model) >= 2:
+        return "sequential", [n for n, _ in model.named_children()], []
+    found = []
+    for q, container in _containers(model, ""):
+        found += [f"{q}.{c}" for c, _ in container.named_children()]
+    if found:
+        return "blocks", found, _beside(model, found)
+    return "children", [n for n, _ in model.named_children()], []
+
+
+def _beside(model: nn.Module, blocks: list[str]) -> list[str]:
+    """Submodules with parameters next to the blocks' ancestors (embeddings, a stem, final
+    norms, heads): blocks of their own when the run calls them once, so that a plan can
+    recompute what they save instead of keeping it as glue."""
+    ancestors = {""}
+    for b in blocks:
+        parts = b.split(".")
+        ancestors.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    taken = set(blocks)
+    out = []
+    for a in sorted(ancestors, key=lambda n: (n.count("."), n)):
+        mod = model.get_submodule(a) if a else model
+        for c, child in mod.named_children():
+            q = f"{a}.{c}" if a else c
+            if q in ancestors or q in taken or isinstance(child, (nn.ModuleList, nn.ModuleDict)):
+                continue
+            if any(True for _ in child.parameters()):
+                out.append(q)
+    return out
+
+
+# --- the recording run ---------------------------------------------------------------------------
+def _key(t: torch.Tensor) -> int | None:
+    try:
+        s = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return s.data_ptr() if s.nbytes() else None
+
+
+class _Recorder(TorchDispatchMode):
+    """Sees every op: in glue, which storages it reads and creates."""
+
+    def __init__(self, rec: "_Run"):
+        super().__init__()
+        self.rec = rec
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.rec.op(func, args, kwargs or {}, out)
+        return out
+
+
+class _Run:
+    def __init__(self, model: nn.Module, calls: dict[int, BlockCall]):
+        self.model = model
+        self.calls = calls  # id(module) -> BlockCall
+        self.keep: list = []  # every tensor seen: storages are not reused during the run
+        self.names: dict[int, str] = {}  # storage -> datum
+        self.values: dict[str, torch.Tensor] = {}
+        self.meta: dict[str, TensorMeta] = {}
+        self.params = {_key(p): n for n, p in model.named_parameters() if _key(p) is not None}
+        self.buffers = {_key(b) for b in model.buffers()}
+        self.inside: BlockCall | None = None
+        self.order: list[BlockCall] = []
+        self.seg = GlueSegment("glue0", 0)
+        self.segments: list[GlueSegment] = []
+        self.created: dict[int, GlueSegment] = {}  # storage made by glue -> segment
+        self.created_t: dict[int, torch.Tensor] = {}
+        self.tracker: MemoryTracker | None = None
+        self.t0 = time.perf_counter()
+        self.level = 0  # memory when the segment started
+        self.saved_keys: dict[int, tuple[GlueSegment, int]] = {}
+        self.repeated: list[BlockCall] = []
+
+    # datum bookkeeping
+    def datum(self, t: torch.Tensor, name: str) -> str:
+        k = _key(t)
+        if k in self.names:
+            return self.names[k]
+        self.names[k] = name
+        self.values[name] = t
+        self.meta[name] = TensorMeta(tuple(t.shape), t.dtype, t.untyped_storage().nbytes(),
+                                     bool(t.requires_grad), str(t.device))
+        self.keep.append(t)
+        return name
+
+    def read(self, t: torch.Tensor) -> str | None:
+        """The datum `t` is (made by glue: named now), or None."""
+        k = _key(t)
+        if k is None or k in self.params or k in self.buffers:
+            return None
+        if k in self.names:
+            return self.names[k]
+        seg = self.created.get(k)
+        if seg is not None:
+            name = self.datum(self.created_t[k], f"{seg.name}.out{len(seg.creates)}")
+            seg.creates.append(name)
+            return name
+        return None
+
+    # glue ops
+    def op(self, func, args, kwargs, out) -> None:
+        if self.inside is not None:
+            return
+        seg = self.seg
+        seg.ops += 1
+        for t in tree_flatten((args, kwargs))[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            k = _key(t)
+            if k in self.params:
+                if self.params[k] not in seg.params:
+                    seg.params.append(self.params[k])
+                continue
+            if self.created.get(k) is seg and k not in self.names:
+                continue  # made by this segment and not a datum: internal to the glue
+            d = self.read(t)
+            if d is not None and d not in seg.reads and d not in seg.creates:
+                seg.reads.append(d)
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                k = _key(t)
+                if k is not None and k not in self.names and k not in self.created \
+                        and k not in self.params and k not in self.buffers:
+                    self.created[k] = seg
+                    self.created_t[k] = t
+                    self.keep.append(t)
+
+    def pack(self, t: torch.Tensor):
+        if self.inside is None:
+            k = _key(t)
+            if k is not None and k not in self.params and k not in self.buffers \
+                    and k not in self.saved_keys:
+                self.saved_keys[k] = (self.seg, t.untyped_storage().nbytes())
+        return t
+
+    def end_segment(self) -> None:
+        seg = self.seg
+        seg.time_s = time.perf_counter() - self.t0
+        if self.tracker is not None:
+            seg.overhead = max(0, self.tracker.peak - self.tracker.current)
+        self.segments.append(seg)
+
+    def start_segment(self, index: int) -> None:
+        self.seg = GlueSegment(f"glue{index}", index)
+        if self.tracker is not None:
+            self.tracker.reset_peak()
+        self.t0 = time.perf_counter()
+
+    # hooks
+    def pre(self, module, args, kwargs):
+        call = self.calls[id(module)]
+        if self.inside is not None:
+            return None
+        if call in self.order:
+            self.repeated.append(call)
+            return None
+        self.end_segment()
+        self.order.append(call)
+        call.args, call.kwargs = args, dict(kwargs)
+        leaves, views = [], []
+        for t in tree_flatten((args, kwargs))[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            d = self.read(t)
+            if d is None:
+                k = _key(t)
+                if k is None or k in self.params or k in self.buffers:
+                    leaves.append(None)
+                    views.append(None)
+                    continue
+                d = self.datum(t, f"{call.name}.in{len(leaves)}")  # made outside any op
+            leaves.append(d)
+            v = self.values[d]
+            same = (t.shape == v.shape and t.stride() == v.stride()
+                    and t.storage_offset() == v.storage_offset() and t.dtype == v.dtype)
+            views.append(None if same else (tuple(t.shape), tuple(t.stride()),
+                                             t.storage_offset()))
+        call.leaves, call.views = leaves, views
+        call.inputs = list(dict.fromkeys(d for d in leaves if d is not None))
+        self.inside = call
+        call.kept = self.tracker.current if self.tracker is not None else 0
+        return None
+
+    def post(self, module, args, kwargs, out):
+        call = self.calls[id(module)]
+        if self.inside is not call:
+            return None
+        self.inside = None
+        tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        new = []  # returned tensors of new storages (an input handed back is that input)
+        for t in tensors:
+            k = _key(t)
+            if k is not None and k not in self.names and k not in self.params \
+                    and k not in self.buffers and all(_key(n) != k for n in new):
+                new.append(t)
+        for i, t in enumerate(new):
+            name = f"{call.name}.out" if len(new) == 1 else f"{call.name}.out{i}"
+            call.outputs.append(self.datum(t, name))
+        call.out_leaves = [self.names.get(_key(t)) for t in tensors]
+        if self.tracker is not None:  # what the block leaves alive beyond its outputs
+            call.kept = max(0, self.tracker.current - call.kept
+                            - sum(t.untyped_storage().nbytes() for t in new))
+        self.start_segment(len(self.order))
+        return None
+
+
+def _signature(call: BlockCall, meta: dict[str, TensorMeta]) -> str:
+    spec = tree_flatten((call.args, call.kwargs))[1]
+    shapes = [None if d is None else (meta[d].shape, str(meta[d].dtype), meta[d].requires_grad)
+              for d in call.leaves]
+    consts = [repr(x) for x in tree_flatten((call.args, call.kwargs))[0]
+              if not isinstance(x, torch.Tensor)]
+    return repr((module_key(call.module), str(spec), shapes, consts, len(call.outputs)))
+
+
+def _sanitize(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.]", "_", name) or "x"
+
+
+#: an optional block (beside the stack) is kept when it saves at least this share of what the
+#: largest block of the stack saves
+OPTIONAL_SHARE = 0.25
+
+
+def _record(model, cands, sample_inputs, sample_kwargs):
+    modules = dict(model.named_modules())
+    pname = {id(p): n for n, p in model.named_parameters()}  # tied weights: the first name
+    calls: dict[int, BlockCall] = {}
+    for n in cands:
+        m = modules[n]
+        parent_name, _, attr = n.rpartition(".")
+        parent = modules[parent_name] if parent_name else model
+        if id(m) in calls:  # the same module under two names
+            continue
+        params = list(dict.fromkeys(pname[id(p)] for p in m.parameters()))
+        calls[id(m)] = BlockCall(n, m, parent, attr, params=params)
+    run = _Run(model, calls)
+    for i, x in enumerate(sample_inputs):
+        if isinstance(x, torch.Tensor) and _key(x) is not None:
+            run.datum(x, f"input{i}")
+    for k, x in sample_kwargs.items():
+        if isinstance(x, torch.Tensor) and _key(x) is not None:
+            run.datum(x, _sanitize(k))
+    run.inputs = list(run.values)
+    handles = []
+    try:
+        for call in calls.values():
+            handles.append(call.module.register_forward_pre_hook(run.pre, with_kwargs=True))
+            handles.append(call.module.register_forward_hook(run.post, with_kwargs=True))
+        with _preserved(model), MemoryTracker(resident=[model, *sample_inputs,
+                                                        *sample_kwargs.values()]) as mt:
+            run.tracker = mt
+            run.start_segment(0)
+            with torch.enable_grad(), _Recorder(run), \
+                    torch.autograd.graph.saved_tensors_hooks(run.pack, lambda t: t):
+                out = model(*sample_inputs, **sample_kwargs)
+            run.end_segment()
+            run.tracker = None
+    finally:
+        for h in handles:
+            h.remove()
+    return run, out, list(run.order)
+
+
+def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None = None,
+                names=None) -> FoundBlocks:
+    """The blocks of `model` and the data they exchange, from one forward on the samples
+    (see the module docstring). The run keeps the model's parameters, buffers (running
+    statistics), gradients and the global RNG state as they were."""
+    if isinstance(sample_inputs, torch.Tensor):
+        sample_inputs = (sample_inputs,)
+    sample_inputs = tuple(sample_inputs)
+    sample_kwargs = dict(sample_kwargs or {})
+    mode, cands, optional = candidate_blocks(model, names)
+    run, out, blocks = _record(model, cands + optional, sample_inputs, sample_kwargs)
+    if mode in ("blocks", "sequential") and len([b for b in blocks if b.name in cands]) < 2:
+        # containers the forward does not run block by block: the direct children instead
+        mode, optional = "children", []
+        cands = [n for n, _ in model.named_children()]
+        run, out, blocks = _record(model, cands, sample_inputs, sample_kwargs)
+    if mode == "children":
+        optional, cands = cands, []
+    empty = [b.name for b in blocks if not b.outputs]  # views or in-place: not a layer
+    # an optional block that saves little would only make the plan's problem larger
+    most = max((b.kept for b in blocks if b.name in cands), default=0)
+    empty += [b.name for b in blocks if b.name in optional and mode != "children"
+              and b.kept < OPTIONAL_SHARE * most]
+    if empty:
+        cands = [n for n in cands if n not in empty]
+        optional = [n for n in optional if n not in empty]
+        run, out, blocks = _record(model, cands + optional, sample_inputs, sample_kwargs)
+    if run.repeated:
+        required = [c for c in run.repeated if c.name in cands]
+        if required:
+            c = required[0]
+            raise BlockError(f"block '{c.name}' ({type(c.module).__name__}) is called more "
+                             "than once in one forward (shared weights): it cannot be wrapped "
+                             "as one block; name other submodules with layers=[...]", WHERE)
+        twice = {c.name for c in run.repeated}
+        optional = [n for n in optional if n not in twice]
+        run, out, blocks = _record(model, cands + optional, sample_inputs, sample_kwargs)
+    if mode == "user":
+        missing = [n for n in cands if n not in {b.name for b in blocks}]
+        if missing:
+            raise BlockError(f"layers: submodule '{missing[0]}' is not called by the forward "
+                             "on the sample inputs", WHERE)
+    if not blocks:
+        raise BlockError(f"{type(model).__name__}: no block found (no ModuleList/Sequential of "
+                         "repeated blocks, no child called once by the forward); name the "
+                         "submodules to plan with layers=[...]", WHERE)
+    inputs = list(run.inputs)
+    # the model's outputs
+    outputs = []
+    for t in tree_flatten(out)[0]:
+        if isinstance(t, torch.Tensor):
+            d = run.read(t)
+            if d is None:
+                k = _key(t)
+                if k is None or k in run.params or k in run.buffers:
+                    continue
+                d = run.datum(t, f"{run.segments[-1].name}.out{len(run.segments[-1].creates)}")
+                run.segments[-1].creates.append(d)
+            if d not in outputs:
+                outputs.append(d)
+    # what each glue segment saved: bytes of storages that are no datum; data it needs
+    for k, (seg, nbytes) in run.saved_keys.items():
+        if k in run.names:
+            d = run.names[k]
+            if d not in seg.needs:
+                seg.needs.append(d)
+        else:
+            seg.saved += nbytes
+    for call in blocks:
+        call.signature = _signature(call, run.meta)
+    # glue data read by later blocks but only named when read: keep creation order per segment
+    return FoundBlocks(model, blocks, run.segments, dict(run.meta), dict(run.values), inputs,
+                       outputs, mode)
+
+
+class _preserved:
+    """Parameters' gradients, buffers (BatchNorm running statistics) and the RNG state (CPU and
+    CUDA) as they were on entry, restored on exit."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes(), torch.no_grad():
+            self.grads = [(p, p.grad) for p in self.model.parameters()]
+            self.buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
+        devs = [p.device for p in self.model.parameters() if p.device.type == "cuda"][:1]
+        self.fork = torch.random.fork_rng(devices=devs)
+        self.fork.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.fork.__exit__(*exc)
+        with torch.no_grad():
+            for b, v in self.buffers:
+                b.copy_(v)
+        for p, g in self.grads:
+            p.grad = g
+        return False
+
+
+def preserved(model: nn.Module):
+    """Context manager: `model`'s parameter gradients, buffers and the RNG state are restored
+    on exit (profiling and probe steps leave no trace)."""
+    return _preserved(model)
+
+
+def describe(found: FoundBlocks) -> str:
+    """One line per block and glue segment (for errors and `--verbose`)."""
+    lines = []
+    for seg in found.segments:
+        lines.append(f"{seg.name}: reads {', '.join(seg.reads) or '-'} -> "
+                     f"{', '.join(seg.creates) or '-'} (saves {seg.saved} B)")
+        if seg.index < len(found.blocks):
+            b = found.blocks[seg.index]
+            lines.append(f"{b.name}: {', '.join(b.inputs)} -> {', '.join(b.outputs)}")
+    return "\n".join(lines)
+

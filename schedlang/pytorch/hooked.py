@@ -1,0 +1,421 @@
+"""The hook-based front end: layered graph data from a model's blocks, and plans run by
+per-block wrappers, with no whole-model trace.
+
+* `trace_blocks(model, args, kwargs)` finds the blocks (`schedlang.pytorch.blocks`), profiles
+  each block's options with `schedlang.pytorch.profile` (``autograd``, ``recompute``,
+  ``selective``; identical blocks once) on the tensors the sample run gave it, and writes
+  layered graph data: one layer per block, and one layer per glue segment (the model's own
+  code between block calls) with the single option ``autograd`` — its time, transient memory
+  and what autograd saves for its backward as the recording run measured them. Glue is never
+  recomputed: it is fixed memory and time in every plan, and the prediction counts it.
+* The plans are rockmate's (or offload's) restricted by `models/extensions/per_block.sched`:
+  every forward runs once, with the option its backward uses (no recomputation of a layer's
+  outputs, no `fast_forward`): exactly what a wrapper can do by itself.
+* `BlockWrappers(found)` wraps each block *in place* — the block's class is swapped for a
+  subclass whose ``forward`` applies the plan's choice (as ``fully_shard`` does), so parameter
+  names, ``state_dict`` keys, hooks, ``train()/eval()`` and the model's own ``forward`` with its
+  keyword arguments and outputs stay as they are. Choices: ``autograd`` (plain),
+  ``recompute`` (``torch.utils.checkpoint``, non-reentrant, RNG state restored),
+  ``selective`` (the same with the profiler's selective policy); ``offload`` of a block's
+  saved tensors to host memory (saved-tensor hooks). A recomputed forward leaves BatchNorm
+  running statistics as the first forward left them (they are updated once, as in eager).
+  `unwrap()` restores the original classes.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ..errors import Loc, SchedError
+from ..graph import DataNode, Graph, Layer, Loss, Option
+from ..plan import Plan
+from .blocks import BlockCall, BlockError, FoundBlocks, find_blocks
+from .partition import LayerPart, Partitioned
+
+__all__ = ["trace_blocks", "BlockWrappers", "plan_choices", "BlockTrace", "PER_BLOCK"]
+
+WHERE = Loc("blocks")
+#: the extension that restricts plans to what per-block wrappers run
+PER_BLOCK = "per_block"
+_LOSS_TIME = 1e-6
+
+
+class _BlockFn:
+    """A block as `profile` runs layers: ``fn(*input tensors) -> tuple of new outputs``, with
+    the recorded call's other arguments (keyword arguments, non-tensor values) as constants."""
+
+    def __init__(self, call: BlockCall):
+        self.call = call
+        self.flat, self.spec = tree_flatten((call.args, call.kwargs))
+        self.module = call.module
+
+    def __call__(self, *xs):
+        env = dict(zip(self.call.inputs, xs))
+        leaves, k = [], 0
+        for x in self.flat:
+            if isinstance(x, torch.Tensor):
+                d, view = self.call.leaves[k], self.call.views[k]
+                k += 1
+                if d is None:
+                    leaves.append(x)
+                else:
+                    leaves.append(env[d] if view is None else env[d].as_strided(*view))
+            else:
+                leaves.append(x)
+        args, kwargs = tree_unflatten(leaves, self.spec)
+        out = self.module(*args, **kwargs)
+        tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        by_name = {}
+        for t, d in zip(tensors, self.call.out_leaves):
+            if d is not None and d in self.call.outputs:
+                by_name.setdefault(d, t)
+        return tuple(by_name[d] for d in self.call.outputs)
+
+
+@dataclass
+class BlockTrace:
+    """What the hook front end knows of a model: its blocks and the layered graph."""
+
+    found: FoundBlocks
+    graph: Graph
+    profiled: object = None
+    glue_layers: list[str] = field(default_factory=list)
+
+    # what `fit.prepare` reads from a partitioned model
+    @property
+    def inputs(self) -> list[str]:
+        return self.found.inputs
+
+    @property
+    def outputs(self) -> list[str]:
+        return self.found.outputs
+
+    @property
+    def data(self):
+        return self.found.data
+
+
+def _partitioned(found: FoundBlocks) -> Partitioned:
+    """The blocks as a `Partitioned` whose layers are the blocks (for `profile`)."""
+    produced = {d for b in found.blocks for d in b.outputs}
+    feeds = []
+    for b in found.blocks:
+        feeds += [d for d in b.inputs if d not in produced and d not in feeds]
+    later = set(found.outputs)
+    for s in found.segments:
+        later.update(s.reads)
+    layers = [LayerPart(b.name, _BlockFn(b), list(b.inputs), list(b.outputs), b.signature,
+                        list(b.params), [b.name]) for b in found.blocks]
+    outs = [d for d in produced if d in later]
+    part = Partitioned(found.model, layers, feeds, outs, dict(found.data), "blocks",
+                       tuple(found.values[d] for d in feeds))
+    return part
+
+
+def _profile_blocks(found: FoundBlocks, repeats: int, options):
+    from .blocks import preserved
+    from .profile import OPTIONS, profile
+
+    part = _partitioned(found)
+    names = [b.name for b in found.blocks]
+    try:
+        with preserved(found.model):
+            return profile(part, repeats=repeats, options=options or OPTIONS)
+    except SchedError as exc:
+        raise BlockError(f"{exc.message if hasattr(exc, 'message') else exc}", WHERE) from None
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BlockError(f"profiling the blocks ({names[0]} ... {names[-1]}) failed: "
+                         f"{type(exc).__name__}: {first}", WHERE) from None
+
+
+def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats: int = 5,
+                 options=None, name: str | None = None) -> BlockTrace:
+    """Find, profile and describe the blocks of `model` (see the module docstring)."""
+    found = find_blocks(model, args, kwargs, names)
+    profiled = _profile_blocks(found, repeats, options)
+    graph, glue = _to_graph(found, profiled, name or type(model).__name__)
+    return BlockTrace(found, graph, profiled, glue)
+
+
+def _to_graph(found: FoundBlocks, profiled, name: str) -> tuple[Graph, list[str]]:
+    import re
+
+    from .blocks import GlueSegment
+
+    meta = found.data
+    named = dict(found.model.named_parameters())
+    blocks = {lp.name: lp for lp in profiled.layers}
+    # the layers in call order: glue segments that do something, and blocks
+    order: list = []
+    for seg in found.segments:
+        if seg.ops or seg.creates or seg.saved:
+            order.append(seg)
+        if seg.index < len(found.blocks):
+            order.append(found.blocks[seg.index])
+
+    def lname(x):
+        return x.name
+
+    def ins(x):
+        return list(x.reads) if isinstance(x, GlueSegment) else list(x.inputs)
+
+    def outs(x):
+        if isinstance(x, GlueSegment):
+            return list(x.creates) or [f"{x.name}.none"]
+        return list(x.outputs)
+
+    def params(x):
+        return list(x.params)
+
+    float_rg = {d for d, m in meta.items() if m.requires_grad and m.dtype.is_floating_point}
+    has = {d for d in found.outputs if d in float_rg}
+    grad_in: dict[str, list[str]] = {}
+    grad_out: dict[str, list[str]] = {}
+    for x in reversed(order):
+        gi = [d for d in outs(x) if d in has]
+        go = [d for d in ins(x) if d in float_rg] if gi else []
+        grad_in[lname(x)], grad_out[lname(x)] = gi, go
+        has.update(go)
+    owner: dict[str, str] = {}
+    for x in order:
+        if grad_in[lname(x)]:
+            for p in params(x):
+                if p in named and named[p].requires_grad:
+                    owner[p] = lname(x)
+    g = Graph(re.sub(r"[^A-Za-z0-9_]", "_", name).lower() or "model",
+              f"{name}: blocks and glue recorded by hooks", time_unit="s")
+    declared: set[str] = set()
+
+    def data(d, size, role=""):
+        if d not in declared:
+            declared.add(d)
+            g.data.append(DataNode(d, int(size), role))
+
+    def size(d):
+        return meta[d].nbytes if d in meta else 0
+
+    for d in found.inputs:
+        data(d, size(d), "input")
+    for x in order:
+        for d in outs(x):
+            data(d, size(d))
+    data("loss", 4)
+    loss_outputs = ["loss"]
+    for d in found.outputs:
+        if d in float_rg:
+            data(f"{d}.grad", size(d))
+            loss_outputs.append(f"{d}.grad")
+    input_grads = [d for d in found.inputs if d in has]
+    glue = []
+    for x in reversed(order):
+        n = lname(x)
+        for d in grad_out[n]:
+            data(f"{d}.grad", size(d), "output" if d in input_grads else "")
+        owned = [p for p in params(x) if owner.get(p) == n]
+        if grad_in[n] and owned:
+            data(f"{n}.params.grad", sum(named[p].numel() * named[p].element_size()
+                                         for p in owned), "output")
+    for x in order:
+        n = lname(x)
+        owned = [p for p in params(x) if owner.get(p) == n]
+        gouts = [f"{d}.grad" for d in grad_out[n]]
+        if grad_in[n] and owned:
+            gouts.append(f"{n}.params.grad")
+        if isinstance(x, GlueSegment):
+            glue.append(n)
+            io = set(ins(x)) | set(outs(x))
+            needs = [d for d in x.needs if d in io]
+            bwd = 2 * x.time_s if grad_in[n] else 0.0
+            opts = [Option("autograd", _t(x.time_s), int(x.overhead), _t(bwd),
+                           int(x.overhead + x.saved) if grad_in[n] else 0, int(x.saved),
+                           needs)]
+        else:
+            lp = blocks[n]
+            opts = [Option(o.name, _t(o.fwd_time), int(o.fwd_overhead), _t(o.bwd_time),
+                           int(o.bwd_overhead), int(o.phantom), list(o.needs))
+                    for o in lp.options]
+        g.layers.append(Layer(n, ins(x), outs(x), [f"{d}.grad" for d in grad_in[n]], gouts,
+                              opts))
+    g.loss = Loss(list(found.outputs), loss_outputs, _LOSS_TIME)
+    return g, glue
+
+
+def _t(s: float) -> float:
+    return float(f"{max(float(s), 1e-9):.4g}")
+
+
+# --- plans -> choices ----------------------------------------------------------------------------
+def plan_choices(plan: Plan, graph: Graph, blocks: list[str]) -> dict[str, str]:
+    """block -> the option its forward runs with in `plan` (a per-block plan: each forward
+    once, the same option as its backward); offloaded phantoms add ``+offload``."""
+    fwd: dict[str, list[str]] = {}
+    bwd: dict[str, list[str]] = {}
+    offloaded: set[str] = set()
+    for op in plan.ops:
+        if op.op == "compute" and op.node and op.node != "loss":
+            layer, _, side = op.node.rpartition(".")
+            (fwd if side == "fwd" else bwd).setdefault(layer, []).append(op.option or "autograd")
+        elif op.op == "offload" and op.layer:
+            offloaded.add(op.layer)
+        elif op.op == "offload" and op.data:
+            raise BlockError(f"the plan offloads datum '{op.data}': per-block wrappers offload "
+                             "only what a block saves (the plan is not a per-block plan)", WHERE)
+    out = {}
+    for layer in [lay.name for lay in graph.layers]:
+        f, b = fwd.get(layer, []), bwd.get(layer, [])
+        if len(f) != 1 or (b and b != f):
+            raise BlockError(f"the plan runs layer '{layer}' forward {f} and backward {b}: "
+                             "per-block wrappers run each forward once, with its backward's "
+                             "option", WHERE)
+        if layer in blocks:
+            out[layer] = f[0] + ("+offload" if layer in offloaded else "")
+        elif f[0] != "autograd" or layer in offloaded:
+            raise BlockError(f"the plan runs glue '{layer}' with '{f[0]}': glue runs as the "
+                             "model's own code", WHERE)
+    return out
+
+
+# --- the wrappers --------------------------------------------------------------------------------
+_WRAPPED: dict[type, type] = {}
+
+
+class _BlockMixin:
+    """Swapped in before a block's class: its forward applies the block's current choice."""
+
+    def forward(self, *args, **kwargs):
+        state = self.__dict__.get("_schedlang_choice")
+        fwd = super().forward  # the block's own forward
+        if state is None or not torch.is_grad_enabled():
+            return fwd(*args, **kwargs)
+        choice, offload = state
+        with (_offloading(self) if offload and choice == "autograd"
+              else contextlib.nullcontext()):
+            if choice in ("recompute", "selective"):
+                from torch.utils.checkpoint import checkpoint
+
+                kw = {}
+                if choice == "selective":
+                    from .profile import selective_context
+
+                    kw["context_fn"] = selective_context
+                return checkpoint(once_stats(self, fwd), *args, use_reentrant=False,
+                                  preserve_rng_state=True, **kw, **kwargs)
+            return fwd(*args, **kwargs)
+
+
+def _wrapped_class(cls: type) -> type:
+    new = _WRAPPED.get(cls)
+    if new is None:
+        new = _WRAPPED[cls] = type(f"Planned{cls.__name__}", (_BlockMixin, cls),
+                                   {"__module__": cls.__module__})
+    return new
+
+
+def _bn_modules(module: nn.Module) -> list:
+    return [m for m in module.modules()
+            if isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats]
+
+
+@contextlib.contextmanager
+def running_stats_kept(module: nn.Module):
+    """Within the context, forwards of `module` leave BatchNorm running statistics (and their
+    step counters) as they were: a recomputed forward must not update them a second time."""
+    bns = _bn_modules(module)
+    if not bns:
+        yield
+        return
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes(), torch.no_grad():
+        saved = [[b.detach().clone() for b in m.buffers()] for m in bns]
+    try:
+        yield
+    finally:
+        with _disable_current_modes(), torch.no_grad():
+            for m, vals in zip(bns, saved):
+                for b, v in zip(m.buffers(), vals):
+                    b.copy_(v)
+
+
+def once_stats(module: nn.Module, fwd):
+    """`fwd` for a checkpoint: its second run (the recomputation) leaves the BatchNorm running
+    statistics as the first run left them (eager PyTorch updates them once per step)."""
+    runs = [0]
+
+    def run(*args, **kwargs):
+        runs[0] += 1
+        if runs[0] == 1:
+            return fwd(*args, **kwargs)
+        with running_stats_kept(module):
+            return fwd(*args, **kwargs)
+
+    return run
+
+
+@contextlib.contextmanager
+def _offloading(module: nn.Module):
+    """Saved tensors of the block's forward go to host memory and come back for its backward
+    (parameters and buffers stay)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    keep = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    keep |= {b.untyped_storage().data_ptr() for b in module.buffers()}
+
+    def pack(t):
+        try:
+            key = t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):
+            return t
+        if key in keep:
+            return t
+        with _disable_current_modes():
+            host = torch.empty(t.shape, dtype=t.dtype, device="cpu",
+                               pin_memory=t.device.type == "cuda")
+            host.copy_(t, non_blocking=t.device.type == "cuda")
+        return (t.device, host)
+
+    def unpack(x):
+        if isinstance(x, torch.Tensor):
+            return x
+        device, host = x
+        return host.to(device, non_blocking=True) if device.type == "cuda" else host.clone()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        yield
+
+
+class BlockWrappers:
+    """The blocks of `found` wrapped in place; `set(choices)` applies a plan's choices."""
+
+    def __init__(self, found: FoundBlocks):
+        self.found = found
+        self.blocks = {b.name: b.module for b in found.blocks}
+        self._classes = {}
+        for name, m in self.blocks.items():
+            cls = type(m)
+            if isinstance(m, _BlockMixin):  # wrapped by an earlier fit: rewrap
+                cls = cls.__mro__[2]
+            self._classes[name] = cls
+            m.__class__ = _wrapped_class(cls)
+            m.__dict__["_schedlang_choice"] = None
+
+    def set(self, choices: dict[str, str] | None) -> None:
+        for name, m in self.blocks.items():
+            c = (choices or {}).get(name, "autograd")
+            base, _, extra = c.partition("+")
+            kind = next((k for k in ("recompute", "selective", "autograd") if base.startswith(k)),
+                        None)
+            if kind is None:
+                raise BlockError(f"block '{name}': option '{c}' has no wrapper", WHERE)
+            m.__dict__["_schedlang_choice"] = None if (kind == "autograd" and not extra) \
+                else (kind, extra == "offload")
+
+    def unwrap(self) -> None:
+        for name, m in self.blocks.items():
+            m.__class__ = self._classes[name]
+            m.__dict__.pop("_schedlang_choice", None)

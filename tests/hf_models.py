@@ -1,0 +1,135 @@
+"""Tiny randomly initialised `transformers` models (no download) and their sample batches.
+
+Each factory returns ``(model, args, kwargs, loss_fn)``: ``model(*args, **kwargs)`` is one
+training forward, ``loss_fn(output)`` its scalar loss. Dropout is on (training mode) where the
+config has it, so that gradients equal eager PyTorch only when recomputations restore the RNG.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+transformers = None
+
+
+def _tf():
+    global transformers
+    if transformers is None:
+        import transformers as tf
+        transformers = tf
+    return transformers
+
+
+def _seed(seed):
+    torch.manual_seed(seed)
+
+
+def _tokens(batch, seq, vocab, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, seq), generator=g)
+
+
+def _lm_loss(out):
+    logits = out.logits
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(),
+                           _lm_loss.targets[:, 1:].reshape(-1))
+
+
+def llama(batch=2, seq=16, layers=4, dim=32, seed=0):
+    tf = _tf()
+    _seed(seed)
+    cfg = tf.LlamaConfig(vocab_size=128, hidden_size=dim, intermediate_size=2 * dim,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=64, use_cache=False, attention_dropout=0.1)
+    model = tf.LlamaForCausalLM(cfg).train()
+    ids = _tokens(batch, seq, 128)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    return model, (), {"input_ids": ids, "attention_mask": mask}, _ce(ids)
+
+
+def gpt2(batch=2, seq=16, layers=4, dim=32, seed=0):
+    tf = _tf()
+    _seed(seed)
+    cfg = tf.GPT2Config(vocab_size=128, n_positions=64, n_embd=dim, n_layer=layers, n_head=4,
+                        use_cache=False)
+    model = tf.GPT2LMHeadModel(cfg).train()
+    ids = _tokens(batch, seq, 128)
+    return model, (ids,), {}, _ce(ids)
+
+
+def bert(batch=2, seq=16, layers=4, dim=32, seed=0):
+    tf = _tf()
+    _seed(seed)
+    cfg = tf.BertConfig(vocab_size=128, hidden_size=dim, num_hidden_layers=layers,
+                        num_attention_heads=4, intermediate_size=2 * dim,
+                        max_position_embeddings=64)
+    model = tf.BertForMaskedLM(cfg).train()
+    ids = _tokens(batch, seq, 128)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    labels = _tokens(batch, seq, 128, seed=2)
+
+    def loss_fn(out):
+        return F.cross_entropy(out.logits.reshape(-1, out.logits.size(-1)), labels.reshape(-1))
+
+    return model, (), {"input_ids": ids, "attention_mask": mask}, loss_fn
+
+
+def bart(batch=2, seq=16, layers=3, dim=32, seed=0):
+    tf = _tf()
+    _seed(seed)
+    cfg = tf.BartConfig(vocab_size=128, d_model=dim, encoder_layers=layers,
+                        decoder_layers=layers, encoder_attention_heads=4,
+                        decoder_attention_heads=4, encoder_ffn_dim=2 * dim,
+                        decoder_ffn_dim=2 * dim, max_position_embeddings=64, use_cache=False)
+    model = tf.BartForConditionalGeneration(cfg).train()
+    ids = _tokens(batch, seq, 128)
+    dec = _tokens(batch, seq, 128, seed=3)
+    labels = _tokens(batch, seq, 128, seed=4)
+
+    def loss_fn(out):
+        return F.cross_entropy(out.logits.reshape(-1, out.logits.size(-1)), labels.reshape(-1))
+
+    return model, (), {"input_ids": ids, "decoder_input_ids": dec}, loss_fn
+
+
+def vit(batch=2, size=32, layers=4, dim=32, seed=0):
+    tf = _tf()
+    _seed(seed)
+    cfg = tf.ViTConfig(image_size=size, patch_size=8, num_channels=3, hidden_size=dim,
+                       num_hidden_layers=layers, num_attention_heads=4,
+                       intermediate_size=2 * dim, num_labels=5, hidden_dropout_prob=0.1)
+    model = tf.ViTForImageClassification(cfg).train()
+    x = torch.randn(batch, 3, size, size)
+    labels = torch.arange(batch) % 5
+
+    def loss_fn(out):
+        return F.cross_entropy(out.logits, labels)
+
+    return model, (x,), {}, loss_fn
+
+
+def resnet(batch=2, size=32, seed=0):
+    tf = _tf()
+    _seed(seed)
+    cfg = tf.ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16],
+                          depths=[3, 3], layer_type="basic", num_labels=5)
+    model = tf.ResNetForImageClassification(cfg).train()
+    x = torch.randn(batch, 3, size, size)
+    labels = torch.arange(batch) % 5
+
+    def loss_fn(out):
+        return F.cross_entropy(out.logits, labels)
+
+    return model, (x,), {}, loss_fn
+
+
+def _ce(ids):
+    def loss_fn(out):
+        logits = out.logits
+        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
+                               ids[:, 1:].reshape(-1))
+
+    return loss_fn
+
+
+HF = {"llama": llama, "gpt2": gpt2, "bert": bert, "bart": bart, "vit": vit, "resnet": resnet}
