@@ -75,8 +75,12 @@ def loss(out):
     (Branches(), (sample(),), "control flow"),
 ])
 def test_fit_names_what_failed(model, inputs, match):
+    # the fx front end names the data-dependent branch (the hook front end runs it eagerly)
     with pytest.raises(SchedError, match=match):
-        fit(model, inputs, budget="80%", repeats=1)
+        fit(model, inputs, budget="80%", repeats=1, frontend="fx")
+    if match != "control flow":
+        with pytest.raises(SchedError, match=match):
+            fit(model, inputs, budget="80%", repeats=1)
 
 
 @pytest.mark.parametrize("budget, match", [("lots", "is not a size"), ("-3", "is not a size"),

@@ -422,7 +422,14 @@ def _record(model, cands, sample_inputs, sample_kwargs):
             run.start_segment(0)
             with torch.enable_grad(), _Recorder(run), \
                     torch.autograd.graph.saved_tensors_hooks(run.pack, lambda t: t):
-                out = model(*sample_inputs, **sample_kwargs)
+                try:
+                    out = model(*sample_inputs, **sample_kwargs)
+                except SchedError:
+                    raise
+                except Exception as exc:  # the user's model fails on the sample inputs
+                    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                    raise BlockError(f"running {type(model).__name__} on the sample inputs "
+                                     f"failed: {type(exc).__name__}: {first}", WHERE) from None
             run.end_segment()
             run.tracker = None
     finally:

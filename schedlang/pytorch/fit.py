@@ -772,7 +772,7 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     if distributed.active():  # one profile and one plan on every rank (distributed.py)
         agreed, plain_time = distributed.agree_graph(prep.graph, prep.plain_time)
         prep = dataclasses.replace(prep, graph=agreed, plain_time=plain_time)
-        calibrate = False  # a re-plan would be one rank's alone
+        calibrate = probe = False  # a re-plan would be one rank's alone
     if bandwidth is not None:
         rate = parse_bandwidth(bandwidth)
         linked = copy.copy(prep.graph)
@@ -817,6 +817,8 @@ def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, 
                        f"alone ({format_size(prep.resident_bytes)}: parameters, buffers and "
                        "inputs)" + (f" and the measured margin {format_size(margin)}"
                                     if margin else ""))
+    from . import distributed
+
     t0 = time.perf_counter()
     found = solve_plan(prep.graph, activation, solver, time_limit, backend, **extra) \
         if distributed.solves_here() else None
