@@ -148,3 +148,24 @@ def test_calibration_replans_once_after_a_step_over_the_prediction(caplog):
     plan = fm.plan
     fit_step(fm, model, inputs, greedy_loss)  # once: no further re-plan
     assert fm.plan is plan
+
+
+def test_a_measured_step_leaves_no_counting_mode_behind():
+    """The CPU tracker of a measured step closes in autograd's end-of-backward callback, whose
+    thread-local state the engine restores afterwards: what stays on the caller's mode stack
+    must count nothing, and the next call removes it (it used to keep counting every later
+    op, the optimizer's and other models' included)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    from schedlang.pytorch.fit import fit
+    from tests.torch_models import make_gpt
+
+    model, inputs, loss_fn = make_gpt()
+    fm = fit(model, inputs, budget="85%", loss_fn=loss_fn, repeats=1)
+    loss_fn(fm(*inputs)).backward()
+    assert fm.memory_report().measured_peak_bytes is not None
+    assert all(m.tracker is None for m in _get_current_dispatch_mode_stack()
+               if type(m).__name__ == "_StorageCounter")
+    out = fm(*inputs)
+    assert len(_get_current_dispatch_mode_stack()) == 1  # this step's tracker only
+    loss_fn(out).backward()

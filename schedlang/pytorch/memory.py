@@ -92,6 +92,8 @@ class _StorageCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         tr = self.tracker
+        if tr is None:  # closed (a copy left on a thread's mode stack: `drop_closed_modes`)
+            return out
         with tr._lock:
             flat, _ = tree_flatten(out)
             returns = func._schema.returns
@@ -106,6 +108,22 @@ class _StorageCounter(TorchDispatchMode):
                     tr._register(t)
             tr._refresh()
         return out
+
+
+def drop_closed_modes() -> None:
+    """Pop closed CPU trackers' modes off this thread's dispatch-mode stack.
+
+    A tracker closed from autograd's end-of-backward callback (a fitted module's measured
+    step) exits its mode inside the engine's copy of the thread-local state, which the engine
+    then restores: the mode stays on the caller's stack, inert (it counts nothing). The next
+    tracker, and the next call of a fitted module, remove it here."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode
+
+    while True:
+        top = _get_current_dispatch_mode()
+        if not (isinstance(top, _StorageCounter) and top.tracker is None):
+            return
+        _pop_mode()
 
 
 class MemoryTracker:
@@ -140,6 +158,7 @@ class MemoryTracker:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._current = self._peak = self._window = self.baseline
             return self
+        drop_closed_modes()
         for t in self._resident:
             if t.device.type == self.device.type:
                 self._register(t)
@@ -156,8 +175,9 @@ class MemoryTracker:
             self._current = torch.cuda.memory_allocated(self.device)
             self._peak = max(self._peak, torch.cuda.max_memory_allocated(self.device))
         else:
-            self._mode.__exit__(*exc)
-            self._mode = None
+            mode, self._mode = self._mode, None
+            mode.tracker = None  # inert from now on, wherever a copy of the stack keeps it
+            mode.__exit__(*exc)
             self._refresh()
             for _, fin in list(self._entries.values()):
                 fin.detach()
