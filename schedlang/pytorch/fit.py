@@ -134,31 +134,15 @@ class Prepared:
 
 
 def loss_moment(plan: Plan, graph: Graph) -> int:
-    """Memory (graph bytes) right after the plan's loss: live data and saved phantoms."""
-    sizes = {d.name: d.size for d in graph.data}
-    live = {d.name for d in graph.data if d.role == "input"}
-    layers = {lay.name: lay for lay in graph.layers}
-    phantoms: dict[str, int] = {}
-    for op in plan.ops:
-        if op.op == "compute":
-            if op.node == "loss":
-                live.update(graph.loss.outputs)
-                break
-            name, _, side = op.node.rpartition(".")
-            lay = layers[name]
-            if side == "fwd":
-                live.update(lay.outputs)
-                opt = next((o for o in lay.options if o.name == op.option), None)
-                if opt is not None:
-                    phantoms[name] = opt.phantom
-            else:
-                live.update(lay.grad_outputs)
-                phantoms.pop(name, None)
-        elif op.op == "delete":
-            live.discard(op.data)
-        elif op.op == "drop_phantom":
-            phantoms.pop(op.layer, None)
-    return sum(sizes.get(d, 0) for d in live) + sum(phantoms.values())
+    """Memory (graph bytes) right after the plan's loss: what the simulator's replay holds
+    then (live data, saved phantoms, and data an offload plan has already prefetched)."""
+    from ..simulate import replay
+
+    steps = replay(plan, graph, record=True).steps or []
+    for op, step in zip(plan.ops, steps):
+        if op.op == "compute" and op.node == "loss":
+            return step.after
+    return 0
 
 
 def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn,
