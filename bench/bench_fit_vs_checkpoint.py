@@ -67,41 +67,11 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential  # noqa: E4
 from bench_pytorch import peak_of, step, time_of  # noqa: E402
 from schedlang.pytorch.fit import FitError, fit  # noqa: E402
 from schedlang.pytorch.fit import prepare  # noqa: E402
+from tests.hf_models import GPT2Logits  # noqa: E402
 from tests.torch_models import make_gpt, make_unet  # noqa: E402
 
 
 # --- models ---------------------------------------------------------------------------------------
-class GPT2Logits(nn.Module):
-    """transformers' GPT-2 modules called in GPT2LMHeadModel's order (training, no cache, no
-    mask): the same attribute names as tests.torch_models.GPT (`blocks`, `ln_f`, `head`)."""
-
-    class HiddenOnly(nn.Module):
-        def __init__(self, block):
-            super().__init__()
-            self.block = block
-
-        def forward(self, h):
-            out = self.block(h)
-            return out[0] if isinstance(out, tuple) else out
-
-    def __init__(self, lm):
-        super().__init__()
-        t = lm.transformer
-        self.wte, self.wpe, self.drop, self.ln_f = t.wte, t.wpe, t.drop, t.ln_f
-        self.blocks = nn.ModuleList(self.HiddenOnly(b) for b in t.h)
-        self.head = lm.lm_head
-
-    def embed(self, idx):
-        pos = torch.arange(idx.size(1), device=idx.device)
-        return self.drop(self.wte(idx) + self.wpe(pos))
-
-    def forward(self, idx):
-        h = self.embed(idx)
-        for block in self.blocks:
-            h = block(h)
-        return self.head(self.ln_f(h))
-
-
 def _gpt_embed(model, idx):
     pos = torch.arange(idx.size(1), device=idx.device)
     return model.drop(model.tok_emb(idx) + model.pos_emb(pos))

@@ -133,3 +133,35 @@ def _ce(ids):
 
 
 HF = {"llama": llama, "gpt2": gpt2, "bert": bert, "bart": bart, "vit": vit, "resnet": resnet}
+
+
+class GPT2Logits(torch.nn.Module):
+    """transformers' GPT-2 modules called in GPT2LMHeadModel's order (training, no cache, no
+    mask) from a module fx traces (one layer per block, their insides untraced): the same
+    attribute names as tests.torch_models.GPT (`blocks`, `ln_f`, `head`)."""
+
+    class HiddenOnly(torch.nn.Module):
+        def __init__(self, block):
+            super().__init__()
+            self.block = block
+
+        def forward(self, h):
+            out = self.block(h)
+            return out[0] if isinstance(out, tuple) else out
+
+    def __init__(self, lm):
+        super().__init__()
+        t = lm.transformer
+        self.wte, self.wpe, self.drop, self.ln_f = t.wte, t.wpe, t.drop, t.ln_f
+        self.blocks = torch.nn.ModuleList(self.HiddenOnly(b) for b in t.h)
+        self.head = lm.lm_head
+
+    def embed(self, idx):
+        pos = torch.arange(idx.size(1), device=idx.device)
+        return self.drop(self.wte(idx) + self.wpe(pos))
+
+    def forward(self, idx):
+        h = self.embed(idx)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.ln_f(h))

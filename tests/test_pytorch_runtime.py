@@ -367,31 +367,9 @@ def test_gpt2_from_transformers():
     gpt2 = transformers.GPT2LMHeadModel(cfg)
     gpt2.train()
 
-    class HiddenOnly(torch.nn.Module):
-        def __init__(self, block):
-            super().__init__()
-            self.block = block
+    from tests.hf_models import GPT2Logits
 
-        def forward(self, h):
-            out = self.block(h)
-            return out[0] if isinstance(out, tuple) else out
-
-    class Logits(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            t = m.transformer
-            self.wte, self.wpe, self.drop, self.ln_f = t.wte, t.wpe, t.drop, t.ln_f
-            self.blocks = torch.nn.ModuleList(HiddenOnly(b) for b in t.h)
-            self.lm_head = m.lm_head
-
-        def forward(self, idx):
-            pos = torch.arange(idx.size(1), device=idx.device)
-            h = self.drop(self.wte(idx) + self.wpe(pos))
-            for block in self.blocks:
-                h = block(h)
-            return self.lm_head(self.ln_f(h))
-
-    model = Logits(gpt2)
+    model = GPT2Logits(gpt2)
     idx = torch.randint(0, 100, (8, 32))
 
     def loss_fn(logits):
