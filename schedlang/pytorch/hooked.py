@@ -339,7 +339,9 @@ def running_stats_kept(module: nn.Module):
         with _disable_current_modes(), torch.no_grad():
             for m, vals in zip(bns, saved):
                 for b, v in zip(m.buffers(), vals):
-                    b.copy_(v)
+                    # through `.data`: the recomputed BatchNorm's backward saved the buffers
+                    # at their current version, which a tracked copy_ would bump
+                    b.data.copy_(v)
 
 
 def once_stats(module: nn.Module, fwd):
