@@ -41,12 +41,17 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["MemoryTracker", "storage_bytes", "tensor_bytes"]
+__all__ = ["MemoryTracker", "storage_bytes", "storage_key", "tensor_bytes"]
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
     """Bytes of the tensor's own elements (numel × element size)."""
     return t.numel() * t.element_size()
+
+
+def storage_key(t: torch.Tensor) -> int:
+    """The identity of the storage behind `t` (its data pointer): views share it."""
+    return t.untyped_storage().data_ptr()
 
 
 def storage_bytes(tensors: Iterable) -> int:

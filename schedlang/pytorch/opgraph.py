@@ -39,6 +39,7 @@ from torch.utils._pytree import tree_flatten
 
 from ..errors import DataError, Loc
 from ..graph import Graph, Node
+from .memory import storage_key
 
 __all__ = ["OpUnit", "OpGraph", "record_ops", "run_graph"]
 
@@ -223,9 +224,6 @@ def _leaf_args(params, buffers, inputs, requires_grad) -> list:
     return ps + [b.detach() for b in buffers] + xs
 
 
-def _ptr(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
-
 
 def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
     """The profiled op graph of `fn(*inputs)` (module docstring). `requires_grad`: per input,
@@ -269,7 +267,7 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
 
     def pack(t):
         if first[0] and current[0] is not None:
-            saved[current[0]].add(_ptr(t))
+            saved[current[0]].add(storage_key(t))
         return t
 
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
@@ -282,18 +280,18 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
             current[0] = None
             if first[0]:
                 for n, a in zip(placeholders, args):
-                    ptr_of[n.name] = _ptr(a)
-                    owner.setdefault(_ptr(a), -1)
-                input_ptrs = {_ptr(a) for a in args[n_fixed:]}
+                    ptr_of[n.name] = storage_key(a)
+                    owner.setdefault(storage_key(a), -1)
+                input_ptrs = {storage_key(a) for a in args[n_fixed:]}
                 for n in calls:
                     k = unit_of[n.name]
                     for t in tree_flatten(env[n.name])[0]:
                         if not isinstance(t, torch.Tensor):
                             continue
-                        ptr_of.setdefault(n.name, _ptr(t))
-                        if _ptr(t) not in owner and t.untyped_storage().nbytes():
-                            owner[_ptr(t)] = k
-                            sizes[_ptr(t)] = t.untyped_storage().nbytes()
+                        ptr_of.setdefault(n.name, storage_key(t))
+                        if storage_key(t) not in owner and t.untyped_storage().nbytes():
+                            owner[storage_key(t)] = k
+                            sizes[storage_key(t)] = t.untyped_storage().nbytes()
                             created[k] += t.untyped_storage().nbytes()
                 for name, v in env.items():
                     if isinstance(v, torch.Tensor) and v.requires_grad:

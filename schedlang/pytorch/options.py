@@ -36,7 +36,7 @@ import torch.fx as fx
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import Loc, SchedError
-from .memory import MemoryTracker
+from .memory import MemoryTracker, storage_key
 from .opgraph import OpGraph, graph_outputs, record_ops, run_graph
 
 __all__ = ["SegmentedLayer", "GeneratedOption", "generate_options", "add_generated_options",
@@ -161,9 +161,6 @@ class GeneratedOption:
     nested: bool = False  # inside one more checkpoint (SegmentedLayer.nested)
 
 
-def _storage(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
-
 
 def measure(fn, values, requires, out_grads, params, owned, resident, repeats: int = 3,
             device=None) -> Measured:
@@ -197,11 +194,11 @@ def measure(fn, values, requires, out_grads, params, owned, resident, repeats: i
     for p in params:
         p.grad = None
     xs = leaves()
-    in_keys = {_storage(x) for x in xs}
+    in_keys = {storage_key(x) for x in xs}
     packed: set = set()
 
     def pack(t):
-        packed.add(_storage(t))
+        packed.add(storage_key(t))
         return t
 
     grads = [g for g in out_grads if g is not None]
@@ -215,13 +212,13 @@ def measure(fn, values, requires, out_grads, params, owned, resident, repeats: i
             fwd_peak = mt.peak
             out_new = {}
             for o in outs:
-                k = _storage(o)
+                k = storage_key(o)
                 if k not in in_keys and o.untyped_storage().nbytes():
                     out_new.setdefault(k, o.untyped_storage().nbytes())
             out_bytes = sum(out_new.values())
             kept = packed | set(fn.held or []) if isinstance(fn, SegmentedLayer) else packed
-            needs_out = [i for i, o in enumerate(outs) if _storage(o) in kept
-                         and _storage(o) not in in_keys]
+            needs_out = [i for i, o in enumerate(outs) if storage_key(o) in kept
+                         and storage_key(o) not in in_keys]
             phantom = max(0, mt.current - mt.baseline - out_bytes)
             fwd_overhead = max(0, fwd_peak - mt.baseline - out_bytes - phantom)
             mt.reset_peak()

@@ -48,7 +48,7 @@ from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
 
 from ..errors import Loc, SchedError
 from ..hgraph import FAST_FORWARD
-from .memory import MemoryTracker
+from .memory import MemoryTracker, storage_key
 from .partition import LayerPart, Partitioned
 
 __all__ = ["OptionProfile", "LayerProfile", "ProfiledGraph", "profile", "SAVE_OPS",
@@ -136,9 +136,6 @@ class ProfiledGraph:
 
 
 # --- helpers -------------------------------------------------------------------------------
-def _storage_key(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
-
 
 class _Timer:
     def __init__(self, device: torch.device):
@@ -177,7 +174,7 @@ class _SaveRecorder(TorchDispatchMode):
         if _is_save_op(func):
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes():
-                    self.saved.setdefault(_storage_key(t), t.untyped_storage().nbytes())
+                    self.saved.setdefault(storage_key(t), t.untyped_storage().nbytes())
         return out
 
 
@@ -288,7 +285,7 @@ def _measure(runner: _Runner, option: str, resident: list[torch.Tensor], residen
     for p in runner.params:
         p.grad = None
     xs = runner.leaves()
-    in_keys = [_storage_key(x) for x in xs]
+    in_keys = [storage_key(x) for x in xs]
     packed: dict[int, int] = {}
 
     def pack(t):
@@ -306,7 +303,7 @@ def _measure(runner: _Runner, option: str, resident: list[torch.Tensor], residen
         else:
             outs = runner.forward(option, xs, recorder)
         fwd_peak = mt.peak
-        out_keys = [_storage_key(o) for o in outs]
+        out_keys = [storage_key(o) for o in outs]
         new_out = {}
         for o, k in zip(outs, out_keys):
             if k not in in_keys and k not in resident_keys and o.untyped_storage().nbytes():
@@ -356,14 +353,14 @@ def _measure_fast_forward(runner: _Runner, resident: list[torch.Tensor], device:
         if r:  # the first run warms up
             times.append(tf)
     xs = runner.leaves()
-    in_keys = {_storage_key(x) for x in xs} | {_storage_key(t) for t in resident}
+    in_keys = {storage_key(x) for x in xs} | {storage_key(t) for t in resident}
     with MemoryTracker(resident=resident + xs, device=device) as mt:
         with torch.no_grad():
             outs = _outputs(runner.layer.module(*xs))
         peak = mt.peak - mt.baseline
         new_out = {}
         for o in outs:
-            k = _storage_key(o)
+            k = storage_key(o)
             if k not in in_keys and o.untyped_storage().nbytes():
                 new_out.setdefault(k, o.untyped_storage().nbytes())
         del outs
@@ -403,7 +400,7 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
     else:
         dev = torch.device(device)
     resident = params_all + buffers
-    resident_keys = {_storage_key(t) for t in resident}
+    resident_keys = {storage_key(t) for t in resident}
     from .memory import storage_bytes
 
     param_bytes = storage_bytes(params_all)
