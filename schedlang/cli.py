@@ -50,12 +50,15 @@ def _parser() -> argparse.ArgumentParser:
                    "elements, and the constraint rows and nonzeros it makes")
     _max_elements_argument(c)
 
+    from .solvers import DEFAULT_SOLVER, SOLVERS
+
+    solver_help = ", ".join(f"{n} (default)" if n == DEFAULT_SOLVER else n for n in SOLVERS)
     s = sub.add_parser("solve", help="compile, solve, decode and simulate")
     s.add_argument("file")
     s.add_argument("--model", help="shipped model name or .sched path (default: what FILE uses, "
                    "else checkmate)")
     s.add_argument("--backend", default="pyomo", choices=["pyomo", "cvxpy"], help="pyomo (default) or cvxpy")
-    s.add_argument("--solver", default="highs", help="highs (default), gurobi, scip, cbc, glpk")
+    s.add_argument("--solver", default="highs", help=solver_help)
     s.add_argument("--budget", help="peak budget: a size (14GiB) or a percent of the "
                    "no-recomputation peak (90%%); overrides the data's `budget peak`")
     s.add_argument("--time-limit", type=_nonnegative(float), help="seconds")
@@ -91,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--model", help="shipped model name or .sched path (default: what FILE uses, "
                    "else checkmate)")
     w.add_argument("--backend", default="pyomo", choices=["pyomo", "cvxpy"], help="pyomo (default) or cvxpy")
-    w.add_argument("--solver", default="highs", help="highs (default), gurobi, scip, cbc, glpk")
+    w.add_argument("--solver", default="highs", help=solver_help)
     w.add_argument("--time-limit", type=_nonnegative(float), help="seconds, per budget")
     w.add_argument("--gap", type=_nonnegative(float), help="relative MIP gap at which to stop")
     w.add_argument("--threads", type=_nonnegative(int), help="solver threads (0: the solver's choice)")
