@@ -188,8 +188,10 @@ def test_run_plot_and_trace(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     events = json.loads(js.read_text())["traceEvents"]
     assert sum(e["ph"] == "X" and e["pid"] == 1 for e in events) == out["plan_ops"]
-    assert max(e["args"]["MiB"] for e in events if e["name"] == "memory measured (MiB)") \
-        == out["measured_peak_bytes"] / 2**20
+    # the trace is the last step; the JSON's measured peak may be another step's, which can
+    # differ by a scalar (the loss value of a step)
+    traced = max(e["args"]["MiB"] for e in events if e["name"] == "memory measured (MiB)")
+    assert abs(traced * 2**20 - out["measured_peak_bytes"]) <= 64
     for argv, message in [
             (("--plot", str(tmp_path / "no" / "m.png")), "cannot write the plot to .* folder"),
             (("--trace", str(tmp_path / "no" / "t.json")), "cannot write the trace to .* folder"),
