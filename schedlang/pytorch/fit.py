@@ -136,6 +136,7 @@ class Prepared:
     loss_assumed: bool = False  # no loss_fn: loss_overhead is the LOSS_RESERVE default
     frontend: str = "fx"  # how the layers were found: "fx" (torch.fx) or "blocks" (hooks)
     note: str = ""  # why `auto` chose the front end it did
+    fsdp: dict | None = None  # a fully_shard-ed model: what FSDP2 adds (distributed.py)
 
 
 def loss_moment(plan: Plan, graph: Graph) -> int:
@@ -595,7 +596,12 @@ class FitModule(nn.Module):
 
         self._close_tracker()
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]
-        self._tracker = MemoryTracker(resident=[self.module, *tensors, *grads])
+        watch = []
+        if self._prep.fsdp is not None:
+            from .distributed import fsdp_storages
+
+            watch = fsdp_storages(self.module)
+        self._tracker = MemoryTracker(resident=[self.module, *tensors, *grads], watch=watch)
         self._tracker.__enter__()
         if self._recorder is not None:
             self._recorder.begin(self, self._tracker)
@@ -753,8 +759,12 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         prep = prepared
     else:
         try:
-            prep = prepare(model, args, layers=layers, graph=graph, loss_fn=loss_fn,
-                           frontend=frontend, sample_kwargs=kwargs, **trace_kwargs)
+            if graph is None and distributed.is_fsdp(model):  # docs/distributed.md
+                prep = distributed.prepare_sharded(model, args, kwargs, layers, loss_fn,
+                                                   frontend, **trace_kwargs)
+            else:
+                prep = prepare(model, args, layers=layers, graph=graph, loss_fn=loss_fn,
+                               frontend=frontend, sample_kwargs=kwargs, **trace_kwargs)
         except FitError:
             raise
         except SchedError as exc:

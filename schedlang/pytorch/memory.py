@@ -76,7 +76,14 @@ def _tensors(items) -> list:
             out += list(x.parameters()) + list(x.buffers())
         elif isinstance(x, torch.Tensor):
             out.append(x)
-    return out
+    return [_local(t) for t in out]
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A `DTensor` (FSDP2's sharded parameters and gradients) holds this rank's part in a
+    plain local tensor: that tensor's storage is what the device holds."""
+    local = getattr(t, "_local_tensor", None)
+    return local if isinstance(local, torch.Tensor) else t
 
 
 def _device_of(device, resident) -> torch.device:
@@ -131,6 +138,13 @@ def drop_closed_modes() -> None:
         _pop_mode()
 
 
+class _Detached:
+    """The finalizer slot of a watched storage (the tracker holds it by identity)."""
+
+    def detach(self) -> None:
+        pass
+
+
 class MemoryTracker:
     """Live tensor bytes on a device while the context is open (see the module docstring).
 
@@ -139,8 +153,12 @@ class MemoryTracker:
     `device` defaults to the device of the first resident tensor, else CPU.
     """
 
-    def __init__(self, resident: Iterable = (), device=None):
+    def __init__(self, resident: Iterable = (), device=None, watch: Iterable = ()):
         self._resident = _tensors(resident)
+        # storages that may be empty now and allocated later by resizing them (FSDP2's
+        # unsharded parameters): tracked by identity from entry, whatever their size
+        self._watch = [t.untyped_storage() for t in _tensors(watch)]
+        self._watched: set[int] = set()
         self.device = _device_of(device, self._resident)
         self.cuda = self.device.type == "cuda"
         self.baseline = 0
@@ -164,6 +182,10 @@ class MemoryTracker:
             self._current = self._peak = self._window = self.baseline
             return self
         drop_closed_modes()
+        for s in self._watch:
+            if s.device.type == self.device.type and id(s) not in self._watched:
+                self._watched.add(id(s))
+                self._entries[-len(self._watched)] = (weakref.ref(s), _Detached())
         for t in self._resident:
             if t.device.type == self.device.type:
                 self._register(t)
@@ -187,6 +209,7 @@ class MemoryTracker:
             for _, fin in list(self._entries.values()):
                 fin.detach()
             self._entries.clear()
+            self._watched.clear()
         self._open = False
 
     # --- readings ------------------------------------------------------------------------
@@ -244,7 +267,7 @@ class MemoryTracker:
         except (RuntimeError, NotImplementedError):  # tensors without storage (sparse, ...)
             return
         key = s.data_ptr()
-        if s.nbytes() == 0 or key == 0:
+        if s.nbytes() == 0 or key == 0 or id(s) in self._watched:
             return
         entry = self._entries.get(key)
         if entry is not None and entry[0]() is s:
