@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -86,28 +87,54 @@ def _ddp_worker(rank: int, port: int, case: str, budgets: list, out: str) -> Non
         dist.destroy_process_group()
 
 
+def _exit_after(rank: int, fn, *args) -> None:
+    """Run a rank's worker, then end the process without the interpreter's finalization.
+
+    A rank that had written its result and destroyed its process group sometimes died at exit
+    with SIGABRT ("terminate called without an active exception": a C++ thread object of the
+    gloo backend or of HiGHS destroyed while still joinable during the interpreter's teardown;
+    once in three fresh-clone runs). Nothing is left to do after the worker: `os._exit` skips
+    that teardown. A worker's exception still propagates (and fails the test)."""
+    import sys
+
+    fn(rank, *args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def _spawn(fn, *args):
     import torch.multiprocessing as mp
 
-    mp.spawn(fn, args=(_free_port(), *args), nprocs=WORLD, join=True)
+    mp.spawn(_exit_after, args=(fn, _free_port(), *args), nprocs=WORLD, join=True)
 
 
-def _check_ddp(case: str, tmp_path) -> list:
-    _spawn(_ddp_worker, case, BUDGETS, str(tmp_path))
+def _check_ddp(case: str, tmp_path, worker=None, budgets=BUDGETS) -> list:
+    _spawn(worker or _ddp_worker, case, budgets, str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    planned = 0
     for rows in zip(*ranks):
+        if "orders" in rows[0]:
+            continue
         pct = rows[0]["budget_percent"]
         if "error" in rows[0]:
-            # only the tightest budget may be out of reach, and then on every rank alike
-            assert pct == min(BUDGETS), rows[0]["error"]
+            # a budget out of reach: the same error on every rank, naming a smallest feasible
+            # budget above this one
             assert all(r.get("error") == rows[0]["error"] for r in rows)
+            m = re.search(r"no plan fits the budget .*?\((\d+) B\).* smallest feasible budget "
+                          r"found is .*?\((\d+) B\)", rows[0]["error"])
+            assert m and int(m.group(2)) > int(m.group(1)), rows[0]["error"]
             continue
         assert len({r["digest"] for r in rows}) == 1, "the ranks execute different plans"
         for r in rows:
             assert r["missing"] == 0
-            assert r["max_grad_diff"] == 0.0, r  # all-reduced gradients equal plain DDP's
+            assert r.get("sharded", True)
+            # all-reduced (DDP) or reduce-scattered (FSDP2) gradients equal the plain run's
+            assert r["max_grad_diff"] == 0.0, r
             assert r["measured"] <= r["budget"], r  # the budget is per rank
         assert rows[0]["plain"] == (pct == 100)
+        planned += not rows[0]["plain"]
+    assert planned, "no budget below 100% was planned"
     return ranks
 
 
@@ -119,6 +146,117 @@ def test_fit_then_ddp_small_gpt(tmp_path):
 @pytest.mark.parametrize("case", ["gpt", "unet"])
 def test_fit_then_ddp(case, tmp_path):
     _check_ddp(case, tmp_path)
+
+
+def _fsdp_worker(rank: int, port: int, case: str, budgets: list, out: str) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    from schedlang.pytorch.distributed import plan_digest, shard_blocks
+    from schedlang.pytorch.fit import FitError, fit
+
+    from .torch_models import ALL
+
+    _init(rank, port)
+    try:
+        name, sizes = CASES[case]
+        rows = []
+        if case == "gpt_small":
+            rows.append({"orders": _wrong_orders(name, sizes)})
+        for pct in budgets:
+            model, sample, loss_fn = ALL[name](**sizes)  # the same weights on every rank
+            plain, _, _ = ALL[name](**sizes)
+            _, step_inputs, _ = ALL[name](**sizes, seed=11 + rank)  # each rank its own batch
+            shard_blocks(plain, sample)  # plain FSDP2, sharded the torchtitan way
+            row = {"rank": rank, "budget_percent": pct}
+            try:
+                layers = [m for n, m in model.named_modules() if n.startswith("blocks.")
+                          and n.count(".") == 1]
+                if pct == budgets[0] and layers:  # torchtitan's order, then fit
+                    for m in layers:
+                        fully_shard(m)
+                    fully_shard(model)
+                    fitted = fit(model, sample, budget=f"{pct}%", loss_fn=loss_fn, repeats=1)
+                else:  # fit shards for the user (the same order)
+                    fitted = fit(model, sample, budget=f"{pct}%", loss_fn=loss_fn, repeats=1,
+                                 fsdp=True)
+            except FitError as exc:
+                row["error"] = str(exc)
+                rows.append(row)
+                continue
+            for m, seed in ((fitted, 100 + rank), (plain, 100 + rank)):
+                torch.manual_seed(seed)  # the same dropout masks in both runs
+                loss_fn(m(*[x.detach() for x in step_inputs])).backward()
+            # each rank's gradient shards (DTensors) against plain FSDP2's
+            diffs = [float((p.grad.to_local() - q.grad.to_local()).abs().max())
+                     for p, q in zip(model.parameters(), plain.parameters())]
+            rep = fitted.memory_report()
+            row.update(budget=rep.budget_bytes, predicted=rep.predicted_peak_bytes,
+                       measured=rep.measured_peak_bytes, plain=fitted.plain,
+                       digest=plan_digest(fitted.plan), max_grad_diff=max(diffs),
+                       sharded=all(type(p.grad).__name__ == "DTensor"
+                                   for p in model.parameters()),
+                       missing=sum(p.grad is None for p in model.parameters()))
+            rows.append(row)
+        with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+            json.dump(rows, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def _wrong_orders(name: str, sizes: dict) -> dict:
+    """The errors of the wrapping orders fit does not plan (every rank alike: no hang)."""
+    from torch.distributed.fsdp import fully_shard
+
+    from schedlang.errors import SchedError
+    from schedlang.pytorch.fit import fit
+
+    from .torch_models import ALL
+
+    def attempt(shard_before, shard_after=None):
+        model, sample, loss_fn = ALL[name](**sizes)
+        shard_before(model)
+        try:
+            fitted = fit(model, sample, budget="100%", loss_fn=loss_fn, repeats=1)
+            if shard_after is not None:
+                shard_after(model)
+                fitted(*sample)
+        except SchedError as exc:
+            return str(exc)
+        return ""
+
+    def inner(m):  # a unit inside a block
+        fully_shard(m.blocks[0].attn)
+        fully_shard(m)
+
+    def no_root(m):
+        for b in m.blocks:
+            fully_shard(b)
+
+    def after(m):  # fit first, then the torchtitan order
+        no_root(m)
+        fully_shard(m)
+
+    return {"inner": attempt(inner), "no_root": attempt(no_root),
+            "after": attempt(lambda m: None, after)}
+
+
+def test_fsdp2_then_fit_small_gpt(tmp_path):
+    """fully_shard (each block, the root), then fit; fit(..., fsdp=True); the wrapping orders
+    fit does not plan raise a clear error on every rank."""
+    ranks = _check_ddp("gpt_small", tmp_path, _fsdp_worker)
+    for rows in ranks:
+        orders = rows[0]["orders"]
+        assert "fully_shard on 'blocks.0.attn', which is not one of the blocks" in orders["inner"]
+        assert "is fully_shard-ed but the root module is not" in orders["no_root"]
+        assert "fully_shard-ed after fit" in orders["after"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["gpt", "unet"])
+def test_fsdp2_then_fit(case, tmp_path):
+    # the U-Net's per-block plans (hook front end) reach about 86% (its blocks' outputs, the
+    # skip connections among them, are kept): 90% is planned, 60% and 40% are out of reach
+    _check_ddp(case, tmp_path, _fsdp_worker, [100, 90, 60, 40] if case == "unet" else BUDGETS)
 
 
 def _agreement_worker(rank: int, port: int, out: str) -> None:
@@ -149,9 +287,6 @@ def _agreement_worker(rank: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-# slow: once in three fresh-clone runs a rank ended with SIGABRT ("terminate called without an
-# active exception") after writing its result, at process exit: not understood yet
-@pytest.mark.slow
 def test_one_plan_on_every_rank_or_a_clear_error(tmp_path):
     _spawn(_agreement_worker, str(tmp_path))
     got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
@@ -169,35 +304,45 @@ def _layered():
 
 
 def test_fsdp_accounting_on_graph_data():
-    """What FSDP2 adds per layer: the unsharded parameters while the layer runs (forward, and
-    backward when resharded after the forward), the full gradients until the reduce-scatter;
-    the shards are what stays."""
+    """What FSDP2 adds per layer (distributed.py's comment): a unit's forward holds its
+    unsharded parameters and its flat all-gather buffer (the previous unit's until the copy-out),
+    the code between units the last buffer; a unit's backward the parameters again, their
+    gradients and the reduce-scatter input kept from the unit before; the shards stay."""
     from schedlang.pytorch.distributed import fsdp_layer_memory, with_fsdp_memory
     from schedlang.simulate import simulate
     from schedlang.planners.no_recompute import no_recompute_plan
 
     g = _layered()
-    params = {lay.name: 4_000_000 for lay in g.layers}
+    names = [lay.name for lay in g.layers]
+    units = {n: 4_000_000 + 1000 * i for i, n in enumerate(names) if i % 3}  # some layers
+    root = 123_456
     for world in (1, 2, 3, 8):
-        rows = fsdp_layer_memory(g, world, params)
+        rows = fsdp_layer_memory(g, world, units, root_bytes=root)
+        prev, kept = root, 0
         for x in rows:
-            assert x.shard_params * world >= x.full_params > (x.shard_params - 1) * world
-            assert x.fwd_extra == x.full_params - x.shard_params
-            assert x.bwd_extra == x.full_params - x.shard_params + x.full_grads
-        if world == 1:
-            assert all(x.fwd_extra == 0 and x.bwd_extra == x.full_grads for x in rows)
-    rows = fsdp_layer_memory(g, 2, params, reshard_after_forward=False)
-    assert all(x.bwd_extra == x.full_grads for x in rows)
-
-    # on the graph: the no-recomputation peak grows by at most one layer's extras
+            if x.layer in units:
+                f = units[x.layer]
+                assert x.full_params == f and x.shard_params * world >= f
+                assert x.fwd_extra == f + max(prev, f) and x.phantom_extra == 0
+                prev = f
+            else:
+                assert x.full_params == 0 and x.fwd_extra == prev
+        for x in reversed(rows):
+            f = units.get(x.layer, 0)
+            assert x.bwd_extra == (2 * f + kept if f else kept)
+            kept = f or kept
+    kept_fwd = fsdp_layer_memory(g, 2, units, reshard_after_forward=False)
+    for x in kept_fwd:
+        if x.full_params:  # kept from the forward to the backward: no second all-gather
+            assert x.phantom_extra == x.full_params
+    # on the graph: the no-recomputation peak grows, by at most the largest layer's extras
+    # and what the kept parameters hold
     base = simulate(no_recompute_plan(g), g).peak_bytes
-    for reshard in (True, False):
-        rows = fsdp_layer_memory(g, 2, params, reshard_after_forward=reshard)
-        g2 = with_fsdp_memory(g, rows, reshard_after_forward=reshard)
+    for rows in (fsdp_layer_memory(g, 2, units, root_bytes=root), kept_fwd):
+        g2 = with_fsdp_memory(g, rows)
         peak = simulate(no_recompute_plan(g2), g2).peak_bytes
         most = max(max(x.fwd_extra, x.bwd_extra) for x in rows)
-        kept = 0 if reshard else sum(x.full_params - x.shard_params for x in rows)
-        assert base < peak <= base + most + kept
+        assert base < peak <= base + most + sum(x.phantom_extra for x in rows)
 
 
 def test_fsdp_accounting_reads_param_bytes_off_traced_graphs():
@@ -217,4 +362,4 @@ def test_fsdp_accounting_reads_param_bytes_off_traced_graphs():
     sizes = {d.name: d.size for d in g2.data}
     for x in rows:
         if x.full_params:
-            assert sizes[f"{x.layer}.params.grad"] == x.shard_grads
+            assert sizes[f"{x.layer}.params.grad"] == x.shard_params  # what reduce-scatter leaves

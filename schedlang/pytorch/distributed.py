@@ -39,7 +39,9 @@ from ..plan import Plan
 
 __all__ = ["active", "agree_graph", "agree_plan", "solves_here", "graph_digest", "plan_digest", "DistributedPlanError",
            "FSDPLayer", "fsdp_layer_memory", "param_bytes_of", "with_fsdp_memory", "FSDP_ORDER",
-           "FSDPModel", "FSDPUnit", "fsdp_model", "fsdp_storages", "is_fsdp", "unsharded_copy"]
+           "FSDPModel", "FSDPUnit", "fsdp_model", "fsdp_storages", "is_fsdp", "unsharded_copy",
+           "prepare_sharded", "shard_blocks",
+           "check_not_sharded_after"]
 
 
 class DistributedPlanError(SchedError):
@@ -351,6 +353,17 @@ def _local_bytes(p) -> int:
     return int(t.untyped_storage().nbytes())
 
 
+def check_not_sharded_after(model) -> None:
+    """Raise `DistributedPlanError` when `model` (fitted unsharded) was given to `fully_shard`
+    after `fit`: its plan counts whole parameters and none of FSDP2's buffers."""
+    cls = _fsdp_module_type()
+    if cls is not None and isinstance(model, cls):
+        raise DistributedPlanError(
+            "the model was fully_shard-ed after fit: its plan was made for the unsharded model "
+            f"(whole parameters, none of FSDP2's buffers). Shard first: {FSDP_ORDER}; or "
+            "fit(model, ..., fsdp=True)")
+
+
 def fsdp_model(model, blocks: list[str]) -> FSDPModel:
     """The units of a `fully_shard`-ed `model`, checked against the wrapping order `fit`
     plans (`FSDP_ORDER`): the root is a unit, and every other unit is one of `blocks` (the
@@ -522,3 +535,22 @@ def prepare_sharded(model, args: tuple, kwargs: dict, layers=None, loss_fn=None,
                                fsdp={"world": info.world, "layers": [x.to_json() for x in rows],
                                      "resident": info.resident_bytes,
                                      "root_full": info.root.full})
+
+
+def shard_blocks(model, sample_inputs, layers=None, sample_kwargs=None, **fully_shard_kwargs):
+    """`model` sharded in the order `fit` plans (`FSDP_ORDER`): `fully_shard` on each block
+    the hook front end finds on the samples (`find_blocks`, one run whose effects are undone),
+    then on the root; `fully_shard_kwargs` go to every call (e.g. ``mesh=``,
+    ``reshard_after_forward=``). What ``fit(..., fsdp=True)`` does first. Returns `model`."""
+    from torch.distributed.fsdp import fully_shard
+
+    from .blocks import find_blocks, preserved
+    from .fit import split_inputs
+
+    args, kwargs = split_inputs(sample_inputs, sample_kwargs)
+    with preserved(model):
+        found = find_blocks(model, args, kwargs, layers)
+    for b in found.blocks:
+        fully_shard(b.module, **fully_shard_kwargs)
+    fully_shard(model, **fully_shard_kwargs)
+    return model

@@ -639,6 +639,10 @@ class FitModule(nn.Module):
         from .memory import drop_closed_modes
 
         drop_closed_modes()  # the previous measured step's tracker (closed in the backward)
+        if self._prep.fsdp is None and self._prep.frontend != "none":
+            from .distributed import check_not_sharded_after
+
+            check_not_sharded_after(self.module)
         check_call(self, args)  # dtype/device as fitted; a new shape gets its own plan
         tensors = [a for a in _flat((args, kwargs)) if isinstance(a, torch.Tensor)]
         training = torch.is_grad_enabled()
@@ -720,7 +724,8 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         graph: Graph | None = None, plan: Plan | None = None, measure: bool = True,
         loss_fn=None, prepared: Prepared | None = None, bandwidth=None,
         calibrate: bool = True, frontend: str = "auto", fallback: bool = False,
-        probe: bool | None = None, sample_kwargs: dict | None = None, **trace_kwargs) -> FitModule:
+        probe: bool | None = None, sample_kwargs: dict | None = None, fsdp=False,
+        **trace_kwargs) -> FitModule:
     """`model` wrapped to train within `budget` (see the module docstring).
 
     `sample_inputs`: a tensor, a tuple of positional inputs, or a dict of keyword inputs
@@ -751,10 +756,18 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     "16GB/s" or "inf"): data and phantoms may then be offloaded to host memory as well as
     recomputed (`models/offload.sched`); None: recomputation only. `calibrate`: after the first
     measured step, if its peak is over the prediction (or the budget), re-plan once with the
-    excess as a margin (logged on the ``schedlang.pytorch`` logger; see `memory_report()`)."""
+    excess as a margin (logged on the ``schedlang.pytorch`` logger; see `memory_report()`).
+
+    A `fully_shard`-ed model (FSDP2) is planned per rank with what FSDP2 holds counted
+    (`docs/distributed.md`); `fsdp=True` (or a dict of `fully_shard` keyword arguments)
+    shards an unsharded `model` first, on each block found and on the root
+    (`distributed.shard_blocks`)."""
     from . import distributed
 
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
+    if fsdp and not distributed.is_fsdp(model):
+        distributed.shard_blocks(model, args, layers, kwargs,
+                                 **(fsdp if isinstance(fsdp, dict) else {}))
     if prepared is not None:
         prep = prepared
     else:
