@@ -232,11 +232,15 @@ def _wrong_orders(name: str, sizes: dict) -> dict:
         for b in m.blocks:
             fully_shard(b)
 
+    def grouped(m):  # one unit for two blocks
+        fully_shard([m.blocks[0], m.blocks[1]])
+        fully_shard(m)
+
     def after(m):  # fit first, then the torchtitan order
         no_root(m)
         fully_shard(m)
 
-    return {"inner": attempt(inner), "no_root": attempt(no_root),
+    return {"inner": attempt(inner), "no_root": attempt(no_root), "grouped": attempt(grouped),
             "after": attempt(lambda m: None, after)}
 
 
@@ -249,6 +253,7 @@ def test_fsdp2_then_fit_small_gpt(tmp_path):
         assert "fully_shard on 'blocks.0.attn', which is not one of the blocks" in orders["inner"]
         assert "is fully_shard-ed but the root module is not" in orders["no_root"]
         assert "fully_shard-ed after fit" in orders["after"]
+        assert "one fully_shard call holds blocks.0, blocks.1" in orders["grouped"]
 
 
 @pytest.mark.slow

@@ -16,14 +16,15 @@ per rank by nature, so `fit` turns it off when a process group of more than one 
 `fit` calls `agree_plan` when `torch.distributed` is initialized with more than one rank; the
 call is a no-op otherwise. Every rank must call `fit` (it is a collective then).
 
-**FSDP2 memory per rank** (`fsdp_layer_memory`). With `fully_shard` on each block, a rank keeps
-1/N of each block's parameters; the block's full parameters exist between its all-gather and
-its reshard: during its forward, again during its backward (and during a recomputation, which
-runs the forward again inside the backward: with ``reshard_after_forward=True`` the backward's
-all-gather happens before the recomputation and serves both), and its full-size gradients
-exist from the backward until their reduce-scatter has produced the 1/N shard. What this adds
-to each layer of the layered graph data is computed here on the graph data; the front end that
-traces a `fully_shard`-ed model is `docs/distributed.md`'s "What works today".
+**FSDP2** (`fully_shard`, torchtitan's order: each block, then the root; `FSDP_ORDER`).
+`fit` on a sharded model (`prepare_sharded`) profiles an unsharded copy with the hook front
+end, checks the units against the blocks (`fsdp_model`), adds to each layer of the graph data
+what FSDP2 holds on a rank around it (`fsdp_layer_memory`, `with_fsdp_memory`: unsharded
+parameters and all-gather buffers in the forward, again in the backward with the gradients and
+the reduce-scatter buffers; the comment above `FSDP_ORDER` says what and when), counts the
+shards (and the root's unsharded parameters) as resident, and wraps the sharded blocks: a
+recomputation runs inside the block's backward, under its pre-backward all-gather.
+`shard_blocks` (``fit(..., fsdp=True)``) shards a model in that order.
 """
 from __future__ import annotations
 
@@ -372,13 +373,20 @@ def fsdp_model(model, blocks: list[str]) -> FSDPModel:
     from torch.distributed.tensor import DTensor
 
     fsdp_cls = _fsdp_module_type()
-    names = {id(m): n for n, m in model.named_modules()}
     unit_mods = [(n, m) for n, m in model.named_modules() if isinstance(m, fsdp_cls)]
     if not isinstance(model, fsdp_cls):
         inner = unit_mods[0][0] if unit_mods else "?"
         raise DistributedPlanError(
             f"'{inner}' is fully_shard-ed but the root module is not: fit plans {FSDP_ORDER}")
     allowed = set(blocks)
+    by_state: dict[int, list[str]] = {}
+    for n, m in unit_mods:
+        by_state.setdefault(id(_state_of(m)), []).append(n or "<root>")
+    for names_ in by_state.values():
+        if len(names_) > 1:
+            raise DistributedPlanError(
+                f"one fully_shard call holds {', '.join(names_)}: fit plans one unit per "
+                f"block ({FSDP_ORDER})")
     for n, _ in unit_mods:
         if n and n not in allowed:
             raise DistributedPlanError(
@@ -414,9 +422,15 @@ def fsdp_model(model, blocks: list[str]) -> FSDPModel:
         shard[u] += s
         full[u] += s * p.device_mesh.size()
     other += sum(int(b.untyped_storage().nbytes()) for b in model.buffers())
-    del names
     units = [FSDPUnit(n, full[n], shard[n], state[n]) for n, _ in unit_mods if n]
     return FSDPModel(world, FSDPUnit("", full[""], shard[""], False), units, other)
+
+
+def _state_of(module):
+    try:
+        return module._get_fsdp_state()
+    except AttributeError:
+        return module
 
 
 def _unit_reshard(module) -> bool:
@@ -448,9 +462,12 @@ def unsharded_copy(model):
                 return c
         return cls
 
-    def not_fsdp_hook(h) -> bool:
-        owner = getattr(h, "__self__", None)
-        return owner is None or "fsdp" not in type(owner).__module__
+    def not_fsdp_hook(h) -> bool:  # FSDP's hooks: its state's methods, or its closures
+        for obj in (h, getattr(h, "__self__", None), getattr(h, "func", None)):
+            if obj is not None and "torch.distributed.fsdp" in (
+                    getattr(obj, "__module__", None) or type(obj).__module__):
+                return False
+        return True
 
     def cp(m):
         new = object.__new__(plain_class(type(m)))
