@@ -46,10 +46,33 @@ def _init(rank: int, port: int) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
 
 
+def _step(row: dict, fitted, run, ref, model, plain, loss_fn, inputs) -> None:
+    """One training step of `run` (the fitted model, maybe wrapped) and of `ref` (the same
+    distributed run without a plan) with the same dropout masks; `row` gets the budget, the
+    predicted and measured peaks, the plan's digest and the largest gradient difference (each
+    rank's own part: the all-reduced gradients under DDP, the shards under FSDP2)."""
+    from schedlang.pytorch.distributed import plan_digest
+
+    rank = dist.get_rank()
+    for m in (run, ref):
+        torch.manual_seed(100 + rank)
+        loss_fn(m(*[x.detach() for x in inputs])).backward()
+    missing = sum(p.grad is None for p in model.parameters())
+
+    def local(g):
+        return g.to_local() if hasattr(g, "to_local") else g
+
+    diffs = [float((local(p.grad) - local(q.grad)).abs().max())
+             for p, q in zip(model.parameters(), plain.parameters()) if p.grad is not None]
+    rep = fitted.memory_report()
+    row.update(budget=rep.budget_bytes, predicted=rep.predicted_peak_bytes,
+               measured=rep.measured_peak_bytes, plain=fitted.plain,
+               digest=plan_digest(fitted.plan), max_grad_diff=max(diffs), missing=missing)
+
+
 def _ddp_worker(rank: int, port: int, case: str, budgets: list, out: str) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from schedlang.pytorch.distributed import plan_digest
     from schedlang.pytorch.fit import FitError, fit
 
     from .torch_models import ALL
@@ -69,17 +92,7 @@ def _ddp_worker(rank: int, port: int, case: str, budgets: list, out: str) -> Non
                 row["error"] = str(exc)
                 rows.append(row)
                 continue
-            ddp, ref = DDP(fitted), DDP(plain)
-            for m, seed in ((ddp, 100 + rank), (ref, 100 + rank)):
-                torch.manual_seed(seed)  # the same dropout masks in both runs
-                loss_fn(m(*[x.detach() for x in step_inputs])).backward()
-            diffs = [float((p.grad - q.grad).abs().max())
-                     for p, q in zip(model.parameters(), plain.parameters())]
-            rep = fitted.memory_report()
-            row.update(budget=rep.budget_bytes, predicted=rep.predicted_peak_bytes,
-                       measured=rep.measured_peak_bytes, plain=fitted.plain,
-                       digest=plan_digest(fitted.plan), max_grad_diff=max(diffs),
-                       missing=sum(p.grad is None for p in model.parameters()))
+            _step(row, fitted, DDP(fitted), DDP(plain), model, plain, loss_fn, step_inputs)
             rows.append(row)
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
             json.dump(rows, f)
@@ -109,8 +122,8 @@ def _spawn(fn, *args):
     mp.spawn(_exit_after, args=(fn, _free_port(), *args), nprocs=WORLD, join=True)
 
 
-def _check_ddp(case: str, tmp_path, worker=None, budgets=BUDGETS) -> list:
-    _spawn(worker or _ddp_worker, case, budgets, str(tmp_path))
+def _check_ddp(case: str, tmp_path, worker=None, budgets=BUDGETS, *extra) -> list:
+    _spawn(worker or _ddp_worker, case, budgets, str(tmp_path), *extra)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     planned = 0
     for rows in zip(*ranks):
@@ -148,10 +161,11 @@ def test_fit_then_ddp(case, tmp_path):
     _check_ddp(case, tmp_path)
 
 
-def _fsdp_worker(rank: int, port: int, case: str, budgets: list, out: str) -> None:
+def _fsdp_worker(rank: int, port: int, case: str, budgets: list, out: str,
+                 shard_kw: dict | None = None) -> None:
     from torch.distributed.fsdp import fully_shard
 
-    from schedlang.pytorch.distributed import plan_digest, shard_blocks
+    from schedlang.pytorch.distributed import shard_blocks
     from schedlang.pytorch.fit import FitError, fit
 
     from .torch_models import ALL
@@ -166,36 +180,25 @@ def _fsdp_worker(rank: int, port: int, case: str, budgets: list, out: str) -> No
             model, sample, loss_fn = ALL[name](**sizes)  # the same weights on every rank
             plain, _, _ = ALL[name](**sizes)
             _, step_inputs, _ = ALL[name](**sizes, seed=11 + rank)  # each rank its own batch
-            shard_blocks(plain, sample)  # plain FSDP2, sharded the torchtitan way
+            shard_blocks(plain, sample, **(shard_kw or {}))  # plain FSDP2, the same units
             row = {"rank": rank, "budget_percent": pct}
             try:
                 layers = [m for n, m in model.named_modules() if n.startswith("blocks.")
                           and n.count(".") == 1]
-                if pct == budgets[0] and layers:  # torchtitan's order, then fit
+                if pct == budgets[0] and layers and not shard_kw:  # torchtitan's, then fit
                     for m in layers:
                         fully_shard(m)
                     fully_shard(model)
                     fitted = fit(model, sample, budget=f"{pct}%", loss_fn=loss_fn, repeats=1)
                 else:  # fit shards for the user (the same order)
                     fitted = fit(model, sample, budget=f"{pct}%", loss_fn=loss_fn, repeats=1,
-                                 fsdp=True)
+                                 fsdp=shard_kw or True)
             except FitError as exc:
                 row["error"] = str(exc)
                 rows.append(row)
                 continue
-            for m, seed in ((fitted, 100 + rank), (plain, 100 + rank)):
-                torch.manual_seed(seed)  # the same dropout masks in both runs
-                loss_fn(m(*[x.detach() for x in step_inputs])).backward()
-            # each rank's gradient shards (DTensors) against plain FSDP2's
-            diffs = [float((p.grad.to_local() - q.grad.to_local()).abs().max())
-                     for p, q in zip(model.parameters(), plain.parameters())]
-            rep = fitted.memory_report()
-            row.update(budget=rep.budget_bytes, predicted=rep.predicted_peak_bytes,
-                       measured=rep.measured_peak_bytes, plain=fitted.plain,
-                       digest=plan_digest(fitted.plan), max_grad_diff=max(diffs),
-                       sharded=all(type(p.grad).__name__ == "DTensor"
-                                   for p in model.parameters()),
-                       missing=sum(p.grad is None for p in model.parameters()))
+            _step(row, fitted, fitted, plain, model, plain, loss_fn, step_inputs)
+            row["sharded"] = all(type(p.grad).__name__ == "DTensor" for p in model.parameters())
             rows.append(row)
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
             json.dump(rows, f)
@@ -262,6 +265,13 @@ def test_fsdp2_then_fit(case, tmp_path):
     # the U-Net's per-block plans (hook front end) reach about 86% (its blocks' outputs, the
     # skip connections among them, are kept): 90% is planned, 60% and 40% are out of reach
     _check_ddp(case, tmp_path, _fsdp_worker, [100, 90, 60, 40] if case == "unet" else BUDGETS)
+
+
+@pytest.mark.slow
+def test_fsdp2_kept_after_forward_then_fit(tmp_path):
+    """reshard_after_forward=False: the unsharded parameters stay to the backward (counted
+    as phantoms) and the backward all-gathers nothing."""
+    _check_ddp("gpt_small", tmp_path, _fsdp_worker, [100, 60], {"reshard_after_forward": False})
 
 
 def _agreement_worker(rank: int, port: int, out: str) -> None:

@@ -878,7 +878,10 @@ def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserv
         args, kwargs = tree_map(lambda t: t.detach().requires_grad_(t.requires_grad)
                                 if isinstance(t, torch.Tensor) else t, (args, kwargs))
         inputs = [t for t in _flat((args, kwargs)) if isinstance(t, torch.Tensor)]
-        with MemoryTracker(resident=[model, *inputs]) as mt:
+        from .distributed import fsdp_storages, is_fsdp
+
+        watch = fsdp_storages(model) if is_fsdp(model) else ()
+        with MemoryTracker(resident=[model, *inputs], watch=watch) as mt:
             out = run(*args, **kwargs)
             after = mt.current
             if loss_fn is not None:
