@@ -65,7 +65,8 @@ def solve_series(graph, series: list[list[dict]], model: str, solver: str = "hig
                     found.append(spans)
         return found
     flat = [b for budgets in series for b in budgets]
-    results = iter(run_jobs(solve_segments, flat, args=args, jobs=jobs, ray=ray))
+    results = iter(run_jobs(solve_segments, flat, args=args, jobs=jobs, ray=ray,
+                            preload=("schedlang.backends.pyomo_backend",)))
     for budgets in series:
         ended = False
         for _ in budgets:

@@ -68,8 +68,10 @@ def import_ray():
 
 
 def run_jobs(fn, items, *, args: tuple = (), kwargs: dict | None = None, jobs: int | None = None,
-             ray: str | None = None, on_result=None) -> list:
-    """``[fn(item, *args, **kwargs) for item in items]``, run as the module docstring says."""
+             ray: str | None = None, on_result=None, preload=()) -> list:
+    """``[fn(item, *args, **kwargs) for item in items]``, run as the module docstring says.
+    `preload`: modules the worker processes need besides `fn`'s, imported once in the fork
+    server (which starts with the first pool of this process) rather than in every worker."""
     items = list(items)
     kwargs = dict(kwargs or {})
     if jobs is not None and jobs < 0:
@@ -80,7 +82,7 @@ def run_jobs(fn, items, *, args: tuple = (), kwargs: dict | None = None, jobs: i
     n = min(jobs or default_jobs(), len(items))
     if n <= 1:
         return _serial(fn, items, args, kwargs, on_result)
-    return _on_processes(fn, items, args, kwargs, n, on_result)
+    return _on_processes(fn, items, args, kwargs, n, on_result, [fn.__module__, *preload])
 
 
 # ---------------------------------------------------------------------------- in this process
@@ -137,14 +139,17 @@ def _short(item) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _context():
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+def _context(preload):
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([m for m in preload if m and m != "__main__"])  # until it starts
+    return ctx
 
 
-def _on_processes(fn, items, args, kwargs, n, on_result) -> list:
-    pool = ProcessPoolExecutor(max_workers=n, mp_context=_context(), initializer=_init_worker,
-                               initargs=(fn, args, kwargs))
+def _on_processes(fn, items, args, kwargs, n, on_result, preload) -> list:
+    pool = ProcessPoolExecutor(max_workers=n, mp_context=_context(preload),
+                               initializer=_init_worker, initargs=(fn, args, kwargs))
     results: list = [None] * len(items)
     clean = False
     try:

@@ -289,7 +289,7 @@ def _sweep_parallel(prob, values, todo, done, options, jobs, ray, progress, reco
         report(budget, point)
 
     run_jobs(solve_job, todo, args=(prob.program, options), jobs=jobs, ray=ray,
-             on_result=finished)
+             on_result=finished, preload=(f"schedlang.backends.{options['backend']}_backend",))
     return [points[b] for b in values]
 
 
