@@ -3,10 +3,11 @@
 `schedlang.pytorch.options.solve_spans` solves a layer's op graph (Checkmate-view graph data)
 with the option-generating model at series of budgets; each series stops at its first budget
 without a solution. The solves do not depend on each other, so `solve_series` runs them all
-through `schedlang.parallel.run_jobs` (worker processes where cores allow, Ray when asked)
-and then reads the series in order, exactly as the one-after-the-other loop does: the same
-solutions, in the same order (a solve past a series' end is wasted, not used). With
-``jobs=1`` the series are solved in this process and stop early.
+through `schedlang.parallel.run_jobs` (worker processes where cores allow, Ray when asked),
+the series interleaved; the budgets of a series after one without a solution are not started
+(one already running is wasted, not used). The series are then read in order, as the
+one-after-the-other loop reads them: the same solutions, in the same order. With ``jobs=1``
+they are solved in this process.
 
 This module does not import torch, so that worker processes start without it.
 
@@ -55,18 +56,22 @@ def solve_series(graph, series: list[list[dict]], model: str, solver: str = "hig
     budgets, in order; each series stops at its first budget without a solution."""
     args = (graph, model, solver, time_limit)
     found: list[list] = []
-    if jobs == 1 and ray is None:  # one after the other, each series stopping early
-        for budgets in series:
-            for b in budgets:
-                spans = solve_segments(b, *args)
-                if spans is None:
-                    break
-                if spans not in found:
-                    found.append(spans)
-        return found
-    flat = [b for budgets in series for b in budgets]
-    results = iter(run_jobs(solve_segments, flat, args=args, jobs=jobs, ray=ray,
-                            preload=("schedlang.backends.pyomo_backend",)))
+    # the series interleaved, so that each one advances; a series' budgets after one without
+    # a solution are not started (they would not be used)
+    order = sorted(((j, i) for i, budgets in enumerate(series) for j in range(len(budgets))))
+    flat = [series[i][j] for j, i in order]
+    position = {(i, j): k for k, (j, i) in enumerate(order)}
+
+    def series_end(k, budgets, spans):
+        if spans is not None:
+            return ()
+        j, i = order[k]
+        return [position[i, m] for m in range(j + 1, len(series[i]))]
+
+    done = run_jobs(solve_segments, flat, args=args, jobs=jobs, ray=ray, on_result=series_end,
+                    preload=("schedlang.backends.pyomo_backend",))
+    results = iter(done[position[i, j]] for i, budgets in enumerate(series)
+                   for j in range(len(budgets)))
     for budgets in series:
         ended = False
         for _ in budgets:

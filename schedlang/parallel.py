@@ -21,7 +21,9 @@ processes or on Ray.
   (``pip install "schedlang[ray]"``), imported only here and only when asked for.
 
 `on_result(index, item, result)` is called in this process as each job finishes (to stream or
-record results). A job that raises stops the map: the other jobs are cancelled and the error is
+record results); it may return the indices of jobs no longer needed (e.g. the rest of a series
+that has ended), which are then not started — their results are None, or what they gave if
+they were already running. A job that raises stops the map: the other jobs are cancelled and the error is
 raised here — a `SchedError` as it is (it is located already), anything else as a `JobError`
 naming the item and the file and line in the worker where it was raised. Ctrl-C (or any
 exception in `on_result`) stops the workers and is raised; nothing is left running.
@@ -89,7 +91,11 @@ def run_jobs(fn, items, *, args: tuple = (), kwargs: dict | None = None, jobs: i
 
 def _serial(fn, items, args, kwargs, on_result) -> list:
     out = []
+    dropped: set = set()
     for k, item in enumerate(items):
+        if k in dropped:
+            out.append(None)
+            continue
         try:
             result = fn(item, *args, **kwargs)
         except (SchedError, KeyboardInterrupt):
@@ -98,7 +104,7 @@ def _serial(fn, items, args, kwargs, on_result) -> list:
             raise _job_error(item, exc, traceback.extract_tb(exc.__traceback__)) from exc
         out.append(result)
         if on_result is not None:
-            on_result(k, item, result)
+            dropped.update(on_result(k, item, result) or ())
     return out
 
 
@@ -158,9 +164,14 @@ def _on_processes(fn, items, args, kwargs, n, on_result, preload) -> list:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in sorted(finished, key=pending.get):
                 k = pending.pop(fut)
+                if fut.cancelled():
+                    continue
                 results[k] = fut.result()  # raises the job's error here
                 if on_result is not None:
-                    on_result(k, items[k], results[k])
+                    drop = set(on_result(k, items[k], results[k]) or ())
+                    for other in [f for f, j in pending.items() if j in drop]:
+                        if other.cancel():  # not started yet
+                            pending.pop(other)
         clean = True
     finally:
         if clean:
@@ -219,7 +230,10 @@ def _on_ray(fn, items, args, kwargs, address: str, on_result) -> list:
                     frames = traceback.extract_tb(cause.__traceback__) if cause else []
                     raise _job_error(items[k], cause or exc, frames) from None
                 if on_result is not None:
-                    on_result(k, items[k], results[k])
+                    drop = set(on_result(k, items[k], results[k]) or ())
+                    for ref in [r for r, j in pending.items() if j in drop]:
+                        ray.cancel(ref, force=True)
+                        pending.pop(ref)
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)

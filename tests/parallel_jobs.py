@@ -30,3 +30,8 @@ def sleep_and_note(item: int, folder: str) -> int:
         f.write(str(item))
     time.sleep(120)
     return item
+
+
+def after(item: int, delay: float) -> int:
+    time.sleep(delay)
+    return item

@@ -31,6 +31,20 @@ def test_workers_give_the_serial_results_in_the_items_order():
     assert sorted(seen) == [(k, k) for k in items]  # each result reported once, as it came
 
 
+@pytest.mark.parametrize("n", [1, 2])
+def test_jobs_no_longer_needed_are_not_started(n):
+    ran = []
+
+    def drop_the_rest(k, item, result):
+        ran.append(item)
+        return range(6, 10) if k == 0 else ()
+
+    out = run_jobs(jobs.after, range(10), args=(0.3 if n > 1 else 0.0,), jobs=n,
+                   on_result=drop_the_rest)
+    assert out == [0, 1, 2, 3, 4, 5, None, None, None, None]
+    assert sorted(ran) == [0, 1, 2, 3, 4, 5]
+
+
 def test_jobs_default_and_bounds():
     assert default_jobs() >= 1
     assert run_jobs(jobs.square_late, [], jobs=4) == []
