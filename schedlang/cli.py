@@ -112,6 +112,14 @@ def _parser() -> argparse.ArgumentParser:
                    "as soon as the budget is solved")
     w.add_argument("--resume", action="store_true", help="with --out: keep the points already "
                    "in FILE.jsonl and solve only the budgets it lacks")
+    w.add_argument("--warm-start", metavar="NAME", default="auto", help="as for solve: each "
+                   "budget's MIP start from heuristic planner NAME at that budget (default auto: "
+                   "the best fitting plan of knapsack, mutwo and chen_greedy)")
+    w.add_argument("--no-warm-start", dest="warm_start", action="store_const", const=None,
+                   help="solve each budget cold, without a MIP start")
+    w.add_argument("--jobs", "-j", type=_nonnegative(int), default=0, metavar="N",
+                   help="budgets solved at once on N worker processes (default 0: as many as "
+                   "cores allow; 1: one after the other in this process); same results")
     w.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="solve the budgets as "
                    "Ray tasks, on the cluster at ADDRESS, else on a local Ray instance (needs "
                    "pip install \"schedlang[ray]\")")
@@ -389,7 +397,7 @@ def cmd_sweep(args) -> int:
     if args.plot:
         check_plot_target(args.plot)  # before a long sweep, not after it
     if args.ray is not None:
-        from .ray_sweep import import_ray
+        from .parallel import import_ray
 
         import_ray()  # a clear error before any work when Ray is missing
     files = [args.file] + args.compare
@@ -408,8 +416,11 @@ def _sweep(args, files, problems, log) -> int:
     from .sweep import exit_code, parse_budgets, plot_sweep, reference, sweep_problem
     from .units import format_size
 
+    from .parallel import default_jobs
+
     tty = sys.stderr.isatty()
     started = [0.0]
+    parallel = args.ray is not None or (args.jobs or default_jobs()) > 1
     curves: dict[str, list] = {}
     t0 = time.perf_counter()
     for path, prob in zip(files, problems):
@@ -424,8 +435,8 @@ def _sweep(args, files, problems, log) -> int:
 
         def progress(k, n, budget, point, where=where, label=label, done=done):
             head = f"sweep {label}[{k}/{n}] {where(budget)}: "
-            if point is not None and args.ray is not None and budget not in done:
-                started[0] = time.perf_counter() - point.solve_time  # a task's own solve time
+            if point is not None and parallel and budget not in done:
+                started[0] = time.perf_counter() - point.solve_time  # a job's own solve time
             if point is None:
                 started[0] = time.perf_counter()
                 if tty:
@@ -441,17 +452,12 @@ def _sweep(args, files, problems, log) -> int:
             print(("\r\x1b[K" if tty else "") + line, file=sys.stderr, flush=True)
 
         t1 = time.perf_counter()
-        run = sweep_problem
-        extra = {}
-        if args.ray is not None:
-            from .ray_sweep import sweep_on_ray as run
-
-            extra = {"address": args.ray}
-        points = run(prob, budgets, backend=args.backend, solver=args.solver,
-                     time_limit=args.time_limit, gap=args.gap, threads=args.threads,
-                     progress=progress, done=done,
-                     record=(lambda point, path=path: log.append(path, point))
-                     if log is not None else None, **extra)
+        points = sweep_problem(prob, budgets, backend=args.backend, solver=args.solver,
+                               time_limit=args.time_limit, gap=args.gap, threads=args.threads,
+                               progress=progress, done=done, jobs=args.jobs, ray=args.ray,
+                               warm_start=args.warm_start,
+                               record=(lambda point, path=path: log.append(path, point))
+                               if log is not None else None)
         curves[path] = points
         if not args.json:
             _print_sweep(prob, args, points, ref_peak, ref_time, time.perf_counter() - t1)

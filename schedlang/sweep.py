@@ -8,9 +8,10 @@
 The files are parsed, checked and lowered once; each budget is then solved by `solve_at` on
 that lowering moved to the budget (`schedlang.parametric`: only what reads the budget is
 evaluated again, and the model is the one a fresh lowering gives). Budgets are independent of
-each other: `solve_at` also lowers on its own when given no lowering, which is what the Ray map
-of `sweep --ray` does (`schedlang.ray_sweep`): the program, the options and the `SweepPoint`
-results are ordinary picklable data.
+each other, so `sweep_problem(..., jobs=N)` / `ray=ADDRESS` solves them in parallel through
+`schedlang.parallel.run_jobs`, on worker processes (each lowers the program once and moves
+it, as the serial sweep does) or as Ray tasks: the program, the options and the `SweepPoint`
+results are ordinary picklable data, and the points are those of the serial sweep.
 
 Budget specs (`parse_budgets`, which is `schedlang.budgets.parse_list`), comma-separated
 items, each one of:
@@ -34,6 +35,7 @@ from pathlib import Path
 from . import budgets
 from .errors import DataError, Loc, SchedError
 from .graph import Graph
+from .parallel import JOBS_LOC, default_jobs, run_jobs
 from .parametric import BudgetLowering
 from .planners.no_recompute import no_recompute_peak, no_recompute_plan
 from .problem import Problem, Result, WarmStart, load
@@ -183,40 +185,65 @@ def sweep(path_or_paths, budgets, model: str | None = None, backend: str = "pyom
           solver: str = "highs", time_limit: float | None = None, gap: float | None = None,
           threads: int | None = None, progress=None,
           max_elements: int | None = None, parametric: bool = True,
-          neighbour: bool = False) -> list[SweepPoint]:
+          neighbour: bool = False, jobs: int | None = 1, ray: str | None = None,
+          warm_start=None) -> list[SweepPoint]:
     """Solve the files at each budget; one `SweepPoint` per budget, in ascending budget order.
 
     `budgets` is a spec string (``"30%..100%/8"``, see `parse_budgets`) or a list of sizes,
     percents and byte counts. The files are parsed and checked once (`prepare`); each budget
-    is then one call of `solve_at`, independent of the others, so the loop in `sweep_problem`
-    is the one place to swap for a Ray/Dask map when sweeps get long (no process pool here).
-    `progress(index, total, budget_bytes, point)` is called before each solve (point None)
-    and after it; index counts from 1.
+    is then one call of `solve_at`, independent of the others: `jobs` and `ray` run them in
+    parallel (`sweep_problem`). `progress(index, total, budget_bytes, point)` is called before
+    each solve (point None; serial sweeps only) and after it; index counts from 1.
     """
     return sweep_problem(prepare(path_or_paths, model, max_elements), budgets, backend=backend,
                          solver=solver, time_limit=time_limit, gap=gap, threads=threads,
-                         progress=progress, parametric=parametric, neighbour=neighbour)
+                         progress=progress, parametric=parametric, neighbour=neighbour,
+                         jobs=jobs, ray=ray, warm_start=warm_start)
 
 
 def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str = "highs",
                   time_limit: float | None = None, gap: float | None = None,
                   threads: int | None = None, progress=None,
                   done: dict[int, SweepPoint] | None = None, record=None,
-                  parametric: bool = True, neighbour: bool = False) -> list[SweepPoint]:
+                  parametric: bool = True, neighbour: bool = False, jobs: int | None = 1,
+                  ray: str | None = None, warm_start=None) -> list[SweepPoint]:
     """`sweep` on a `Problem` from `prepare` (loaded and checked).
 
     `done`: points already solved, by budget in bytes (from `PointLog.resume`): they are taken
     as they are, not solved again; `record(point)` is called with each newly solved point as
     soon as it is finished (`PointLog.append`). `parametric` (the default): the program is
     lowered once and only moved to each budget (`schedlang.parametric`: the same model a fresh
-    lowering gives, so the same results); False: each budget is lowered on its own, as a
-    distributed map does it. `neighbour`: start each budget's solve from the solution of the
-    budget below it (`neighbour_start`). Off by default: on transformer12 it made HiGHS no
-    faster overall and once stopped at the neighbour's plan, reported `feasible` with a gap,
-    where the cold solve proves a better optimum (bench/bench_sweep.py, docs/distributed.md)."""
+    lowering gives, so the same results); False: each budget is lowered on its own.
+    `warm_start`: each budget's MIP start, as `Problem.solve` takes it (None: cold; "auto",
+    the CLI's default as for `solve`: the best fitting heuristic plan at that budget). A start
+    changes how fast the solver proves the optimum, not its value; only a budget stopped at a
+    gap or a time limit may end elsewhere. `neighbour`: start each budget's solve from the
+    solution of the budget below it (`neighbour_start`; `warm_start` for the first). Off by
+    default: on transformer12 it made HiGHS no faster overall and once stopped at the
+    neighbour's plan, reported `feasible` with a gap, where the cold solve proves a better
+    optimum (bench/bench_sweep.py, docs/distributed.md).
+
+    `jobs`: budgets solved at once on worker processes (1, the default: one after the other
+    in this process; None or 0: as many as cores allow); `ray`: as Ray tasks on the cluster
+    at that address ("" for a local Ray instance). Either way through
+    `schedlang.parallel.run_jobs`, with the points of the serial sweep (a budget stopped by a
+    time limit aside, which depends on the machine's speed); `progress` is then called as
+    each point comes back, and `neighbour` is not available (a budget's solve would wait for
+    its neighbour's)."""
     values = parse_budgets(budgets, prob.graph)
     ref = reference(prob.graph)
     shared = {"parse": prob.timings.get("parse", 0.0), "check": prob.timings.get("check", 0.0)}
+    todo = [b for b in values if not (done and b in done)]
+    if ray is not None or (len(todo) > 1 and min(jobs or default_jobs(), len(todo)) > 1):
+        if neighbour:
+            raise SchedError("the neighbour warm start needs a serial sweep (jobs=1, no Ray): "
+                             "each budget's solve would wait for the one below it", JOBS_LOC)
+        options = {"backend": backend, "solver": solver, "time_limit": time_limit, "gap": gap,
+                   "threads": threads, "ref": ref, "timings": shared,
+                   "max_elements": prob.max_elements, "parametric": parametric,
+                   "warm_start": warm_start}
+        return _sweep_parallel(prob, values, todo, done or {}, options, jobs, ray, progress,
+                               record)
     points: list[SweepPoint] = []
     lowering = None
     for k, budget in enumerate(values, 1):
@@ -225,23 +252,65 @@ def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str
         else:
             if progress is not None:
                 progress(k, len(values), budget, None)
-            start = None
-            if parametric:
-                if lowering is None:  # lowered once, at the first budget solved
-                    lowering = BudgetLowering(prob.program, {**prob.program.budgets,
-                                                             "peak": int(budget)},
-                                              prob.max_elements)
-                start = neighbour_start(points) if neighbour else None
+            if parametric and lowering is None:  # lowered once, at the first budget solved
+                lowering = BudgetLowering(prob.program, {**prob.program.budgets,
+                                                         "peak": int(budget)}, prob.max_elements)
+            start = neighbour_start(points) if neighbour else None
             point = solve_at(prob.program, budget, backend=backend, solver=solver,
                              time_limit=time_limit, gap=gap, threads=threads, ref=ref,
-                             timings=shared, max_elements=prob.max_elements,
-                             **({"lowering": lowering, "warm_start": start} if parametric else {}))
+                             timings=shared, max_elements=prob.max_elements, lowering=lowering,
+                             warm_start=warm_start if start is None else start)
             if record is not None:
                 record(point)
         points.append(point)
         if progress is not None:
             progress(k, len(values), budget, point)
     return points
+
+
+def _sweep_parallel(prob, values, todo, done, options, jobs, ray, progress, record):
+    """`sweep_problem`'s budgets `todo` through `run_jobs`; `done` reported first."""
+    points: dict[int, SweepPoint] = dict(done)
+    count = [0]
+
+    def report(budget, point):
+        count[0] += 1
+        if progress is not None:
+            progress(count[0], len(values), budget, point)
+
+    for budget in values:
+        if budget in done:
+            report(budget, done[budget])
+
+    def finished(k, budget, point):
+        points[budget] = point
+        if record is not None:
+            record(point)
+        report(budget, point)
+
+    run_jobs(solve_job, todo, args=(prob.program, options), jobs=jobs, ray=ray,
+             on_result=finished, preload=(f"schedlang.backends.{options['backend']}_backend",))
+    return [points[b] for b in values]
+
+
+#: in a worker process: the program's lowering, moved from budget to budget (one per program)
+_LOWERED: dict = {}
+
+
+def solve_job(budget: int, program, options: dict) -> SweepPoint:
+    """One budget of a parallel sweep, in a worker (`run_jobs`): `solve_at` on the worker's
+    lowering of `program`, lowered at its first budget and moved to the next ones
+    (`schedlang.parametric`; `options["parametric"]` False: lowered again per budget)."""
+    options = dict(options)
+    lowering = None
+    if options.pop("parametric", True):
+        lowering = _LOWERED.get(id(program))
+        if lowering is None or lowering.program is not program:
+            lowering = BudgetLowering(program, {**program.budgets, "peak": int(budget)},
+                                      options.get("max_elements"))
+            _LOWERED.clear()  # one program per worker at a time
+            _LOWERED[id(program)] = lowering
+    return solve_at(program, budget, lowering=lowering, **options)
 
 
 # ---------------------------------------------------------------------------- streamed points

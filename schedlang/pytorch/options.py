@@ -240,28 +240,20 @@ def measure(fn, values, requires, out_grads, params, owned, resident, repeats: i
 
 def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRACTIONS,
                 solver: str = "highs", time_limit: float | None = 30.0,
-                name: str = "layer") -> list[list]:
+                name: str = "layer", jobs: int | None = None, ray: str | None = None) -> list[list]:
     """The distinct solutions of `model` on `og` at budgets `fractions` x what autograd
     saves inside the layer, on the peak (`budget peak`) then on the phantom (`budget save`);
-    largest first, each series stops at its first infeasible budget."""
-    import schedlang
-    from ..decoders.segments import segments_of
+    largest first, each series stops at its first infeasible budget. The solves run through
+    `schedlang.layer_solves.solve_series` (`jobs` worker processes, None: as many as cores
+    allow, 1: in this process; `ray`: as Ray tasks), with the results of a serial loop."""
+    from ..layer_solves import solve_series
 
     g = og.checkmate(name, loss=False)
     total = max(og.saved_total, 1024)
-    found: list[list] = []
-    for kind in ("peak", "save"):  # the backward's peak, then the phantom alone
-        for f in fractions:
-            budget = int(total * f) + 1024
-            g.budgets = {"peak": budget} if kind == "peak" else {"peak": 1 << 50, "save": budget}
-            prob = schedlang.load(model=model, graph=g)
-            res = prob.solve(solver=solver, time_limit=time_limit)
-            if not res.status.has_solution:
-                break
-            spans = sorted(segments_of(prob.program, prob.ir, res.solution))
-            if spans not in found:
-                found.append(spans)
-    return found
+    series = [[{"peak": int(total * f) + 1024} for f in fractions],  # the backward's peak
+              [{"peak": 1 << 50, "save": int(total * f) + 1024} for f in fractions]]  # phantom
+    return [list(spans) for spans in solve_series(g, series, model, solver, time_limit,
+                                                  jobs=jobs, ray=ray)]
 
 
 def _dominated(m: Measured, others: list[Measured]) -> bool:
@@ -280,19 +272,29 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
                      model: str = "layer_options", fractions=DEFAULT_FRACTIONS,
                      repeats: int = 3, solver: str = "highs", time_limit: float | None = 30.0,
                      fixed: list[Measured] = (), key=None, name: str = "layer",
-                     max_options: int = MAX_OPTIONS) -> list[GeneratedOption]:
+                     max_options: int = MAX_OPTIONS, jobs: int | None = None,
+                     ray: str | None = None, cache_dir=None) -> list[GeneratedOption]:
     """Generated options of one layer (module docstring): `values` its sample inputs,
     `requires` which of them need a gradient, `out_grads` a gradient per output (None where
     the backward reads none), `owned` the parameters whose gradient its backward creates,
     `resident` what stays in memory anyway, `fixed` the measures of the layer's other
     options (a generated option they dominate is dropped). `key`: cache key (structure).
-    At most `max_options`, spread along the front of phantom + backward overhead."""
+    At most `max_options`, spread along the front of phantom + backward overhead. `jobs`,
+    `ray`: where the sub-solves run (`solve_spans`); `cache_dir` (or ``SCHEDLANG_CACHE_DIR``):
+    also keep the solutions on disk, by `key` (`schedlang.layer_solves`)."""
     cache_key = None if key is None else (key, model, tuple(fractions))
     if cache_key is not None and cache_key in CACHE:
         og, spans_list, measures = CACHE[cache_key]
     else:
         og = record_ops(module, values, requires, repeats=repeats)
-        spans_list = solve_spans(og, model, fractions, solver, time_limit, name)
+        from ..layer_solves import cache_path, read_cached, write_cached
+
+        disk = None if key is None else cache_path(key, model, tuple(fractions), solver,
+                                                   cache_dir)
+        spans_list = read_cached(disk)
+        if spans_list is None:
+            spans_list = solve_spans(og, model, fractions, solver, time_limit, name, jobs, ray)
+            write_cached(disk, spans_list)
         measures = []
         params = list(module.parameters()) if hasattr(module, "parameters") else []
         for spans in spans_list:
@@ -322,10 +324,11 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
 def add_generated_options(profiled, *, model: str = "layer_options",
                           fractions=DEFAULT_FRACTIONS, solver: str = "highs",
                           time_limit: float | None = 30.0, repeats: int | None = None,
-                          max_options: int = MAX_OPTIONS) -> dict:
+                          max_options: int = MAX_OPTIONS, jobs: int | None = None,
+                          ray: str | None = None, cache_dir=None) -> dict:
     """Add generated options to every layer of `profiled` (a `ProfiledGraph`) that has a
     backward, and register their callables on `profiled.part.op_options`. Returns
-    {layer: [GeneratedOption]}."""
+    {layer: [GeneratedOption]}. `jobs`, `ray`, `cache_dir`: see `generate_options`."""
     from .profile import OptionProfile
 
     part = profiled.part
@@ -365,7 +368,8 @@ def add_generated_options(profiled, *, model: str = "layer_options",
         gens = generate_options(layer.module, values, requires, out_grads, owned, resident,
                                 model=model, fractions=fractions, repeats=repeats,
                                 solver=solver, time_limit=time_limit, fixed=fixed, key=key,
-                                name=lp.name, max_options=max_options)
+                                name=lp.name, max_options=max_options, jobs=jobs, ray=ray,
+                                cache_dir=cache_dir)
         for g in gens:
             m = g.measured
             needs = list(layer.inputs) + [layer.outputs[i] for i in m.needs_out]

@@ -1,0 +1,133 @@
+"""The op-level sub-solves of the hierarchy as independent jobs, and their on-disk cache.
+
+`schedlang.pytorch.options.solve_spans` solves a layer's op graph (Checkmate-view graph data)
+with the option-generating model at series of budgets; each series stops at its first budget
+without a solution. The solves do not depend on each other, so `solve_series` runs them all
+through `schedlang.parallel.run_jobs` (worker processes where cores allow, Ray when asked),
+the series interleaved; the budgets of a series after one without a solution are not started
+(one already running is wasted, not used). The series are then read in order, as the
+one-after-the-other loop reads them: the same solutions, in the same order. With ``jobs=1``
+they are solved in this process.
+
+This module does not import torch, so that worker processes start without it.
+
+On-disk cache (opt-in): with ``SCHEDLANG_CACHE_DIR`` set (or ``cache_dir=`` given), the
+distinct solutions of a layer are stored as JSON under that folder, keyed by the layer's
+structure key (what `generate_options` caches on in the process: partition signature, input
+shapes, which inputs need a gradient), the text of the option model and of every file it
+`use`s, the budget series, the solver and the schedlang version; a later process fitting a
+structurally identical layer reads them instead of solving again. An unreadable entry is
+solved again and rewritten.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .parallel import run_jobs
+
+__all__ = ["solve_series", "solve_segments", "cache_path", "CACHE_ENV"]
+
+CACHE_ENV = "SCHEDLANG_CACHE_DIR"
+
+
+def solve_segments(budgets: dict, graph, model: str, solver: str, time_limit) -> list | None:
+    """One sub-solve (a job): `model` on `graph` at `budgets`; the solution's segments
+    (`decoders.segments.segments_of`, sorted), or None when it has no solution."""
+    import schedlang
+
+    from .decoders.segments import segments_of
+
+    g = copy.copy(graph)
+    g.budgets = dict(budgets)
+    prob = schedlang.load(model=model, graph=g)
+    res = prob.solve(solver=solver, time_limit=time_limit)
+    if not res.status.has_solution:
+        return None
+    return sorted(tuple(s) for s in segments_of(prob.program, prob.ir, res.solution))
+
+
+def solve_series(graph, series: list[list[dict]], model: str, solver: str = "highs",
+                 time_limit=None, jobs: int | None = None, ray: str | None = None) -> list[list]:
+    """The distinct solutions (segment lists) of `model` on `graph` along each series of
+    budgets, in order; each series stops at its first budget without a solution."""
+    args = (graph, model, solver, time_limit)
+    found: list[list] = []
+    # the series interleaved, so that each one advances; a series' budgets after one without
+    # a solution are not started (they would not be used)
+    order = sorted(((j, i) for i, budgets in enumerate(series) for j in range(len(budgets))))
+    flat = [series[i][j] for j, i in order]
+    position = {(i, j): k for k, (j, i) in enumerate(order)}
+
+    def series_end(k, budgets, spans):
+        if spans is not None:
+            return ()
+        j, i = order[k]
+        return [position[i, m] for m in range(j + 1, len(series[i]))]
+
+    done = run_jobs(solve_segments, flat, args=args, jobs=jobs, ray=ray, on_result=series_end,
+                    preload=("schedlang.backends.pyomo_backend",))
+    results = iter(done[position[i, j]] for i, budgets in enumerate(series)
+                   for j in range(len(budgets)))
+    for budgets in series:
+        ended = False
+        for _ in budgets:
+            spans = next(results)
+            ended = ended or spans is None
+            if not ended and spans not in found:
+                found.append(spans)
+    return found
+
+
+# ---------------------------------------------------------------------------- on-disk cache
+
+def _model_text(model: str) -> str:
+    """The option model's text and that of the files it `use`s (what its solutions depend on)."""
+    from .program import load_program, resolve_model
+
+    path = resolve_model(model, Path.cwd(), None)
+    texts = [path.read_text(encoding="utf-8")]
+    try:
+        for p in sorted(load_program([path]).files):
+            if Path(p).resolve() != path.resolve():
+                texts.append(Path(p).read_text(encoding="utf-8"))
+    except Exception:  # the model's own errors come from the solve, not from here
+        pass
+    return "\n".join(texts)
+
+
+def cache_path(key, model: str, series, solver: str, cache_dir=None) -> Path | None:
+    """The cache file of a layer's solutions, or None when the cache is off."""
+    folder = cache_dir or os.environ.get(CACHE_ENV)
+    if not folder:
+        return None
+    from . import __version__
+
+    digest = hashlib.sha256(repr((key, _model_text(model), series, solver, __version__))
+                            .encode()).hexdigest()[:32]
+    return Path(folder) / f"layer-{digest}.json"
+
+
+def read_cached(path: Path | None) -> list[list] | None:
+    if path is None or not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return [[tuple(s) for s in spans] for spans in data["solutions"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_cached(path: Path | None, found: list[list]) -> None:
+    if path is None:
+        return
+    from .files import write_file
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file(path, json.dumps({"solutions": [[list(s) for s in spans] for spans in found]}))
+    except Exception:  # a cache that cannot be written only costs the next run a solve
+        pass

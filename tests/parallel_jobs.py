@@ -1,0 +1,37 @@
+"""Jobs for tests/test_parallel.py: module-level, so that worker processes can import them."""
+from __future__ import annotations
+
+import os
+import time
+
+from schedlang.errors import Loc, SchedError
+
+
+def square_late(item: int, scale: int = 1, delay: float = 0.0) -> tuple[int, int]:
+    """item² × scale, the small items finishing last; with the worker's pid."""
+    time.sleep(delay * (5 - item % 5))
+    return item * item * scale, os.getpid()
+
+
+def fails_on_three(item: int) -> int:
+    if item == 3:
+        raise ValueError("three is not allowed")
+    return item
+
+
+def bad_input_on_two(item: int) -> int:
+    if item == 2:
+        raise SchedError("item two is bad input", Loc("input.sched", 7, 3))
+    return item
+
+
+def sleep_and_note(item: int, folder: str) -> int:
+    with open(os.path.join(folder, f"{os.getpid()}.pid"), "w") as f:
+        f.write(str(item))
+    time.sleep(120)
+    return item
+
+
+def after(item: int, delay: float) -> int:
+    time.sleep(delay)
+    return item

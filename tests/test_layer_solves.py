@@ -1,0 +1,74 @@
+"""The hierarchy's op-level sub-solves as parallel jobs (schedlang.layer_solves): the same
+solutions, in the same order, as the one-after-the-other loop; the opt-in on-disk cache keyed
+by the layer's structure and the option model's text."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+torch.set_num_threads(1)
+
+from schedlang.layer_solves import cache_path, solve_series  # noqa: E402
+
+from .torch_models import ALL  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def block_graph():
+    from schedlang.pytorch.opgraph import record_ops
+
+    model, _, _ = ALL["gpt"](batch=2, context=16, layers=1)
+    og = record_ops(model.blocks[0], (torch.randn(2, 16, 32),), repeats=1)
+    return og, og.checkmate("block", loss=False)
+
+
+def test_parallel_sub_solves_give_the_serial_solutions(block_graph):
+    og, g = block_graph
+    total = og.saved_total
+    # a series that becomes infeasible in the middle: what follows is not used, as serially
+    series = [[{"peak": total + 4096}, {"peak": int(0.6 * total)}, {"peak": 1024},
+               {"peak": int(0.7 * total)}],
+              [{"peak": 1 << 50, "save": int(0.5 * total)}]]
+    serial = solve_series(g, series, "layer_options", time_limit=60, jobs=1)
+    parallel = solve_series(g, series, "layer_options", time_limit=60, jobs=2)
+    assert parallel == serial
+    assert len(serial) >= 2  # everything kept, and at least one cut
+    assert all(not c for _, _, c in serial[0])
+
+
+def test_the_disk_cache_spares_a_second_process_the_solves(tmp_path, monkeypatch):
+    from schedlang.pytorch import options
+    from schedlang.pytorch.partition import partition
+    from schedlang.pytorch.profile import profile
+
+    model, inputs, _ = ALL["gpt"](batch=2, context=16, layers=2)
+    calls = []
+    real = options.solve_spans
+    monkeypatch.setattr(options, "solve_spans", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setenv("SCHEDLANG_CACHE_DIR", str(tmp_path))
+    options.CACHE.clear()
+    options.add_generated_options(profile(partition(model, inputs), repeats=1), repeats=1,
+                                  jobs=1)
+    solved = len(calls)
+    assert solved >= 1 and len(list(tmp_path.glob("layer-*.json"))) == solved
+    first = {k: v[1] for k, v in options.CACHE.items()}  # the solutions, by layer structure
+    options.CACHE.clear()  # as in a new process
+    again = options.add_generated_options(profile(partition(model, inputs), repeats=1),
+                                          repeats=1, jobs=1)
+    assert len(calls) == solved  # read from the disk, not solved again
+    assert {k: v[1] for k, v in options.CACHE.items()} == first
+    assert any(again.values())  # and the options are built from them
+
+
+def test_the_cache_key_follows_the_model_text(tmp_path, monkeypatch):
+    key = ("sig", ((2, 16, 32),), (True,))
+    monkeypatch.delenv("SCHEDLANG_CACHE_DIR", raising=False)
+    assert cache_path(key, "layer_options", (0.5,), "highs") is None  # off by default
+    a = cache_path(key, "layer_options", (0.5,), "highs", cache_dir=tmp_path)
+    assert a == cache_path(key, "layer_options", (0.5,), "highs", cache_dir=tmp_path)
+    model = tmp_path / "mine.sched"
+    model.write_text("use layer_options\n")
+    b = cache_path(key, str(model), (0.5,), "highs", cache_dir=tmp_path)
+    model.write_text("use layer_options\n# another formulation\n")
+    assert cache_path(key, str(model), (0.5,), "highs", cache_dir=tmp_path) != b
+    assert cache_path(key, "layer_options", (0.6,), "highs", cache_dir=tmp_path) != a
