@@ -105,9 +105,11 @@ def termination(table: dict, native) -> str:
 
 def normalize(ir: IRModel, model: IRModel, post, raw: RawResult, solver: str,
               requested_gap: float, time_limit: float | None, notes: list[str], size: dict,
-              base: dict) -> Solution:
+              base: dict, extra_bound: float | None = None) -> Solution:
     """The `Solution` for `raw`, the answer on the presolved `model` of `ir` (`post`
-    expands its point); `requested_gap` decides between optimal and feasible."""
+    expands its point); `requested_gap` decides between optimal and feasible. `extra_bound`:
+    a bound proven before the solve (the LP relaxation's), used where it beats the solver's;
+    a point at a limit within the requested gap of it is optimal."""
     notes = notes + raw.notes
     term = raw.termination
     detail = f" ({raw.detail})" if raw.detail else ""
@@ -141,6 +143,9 @@ def normalize(ir: IRModel, model: IRModel, post, raw: RawResult, solver: str,
         if bound is None:  # e.g. stopped before its root LP (Checkmate: every node once)
             notes.append("bound: every column at its best bound (the solver reported none)")
         bound = box
+    if extra_bound is not None and np.isfinite(extra_bound) and (
+            bound is None or _signed_diff(ir, extra_bound, bound) > 0):
+        bound = extra_bound
 
     if term == OPTIMAL and x is not None:
         # a point that fails our check keeps the solver's verdict (its tolerances rule),
@@ -184,6 +189,10 @@ def normalize(ir: IRModel, model: IRModel, post, raw: RawResult, solver: str,
             status = Status.FEASIBLE
             notes.append(f"the solver stopped with gap {rel_gap:.3g} above the requested "
                          f"{requested_gap:.3g}; reported as feasible")
+        elif status == Status.FEASIBLE and extra_bound is not None and bound == extra_bound \
+                and rel_gap <= requested_gap:
+            status = Status.OPTIMAL
+            notes.append("proven optimal by the LP relaxation's bound")
     if bound is None and model.integrality().any():
         notes.append(f"no bound: {solver} through the {base['backend']} backend reports "
                      f"none, the status rests on its termination reason")

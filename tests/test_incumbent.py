@@ -1,0 +1,150 @@
+"""The solve's incumbents: a heuristic plan outside the fixed-order model kept as the solve's
+answer (`schedlang.incumbent`), and the bounds a MIP start's objective implies
+(`presolve.cutoff_bounds`). Plans are checked in the simulator, optima against the exact ILP."""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+import schedlang
+from schedlang.cli import main
+from schedlang.importers.checkmate_nx import load_checkmate_nx
+from schedlang.presolve import cutoff_bounds, lagrangian_bound, presolve
+from schedlang.problem import resolve_budget
+from schedlang.relaxation import highs_solve, lp_duals
+from schedlang.simulate import simulate
+from schedlang.solution import Status
+from schedlang.solvers.status import is_feasible
+
+from .checkmate_instances import checkmate_problem, tiny_graphs
+from .paths import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+from random_layered import generate  # noqa: E402
+
+# random layered graphs where knapsack, mutwo and chen_greedy are over the budget and shift fits
+OUTSIDE = [(14, 2, "90%"), (14, 2, "80%"), (20, 7, "80%")]
+
+
+def _graph(tmp_path, n, seed):
+    path = tmp_path / f"rl{n}_{seed}.json"
+    path.write_text(json.dumps(generate(n, seed)))
+    return load_checkmate_nx(str(path)), path
+
+
+@pytest.mark.parametrize("n,seed,pct", OUTSIDE)
+def test_a_fitting_plan_outside_the_model_is_the_answer(tmp_path, n, seed, pct):
+    graph, _ = _graph(tmp_path, n, seed)
+    budget = resolve_budget(pct, graph)
+    res = schedlang.load(graph=graph, budget=budget).solve(warm_start="auto", time_limit=60)
+    assert res.status.has_solution
+    assert res.warm_start.planner == "shift" and res.warm_start.outside
+    sim = simulate(res.plan, graph, budget=budget)
+    assert sim.valid and sim.peak_bytes <= budget
+    assert res.objective == pytest.approx(sim.time)
+    node_sum = sum(n.time for n in graph.nodes)
+    assert res.bound == pytest.approx(node_sum) and res.bound <= res.objective + 1e-9
+    if res.status == Status.OPTIMAL:
+        assert res.objective == pytest.approx(node_sum)
+    # the exact fixed-order ILP, cold: never better than the returned plan, never below the bound
+    exact = schedlang.load(graph=graph, budget=budget).solve(warm_start=None)
+    if exact.status == Status.OPTIMAL:
+        assert res.objective <= exact.objective + 1e-6
+        assert res.bound <= exact.objective + 1e-6
+    else:
+        assert exact.status == Status.INFEASIBLE
+
+
+def test_solve_cli_returns_the_outside_plan(tmp_path, capsys):
+    _, path = _graph(tmp_path, 14, 2)
+    sched = tmp_path / "g.sched"
+    assert main(["import", str(path), "--format", "checkmate-nx", "-o", str(sched)]) == 0
+    capsys.readouterr()
+    assert main(["solve", str(sched), "--budget", "90%", "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["status"] in ("optimal", "feasible") and out["simulated"]["valid"]
+    assert out["simulated"]["peak_bytes"] <= out["budget_bytes"]
+    assert out["warm_start"]["planner"] == "shift"
+    # opting out of the warm start: the fixed-order model alone
+    assert main(["solve", str(sched), "--budget", "90%", "--json", "--quiet",
+                 "--no-warm-start"]) in (0, 3, 4)
+    cold = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert cold["warm_start"] is None
+
+
+# --------------------------------------------------------------------------- cutoff bounds
+
+def _cases():
+    for g in tiny_graphs():
+        total = sum(n.size for n in g.nodes)
+        for frac in (0.5, 0.7, 1.0):
+            yield g, int(total * frac)
+
+
+@pytest.mark.parametrize("k", range(len(list(_cases()))))
+def test_cutoff_bounds_keep_the_start_and_the_optimum(k):
+    cases = list(_cases())
+    if k >= len(cases):
+        pytest.skip("fewer cases")
+    graph, budget = cases[k]
+    prob = checkmate_problem(graph, budget)
+    ir = prob.lower()
+    exact = highs_solve(ir)
+    if exact.status != "optimal":
+        pytest.skip("infeasible budget")
+    model, post = presolve(ir)
+    y = lp_duals(model)
+    assert y is not None
+    low, _ = lagrangian_bound(model, y)
+    assert low + model.objective.constant <= exact.objective + 1e-6  # a proven bound
+    assert low + model.objective.constant == pytest.approx(highs_solve(model, relax=True).objective)
+    for start in ("no_recompute", "checkpoint_all", "knapsack"):
+        ws = prob.prepare_warm_start(start, ir)
+        if not ws.feasible:
+            continue
+        x = post.restrict(ws.x)
+        for duals in (None, y):
+            cut, _, bound = cutoff_bounds(model, x, duals)
+            assert bound is not None and bound <= exact.objective + 1e-6
+            assert is_feasible(cut, x)[0]  # the start itself stays in
+            lb, ub = cut.column_bounds()
+            lb0, ub0 = model.column_bounds()
+            assert np.all(lb >= lb0) and np.all(ub <= ub0)  # only tightened
+            reduced = highs_solve(cut)
+            assert reduced.status == "optimal"
+            assert reduced.objective == pytest.approx(exact.objective)  # the optimum is kept
+            # and through a second presolve, as solve_ir does
+            again, inner = presolve(cut)
+            full = post.then(inner)
+            sol = highs_solve(again)
+            assert is_feasible(ir, full.expand(sol.x))[0]
+            assert sol.objective == pytest.approx(exact.objective)
+
+
+def test_the_lp_cutoff_runs_on_large_models_and_keeps_the_optimum(monkeypatch):
+    """`solve_ir`'s LP step (from CUTOFF_LP_COLUMNS columns; lowered here to 0): same optimum
+    as a cold solve, a note saying so, the bound proven."""
+    import schedlang.backends as backends
+
+    monkeypatch.setattr(backends, "CUTOFF_LP_COLUMNS", 0)
+    for graph, budget in list(_cases())[:9]:
+        cold = checkmate_problem(graph, budget).solve(warm_start=None)
+        warm = checkmate_problem(graph, budget).solve(warm_start="checkpoint_all")
+        assert warm.status == cold.status
+        if cold.status == Status.OPTIMAL:
+            assert warm.objective == pytest.approx(cold.objective)
+            assert warm.bound <= cold.objective + 1e-6
+            assert warm.simulated.valid
+
+
+def test_solve_with_a_start_proves_the_cold_optimum():
+    for graph, budget in list(_cases())[:6]:
+        cold = checkmate_problem(graph, budget).solve(warm_start=None)
+        warm = checkmate_problem(graph, budget).solve(warm_start="checkpoint_all")
+        assert warm.status == cold.status
+        if cold.status == Status.OPTIMAL:
+            assert warm.objective == pytest.approx(cold.objective)
+            assert warm.simulated.valid and warm.simulated.time == pytest.approx(warm.objective)
