@@ -550,6 +550,11 @@ def cutoff_bounds(ir: IRModel, x: np.ndarray, y: np.ndarray | None = None
     if lag is None or not is_int.any():
         return ir, 0, None
     low, d = lag
+    from .solvers.status import objective_step
+
+    step = objective_step(ir)  # c.x takes multiples of step: round the bound up to one
+    if step is not None and abs(low / step) < 1e8:  # (as `solvers.status.round_bound`)
+        low = step * np.ceil(low / step - 1e-3)
     sense = 1.0 if ir.objective.sense == "min" else -1.0
     bound = sense * low + float(ir.objective.constant)
     x = np.asarray(x, dtype=float).ravel()

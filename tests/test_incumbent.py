@@ -148,3 +148,42 @@ def test_solve_with_a_start_proves_the_cold_optimum():
         if cold.status == Status.OPTIMAL:
             assert warm.objective == pytest.approx(cold.objective)
             assert warm.simulated.valid and warm.simulated.time == pytest.approx(warm.objective)
+
+
+# --------------------------------------------------------------------------- objective steps
+
+def test_objective_step_and_rounded_bounds_stay_below_the_optimum():
+    from schedlang.solvers.status import objective_step, round_bound
+
+    seen = 0
+    for graph, budget in _cases():
+        prob = checkmate_problem(graph, budget)
+        ir = prob.lower()
+        exact = highs_solve(ir)
+        if exact.status != "optimal":
+            continue
+        step = objective_step(ir)
+        assert step is not None and step > 0  # integer node times, binary computations
+        k = (exact.objective - ir.objective.constant) / step
+        assert abs(k - round(k)) < 1e-6  # the optimum is on the grid
+        lp = highs_solve(ir, relax=True).objective
+        rounded = round_bound(ir, lp)
+        assert lp - 1e-9 <= rounded <= exact.objective + 1e-9  # still a bound, never weaker
+        seen += 1
+    assert seen
+
+
+def test_objective_step_needs_integer_columns_with_commensurable_costs():
+    from schedlang.ir import IRModel, Objective, VarFamily
+    from schedlang.solvers.status import objective_step, round_bound
+
+    def model(kinds, costs, constant=0.0):
+        fams = [VarFamily(f"v{i}", [()], k, np.zeros(1), np.ones(1), offset=i)
+                for i, k in enumerate(kinds)]
+        return IRModel("m", fams, [], Objective("o", "min", np.array(costs, float), constant))
+
+    m = model(["binary", "binary", "binary"], [0.0012, 0.0048, 0.002], constant=0.0001)
+    assert objective_step(m) == pytest.approx(0.0004)
+    assert round_bound(m, 0.0001 + 0.00398) == pytest.approx(0.0001 + 0.004)
+    assert objective_step(model(["binary", "continuous"], [1.0, 1.0])) is None
+    assert objective_step(model(["binary", "binary"], [1.0, 2 ** 0.5])) is None

@@ -176,6 +176,7 @@ def normalize(ir: IRModel, model: IRModel, post, raw: RawResult, solver: str,
 
     x = _round_integers(ir, x)
     obj = objective_value(ir, x)
+    bound = round_bound(model, bound)  # the presolved model: fewer columns, a coarser step
     if bound is not None and _signed_diff(ir, bound, obj) > 1e-6 * (1.0 + abs(obj)):
         notes.append(f"the solver's bound {bound:.10g} is on the wrong side of the "
                      f"objective {obj:.10g}; ignored")
@@ -230,6 +231,54 @@ def box_bound(model: IRModel) -> float | None:
         return None
     v = float(c[used] @ best[used])
     return (v if o.sense == "min" else -v) + float(o.constant)
+
+
+def objective_step(ir: IRModel) -> float | None:
+    """g > 0 when every integer point's objective is the constant plus a multiple of g: the
+    columns with a nonzero cost are all integer and their costs are integer multiples of g
+    (exact fractions of denominator <= 10^6, each within a relative 1e-12 of the cost), and
+    g is at least 1e-5 of the largest cost. None otherwise. HiGHS finds the same ("objective
+    function is integral with scale 1/g")."""
+    from fractions import Fraction
+    from math import gcd, lcm
+
+    o = ir.objective
+    if o is None:
+        return None
+    used = o.c != 0
+    if not used.any() or not ir.integrality()[used].all():
+        return None
+    num, den = 0, 1
+    for v in np.unique(np.abs(o.c[used])):
+        f = Fraction(float(v)).limit_denominator(10**6)
+        if abs(float(f) - v) > 1e-12 * v:
+            return None
+        num, den = gcd(num * (lcm(den, f.denominator) // den),
+                       f.numerator * (lcm(den, f.denominator) // f.denominator)), \
+            lcm(den, f.denominator)
+        if den > 10**9:  # no common step worth rounding to
+            return None
+    step = num / den if num else 0.0
+    return step if step >= 1e-5 * float(np.max(np.abs(o.c[used]))) else None
+
+
+def round_bound(ir: IRModel, bound: float | None) -> float | None:
+    """A proven bound moved to the next value the objective can take (`objective_step`):
+    up for a min objective, down for a max one. A point at a gap below one step from the
+    bound is optimal: HiGHS stops there ("Optimal") and reports the bound unrounded, e.g.
+    rockmate on transformer12 at 30% (step 0.0004): objective 0.0901, bound 0.08978."""
+    if bound is None or not np.isfinite(bound):
+        return bound
+    step = objective_step(ir)
+    if step is None:
+        return bound
+    k = (bound - ir.objective.constant) / step
+    # the costs are within 1e-12 of the grid, so an objective is within 1e-12 * |k| steps of
+    # its grid point: below 1e8 steps that is far inside the 1e-3 step tolerance used here
+    if not abs(k) < 1e8:
+        return bound
+    k = np.ceil(k - 1e-3) if ir.objective.sense == "min" else np.floor(k + 1e-3)
+    return float(ir.objective.constant + k * step)
 
 
 def _signed_diff(ir: IRModel, obj: float, bound: float) -> float:
