@@ -219,18 +219,14 @@ def box_bound(model: IRModel) -> float | None:
     """The objective's best value over the columns' bounds alone (rows ignored): a proven
     bound, none tighter than a solver's, but there when the solver stops before reporting
     one. After presolve it counts the columns presolve fixed (Checkmate: each node computed
-    once in its own stage, the sum of the node times). None if a needed bound is infinite."""
-    o = model.objective
-    if o is None:
+    once in its own stage, the sum of the node times). None if a needed bound is infinite.
+    (`presolve.lagrangian_bound` with every row multiplier 0.)"""
+    from ..presolve import lagrangian_bound
+
+    lag = lagrangian_bound(model)
+    if lag is None:
         return None
-    lb, ub = model.column_bounds()
-    c = o.c if o.sense == "min" else -o.c
-    best = np.where(c > 0, lb, np.where(c < 0, ub, 0.0))
-    used = c != 0
-    if not np.all(np.isfinite(best[used])):
-        return None
-    v = float(c[used] @ best[used])
-    return (v if o.sense == "min" else -v) + float(o.constant)
+    return (lag[0] if model.objective.sense == "min" else -lag[0]) + float(model.objective.constant)
 
 
 def objective_step(ir: IRModel) -> float | None:
