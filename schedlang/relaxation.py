@@ -66,11 +66,13 @@ def highs_solve(ir: IRModel, lb: np.ndarray | None = None, ub: np.ndarray | None
     return HighsOutcome("feasible" if has_x else "no_solution", x, obj, bound)
 
 
-def lp_duals(ir: IRModel, time_limit: float | None = None) -> np.ndarray | None:
+def lp_duals(ir: IRModel, time_limit: float | None = None, interrupts=None) -> np.ndarray | None:
     """The row duals of `ir`'s LP relaxation in min sense (a max objective negated), for
     `presolve.lagrangian_bound` / `cutoff_bounds`; None when HiGHS does not reach the LP
     optimum within `time_limit`. Any multipliers give a valid bound there, so the duals'
-    accuracy only decides how tight it is."""
+    accuracy only decides how tight it is. `interrupts` (a `solvers.highs.Interrupts`): the
+    LP runs under it, so that Ctrl-C / SIGTERM or its deadline stop it (its `requested` /
+    `expired` then say so)."""
     import highspy
 
     from .solvers.highs import highs_lp, quiet_highs
@@ -86,7 +88,15 @@ def lp_duals(ir: IRModel, time_limit: float | None = None) -> np.ndarray | None:
             return None
         h.setOptionValue("time_limit", float(time_limit))
     h.passModel(highs_lp(A, c, lb, ub, lo, hi))
-    h.run()
+    if interrupts is None:
+        h.run()
+    else:
+        h.cbSimplexInterrupt.subscribe(interrupts.check)
+        h.cbIpmInterrupt.subscribe(interrupts.check)
+        with interrupts.installed():
+            interrupts.run(h)
+        if interrupts.abandoned or interrupts.requested is not None:
+            return None
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
     y = np.asarray(h.getSolution().row_dual, dtype=float)

@@ -187,3 +187,24 @@ def test_objective_step_needs_integer_columns_with_commensurable_costs():
     assert round_bound(m, 0.0001 + 0.00398) == pytest.approx(0.0001 + 0.004)
     assert objective_step(model(["binary", "continuous"], [1.0, 1.0])) is None
     assert objective_step(model(["binary", "binary"], [1.0, 2 ** 0.5])) is None
+
+
+def test_a_signal_during_the_cutoff_lp_returns_the_start(monkeypatch):
+    """Ctrl-C while the cutoff's LP relaxation runs: the MIP start comes back as `feasible`,
+    as it would from HiGHS's own interrupt (docs/reliability.md)."""
+    import schedlang.backends as backends
+    import schedlang.relaxation as relaxation
+
+    def interrupted(model, limit, interrupts):
+        interrupts.requested = "SIGINT"
+        return None
+
+    monkeypatch.setattr(backends, "CUTOFF_LP_COLUMNS", 0)
+    monkeypatch.setattr(relaxation, "lp_duals", interrupted)
+    graph, budget = list(_cases())[2]  # chain4 at its full size: no_recompute fits
+    prob = checkmate_problem(graph, budget)
+    res = prob.solve(warm_start="checkpoint_all")
+    assert res.status == Status.FEASIBLE
+    assert "interrupted by SIGINT during the LP relaxation" in res.message
+    assert res.objective == pytest.approx(res.warm_start.objective)
+    assert res.simulated.valid and res.bound <= res.objective
