@@ -69,7 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--warm-start", metavar="NAME", default="auto", help="run heuristic planner "
                    "NAME at the budget and give its plan to the solver as a MIP start "
                    "(no_recompute, or one of `schedlang plan --list`; default auto: the best "
-                   "fitting plan of knapsack, mutwo and chen_greedy)")
+                   "fitting plan of knapsack, mutwo and chen_greedy, else "
+                   "shift's reordered plan as the incumbent)")
     s.add_argument("--no-warm-start", dest="warm_start", action="store_const", const=None,
                    help="solve cold, without a MIP start")
     s.add_argument("--json", action="store_true", help="one JSON object on stdout")

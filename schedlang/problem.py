@@ -99,6 +99,10 @@ class WarmStart:
     message: str = ""
     x: object = field(default=None, repr=False)  # the full-length vector, when encoded
     auto: list | None = None  # warm_start="auto": the planners tried (this one the best)
+    plan: object = field(default=None, repr=False)  # the planner's Plan, when one ran
+    # the plan fits but lies outside the model (e.g. `shift`'s reordering against a fixed-order
+    # model): the solve's incumbent itself, returned when the solver finds nothing better
+    outside: bool = False
 
     def to_json(self) -> dict:
         return {"planner": self.planner, "time": self.time, "peak_bytes": self.peak_bytes,
@@ -117,6 +121,8 @@ class WarmStart:
             who += f" (time {self.time:.6g}, {fit})"
         if self.accepted:
             return f"warm start from {who}: given to the solver as a MIP start"
+        if self.outside:
+            return f"warm start from {who}: outside the model, kept as the incumbent: {self.message}"
         return f"warm start from {who} not used, solved cold: {self.message}"
 
 
@@ -192,6 +198,12 @@ class Problem:
             ws_time = time.perf_counter() - t0
             x0 = ws.x if ws.feasible else None
             ws.passed = x0 is not None
+            if ws.outside:  # a plan that fits, outside the model (schedlang.incumbent)
+                from .incumbent import at_bound, outside_result
+
+                if at_bound(self, ws):  # optimal among all plans: no solver run
+                    return outside_result(self, ir, ws, {**self.timings, "warm_start": ws_time},
+                                          backend, solver, "it meets the bound: no solver run")
         sol = solve_ir(ir, backend=backend, solver=solver, time_limit=time_limit, gap=gap,
                        threads=threads, presolve=presolve, warm_start=x0, verbose=verbose,
                        progress=progress, deadline=deadline)
@@ -222,9 +234,14 @@ class Problem:
                 t0 = time.perf_counter()
                 sim = simulate(plan, self.graph)
                 timings["simulate"] = time.perf_counter() - t0
-        return Result(sol.status, sol.objective, sol.bound, sol.gap, sol.backend, sol.solver,
-                      sol.model_size or ir.size_summary(), timings, plan, sim, sol, message,
-                      self.budgets.get("peak"), warm_start=ws)
+        result = Result(sol.status, sol.objective, sol.bound, sol.gap, sol.backend, sol.solver,
+                        sol.model_size or ir.size_summary(), timings, plan, sim, sol, message,
+                        self.budgets.get("peak"), warm_start=ws)
+        if ws is not None and ws.outside:
+            from .incumbent import keep_better
+
+            result = keep_better(self, ir, ws, result)
+        return result
 
     def prepare_warm_start(self, warm_start, ir: IRModel | None = None) -> "WarmStart":
         """A `WarmStart` for a planner name, a `Plan` or a vector: the plan replayed by the
@@ -270,6 +287,7 @@ class Problem:
                 ws.message = f"it violates the model: {why}"
             return ws
 
+        ws.plan = plan
         if self.graph is not None:
             # replayed without limits: valid is "replays, the budgets aside"
             sim = simulate(plan, self.graph, budget=NO_LIMIT, save_budget=NO_LIMIT)
@@ -351,6 +369,16 @@ class Problem:
                  and graph_view(self.graph) in table[n].views]
         tried = [self.prepare_warm_start(name, ir) for name in names]
         usable = [ws for ws in tried if ws.feasible and ws.objective is not None]
+        if not usable and self.graph is not None:
+            from .incumbent import outside_incumbent
+
+            extra = outside_incumbent(self, ir, tried)
+            if extra is not None:
+                tried.append(extra)
+                usable = [extra] if extra.feasible else []
+                if extra.outside:
+                    extra.auto = [ws.planner for ws in tried]
+                    return extra
         if usable:
             best = min(usable, key=lambda ws: ws.objective)
         else:

@@ -64,3 +64,40 @@ def highs_solve(ir: IRModel, lb: np.ndarray | None = None, ub: np.ndarray | None
     if status == M.kOptimal:
         return HighsOutcome("optimal", x, obj, bound)
     return HighsOutcome("feasible" if has_x else "no_solution", x, obj, bound)
+
+
+def lp_duals(ir: IRModel, time_limit: float | None = None, interrupts=None) -> np.ndarray | None:
+    """The row duals of `ir`'s LP relaxation in min sense (a max objective negated), for
+    `presolve.lagrangian_bound` / `cutoff_bounds`; None when HiGHS does not reach the LP
+    optimum within `time_limit`. Any multipliers give a valid bound there, so the duals'
+    accuracy only decides how tight it is. `interrupts` (a `solvers.highs.Interrupts`): the
+    LP runs under it, so that Ctrl-C / SIGTERM or its deadline stop it (its `requested` /
+    `expired` then say so)."""
+    import highspy
+
+    from .solvers.highs import highs_lp, quiet_highs
+
+    if ir.objective is None or ir.n_rows == 0:
+        return None
+    A, lo, hi = ir.stacked()
+    lb, ub = ir.column_bounds()
+    c = ir.objective.c if ir.objective.sense == "min" else -ir.objective.c
+    h = quiet_highs()
+    if time_limit is not None:
+        if time_limit <= 0:
+            return None
+        h.setOptionValue("time_limit", float(time_limit))
+    h.passModel(highs_lp(A, c, lb, ub, lo, hi))
+    if interrupts is None:
+        h.run()
+    else:
+        h.cbSimplexInterrupt.subscribe(interrupts.check)
+        h.cbIpmInterrupt.subscribe(interrupts.check)
+        with interrupts.installed():
+            interrupts.run(h)
+        if interrupts.abandoned or interrupts.requested is not None:
+            return None
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    y = np.asarray(h.getSolution().row_dual, dtype=float)
+    return y if y.shape[0] == A.shape[0] and np.all(np.isfinite(y)) else None

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..errors import SchedError
 from ..ir import IRModel, Objective
-from ..presolve import Postsolve, presolve as run_presolve, trivial_infeasibility
+from ..presolve import Postsolve, cutoff_bounds, presolve as run_presolve, trivial_infeasibility
 from ..solution import Solution, Status
 from ..solvers import (
     BACKEND_NAMES, NativeOptions, SolverAdapter, check_backend, native_options, requested_gap,
@@ -147,6 +147,7 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
     notes = list(opts.notes)
     timings: dict[str, float] = {}
     base = dict(backend=backend, solver=info.name, timings=timings)
+    lagrangian = None  # a proven bound from the LP relaxation's duals (`_cutoff`)
 
     if warm_start is not None:
         warm_start = np.asarray(warm_start, dtype=float).ravel()
@@ -159,8 +160,22 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
         presolve = False
     if presolve:
         model, post = run_presolve(ir)
+        if post.infeasible is None and warm_start is not None \
+                and is_feasible(ir, warm_start)[0]:
+            model, post, lagrangian, note, signal = _cutoff(model, post, warm_start, gap,
+                                                            deadline)
+            notes += note
+            if signal is not None:  # Ctrl-C / SIGTERM during the LP: the start, as HiGHS would
+                timings["presolve"] = time.perf_counter() - t0
+                timings["build"] = timings["solve"] = 0.0
+                raw = RawResult(LIMIT, x=post.restrict(warm_start),
+                                detail=f"interrupted by {signal} during the LP relaxation of the "
+                                       f"cutoff; the MIP start is returned")
+                return normalize(ir, model, post, raw, info.name, requested_gap(info.name, gap),
+                                 time_limit, notes, model.size_summary(), base,
+                                 extra_bound=lagrangian)
         if post.infeasible is None and post.summary():
-            notes.append(post.summary())
+            notes.insert(len(opts.notes), post.summary())
     else:
         model, post = ir, Postsolve.identity(ir)
     timings["presolve"] = time.perf_counter() - t0
@@ -206,9 +221,64 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
     timings["build"] = raw.build_time
     timings["solve"] = raw.solve_time
     sol = normalize(ir, model, post, raw, info.name, requested_gap(info.name, gap), time_limit,
-                    notes, size, base)
+                    notes, size, base, extra_bound=lagrangian)
     sol.warm_start_ignored = warm_start is not None and (ws is None or raw.warm_start_ignored)
     return sol
+
+
+# `_cutoff` solves the LP relaxation for its duals on models of CUTOFF_LP_COLUMNS to
+# CUTOFF_LP_MAX_COLUMNS columns (below, HiGHS's own root LP is cheap; above, the LP alone
+# takes minutes on 2 cores: resnet50_train's 321,506), with at most CUTOFF_LP_SHARE of the
+# time left before the deadline; each presolve after a cutoff runs at most
+# CUTOFF_PRESOLVE_ROUNDS rounds (the fixings propagate one stage a round; HiGHS's presolve
+# carries them on: resnet50_train, 50 rounds 38 s, 8 rounds 6 s)
+CUTOFF_LP_COLUMNS = 10_000
+CUTOFF_LP_MAX_COLUMNS = 150_000
+CUTOFF_LP_SHARE = 0.4
+CUTOFF_PRESOLVE_ROUNDS = 8
+
+
+def _cutoff(model: IRModel, post: Postsolve, start: np.ndarray, gap: float | None,
+            deadline: float | None):
+    """Bounds that no point as good as the feasible MIP `start` crosses
+    (`presolve.cutoff_bounds`), each round followed by a presolve: first from the objective's
+    coefficients, then, on a large model, from the duals of its LP relaxation
+    (`relaxation.lp_duals`, reduced-cost fixing; the LP's bound is proven and returned).
+    mobilenet_train at 90% from knapsack's start: 94,119 columns -> 79,792 -> 61,028 (15,626
+    after HiGHS's presolve, against 92,371 without), and HiGHS's root LP takes 1 s instead of
+    ~60. The LP runs under `solvers.highs.Interrupts`: Ctrl-C or SIGTERM stops it. Returns
+    (model, postsolve, the bound or None, notes, the signal's name or None)."""
+    from ..relaxation import lp_duals
+    from ..solvers.highs import Interrupts
+
+    x = post.restrict(start)
+    lagrangian, notes, tightened = None, [], 0
+    interrupts = Interrupts(deadline)
+    for use_lp in (False, True):
+        y = None
+        if use_lp:
+            if not CUTOFF_LP_COLUMNS <= model.n_columns <= CUTOFF_LP_MAX_COLUMNS \
+                    or not model.integrality().any():
+                break
+            limit = None if deadline is None else CUTOFF_LP_SHARE * (deadline - time.monotonic())
+            y = lp_duals(model, limit, interrupts)
+            if y is None:
+                if interrupts.requested is None:
+                    notes.append("cutoff: the LP relaxation was not solved in time")
+                break
+        cut, count, bound = cutoff_bounds(model, x, y)
+        if use_lp and bound is not None:
+            lagrangian = bound
+        if count:
+            again, inner = run_presolve(cut, max_rounds=CUTOFF_PRESOLVE_ROUNDS)
+            if inner.infeasible is not None:  # (it cannot be: the start is inside)
+                break
+            model, post, x = again, post.then(inner), inner.restrict(x)
+            tightened += count
+    if tightened:
+        notes.append(f"cutoff: {tightened} integer bounds from the MIP start's objective"
+                     + (" and the LP relaxation's reduced costs" if lagrangian is not None else ""))
+    return model, post, lagrangian, notes, interrupts.requested
 
 
 def _call_backend(backend: str, model: IRModel, run: SolveRun) -> RawResult:
