@@ -250,7 +250,8 @@ def _wrong_orders(name: str, sizes: dict) -> dict:
 def test_fsdp2_then_fit_small_gpt(tmp_path):
     """fully_shard (each block, the root), then fit; fit(..., fsdp=True); the wrapping orders
     fit does not plan raise a clear error on every rank."""
-    ranks = _check_ddp("gpt_small", tmp_path, _fsdp_worker)
+    ranks = _check_ddp("gpt_small", tmp_path, _fsdp_worker, [100, 60])  # 40%: out of reach
+    # for per-block plans of this GPT (42%); the slow larger GPT plans it
     for rows in ranks:
         orders = rows[0]["orders"]
         assert "fully_shard on 'blocks.0.attn', which is not one of the blocks" in orders["inner"]
