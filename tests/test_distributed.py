@@ -233,15 +233,16 @@ def _wrong_orders(name: str, sizes: dict) -> dict:
     from torch.distributed.fsdp import fully_shard
 
     from schedlang.errors import SchedError
+    from schedlang.graph import Graph
     from schedlang.pytorch.fit import fit
 
     from .torch_models import ALL
 
-    def attempt(shard_before, shard_after=None):
+    def attempt(shard_before, shard_after=None, **kw):
         model, sample, loss_fn = ALL[name](**sizes)
         shard_before(model)
         try:
-            fitted = fit(model, sample, budget="100%", loss_fn=loss_fn, repeats=1)
+            fitted = fit(model, sample, budget="100%", loss_fn=loss_fn, repeats=1, **kw)
             if shard_after is not None:
                 shard_after(model)
                 fitted(*sample)
@@ -266,7 +267,8 @@ def _wrong_orders(name: str, sizes: dict) -> dict:
         fully_shard(m)
 
     return {"inner": attempt(inner), "no_root": attempt(no_root), "grouped": attempt(grouped),
-            "after": attempt(lambda m: None, after)}
+            "after": attempt(lambda m: None, after),
+            "graph": attempt(after, graph=Graph("read_from_a_file"))}
 
 
 def test_fsdp2_then_fit_small_gpt(tmp_path):
@@ -280,6 +282,7 @@ def test_fsdp2_then_fit_small_gpt(tmp_path):
         assert "is fully_shard-ed but the root module is not" in orders["no_root"]
         assert "fully_shard-ed after fit" in orders["after"]
         assert "one fully_shard call holds blocks.0, blocks.1" in orders["grouped"]
+        assert "graph=... cannot plan a fully_shard-ed model" in orders["graph"]
         planned = rows[-1]  # 60%: per-block plans save memory by recomputing blocks only
         assert planned["recomputed"] and planned["all_gathers"][0] > 0, planned
 
