@@ -772,7 +772,11 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         prep = prepared
     else:
         try:
-            if graph is None and distributed.is_fsdp(model):  # docs/distributed.md
+            if distributed.is_fsdp(model):  # docs/distributed.md
+                if graph is not None:
+                    raise distributed.DistributedPlanError(
+                        "graph=... cannot plan a fully_shard-ed model: fit profiles an "
+                        "unsharded copy of it to learn its layers (leave graph out)")
                 prep = distributed.prepare_sharded(model, args, kwargs, layers, loss_fn,
                                                    frontend, **trace_kwargs)
             else:

@@ -21,7 +21,10 @@ as it is.
   total is the sum of the tracked storages' *current* sizes, re-read after every op.
   Tensors that existed before the context are invisible to the mode: the caller declares the
   resident ones (`resident=[parameters, inputs, ...]`); their storages are tracked from entry
-  (their bytes are the baseline; resizing them is seen) but never counted twice.
+  (their bytes are the baseline; resizing them is seen) but never counted twice. A `DTensor`
+  (FSDP2's sharded parameters and gradients) counts as its local tensor. `watch=[...]`: tensors
+  whose storages may be empty at entry and grow later by a resize (FSDP2 frees its unsharded
+  parameters that way and allocates them again in the next step): tracked by identity.
 
 The CPU tracker is exact for what it covers (tests check: a temporary created and dropped leaves
 `.current` unchanged; `a = x*2; b = a*2; del a` peaks at two tensors; in-place ops do not count
