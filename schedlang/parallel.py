@@ -121,13 +121,18 @@ def _init_worker(fn, args, kwargs) -> None:
 
 
 def _call(item):
+    return _located(_WORKER["fn"], item, _WORKER["args"], _WORKER["kwargs"])
+
+
+def _located(fn, item, args, kwargs):
+    """`fn(item, ...)` in a worker; an error other than a `SchedError` comes back as a
+    `JobError` located where it was raised (the class may not pickle, the frames never do)."""
     try:
-        return _WORKER["fn"](item, *_WORKER["args"], **_WORKER["kwargs"])
+        return fn(item, *args, **kwargs)
     except SchedError:
         raise
-    except Exception as exc:  # sent back as data: the class may not pickle, the frames never do
-        frames = traceback.extract_tb(exc.__traceback__)
-        raise _job_error(item, exc, frames) from None
+    except Exception as exc:
+        raise _job_error(item, exc, traceback.extract_tb(exc.__traceback__)) from None
 
 
 def _job_error(item, exc: BaseException, frames) -> JobError:
@@ -197,7 +202,7 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 # ---------------------------------------------------------------------------- Ray
 
 def _ray_call(item, fn, args, kwargs):
-    return fn(item, *args, **kwargs)
+    return _located(fn, item, args, kwargs)
 
 
 def _on_ray(fn, items, args, kwargs, address: str, on_result) -> list:
