@@ -30,11 +30,15 @@ exception in `on_result`) stops the workers and is raised; nothing is left runni
 """
 from __future__ import annotations
 
+import contextlib
+import importlib.machinery
 import multiprocessing
 import os
 import signal
+import sys
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 from .errors import Loc, SchedError
 
@@ -158,20 +162,46 @@ def _context(preload):
     return ctx
 
 
+@contextlib.contextmanager
+def _main_not_imported():
+    """Workers started in this block do not import the caller's main script again. A
+    `forkserver` or `spawn` worker runs the `__main__` of a script (``python train.py``) once
+    more, as ``__mp_main__``, so that functions defined there unpickle; jobs here are
+    functions of importable modules, and a script without an ``if __name__ == "__main__"``
+    guard would run its whole top level (its own `fit`, ...) in every worker. A main module
+    whose spec is named ``__main__`` is not imported again by the worker
+    (`multiprocessing.spawn`), which is what this gives the script for the launch."""
+    main = sys.modules.get("__main__")
+    bare = main is not None and getattr(main, "__spec__", None) is None
+    if bare:
+        main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        if bare:
+            main.__spec__ = None
+
+
 def _on_processes(fn, items, args, kwargs, n, on_result, preload) -> list:
     pool = ProcessPoolExecutor(max_workers=n, mp_context=_context(preload),
                                initializer=_init_worker, initargs=(fn, args, kwargs))
     results: list = [None] * len(items)
     clean = False
     try:
-        pending = {pool.submit(_call, item): k for k, item in enumerate(items)}
+        with _main_not_imported():  # the workers start as the jobs are submitted
+            pending = {pool.submit(_call, item): k for k, item in enumerate(items)}
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in sorted(finished, key=pending.get):
                 k = pending.pop(fut)
                 if fut.cancelled():
                     continue
-                results[k] = fut.result()  # raises the job's error here
+                try:
+                    results[k] = fut.result()  # raises the job's error here
+                except BrokenProcessPool as exc:
+                    raise JobError(f"a worker process died while running the job of item "
+                                   f"{_short(items[k])} (killed, or out of memory?): {exc}",
+                                   Loc("<worker>")) from None
                 if on_result is not None:
                     drop = set(on_result(k, items[k], results[k]) or ())
                     for other in [f for f, j in pending.items() if j in drop]:
