@@ -23,10 +23,12 @@ processes or on Ray.
 `on_result(index, item, result)` is called in this process as each job finishes (to stream or
 record results); it may return the indices of jobs no longer needed (e.g. the rest of a series
 that has ended), which are then not started — their results are None, or what they gave if
-they were already running. A job that raises stops the map: the other jobs are cancelled and the error is
-raised here — a `SchedError` as it is (it is located already), anything else as a `JobError`
-naming the item and the file and line in the worker where it was raised. Ctrl-C (or any
-exception in `on_result`) stops the workers and is raised; nothing is left running.
+they were already running. A job that raises stops the map: the other jobs are cancelled and
+the error is raised here — a `SchedError` as it is (it is located already), anything else as
+a `JobError` naming the item and the file and line in the worker where it was raised (a worker
+that dies: a `JobError` too). Ctrl-C (or any exception in `on_result`) stops the workers and
+is raised; nothing is left running. Workers do not run the caller's script again
+(`_main_not_imported`), so a script needs no ``if __name__ == "__main__"`` guard.
 """
 from __future__ import annotations
 
