@@ -285,9 +285,11 @@ def part_scale(args) -> dict:
     for jobs in args.scale_jobs:
         options.CACHE.clear()
         spent = {"record_ops": 0.0, "sub_solves": 0.0, "op_options": 0.0}
+        calls = {"record_ops": 0, "sub_solves": 0, "op_options": 0}
 
         def timed(fn, key):
             def wrapper(*a, **k):
+                calls[key] += 1
                 t = time.perf_counter()
                 try:
                     return fn(*a, **k)
@@ -317,6 +319,7 @@ def part_scale(args) -> dict:
                "op_graphs_s": spent["record_ops"], "sub_solves_s": spent["sub_solves"],
                "measure_s": spent["op_options"] - spent["record_ops"] - spent["sub_solves"],
                "top_solve_s": t_solve, "total_s": t_prep + t_solve,
+               "layers_solved": calls["sub_solves"],
                "generated_options": n_gen, "plan_found": fm.plan is not None,
                "load": [load0, os.getloadavg()[0]]}
         runs.append(run)
@@ -324,6 +327,7 @@ def part_scale(args) -> dict:
               f"{run['op_graphs_s']:.1f} s, sub-solves {run['sub_solves_s']:.1f} s, measuring "
               f"the options {run['measure_s']:.1f} s, top-level solve at 40% "
               f"{t_solve:.1f} s: total {run['total_s']:.1f} s (target <= 300 s); "
+              f"{calls['sub_solves']} layer structures solved, "
               f"{n_gen} generated options, plan {'found' if fm.plan else 'NOT found'}; "
               f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
     return {**counts, "runs": runs}

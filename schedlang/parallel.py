@@ -23,18 +23,24 @@ processes or on Ray.
 `on_result(index, item, result)` is called in this process as each job finishes (to stream or
 record results); it may return the indices of jobs no longer needed (e.g. the rest of a series
 that has ended), which are then not started — their results are None, or what they gave if
-they were already running. A job that raises stops the map: the other jobs are cancelled and the error is
-raised here — a `SchedError` as it is (it is located already), anything else as a `JobError`
-naming the item and the file and line in the worker where it was raised. Ctrl-C (or any
-exception in `on_result`) stops the workers and is raised; nothing is left running.
+they were already running. A job that raises stops the map: the other jobs are cancelled and
+the error is raised here — a `SchedError` as it is (it is located already), anything else as
+a `JobError` naming the item and the file and line in the worker where it was raised (a worker
+that dies: a `JobError` too). Ctrl-C (or any exception in `on_result`) stops the workers and
+is raised; nothing is left running. Workers do not run the caller's script again
+(`_main_not_imported`), so a script needs no ``if __name__ == "__main__"`` guard.
 """
 from __future__ import annotations
 
+import contextlib
+import importlib.machinery
 import multiprocessing
 import os
 import signal
+import sys
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 from .errors import Loc, SchedError
 
@@ -121,13 +127,18 @@ def _init_worker(fn, args, kwargs) -> None:
 
 
 def _call(item):
+    return _located(_WORKER["fn"], item, _WORKER["args"], _WORKER["kwargs"])
+
+
+def _located(fn, item, args, kwargs):
+    """`fn(item, ...)` in a worker; an error other than a `SchedError` comes back as a
+    `JobError` located where it was raised (the class may not pickle, the frames never do)."""
     try:
-        return _WORKER["fn"](item, *_WORKER["args"], **_WORKER["kwargs"])
+        return fn(item, *args, **kwargs)
     except SchedError:
         raise
-    except Exception as exc:  # sent back as data: the class may not pickle, the frames never do
-        frames = traceback.extract_tb(exc.__traceback__)
-        raise _job_error(item, exc, frames) from None
+    except Exception as exc:
+        raise _job_error(item, exc, traceback.extract_tb(exc.__traceback__)) from None
 
 
 def _job_error(item, exc: BaseException, frames) -> JobError:
@@ -153,20 +164,46 @@ def _context(preload):
     return ctx
 
 
+@contextlib.contextmanager
+def _main_not_imported():
+    """Workers started in this block do not import the caller's main script again. A
+    `forkserver` or `spawn` worker runs the `__main__` of a script (``python train.py``) once
+    more, as ``__mp_main__``, so that functions defined there unpickle; jobs here are
+    functions of importable modules, and a script without an ``if __name__ == "__main__"``
+    guard would run its whole top level (its own `fit`, ...) in every worker. A main module
+    whose spec is named ``__main__`` is not imported again by the worker
+    (`multiprocessing.spawn`), which is what this gives the script for the launch."""
+    main = sys.modules.get("__main__")
+    bare = main is not None and getattr(main, "__spec__", None) is None
+    if bare:
+        main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        if bare:
+            main.__spec__ = None
+
+
 def _on_processes(fn, items, args, kwargs, n, on_result, preload) -> list:
     pool = ProcessPoolExecutor(max_workers=n, mp_context=_context(preload),
                                initializer=_init_worker, initargs=(fn, args, kwargs))
     results: list = [None] * len(items)
     clean = False
     try:
-        pending = {pool.submit(_call, item): k for k, item in enumerate(items)}
+        with _main_not_imported():  # the workers start as the jobs are submitted
+            pending = {pool.submit(_call, item): k for k, item in enumerate(items)}
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in sorted(finished, key=pending.get):
                 k = pending.pop(fut)
                 if fut.cancelled():
                     continue
-                results[k] = fut.result()  # raises the job's error here
+                try:
+                    results[k] = fut.result()  # raises the job's error here
+                except BrokenProcessPool as exc:
+                    raise JobError(f"a worker process died while running the job of item "
+                                   f"{_short(items[k])} (killed, or out of memory?): {exc}",
+                                   Loc("<worker>")) from None
                 if on_result is not None:
                     drop = set(on_result(k, items[k], results[k]) or ())
                     for other in [f for f, j in pending.items() if j in drop]:
@@ -197,7 +234,7 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 # ---------------------------------------------------------------------------- Ray
 
 def _ray_call(item, fn, args, kwargs):
-    return fn(item, *args, **kwargs)
+    return _located(fn, item, args, kwargs)
 
 
 def _on_ray(fn, items, args, kwargs, address: str, on_result) -> list:

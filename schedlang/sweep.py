@@ -269,7 +269,8 @@ def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str
 
 
 def _sweep_parallel(prob, values, todo, done, options, jobs, ray, progress, record):
-    """`sweep_problem`'s budgets `todo` through `run_jobs`; `done` reported first."""
+    """`sweep_problem`'s budgets `todo` through `run_jobs`; `done` reported first; `progress`
+    as each point comes back, `record` in budget order."""
     points: dict[int, SweepPoint] = dict(done)
     count = [0]
 
@@ -282,10 +283,14 @@ def _sweep_parallel(prob, values, todo, done, options, jobs, ray, progress, reco
         if budget in done:
             report(budget, done[budget])
 
+    written = [0]  # `record` in budget order, as the serial sweep writes: a point that
+    # finishes before a smaller budget's is recorded right after that one
+
     def finished(k, budget, point):
         points[budget] = point
-        if record is not None:
-            record(point)
+        while record is not None and written[0] < len(todo) and todo[written[0]] in points:
+            record(points[todo[written[0]]])
+            written[0] += 1
         report(budget, point)
 
     run_jobs(solve_job, todo, args=(prob.program, options), jobs=jobs, ray=ray,

@@ -35,3 +35,9 @@ def sleep_and_note(item: int, folder: str) -> int:
 def after(item: int, delay: float) -> int:
     time.sleep(delay)
     return item
+
+
+def dies(item: int) -> int:
+    if item == 1:
+        os._exit(3)  # as a worker killed by the system would
+    return item

@@ -84,6 +84,24 @@ sys.exit(0)
 """
 
 
+def test_a_worker_that_dies_is_a_clear_error():
+    with pytest.raises(JobError, match="worker process died"):
+        run_jobs(jobs.dies, range(3), jobs=2)
+
+
+def test_a_script_without_a_main_guard_is_not_run_again_by_the_workers(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("from schedlang.parallel import run_jobs\n"
+                      "from tests import parallel_jobs\n"
+                      "print('top level ran', flush=True)\n"
+                      "out = run_jobs(parallel_jobs.square_late, [1, 2, 3], jobs=2)\n"
+                      "print([r for r, _ in out], flush=True)\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["top level ran", "[1, 4, 9]"]
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="POSIX signals")
 def test_ctrl_c_stops_the_workers(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=ROOT,
