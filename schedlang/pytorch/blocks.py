@@ -36,7 +36,6 @@ never is an error that names it (`BlockError`).
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -235,7 +234,10 @@ class _Run:
         self.created: dict[int, GlueSegment] = {}  # storage made by glue -> segment
         self.created_t: dict[int, torch.Tensor] = {}
         self.tracker: MemoryTracker | None = None
-        self.t0 = time.perf_counter()
+        from .profile import host_clock
+
+        self.clock = host_clock()  # the profile's clock
+        self.t0 = self.clock()
         self.level = 0  # memory when the segment started
         self.saved_keys: dict[int, tuple[GlueSegment, int]] = {}
         self.repeated: list[BlockCall] = []
@@ -304,7 +306,7 @@ class _Run:
 
     def end_segment(self) -> None:
         seg = self.seg
-        seg.time_s = time.perf_counter() - self.t0
+        seg.time_s = self.clock() - self.t0
         if self.tracker is not None:
             seg.overhead = max(0, self.tracker.peak - self.tracker.current)
         self.segments.append(seg)
@@ -313,7 +315,7 @@ class _Run:
         self.seg = GlueSegment(f"glue{index}", index)
         if self.tracker is not None:
             self.tracker.reset_peak()
-        self.t0 = time.perf_counter()
+        self.t0 = self.clock()
 
     # hooks
     def pre(self, module, args, kwargs):

@@ -9,8 +9,9 @@ changes gives a clear error, or a new plan, and never a silently wrong gradient 
   solve the first time only. A module given a ready `graph` or `plan` cannot be fitted again:
   a new shape is then an `InputMismatch` too.
 * **The graph** (`check_layer_outputs`, called by the runtime after each forward of a layer):
-  the first forward of a layer in a step records its outputs' shapes, dtypes and a checksum
-  (a float64 sum: one reduction, no copy); a recomputation of the layer in the same step
+  the first forward of a layer the plan computes more than once in a step records its outputs'
+  shapes, dtypes and a checksum (a sum, accumulated in float32: one reduction, no copy); a
+  recomputation of the layer in the same step
   (from the same inputs and RNG state) must give the same. A layer whose forward depends on
   anything else (a counter, global state, a data-dependent branch on state outside its
   inputs) gives other values when recomputed, and the gradients computed from them would be
@@ -124,11 +125,20 @@ def check_call(fm, args) -> None:
     guard.current = key
 
 
+def _checksum(t: torch.Tensor) -> torch.Tensor:
+    """The sum of `t`: accumulated in float32 for floating-point tensors of up to 32 bits
+    (no float64 copy of a large output: one pass), in their own type otherwise."""
+    t = t.detach()
+    if t.is_floating_point() and t.element_size() <= 4:
+        return t.sum(dtype=torch.float32)
+    return t.sum()
+
+
 def check_layer_outputs(run, layer: str, outs) -> None:
     """After a forward of `layer` in the step `run`: record its outputs the first time, and
     compare a recomputation with the record (`GraphChanged` when it differs)."""
     seen = run.__dict__.setdefault("_guard_outputs", {})
-    now = [(tuple(t.shape), t.dtype, t.detach().sum(dtype=torch.float64))
+    now = [(tuple(t.shape), t.dtype, _checksum(t))
            if isinstance(t, torch.Tensor) else (None, type(t).__name__, None) for t in outs]
     first = seen.get(layer)
     if first is None:
