@@ -123,6 +123,23 @@ def resnet(batch=2, size=32, seed=0):
     return model, (x,), {}, loss_fn
 
 
+def convnext(batch=2, size=32, seed=0):
+    tf = _tf()
+    _seed(seed)
+    # stochastic depth: each block's drop rate differs (a stack all the same) and draws from
+    # the RNG, so recomputations must restore it
+    cfg = tf.ConvNextConfig(num_channels=3, patch_size=2, num_stages=2, hidden_sizes=[8, 16],
+                            depths=[3, 3], num_labels=5, drop_path_rate=0.1)
+    model = tf.ConvNextForImageClassification(cfg).train()
+    x = torch.randn(batch, 3, size, size)
+    labels = torch.arange(batch) % 5
+
+    def loss_fn(out):
+        return F.cross_entropy(out.logits, labels)
+
+    return model, (x,), {}, loss_fn
+
+
 def _ce(ids):
     def loss_fn(out):
         logits = out.logits
@@ -132,7 +149,8 @@ def _ce(ids):
     return loss_fn
 
 
-HF = {"llama": llama, "gpt2": gpt2, "bert": bert, "bart": bart, "vit": vit, "resnet": resnet}
+HF = {"llama": llama, "gpt2": gpt2, "bert": bert, "bart": bart, "vit": vit, "resnet": resnet,
+      "convnext": convnext}
 
 
 class GPT2Logits(torch.nn.Module):

@@ -1,6 +1,7 @@
 """`fit` on the models people train, with no whole-model trace (the hook front end).
 
-Randomly initialised `transformers` models from tiny configs (no download), `nn.Sequential`,
+Randomly initialised `transformers` models from tiny configs (no download; ConvNeXt with
+stochastic depth, whose blocks differ in their drop rate and draw from the RNG), `nn.Sequential`,
 a U-Net-like skip model, dropout and BatchNorm models: the gradients of a fitted step equal
 eager PyTorch's bit for bit (the wrappers only recompute, from the restored RNG state), the
 measured peak (CPU tracker: forward, loss, backward) is within the budget, or `FitError` names
@@ -26,7 +27,8 @@ from .torch_models import ALL  # noqa: E402
 #: sizes where activations outweigh parameters (else no budget below plain execution fits)
 HF_SIZES = {"llama": dict(batch=4, seq=64), "gpt2": dict(batch=4, seq=64),
             "bert": dict(batch=4, seq=64), "bart": dict(batch=2, seq=64),
-            "vit": dict(batch=4, size=64), "resnet": dict(batch=4, size=64)}
+            "vit": dict(batch=4, size=64), "resnet": dict(batch=4, size=64),
+            "convnext": dict(batch=4, size=64)}
 #: models whose smallest feasible budget must be under half of plain execution's peak
 TRANSFORMERS = {"llama", "gpt2", "bert", "bart", "vit"}
 SMALLEST = re.compile(r"smallest feasible budget found is .*?\((\d+) B\)")
@@ -111,7 +113,8 @@ def _plain(name):
 
 
 #: the budget each model is fitted at in the default run (one solve each)
-DEFAULT_BUDGET = {"llama": 50, "gpt2": 40, "bert": 50, "bart": 50, "vit": 50, "resnet": 80}
+DEFAULT_BUDGET = {"llama": 50, "gpt2": 40, "bert": 50, "bart": 50, "vit": 50, "resnet": 80,
+                  "convnext": 60}
 
 
 @pytest.mark.parametrize("name", list(HF))
@@ -135,7 +138,8 @@ def test_transformers_models_at_100_60_40_percent(name):
 @pytest.mark.parametrize("name", [
     "gpt2", pytest.param("llama", marks=pytest.mark.slow),
     pytest.param("bert", marks=pytest.mark.slow), pytest.param("bart", marks=pytest.mark.slow),
-    pytest.param("vit", marks=pytest.mark.slow), pytest.param("resnet", marks=pytest.mark.slow)])
+    pytest.param("vit", marks=pytest.mark.slow), pytest.param("resnet", marks=pytest.mark.slow),
+    pytest.param("convnext", marks=pytest.mark.slow)])
 def test_transformers_models_fit_without_loss_fn(name):
     """No loss_fn: the reserve keeps room for the cross-entropy the step applies."""
     _, rows = _fit_at(_hf(name), HF_SIZES[name], [60, 40] if name == "gpt2" else [100, 60, 40],
@@ -157,7 +161,8 @@ def test_measured_peak_falls_with_the_budget(name, with_loss_fn):
 @pytest.mark.parametrize("name", [
     "gpt2", pytest.param("llama", marks=pytest.mark.slow),
     pytest.param("bert", marks=pytest.mark.slow), pytest.param("bart", marks=pytest.mark.slow),
-    pytest.param("vit", marks=pytest.mark.slow), pytest.param("resnet", marks=pytest.mark.slow)])
+    pytest.param("vit", marks=pytest.mark.slow), pytest.param("resnet", marks=pytest.mark.slow),
+    pytest.param("convnext", marks=pytest.mark.slow)])
 def test_transformers_models_with_offload(name):
     """With a host link, a block's wrapper may move what the block saves to host memory: the
     gradients stay bit for bit (the copies are exact) and the step stays within the budget."""
