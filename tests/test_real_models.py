@@ -148,11 +148,32 @@ def test_transformers_models_fit_without_loss_fn(name):
                for _, r in rows)
 
 
+#: six budgets above each model's smallest feasible one (percent of plain execution's peak)
+FALLING = {"bart": [100, 90, 80, 70, 60, 50], "vit": [100, 90, 80, 70, 60, 50],
+           "resnet": [100, 95, 90, 85, 80, 75], "convnext": [100, 85, 70, 55, 45, 40]}
+
+
 @pytest.mark.parametrize("name,with_loss_fn", [
-    ("gpt2", False), pytest.param("llama", True, marks=pytest.mark.slow)])
+    ("gpt2", False), pytest.param("llama", True, marks=pytest.mark.slow),
+    *[pytest.param(n, True, marks=pytest.mark.slow)
+      for n in ("gpt2", "bert", "bart", "vit", "resnet", "convnext")]])
 def test_measured_peak_falls_with_the_budget(name, with_loss_fn):
-    _, rows = _fit_at(_hf(name), HF_SIZES[name], [100, 85, 70, 55, 45, 35],
-                      with_loss_fn=with_loss_fn, bound=0.5)
+    """Measured peak is monotone non-increasing over six falling budgets, for every model."""
+    _, rows = _fit_at(_hf(name), HF_SIZES[name],
+                      FALLING.get(name, [100, 85, 70, 55, 45, 35]),
+                      with_loss_fn=with_loss_fn, bound=0.5 if name in TRANSFORMERS else None)
+    measured = [r.measured_peak_bytes for _, r in rows if not isinstance(r, int)]
+    assert len(measured) >= 6, rows
+    assert all(lo <= hi for hi, lo in zip(measured, measured[1:])), measured
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,sizes,budgets", [
+    ("unet", dict(batch=2, size=32, base=8), [100, 95, 90, 80, 70, 62]),
+    ("dropout_mlp", {}, [100, 95, 90, 85, 80, 75])])
+def test_measured_peak_falls_with_the_budget_plain_models(name, sizes, budgets):
+    """The same for plain PyTorch models (fx front end: the U-Net's skip connections)."""
+    _, rows = _fit_at(_plain(name), sizes, budgets, probe=True)
     measured = [r.measured_peak_bytes for _, r in rows if not isinstance(r, int)]
     assert len(measured) >= 6, rows
     assert all(lo <= hi for hi, lo in zip(measured, measured[1:])), measured
