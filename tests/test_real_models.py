@@ -333,3 +333,21 @@ def test_find_blocks_records_keyword_inputs_and_glue():
     assert found.inputs == ["input_ids", "attention_mask"]
     shared = set(first.inputs) & set(found.block("model.layers.2").inputs)
     assert shared and all(found.producers().get(d, "").startswith("glue") for d in shared)
+
+
+def test_the_readme_transformers_example_runs():
+    """README's PyTorch section opens with a `transformers` model fitted end to end: the code
+    block runs as written, and its steps stay within the budget."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    after = text.split("A `transformers` model, end to end", 1)[1]
+    code = after.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "transformers." in code and "sp.fit(" in code
+    env: dict = {}
+    exec(compile(code, "README.md", "exec"), env)  # noqa: S102 - the project's own README
+    rep = env["wrapped"].memory_report()
+    assert rep.measured_peak_bytes is not None and rep.budget_bytes is not None
+    assert rep.measured_peak_bytes <= rep.budget_bytes
+    assert not rep.plain
+

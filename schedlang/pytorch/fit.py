@@ -633,7 +633,7 @@ class FitModule(nn.Module):
         from .memory import drop_closed_modes
 
         drop_closed_modes()  # the previous measured step's tracker (closed in the backward)
-        check_call(self, args)  # dtype/device as fitted; a new shape gets its own plan
+        check_call(self, args, kwargs)  # dtype/device as fitted; a new shape: its own plan
         tensors = [a for a in _flat((args, kwargs)) if isinstance(a, torch.Tensor)]
         training = torch.is_grad_enabled()
         if training and self._pending is not None:
