@@ -492,6 +492,9 @@ class FitModule(nn.Module):
             from .runtime import PlanExecutor
 
             self._executor = PlanExecutor(self._prep.partitioned, plan, self._prep.graph)
+            # a backward that raises (GraphChanged, a PlanError) ends the measured step: its
+            # tracker must not stay on the dispatch stack counting later ops
+            self._executor.on_error = self._close_tracker
             self._runner = [self._executor.module()]
 
     @property

@@ -233,6 +233,8 @@ class PlanExecutor:
         self.last_stats: dict = {}
         # called around every op when set (`schedlang.pytorch.timeline.Recorder`)
         self.observer = None
+        # called when the plan's backward raises (`FitModule`: close the step's tracker)
+        self.on_error = None
 
     # --- set-up ----------------------------------------------------------------------------
     def _find_device(self) -> torch.device:
@@ -1031,7 +1033,12 @@ class _PlanFunction(torch.autograd.Function):
         if run is None:
             raise RuntimeError("the plan's backward ran twice for one forward (retain_graph "
                                "is not supported by schedlang's runtime)")
-        in_grads = ctx.executor.backward(run, list(grads))
+        try:
+            in_grads = ctx.executor.backward(run, list(grads))
+        except BaseException:
+            if ctx.executor.on_error is not None:
+                ctx.executor.on_error()
+            raise
         return (None, None, None, *in_grads)
 
 
