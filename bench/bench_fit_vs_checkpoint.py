@@ -30,8 +30,11 @@ Peak: one training step (forward, loss, backward) under `MemoryTracker` (CPU: li
 storages; CUDA: max_memory_allocated), the parameters and inputs resident, gradients set to
 None before. Time: median of `--steps` steps after `--warmup` per method, without the tracker,
 the methods interleaved round by round (load on a shared machine hits every method alike),
-`torch.set_num_threads(--threads)`. The profile `fit` solves on is taken once per model
-(`--repeats` runs per layer, medians).
+`torch.set_num_threads(--threads)`: wall time (`step ms`, `time/none`) and the thread's CPU
+time (`cpu/none`; with one thread on CPU every kernel runs on it, and other processes on a
+loaded machine do not count). The profile `fit` solves on is taken once per model
+(`--repeats` runs per layer, medians; on CPU with one thread the profiler times layers by the
+thread's CPU time too, `schedlang.pytorch.profile.host_clock`).
 
 `--retime` (an option of this bench, not of `fit`): after each fit, run the plan a few steps
 with a timing observer on the runtime (`PlanExecutor.observer`), take the median time of
@@ -318,12 +321,16 @@ def run_model(name, args, device):
         for _ in range(args.warmup):
             step(lambda m=m: m(*inputs), model, loss_fn)
     times = {k: [] for k in methods}
+    cpu = {k: [] for k in methods}
     for _ in range(args.steps):
         for k, m in methods.items():
+            c0 = time.thread_time()
             times[k].append(time_of(lambda m=m: m(*inputs), model, loss_fn, device))
+            cpu[k].append(time.thread_time() - c0)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"model": name, "plain_pred": prep.plain_peak, "resident": prep.resident_bytes,
-            "profile_s": prof_s, "peaks": peaks, "median_s": med, "notes": notes,
+            "profile_s": prof_s, "peaks": peaks, "median_s": med,
+            "cpu_s": {k: statistics.median(v) for k, v in cpu.items()}, "notes": notes,
             "baselines": baselines, "layers": len(prep.graph.layers)}
 
 
@@ -334,8 +341,9 @@ def report(res) -> list[str]:
                  f"{base_p / 2**20:.2f} MiB measured ({res['plain_pred'] / 2**20:.2f} "
                  f"predicted, resident {res['resident'] / 2**20:.2f}), profile "
                  f"{res['profile_s']:.1f} s")
+    cpu_t = res["cpu_s"]["none"]
     lines.append(f"{'method':<22} {'peak MiB':>9} {'peak/none':>9} {'step ms':>8} "
-                 f"{'time/none':>9}  notes")
+                 f"{'time/none':>9} {'cpu/none':>8}  notes")
     order = list(res["baselines"]) + sorted(
         (k for k in set(res["peaks"]) | set(res["notes"]) if k not in res["baselines"]),
         key=lambda k: (not k.startswith("fit r"), not k.startswith("fit @"),
@@ -346,7 +354,8 @@ def report(res) -> list[str]:
             continue
         p, t = res["peaks"][k], res["median_s"][k]
         lines.append(f"{k:<22} {p / 2**20:9.2f} {p / base_p:9.2f} {1000 * t:8.1f} "
-                     f"{t / base_t:9.2f}  {res['notes'].get(k, '')}")
+                     f"{t / base_t:9.2f} {res['cpu_s'][k] / cpu_t:8.2f}  "
+                     f"{res['notes'].get(k, '')}")
     lines.append("target: fit at a baseline's measured peak is no slower than the baseline")
     for b in res["baselines"]:
         if b == "none":
@@ -357,9 +366,11 @@ def report(res) -> list[str]:
             continue
         pf, pb = res["peaks"][f], res["peaks"][b]
         tf, tb = res["median_s"][f], res["median_s"][b]
+        cf, cb = res["cpu_s"][f], res["cpu_s"][b]
         ok = pf <= pb and tf <= tb
         lines.append(f"  {b:<14} peak {pf / 2**20:.2f} vs {pb / 2**20:.2f} MiB, step "
-                     f"{1000 * tf:.1f} vs {1000 * tb:.1f} ms (fit/baseline {tf / tb:.2f}): "
+                     f"{1000 * tf:.1f} vs {1000 * tb:.1f} ms (fit/baseline {tf / tb:.2f}; CPU "
+                     f"time {cf / cb:.2f}): "
                      + ("met" if ok else "NOT met" + ("" if pf <= pb else " (peak over)")))
     return lines
 

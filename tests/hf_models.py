@@ -92,20 +92,24 @@ def bart(batch=2, seq=16, layers=3, dim=32, seed=0):
     return model, (), {"input_ids": ids, "decoder_input_ids": dec}, loss_fn
 
 
-def vit(batch=2, size=32, layers=4, dim=32, seed=0):
-    tf = _tf()
-    _seed(seed)
-    cfg = tf.ViTConfig(image_size=size, patch_size=8, num_channels=3, hidden_size=dim,
-                       num_hidden_layers=layers, num_attention_heads=4,
-                       intermediate_size=2 * dim, num_labels=5, hidden_dropout_prob=0.1)
-    model = tf.ViTForImageClassification(cfg).train()
+def _classifier(model, batch, size):
+    """An image classifier in training mode, a batch of random images and its loss (5 classes)."""
     x = torch.randn(batch, 3, size, size)
     labels = torch.arange(batch) % 5
 
     def loss_fn(out):
         return F.cross_entropy(out.logits, labels)
 
-    return model, (x,), {}, loss_fn
+    return model.train(), (x,), {}, loss_fn
+
+
+def vit(batch=2, size=32, layers=4, dim=32, seed=0):
+    tf = _tf()
+    _seed(seed)
+    cfg = tf.ViTConfig(image_size=size, patch_size=8, num_channels=3, hidden_size=dim,
+                       num_hidden_layers=layers, num_attention_heads=4,
+                       intermediate_size=2 * dim, num_labels=5, hidden_dropout_prob=0.1)
+    return _classifier(tf.ViTForImageClassification(cfg), batch, size)
 
 
 def resnet(batch=2, size=32, seed=0):
@@ -113,14 +117,17 @@ def resnet(batch=2, size=32, seed=0):
     _seed(seed)
     cfg = tf.ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16],
                           depths=[3, 3], layer_type="basic", num_labels=5)
-    model = tf.ResNetForImageClassification(cfg).train()
-    x = torch.randn(batch, 3, size, size)
-    labels = torch.arange(batch) % 5
+    return _classifier(tf.ResNetForImageClassification(cfg), batch, size)
 
-    def loss_fn(out):
-        return F.cross_entropy(out.logits, labels)
 
-    return model, (x,), {}, loss_fn
+def convnext(batch=2, size=32, seed=0):
+    tf = _tf()
+    _seed(seed)
+    # stochastic depth: each block's drop rate differs (a stack all the same) and draws from
+    # the RNG, so recomputations must restore it
+    cfg = tf.ConvNextConfig(num_channels=3, patch_size=2, num_stages=2, hidden_sizes=[8, 16],
+                            depths=[3, 3], num_labels=5, drop_path_rate=0.1)
+    return _classifier(tf.ConvNextForImageClassification(cfg), batch, size)
 
 
 def _ce(ids):
@@ -132,7 +139,8 @@ def _ce(ids):
     return loss_fn
 
 
-HF = {"llama": llama, "gpt2": gpt2, "bert": bert, "bart": bart, "vit": vit, "resnet": resnet}
+HF = {"llama": llama, "gpt2": gpt2, "bert": bert, "bart": bart, "vit": vit, "resnet": resnet,
+      "convnext": convnext}
 
 
 class GPT2Logits(torch.nn.Module):

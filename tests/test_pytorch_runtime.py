@@ -436,6 +436,35 @@ def test_run_command(tmp_path, capsys):
             run(*argv)
 
 
+@pytest.mark.parametrize("frontend", ["fx", "blocks"])
+def test_run_command_frontend(tmp_path, capsys, frontend):
+    """`schedlang run --frontend fx|blocks` fits with that front end (as fit's frontend=):
+    the report names it, and the measured peak is within the budget."""
+    import argparse
+    import json
+
+    from schedlang.errors import SchedError
+    from schedlang.pytorch.run import add_run_arguments, run_main
+
+    factory = tmp_path / "gpt_factory.py"
+    factory.write_text("from tests.torch_models import make_gpt\n"
+                       "def small():\n    return make_gpt(batch=4, context=32, layers=3)\n")
+    ap = argparse.ArgumentParser()
+    add_run_arguments(ap)
+    assert run_main(ap.parse_args([f"{factory}:small", "--frontend", frontend, "--budget", "80%",
+                                   "--steps", "2", "--repeats", "1", "--no-plain",
+                                   "--json"])) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["frontend"] == frontend
+    assert out["fits_budget"] is True
+    if frontend == "blocks":
+        with pytest.raises(SchedError, match="does not go with --frontend blocks"):
+            run_main(ap.parse_args([f"{factory}:small", "--frontend", "blocks", "--graph",
+                                    str(tmp_path / "g.sched")]))
+    with pytest.raises(SystemExit):  # argparse: a usage error, exit code 2
+        ap.parse_args([f"{factory}:small", "--frontend", "trace"])
+
+
 @pytest.mark.gpu  # skipped without CUDA (conftest.py)
 @pytest.mark.parametrize("bandwidth", [None, "16GB/s"])
 def test_cuda_fit_matches_eager_and_its_prediction(bandwidth):

@@ -1,6 +1,7 @@
 """`fit` on the models people train, with no whole-model trace (the hook front end).
 
-Randomly initialised `transformers` models from tiny configs (no download), `nn.Sequential`,
+Randomly initialised `transformers` models from tiny configs (no download; ConvNeXt with
+stochastic depth, whose blocks differ in their drop rate and draw from the RNG), `nn.Sequential`,
 a U-Net-like skip model, dropout and BatchNorm models: the gradients of a fitted step equal
 eager PyTorch's bit for bit (the wrappers only recompute, from the restored RNG state), the
 measured peak (CPU tracker: forward, loss, backward) is within the budget, or `FitError` names
@@ -26,7 +27,8 @@ from .torch_models import ALL  # noqa: E402
 #: sizes where activations outweigh parameters (else no budget below plain execution fits)
 HF_SIZES = {"llama": dict(batch=4, seq=64), "gpt2": dict(batch=4, seq=64),
             "bert": dict(batch=4, seq=64), "bart": dict(batch=2, seq=64),
-            "vit": dict(batch=4, size=64), "resnet": dict(batch=4, size=64)}
+            "vit": dict(batch=4, size=64), "resnet": dict(batch=4, size=64),
+            "convnext": dict(batch=4, size=64)}
 #: models whose smallest feasible budget must be under half of plain execution's peak
 TRANSFORMERS = {"llama", "gpt2", "bert", "bart", "vit"}
 SMALLEST = re.compile(r"smallest feasible budget found is .*?\((\d+) B\)")
@@ -111,7 +113,8 @@ def _plain(name):
 
 
 #: the budget each model is fitted at in the default run (one solve each)
-DEFAULT_BUDGET = {"llama": 50, "gpt2": 40, "bert": 50, "bart": 50, "vit": 50, "resnet": 80}
+DEFAULT_BUDGET = {"llama": 50, "gpt2": 40, "bert": 50, "bart": 50, "vit": 50, "resnet": 80,
+                  "convnext": 60}
 
 
 @pytest.mark.parametrize("name", list(HF))
@@ -135,7 +138,8 @@ def test_transformers_models_at_100_60_40_percent(name):
 @pytest.mark.parametrize("name", [
     "gpt2", pytest.param("llama", marks=pytest.mark.slow),
     pytest.param("bert", marks=pytest.mark.slow), pytest.param("bart", marks=pytest.mark.slow),
-    pytest.param("vit", marks=pytest.mark.slow), pytest.param("resnet", marks=pytest.mark.slow)])
+    pytest.param("vit", marks=pytest.mark.slow), pytest.param("resnet", marks=pytest.mark.slow),
+    pytest.param("convnext", marks=pytest.mark.slow)])
 def test_transformers_models_fit_without_loss_fn(name):
     """No loss_fn: the reserve keeps room for the cross-entropy the step applies."""
     _, rows = _fit_at(_hf(name), HF_SIZES[name], [60, 40] if name == "gpt2" else [100, 60, 40],
@@ -144,11 +148,32 @@ def test_transformers_models_fit_without_loss_fn(name):
                for _, r in rows)
 
 
+#: six budgets above each model's smallest feasible one (percent of plain execution's peak)
+FALLING = {"bart": [100, 90, 80, 70, 60, 50], "vit": [100, 90, 80, 70, 60, 50],
+           "resnet": [100, 95, 90, 85, 80, 75], "convnext": [100, 85, 70, 55, 45, 40]}
+
+
 @pytest.mark.parametrize("name,with_loss_fn", [
-    ("gpt2", False), pytest.param("llama", True, marks=pytest.mark.slow)])
+    ("gpt2", False), pytest.param("llama", True, marks=pytest.mark.slow),
+    *[pytest.param(n, True, marks=pytest.mark.slow)
+      for n in ("gpt2", "bert", "bart", "vit", "resnet", "convnext")]])
 def test_measured_peak_falls_with_the_budget(name, with_loss_fn):
-    _, rows = _fit_at(_hf(name), HF_SIZES[name], [100, 85, 70, 55, 45, 35],
-                      with_loss_fn=with_loss_fn, bound=0.5)
+    """Measured peak is monotone non-increasing over six falling budgets, for every model."""
+    _, rows = _fit_at(_hf(name), HF_SIZES[name],
+                      FALLING.get(name, [100, 85, 70, 55, 45, 35]),
+                      with_loss_fn=with_loss_fn, bound=0.5 if name in TRANSFORMERS else None)
+    measured = [r.measured_peak_bytes for _, r in rows if not isinstance(r, int)]
+    assert len(measured) >= 6, rows
+    assert all(lo <= hi for hi, lo in zip(measured, measured[1:])), measured
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,sizes,budgets", [
+    ("unet", dict(batch=2, size=32, base=8), [100, 95, 90, 80, 70, 62]),
+    ("dropout_mlp", {}, [100, 95, 90, 85, 80, 75])])
+def test_measured_peak_falls_with_the_budget_plain_models(name, sizes, budgets):
+    """The same for plain PyTorch models (fx front end: the U-Net's skip connections)."""
+    _, rows = _fit_at(_plain(name), sizes, budgets, probe=True)
     measured = [r.measured_peak_bytes for _, r in rows if not isinstance(r, int)]
     assert len(measured) >= 6, rows
     assert all(lo <= hi for hi, lo in zip(measured, measured[1:])), measured
@@ -157,7 +182,8 @@ def test_measured_peak_falls_with_the_budget(name, with_loss_fn):
 @pytest.mark.parametrize("name", [
     "gpt2", pytest.param("llama", marks=pytest.mark.slow),
     pytest.param("bert", marks=pytest.mark.slow), pytest.param("bart", marks=pytest.mark.slow),
-    pytest.param("vit", marks=pytest.mark.slow), pytest.param("resnet", marks=pytest.mark.slow)])
+    pytest.param("vit", marks=pytest.mark.slow), pytest.param("resnet", marks=pytest.mark.slow),
+    pytest.param("convnext", marks=pytest.mark.slow)])
 def test_transformers_models_with_offload(name):
     """With a host link, a block's wrapper may move what the block saves to host memory: the
     gradients stay bit for bit (the copies are exact) and the step stays within the budget."""
@@ -307,3 +333,21 @@ def test_find_blocks_records_keyword_inputs_and_glue():
     assert found.inputs == ["input_ids", "attention_mask"]
     shared = set(first.inputs) & set(found.block("model.layers.2").inputs)
     assert shared and all(found.producers().get(d, "").startswith("glue") for d in shared)
+
+
+def test_the_readme_transformers_example_runs():
+    """README's PyTorch section opens with a `transformers` model fitted end to end: the code
+    block runs as written, and its steps stay within the budget."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    after = text.split("A `transformers` model, end to end", 1)[1]
+    code = after.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "transformers." in code and "sp.fit(" in code
+    env: dict = {}
+    exec(compile(code, "README.md", "exec"), env)  # noqa: S102 - the project's own README
+    rep = env["wrapped"].memory_report()
+    assert rep.measured_peak_bytes is not None and rep.budget_bytes is not None
+    assert rep.measured_peak_bytes <= rep.budget_bytes
+    assert not rep.plain
+

@@ -6,7 +6,8 @@
 
 **Which submodules are blocks** (`candidate_blocks`): walking the module tree from the root,
 the first `nn.ModuleList` / `nn.Sequential` on each path that holds at least two structurally
-identical children (`partition.module_key`: same types, parameter shapes and mode) gives all
+identical children (same module types, parameter and buffer shapes; settings such as a
+stochastic-depth rate may differ) gives all
 its children as blocks: `model.layers.*` (Llama), `transformer.h.*` (GPT-2),
 `bert.encoder.layer.*`, `model.encoder.layers.*` and `model.decoder.layers.*` (BART),
 `vit.encoder.layer.*`, the `layers` of every ResNet/ConvNeXt stage; and, as optional blocks,
@@ -36,7 +37,6 @@ never is an error that names it (`BlockError`).
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -120,12 +120,21 @@ class FoundBlocks:
 
 
 # --- which submodules ----------------------------------------------------------------------------
+def _shape_key(m: nn.Module) -> tuple:
+    """Equal for modules of the same types and parameter and buffer shapes: blocks of one
+    stack that differ only in settings (a stochastic-depth rate growing with depth, as in
+    ConvNeXt or Swin) are still a stack. (Profiling tells them apart: `module_key`.)"""
+    return (tuple(type(s) for s in m.modules()),
+            tuple((n, tuple(p.shape), p.dtype) for n, p in m.named_parameters()),
+            tuple((n, tuple(b.shape), b.dtype) for n, b in m.named_buffers()))
+
+
 def _has_repeat(container: nn.Module) -> bool:
     keys: dict = {}
     for _, c in container.named_children():
         if not any(True for _ in c.parameters()):
             continue
-        k = module_key(c)
+        k = _shape_key(c)
         keys[k] = keys.get(k, 0) + 1
         if keys[k] >= 2:
             return True
@@ -235,7 +244,10 @@ class _Run:
         self.created: dict[int, GlueSegment] = {}  # storage made by glue -> segment
         self.created_t: dict[int, torch.Tensor] = {}
         self.tracker: MemoryTracker | None = None
-        self.t0 = time.perf_counter()
+        from .profile import host_clock
+
+        self.clock = host_clock()  # the profile's clock
+        self.t0 = self.clock()
         self.level = 0  # memory when the segment started
         self.saved_keys: dict[int, tuple[GlueSegment, int]] = {}
         self.repeated: list[BlockCall] = []
@@ -304,7 +316,7 @@ class _Run:
 
     def end_segment(self) -> None:
         seg = self.seg
-        seg.time_s = time.perf_counter() - self.t0
+        seg.time_s = self.clock() - self.t0
         if self.tracker is not None:
             seg.overhead = max(0, self.tracker.peak - self.tracker.current)
         self.segments.append(seg)
@@ -313,7 +325,7 @@ class _Run:
         self.seg = GlueSegment(f"glue{index}", index)
         if self.tracker is not None:
             self.tracker.reset_peak()
-        self.t0 = time.perf_counter()
+        self.t0 = self.clock()
 
     # hooks
     def pre(self, module, args, kwargs):

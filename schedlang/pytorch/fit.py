@@ -493,6 +493,9 @@ class FitModule(nn.Module):
             from .runtime import PlanExecutor
 
             self._executor = PlanExecutor(self._prep.partitioned, plan, self._prep.graph)
+            # a backward that raises (GraphChanged, a PlanError) ends the measured step: its
+            # tracker must not stay on the dispatch stack counting later ops
+            self._executor.on_error = self._close_tracker
             self._runner = [self._executor.module()]
 
     @property
@@ -643,7 +646,7 @@ class FitModule(nn.Module):
             from .distributed import check_not_sharded_after
 
             check_not_sharded_after(self.module)
-        check_call(self, args)  # dtype/device as fitted; a new shape gets its own plan
+        check_call(self, args, kwargs)  # dtype/device as fitted; a new shape: its own plan
         tensors = [a for a in _flat((args, kwargs)) if isinstance(a, torch.Tensor)]
         training = torch.is_grad_enabled()
         if training and self._pending is not None:

@@ -9,8 +9,9 @@ changes gives a clear error, or a new plan, and never a silently wrong gradient 
   solve the first time only. A module given a ready `graph` or `plan` cannot be fitted again:
   a new shape is then an `InputMismatch` too.
 * **The graph** (`check_layer_outputs`, called by the runtime after each forward of a layer):
-  the first forward of a layer in a step records its outputs' shapes, dtypes and a checksum
-  (a float64 sum: one reduction, no copy); a recomputation of the layer in the same step
+  the first forward of a layer the plan computes more than once in a step records its outputs'
+  shapes, dtypes and a checksum (a sum, accumulated in float32: one reduction, no copy); a
+  recomputation of the layer in the same step
   (from the same inputs and RNG state) must give the same. A layer whose forward depends on
   anything else (a counter, global state, a data-dependent branch on state outside its
   inputs) gives other values when recomputed, and the gradients computed from them would be
@@ -39,10 +40,12 @@ class GraphChanged(SchedError):
     """A layer gave other results when recomputed: the model's graph changed within a step."""
 
 
-def signature(args) -> tuple:
-    """Per positional argument: (shape, dtype, device) of a tensor, the type name otherwise."""
+def signature(args, kwargs=None) -> tuple:
+    """Per positional argument, then per keyword argument in name order: (shape, dtype,
+    device) of a tensor, the type name otherwise."""
+    values = list(args) + [kwargs[k] for k in sorted(kwargs or {})]
     return tuple((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor)
-                 else type(a).__name__ for a in args)
+                 else type(a).__name__ for a in values)
 
 
 def shape_key(sig: tuple) -> tuple:
@@ -59,23 +62,28 @@ def guarded_fit(fit):
     """`fit`, remembering on the returned module how to fit it again for another shape."""
     @functools.wraps(fit)
     def wrapper(model, sample_inputs, budget="100%", **kwargs):
-        fm = fit(model, sample_inputs, budget, **kwargs)
-        inputs = (sample_inputs,) if isinstance(sample_inputs, torch.Tensor) else tuple(sample_inputs)
-        sig = signature(inputs)
-        fixed = [k for k in ("graph", "plan", "prepared") if kwargs.get(k) is not None]
-        refit_kwargs = {k: v for k, v in kwargs.items() if k not in ("graph", "plan", "prepared")}
+        from .fit import split_inputs
 
-        def refit(new_inputs):
+        fm = fit(model, sample_inputs, budget, **kwargs)
+        inputs, kw = split_inputs(sample_inputs, kwargs.get("sample_kwargs"))
+        sig = signature(inputs, kw)
+        fixed = [k for k in ("graph", "plan", "prepared") if kwargs.get(k) is not None]
+        refit_kwargs = {k: v for k, v in kwargs.items()
+                        if k not in ("graph", "plan", "prepared", "sample_kwargs")}
+
+        def refit(new_inputs, new_kwargs=None):
             if fixed:
                 raise InputMismatch(
                     f"this module was fitted with a given {', '.join(fixed)} for inputs "
-                    f"{_shape_list(sig)}, and is called with {_shape_list(signature(new_inputs))}: "
+                    f"{_shape_list(sig)}, and is called with "
+                    f"{_shape_list(signature(new_inputs, new_kwargs))}: "
                     f"fit it again with a sample of the new shape")
             again = fit(model, new_inputs, fm._budget if fm._budget is not None else budget,
-                        **refit_kwargs)
+                        sample_kwargs=new_kwargs or None, **refit_kwargs)
             return again._prep, again._plan
 
         fm._guard = _Shapes(sig, refit, (fm._prep, fm._plan))
+        fm._guard.keys = sorted(kw)
         return fm
     return wrapper
 
@@ -92,16 +100,22 @@ class _Shapes:
         self.refit = refit
         self.plans = {shape_key(sig): first}
         self.current = shape_key(sig)
+        self.keys: list[str] = []  # the keyword inputs' names
 
 
-def check_call(fm, args) -> None:
+def check_call(fm, args, kwargs=None) -> None:
     """Before a call of `fm` (a FitModule): raise `InputMismatch` for inputs of another dtype or
-    device (or another number of them) than the sample; switch to the plan of a new shape,
-    fitting it first when it is new."""
+    device (or another number of them, or other keyword names) than the sample; switch to the
+    plan of a new shape, fitting it first when it is new."""
     guard = getattr(fm, "_guard", None)
     if guard is None:
         return
-    sig = signature(args)
+    kwargs = kwargs or {}
+    if sorted(kwargs) != guard.keys:
+        raise InputMismatch(f"the module was fitted with keyword inputs "
+                            f"{', '.join(guard.keys) or '(none)'} and is called with "
+                            f"{', '.join(sorted(kwargs)) or '(none)'}")
+    sig = signature(args, kwargs)
     if len(sig) != len(guard.sig):
         raise InputMismatch(f"the module was fitted with {len(guard.sig)} inputs and is called "
                             f"with {len(sig)}")
@@ -116,7 +130,7 @@ def check_call(fm, args) -> None:
     if key == guard.current:
         return
     if key not in guard.plans:
-        guard.plans[key] = guard.refit(tuple(args))
+        guard.plans[key] = guard.refit(tuple(args), dict(kwargs))
     prep, plan = guard.plans[key]
     fm._prep = prep
     fm._pending = None
@@ -124,11 +138,20 @@ def check_call(fm, args) -> None:
     guard.current = key
 
 
+def _checksum(t: torch.Tensor) -> torch.Tensor:
+    """The sum of `t`: accumulated in float32 for floating-point tensors of up to 32 bits
+    (no float64 copy of a large output: one pass), in their own type otherwise."""
+    t = t.detach()
+    if t.is_floating_point() and t.element_size() <= 4:
+        return t.sum(dtype=torch.float32)
+    return t.sum()
+
+
 def check_layer_outputs(run, layer: str, outs) -> None:
     """After a forward of `layer` in the step `run`: record its outputs the first time, and
     compare a recomputation with the record (`GraphChanged` when it differs)."""
     seen = run.__dict__.setdefault("_guard_outputs", {})
-    now = [(tuple(t.shape), t.dtype, t.detach().sum(dtype=torch.float64))
+    now = [(tuple(t.shape), t.dtype, _checksum(t))
            if isinstance(t, torch.Tensor) else (None, type(t).__name__, None) for t in outs]
     first = seen.get(layer)
     if first is None:

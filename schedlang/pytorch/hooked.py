@@ -375,9 +375,16 @@ def _offloading(module: nn.Module):
             return t
         if key in keep:
             return t
+        # the host copy keeps the tensor's strides when it fills its storage (a permuted,
+        # channels-last tensor): the backward then reads the same layout, and computes the
+        # same bits, as from the tensor itself
+        whole = t.storage_offset() == 0 and \
+            t.untyped_storage().nbytes() == t.numel() * t.element_size()
         with _disable_current_modes():
-            host = torch.empty(t.shape, dtype=t.dtype, device="cpu",
-                               pin_memory=t.device.type == "cuda")
+            host = torch.empty_strided(t.shape, t.stride() if whole else
+                                       torch.empty(t.shape, device="meta").stride(),
+                                       dtype=t.dtype, device="cpu",
+                                       pin_memory=t.device.type == "cuda")
             host.copy_(t, non_blocking=t.device.type == "cuda")
         return (t.device, host)
 

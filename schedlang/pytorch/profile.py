@@ -25,8 +25,10 @@ measures, per option, what the runtime will execute:
   frozen layer at the input side, parameter-free glue on inputs that need none) has nothing
   to differentiate: it gets no other option, so no backward and no phantom.
 
-Times are medians of `repeats` runs after one warm-up (CUDA events on a GPU, `perf_counter`
-elsewhere), in seconds. Memory is measured with `MemoryTracker` in one more run: the forward
+Times are medians of `repeats` runs after one warm-up, in seconds: CUDA events on a GPU; on
+the CPU `host_clock()`, the calling thread's CPU time when PyTorch computes with one intra-op
+thread (so that other processes on a loaded machine do not distort the layers' times, which
+are taken one after the other), wall time otherwise. Memory is measured with `MemoryTracker` in one more run: the forward
 overhead is the forward's peak above (memory before + outputs + phantom), the backward overhead
 the backward's peak above (memory before, the phantom it consumes included, + the gradients
 it creates), as the H-Rockmate formulation adds them (docs/language.md, "Overheads"). Parameter gradients: the first backward to reach a parameter (the
@@ -137,17 +139,25 @@ class ProfiledGraph:
 
 # --- helpers -------------------------------------------------------------------------------
 
+def host_clock():
+    """The clock of CPU timings: the calling thread's CPU time when PyTorch computes on that
+    thread alone (one intra-op thread: the forward and the CPU autograd engine run there),
+    else wall time (`perf_counter`)."""
+    return time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
+
+
 class _Timer:
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
         self.device = device
+        self.clock = host_clock()
 
     def start(self):
         if self.cuda:
             ev = torch.cuda.Event(enable_timing=True)
             ev.record()
             return ev
-        return time.perf_counter()
+        return self.clock()
 
     def stop(self, start) -> float:
         if self.cuda:
@@ -155,7 +165,7 @@ class _Timer:
             ev.record()
             ev.synchronize()
             return start.elapsed_time(ev) / 1000.0
-        return time.perf_counter() - start
+        return self.clock() - start
 
 
 class _SaveRecorder(TorchDispatchMode):

@@ -61,6 +61,10 @@ def add_run_arguments(p) -> None:
     p.add_argument("--solver", default="highs", help="MILP solver (default highs)")
     p.add_argument("--time-limit", type=float, default=60.0, help="solver seconds (default 60)")
     p.add_argument("--layers", default=None, help="comma list of submodules to use as layers")
+    p.add_argument("--frontend", default="auto", choices=("auto", "fx", "blocks"),
+                   help="how the model is cut into layers, as fit's frontend=: fx (a torch.fx "
+                   "trace), blocks (its blocks found by hooks on one run, wrapped in place; no "
+                   "trace) or auto (fx when the model traces, else blocks; the default)")
     p.add_argument("--graph", default=None, help="layered graph data of the model (.sched), "
                    "instead of profiling")
     p.add_argument("--plan", default=None, help="a plan (schedlang.plan/1 JSON) for --graph, "
@@ -194,6 +198,10 @@ def run_main(args) -> int:
         raise RunError("--steps must be at least 1")
     if args.plan and not args.graph:
         raise RunError("--plan needs --graph (the graph data the plan was made for)")
+    frontend = getattr(args, "frontend", "auto")
+    if args.graph and frontend == "blocks":
+        raise RunError("--graph is layered graph data of the fx front end: it does not go "
+                       "with --frontend blocks")
     _check_outputs(args)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -210,7 +218,8 @@ def run_main(args) -> int:
     t0 = time.perf_counter()
     kwargs = {} if graph is not None else {"repeats": max(1, args.repeats)}
     fm = fit(model, inputs, args.budget, solver=args.solver, time_limit=args.time_limit,
-             layers=layers, graph=graph, plan=plan, loss_fn=loss_fn, **kwargs)
+             layers=layers, graph=graph, plan=plan, loss_fn=loss_fn, frontend=frontend,
+             **kwargs)
     fit_s = time.perf_counter() - t0
     if args.plan_out and fm.plan is not None:
         fm.plan.save(args.plan_out)
@@ -251,6 +260,7 @@ def run_main(args) -> int:
         "step_s": step, "plain_step_s": plain_step,
         "measured_time_overhead": None if not plain_step else step / plain_step - 1,
         "fit_s": fit_s, "plan_ops": None if fm.plan is None else len(fm.plan.ops),
+        "frontend": fm.frontend,
         "fits_budget": None if measured is None or rep.budget_bytes is None
         else measured <= rep.budget_bytes,
         "calibrated": rep.calibrated,
@@ -261,7 +271,8 @@ def run_main(args) -> int:
     else:
         def fmt(n):
             return "-" if n is None else f"{format_size(n)} ({n} B)"
-        print(f"model      {args.target} on {device}, {args.steps} steps"
+        print(f"model      {args.target} on {device}, {args.steps} steps, front end "
+              f"{fm.frontend}"
               + (" (plain execution: the budget covers it)" if rep.plain else
                  f", plan of {out['plan_ops']} ops"))
         print(f"budget     {fmt(rep.budget_bytes)}   plain peak {fmt(rep.plain_peak_bytes)}")

@@ -197,6 +197,7 @@ class _Run:
         self.offloaded_bytes = 0  # copied to the host
         self.prefetched_bytes = 0  # copied back
         self.input_requires_grad: list[bool] = []
+        self.resident_ptrs: set | None = None  # the parameters' and buffers' storages
 
 
 class PlanExecutor:
@@ -225,10 +226,15 @@ class PlanExecutor:
             raise PlanError(f"the plan computes the loss {len(loss_at)} times; it must be once")
         self.forward_ops = plan.ops[:loss_at[0]]
         self.backward_ops = plan.ops[loss_at[0] + 1:]
+        # the checksum of `check_layer_outputs` is only taken where it can be compared
+        self.recomputed = _recomputed_layers(plan)
+        self._grad_inputs_of: dict[str, list[bool]] = {}
         self.streams = None
         self.last_stats: dict = {}
         # called around every op when set (`schedlang.pytorch.timeline.Recorder`)
         self.observer = None
+        # called when the plan's backward raises (`FitModule`: close the step's tracker)
+        self.on_error = None
 
     # --- set-up ----------------------------------------------------------------------------
     def _find_device(self) -> torch.device:
@@ -401,8 +407,12 @@ class PlanExecutor:
         return stack
 
     def _grad_inputs(self, layer: str) -> list[bool]:
-        produced = set(self.glayers[layer].grad_outputs)
-        return [f"{d}.grad" in produced for d in self.layers[layer].inputs]
+        got = self._grad_inputs_of.get(layer)
+        if got is None:
+            produced = set(self.glayers[layer].grad_outputs)
+            got = self._grad_inputs_of[layer] = [f"{d}.grad" in produced
+                                                  for d in self.layers[layer].inputs]
+        return got
 
     def _forward(self, run: _Run, layer: str, option: str) -> None:
         kind = self._option_kind(layer, option)
@@ -416,7 +426,8 @@ class PlanExecutor:
             with self._replaying(run, layer), torch.no_grad():
                 outs = lp.module(*xs)
             outs = _as_tuple(outs)
-            check_layer_outputs(run, layer, outs)  # a recomputation must repeat the first run
+            if layer in self.recomputed:  # a recomputation must repeat the first run
+                check_layer_outputs(run, layer, outs)
             for name, t in zip(lp.outputs, outs):
                 run.values[name] = t
             if kind == "recompute":
@@ -454,7 +465,8 @@ class PlanExecutor:
             with self._replaying(run, layer), torch.enable_grad():
                 outs = _as_tuple(checkpoint(once_stats(lp.module, lp.module), *leaves,
                                             use_reentrant=False, context_fn=context_fn))
-        check_layer_outputs(run, layer, outs)
+        if layer in self.recomputed:
+            check_layer_outputs(run, layer, outs)
         iface = [(d, leaf) for d, leaf in zip(lp.inputs, leaves)]
         values = []
         for name, t in zip(lp.outputs, outs):
@@ -462,7 +474,7 @@ class PlanExecutor:
             values.append(v)
             iface.append((name, v))
             run.values[name] = v
-        self._refer(ph, iface)
+        self._refer(run, ph, iface)
         for name, t in zip(lp.outputs, outs):
             if t.requires_grad and t.grad_fn is not None:
                 ph.roots.append((name, t))
@@ -477,33 +489,44 @@ class PlanExecutor:
                 leaf.data = _placeholder(leaf)
         run.phantoms[layer] = ph
 
-    def _refer(self, ph: _Phantom, iface: list[tuple[str, torch.Tensor]]) -> None:
+    def _refer(self, run: _Run, ph: _Phantom, iface: list[tuple[str, torch.Tensor]]) -> None:
         """Replace saved tensors that lie inside an interface datum by references to it."""
-        spans = []
-        resident = self._resident_ptrs() if ph.saved else set()
+        if not ph.saved:
+            return
+        if run.resident_ptrs is None:
+            run.resident_ptrs = self._resident_ptrs()
+        resident = run.resident_ptrs
+        # interface data by storage; a saved tensor's extent is only worked out when its
+        # storage is one of theirs (most saved tensors are internal to the layer)
+        spans: dict[int, list] = {}
         for name, t in iface:
-            if t.numel() == 0:
-                continue
-            s = t.untyped_storage()
-            spans.append((name, s.data_ptr(), t, _extent(t)))
+            if t.numel():
+                spans.setdefault(t.untyped_storage().data_ptr(), []).append((name, t))
+        device = self.device
         for rec in ph.saved:
             t = rec.tensor
-            if t is None or t.numel() == 0 or t.device != self.device:
-                if t is not None:
-                    rec.tensor = t.detach()
+            if t is None:
+                continue
+            if t.numel() == 0 or t.device != device:
+                rec.tensor = t.detach()
                 continue
             ptr = t.untyped_storage().data_ptr()
             if ptr in resident:
                 rec.tensor = t.detach()
                 rec.resident = True
                 continue
-            lo, hi = _extent(t)
-            for name, p, it, (ilo, ihi) in spans:
-                if p == ptr and t.dtype == it.dtype and ilo <= lo and hi <= ihi:
-                    rec.ref = (name, tuple(t.shape), tuple(t.stride()),
-                               lo - ilo, tuple(it.stride()))
-                    rec.tensor = None
-                    break
+            found = spans.get(ptr)
+            if found:
+                lo, hi = _extent(t)
+                for name, it in found:
+                    ilo, ihi = _extent(it)
+                    if t.dtype == it.dtype and ilo <= lo and hi <= ihi:
+                        rec.ref = (name, tuple(t.shape), tuple(t.stride()),
+                                   lo - ilo, tuple(it.stride()))
+                        rec.tensor = None
+                        break
+                else:
+                    rec.tensor = t.detach()
             else:
                 rec.tensor = t.detach()
 
@@ -911,6 +934,17 @@ class PlanExecutor:
             self._finish_prefetch(run, name)
 
 
+def _recomputed_layers(plan: Plan) -> set[str]:
+    """The layers whose forward the plan computes more than once in a step."""
+    seen: set[str] = set()
+    again: set[str] = set()
+    for op in plan.ops:
+        if op.op == "compute" and op.node and op.node.endswith(".fwd"):
+            layer = op.node[:-len(".fwd")]
+            (again if layer in seen else seen).add(layer)
+    return again
+
+
 def _release_blocks(ph: _Phantom) -> None:
     """Forget the phantom's storages (the records and their blocks refer to each other: a
     cycle that only the garbage collector would free, keeping the tensors alive)."""
@@ -999,7 +1033,12 @@ class _PlanFunction(torch.autograd.Function):
         if run is None:
             raise RuntimeError("the plan's backward ran twice for one forward (retain_graph "
                                "is not supported by schedlang's runtime)")
-        in_grads = ctx.executor.backward(run, list(grads))
+        try:
+            in_grads = ctx.executor.backward(run, list(grads))
+        except BaseException:
+            if ctx.executor.on_error is not None:
+                ctx.executor.on_error()
+            raise
         return (None, None, None, *in_grads)
 
 
