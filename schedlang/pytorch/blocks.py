@@ -142,11 +142,38 @@ def _containers(module: nn.Module, prefix: str):
             yield from _containers(child, q + ".")
 
 
-def candidate_blocks(model: nn.Module, names=None) -> tuple[str, list[str], list[str]]:
+def _splits(module: nn.Module) -> bool:
+    """A plain `nn.Sequential` (its forward is `nn.Sequential`'s own: each child runs once, in
+    order) whose children are all composite modules (each has submodules of its own)."""
+    return isinstance(module, nn.Sequential) and len(module) >= 1 \
+        and type(module).forward is nn.Sequential.forward \
+        and all(any(True for _ in c.children()) for c in module.children())
+
+
+def finer_blocks(model: nn.Module, names: list[str], whole=()) -> list[str]:
+    """`names`, each plain `nn.Sequential` of composite modules among them replaced by its
+    children, recursively (`_splits`); the modules named in `whole` stay as they are."""
+    whole = set(whole)
+    out = []
+    for n in names:
+        m = model.get_submodule(n)
+        if n not in whole and _splits(m):
+            out += finer_blocks(model, [f"{n}.{c}" for c, _ in m.named_children()], whole)
+        else:
+            out.append(n)
+    return out
+
+
+def _children(model: nn.Module, whole=()) -> list[str]:
+    return finer_blocks(model, [n for n, _ in model.named_children()], whole)
+
+
+def candidate_blocks(model: nn.Module, names=None,
+                     whole=()) -> tuple[str, list[str], list[str]]:
     """(how they were chosen, qualified names of the candidate blocks, optional ones) — see
     the module docstring. Optional candidates (and, for the "children" choice, all of them)
     that the run does not call exactly once are dropped by `find_blocks`; a required one is an
-    error."""
+    error. `whole`: submodules an automatic choice keeps whole (FSDP units)."""
     modules = dict(model.named_modules())
     if names is not None:
         if isinstance(names, str):
@@ -166,13 +193,13 @@ def candidate_blocks(model: nn.Module, names=None) -> tuple[str, list[str], list
                                      WHERE)
         return "user", list(dict.fromkeys(names)), []
     if isinstance(model, (nn.Sequential, nn.ModuleList)) and len(model) >= 2:
-        return "sequential", [n for n, _ in model.named_children()], []
+        return "sequential", _children(model, whole), []
     found = []
     for q, container in _containers(model, ""):
         found += [f"{q}.{c}" for c, _ in container.named_children()]
     if found:
-        return "blocks", found, _beside(model, found)
-    return "children", [n for n, _ in model.named_children()], []
+        return "blocks", finer_blocks(model, found, whole), _beside(model, found)
+    return "children", _children(model, whole), []
 
 
 def _beside(model: nn.Module, blocks: list[str]) -> list[str]:
@@ -439,7 +466,7 @@ def _record(model, cands, sample_inputs, sample_kwargs):
 
 
 def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None = None,
-                names=None) -> FoundBlocks:
+                names=None, whole=()) -> FoundBlocks:
     """The blocks of `model` and the data they exchange, from one forward on the samples
     (see the module docstring). The run keeps the model's parameters, buffers (running
     statistics), gradients and the global RNG state as they were."""
@@ -447,12 +474,12 @@ def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None =
         sample_inputs = (sample_inputs,)
     sample_inputs = tuple(sample_inputs)
     sample_kwargs = dict(sample_kwargs or {})
-    mode, cands, optional = candidate_blocks(model, names)
+    mode, cands, optional = candidate_blocks(model, names, whole)
     run, out, blocks = _record(model, cands + optional, sample_inputs, sample_kwargs)
     if mode in ("blocks", "sequential") and len([b for b in blocks if b.name in cands]) < 2:
         # containers the forward does not run block by block: the direct children instead
         mode, optional = "children", []
-        cands = [n for n, _ in model.named_children()]
+        cands = _children(model, whole)
         run, out, blocks = _record(model, cands, sample_inputs, sample_kwargs)
     if mode == "children":
         optional, cands = cands, []
