@@ -83,3 +83,35 @@ def test_split_stages_reach_a_budget_whole_stages_cannot():
     with pytest.raises(FitError, match="smallest feasible budget"):
         fit(model, args, "92%", loss_fn=loss_fn, frontend="blocks", repeats=1,
             layers=["stem", "stage1", "stage2", "head"])
+
+
+def test_an_fsdp_unit_is_not_split(tmp_path):
+    """`fully_shard` on the stages (one process, gloo): fit keeps each unit one block;
+    `fit(..., fsdp=True)` shards the blocks it chooses, the residual blocks."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is needed")
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    from schedlang.pytorch.fit import fit
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        model, args, _, loss_fn = make_stages()
+        fully_shard(model.stage1)
+        fully_shard(model.stage2)
+        fully_shard(model)
+        fm = fit(model, args, "100%", loss_fn=loss_fn, repeats=1)
+        assert [b.name for b in fm._prep.partitioned.found.blocks] == [
+            "stem", "stage1", "stage2", "head"]
+        model, args, _, loss_fn = make_stages()
+        fm = fit(model, args, "95%", loss_fn=loss_fn, repeats=1, fsdp=True)
+        names = [b.name for b in fm._prep.partitioned.found.blocks]
+        assert names == ["stem", "stage1.0", "stage1.1", "stage2.0", "stage2.1", "head"]
+        assert all(isinstance(model.get_submodule(n), FSDPModule) for n in names)
+        loss_fn(fm(*args)).backward()
+        rep = fm.memory_report()
+        assert rep.measured_peak_bytes <= rep.budget_bytes
+    finally:
+        dist.destroy_process_group()
