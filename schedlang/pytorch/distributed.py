@@ -530,8 +530,10 @@ def prepare_sharded(model, args: tuple, kwargs: dict, layers=None, loss_fn=None,
             "frontend 'fx' cannot run a fully_shard-ed model (its plan executor calls the "
             "layers outside FSDP's hooks): use frontend='blocks' (or 'auto')")
     plain = unsharded_copy(model)
+    # the automatic block choice splits no unit (a Sequential unit stays one block)
+    units = [n for n, m in model.named_modules() if n and isinstance(m, _fsdp_module_type())]
     prep = prepare(plain, args, layers=layers, loss_fn=loss_fn, frontend="blocks",
-                   sample_kwargs=kwargs, **trace_kwargs)
+                   sample_kwargs=kwargs, whole=units, **trace_kwargs)
     found = prep.partitioned.found
     info = fsdp_model(model, [b.name for b in found.blocks])
     rows = info.layer_memory(prep.graph)

@@ -134,9 +134,10 @@ def _profile_blocks(found: FoundBlocks, repeats: int, options):
 
 
 def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats: int = 5,
-                 options=None, name: str | None = None) -> BlockTrace:
-    """Find, profile and describe the blocks of `model` (see the module docstring)."""
-    found = find_blocks(model, args, kwargs, names)
+                 options=None, name: str | None = None, whole=()) -> BlockTrace:
+    """Find, profile and describe the blocks of `model` (see the module docstring); `whole`:
+    submodules the automatic block choice must not split (`find_blocks`)."""
+    found = find_blocks(model, args, kwargs, names, whole)
     profiled = _profile_blocks(found, repeats, options)
     graph, glue = _to_graph(found, profiled, name or type(model).__name__)
     return BlockTrace(found, graph, profiled, glue)
