@@ -78,6 +78,8 @@ class SegmentedLayer:
         later_reads.reverse()
         self.io = []
         fixed = {n.name for n in self.placeholders[:og.n_params + og.n_buffers]}
+        # after segment s, the values that stay: read by a later segment, returned, or fixed
+        self.stay = [later | fixed for later in later_reads]
         for (nodes, ckpt), later in zip(segments, later_reads):
             inside = {n.name for n in nodes}
             ins = []
@@ -106,15 +108,16 @@ class SegmentedLayer:
         fixed = {n.name: env[n.name] for n in self.placeholders[:len(params) + len(buffers)]}
         returned = {n.name for n in self.outputs}
         gm = self.og.gm
-        for (nodes, ckpt), (ins, outs) in zip(self.segments, self.io):
+        for (nodes, ckpt), (ins, outs), stay in zip(self.segments, self.io, self.stay):
             if not ckpt:
-                run_graph(gm, [], nodes, env)
+                run_graph(gm, [], nodes, env, keep=stay)
                 continue
 
             def segment(*vals, nodes=nodes, ins=ins, outs=outs):
                 local = dict(fixed)
                 local.update(zip(ins, vals))
-                run_graph(gm, [], nodes, local)
+                del vals
+                run_graph(gm, [], nodes, local, keep=set(outs))
                 return tuple(local[o] for o in outs)
 
             # a value the layer returns is passed as a view: the runtime empties the returned
@@ -123,7 +126,10 @@ class SegmentedLayer:
             if self.held is not None:
                 self.held += [a.untyped_storage().data_ptr() for a in args]
             res = checkpoint(segment, *args, use_reentrant=False)
+            del args
             env.update(zip(outs, res))
+            for name in [n for n in env if n not in stay]:
+                del env[name]
         return tuple(env[n.name] for n in self.outputs)
 
 
