@@ -156,6 +156,7 @@ class Measured:
     phantom: int
     needs_out: list[int]  # positions of the outputs the backward reads
     fwd_delta: int = 0
+    needs_in: list[int] | None = None  # positions of the inputs it reads (None: all)
 
 
 @dataclass
@@ -225,6 +226,8 @@ def measure(fn, values, requires, out_grads, params, owned, resident, repeats: i
             kept = packed | set(fn.held or []) if isinstance(fn, SegmentedLayer) else packed
             needs_out = [i for i, o in enumerate(outs) if storage_key(o) in kept
                          and storage_key(o) not in in_keys]
+            # an input the backward reads: saved by a kept segment or held by a checkpoint
+            needs_in = [i for i, x in enumerate(xs) if storage_key(x) in kept]
             phantom = max(0, mt.current - mt.baseline - out_bytes)
             fwd_overhead = max(0, fwd_peak - mt.baseline - out_bytes - phantom)
             mt.reset_peak()
@@ -241,7 +244,7 @@ def measure(fn, values, requires, out_grads, params, owned, resident, repeats: i
         for p in params:
             p.grad = None
     return Measured(statistics.median(fwd), statistics.median(bwd), fwd_overhead, bwd_overhead,
-                    phantom, needs_out, phantom)
+                    phantom, needs_out, phantom, needs_in)
 
 
 def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRACTIONS,
@@ -374,7 +377,8 @@ def add_generated_options(profiled, *, model: str = "layer_options",
                                 name=lp.name, max_options=max_options)
         for g in gens:
             m = g.measured
-            needs = list(layer.inputs) + [layer.outputs[i] for i in m.needs_out]
+            ins = range(len(layer.inputs)) if m.needs_in is None else m.needs_in
+            needs = [layer.inputs[i] for i in ins] + [layer.outputs[i] for i in m.needs_out]
             lp.options.append(OptionProfile(g.name, m.fwd_time, m.bwd_time, m.fwd_overhead,
                                             m.bwd_overhead, m.phantom, needs, m.fwd_delta))
             registry.setdefault(lp.name, {})[g.name] = g.layer
