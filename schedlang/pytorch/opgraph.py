@@ -187,44 +187,27 @@ def _units_of(gm: fx.GraphModule) -> list[list[fx.Node]]:
     return units
 
 
-def run_graph(gm: fx.GraphModule, args: list, nodes=None, env=None, hook=None,
-              keep=None) -> dict:
+def run_graph(gm: fx.GraphModule, args: list, nodes=None, env=None, hook=None) -> dict:
     """Run the call nodes `nodes` of `gm` (all by default) on `env` (placeholder values by
-    name, given as `args` in placeholder order when env is None); returns the env.
-    `keep`: the names whose values must stay in `env` after the run; when given, every other
-    value leaves `env` right after its last reader among `nodes` runs, as eager PyTorch frees
-    a temporary (else an option run this way would hold all of its intermediates at once)."""
+    name, given as `args` in placeholder order when env is None); returns the env."""
     if env is None:
         env = {}
         ph = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for n, a in zip(ph, args):
             env[n.name] = a
     nodes = nodes if nodes is not None else [n for n in gm.graph.nodes if n.op == "call_function"]
-    last: dict[str, int] = {}
-    if keep is not None:
-        for k, n in enumerate(nodes):
-            last[n.name] = k  # a value no node reads leaves right away
-            for a in n.all_input_nodes:
-                last[a.name] = k
-    dead: list[list[str]] = [[] for _ in nodes]
-    for name, k in last.items():
-        if name not in keep:
-            dead[k].append(name)
 
     def load(a):
         return env[a.name] if isinstance(a, fx.Node) else a
 
-    for k, n in enumerate(nodes):
+    for n in nodes:
         a = fx.node.map_arg(n.args, load)
         kw = fx.node.map_arg(n.kwargs, load)
         if hook is not None:
             hook(n, True)
         env[n.name] = n.target(*a, **kw)
-        del a, kw
         if hook is not None:
             hook(n, False)
-        for name in dead[k]:
-            env.pop(name, None)
     return env
 
 

@@ -11,11 +11,12 @@ does not matter here), `generate_options`
    units, each *kept* (plain autograd) or *checkpointed* (recomputed in the backward, one
    round per segment);
 3. builds each distinct solution as a `SegmentedLayer` — the layer's aten graph run segment
-   by segment, each checkpointed segment through `torch.utils.checkpoint` (non-reentrant,
+   by segment (each segment's ops as fx-generated code, which frees every value after its last
+   reader, as eager PyTorch does), each checkpointed segment through `torch.utils.checkpoint` (non-reentrant,
    RNG state preserved: dropout masks are those of the first run); when it recomputes
    something, also nested in one more checkpoint around the layer — and measures each as
    `profile` measures the fixed options (times, forward and backward overheads, phantom,
-   needs), with the same `MemoryTracker`;
+   needs: the layer inputs its backward reads), with the same `MemoryTracker`;
 4. keeps the options no other option (fixed or generated) dominates in phantom, backward
    overhead and time. They are named `ops1`, `ops2`, ... and their runtime kind is `ops`.
 
@@ -37,7 +38,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..errors import Loc, SchedError
 from .memory import MemoryTracker, storage_key
-from .opgraph import OpGraph, graph_outputs, record_ops, run_graph
+from .opgraph import OpGraph, graph_outputs, record_ops
 
 __all__ = ["SegmentedLayer", "GeneratedOption", "generate_options", "add_generated_options",
            "OPS_PREFIX", "CACHE", "DEFAULT_FRACTIONS"]
@@ -77,9 +78,11 @@ class SegmentedLayer:
                 seen.update(a.name for a in n.all_input_nodes)
         later_reads.reverse()
         self.io = []
-        fixed = {n.name for n in self.placeholders[:og.n_params + og.n_buffers]}
+        fixed = [n.name for n in self.placeholders[:og.n_params + og.n_buffers]]
         # after segment s, the values that stay: read by a later segment, returned, or fixed
-        self.stay = [later | fixed for later in later_reads]
+        self.stay = [later | set(fixed) for later in later_reads]
+        self.code = []  # per segment: its aten ops as generated Python (fx code), and the
+        # parameters and buffers it reads
         for (nodes, ckpt), later in zip(segments, later_reads):
             inside = {n.name for n in nodes}
             ins = []
@@ -89,6 +92,7 @@ class SegmentedLayer:
                         ins.append(a.name)
             outs = [n.name for n in nodes if n.name in later]
             self.io.append((ins, outs))
+            self.code.append(_segment_code(og.gm, nodes, ins, outs, fixed))
         self.held: list | None = None  # set to a list: storages the checkpoints hold
 
     def spans(self) -> list[tuple[str, str, bool]]:
@@ -105,32 +109,51 @@ class SegmentedLayer:
         params = list(self.module.parameters()) if hasattr(self.module, "parameters") else []
         buffers = list(self.module.buffers()) if hasattr(self.module, "buffers") else []
         env = {n.name: a for n, a in zip(self.placeholders, params + buffers + list(xs))}
-        fixed = {n.name: env[n.name] for n in self.placeholders[:len(params) + len(buffers)]}
         returned = {n.name for n in self.outputs}
-        gm = self.og.gm
-        for (nodes, ckpt), (ins, outs), stay in zip(self.segments, self.io, self.stay):
-            if not ckpt:
-                run_graph(gm, [], nodes, env, keep=stay)
-                continue
-
-            def segment(*vals, nodes=nodes, ins=ins, outs=outs):
-                local = dict(fixed)
-                local.update(zip(ins, vals))
-                del vals
-                run_graph(gm, [], nodes, local, keep=set(outs))
-                return tuple(local[o] for o in outs)
-
-            # a value the layer returns is passed as a view: the runtime empties the returned
-            # tensor object itself (its memory is the datum's), not the checkpoint's copy
-            args = [env[i].view_as(env[i]) if i in returned else env[i] for i in ins]
-            if self.held is not None:
-                self.held += [a.untyped_storage().data_ptr() for a in args]
-            res = checkpoint(segment, *args, use_reentrant=False)
-            del args
+        for (_, ckpt), (ins, outs), (code, used), stay in zip(self.segments, self.io,
+                                                               self.code, self.stay):
+            fixed = [env[f] for f in used]
+            if ckpt:
+                # a value the layer returns is passed as a view: the runtime empties the
+                # returned tensor object itself (its memory is the datum's), not the
+                # checkpoint's copy
+                args = [env[i].view_as(env[i]) if i in returned else env[i] for i in ins]
+                if self.held is not None:
+                    self.held += [a.untyped_storage().data_ptr() for a in args]
+                res = checkpoint(lambda *v, code=code, fixed=fixed: code(*fixed, *v), *args,
+                                 use_reentrant=False)
+            else:
+                args = [env[i] for i in ins]
+                res = code(*fixed, *args)
+            del args, fixed
             env.update(zip(outs, res))
-            for name in [n for n in env if n not in stay]:
+            del res
+            for name in [n for n in env if n not in stay]:  # no later segment reads it
                 del env[name]
         return tuple(env[n.name] for n in self.outputs)
+
+
+def _segment_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs: list[str],
+                  fixed: list[str]):
+    """The segment's aten ops as a GraphModule (fx generates its Python code, which drops each
+    value after its last reader as eager PyTorch does): arguments the parameters and buffers
+    it reads, then `ins`; returns the tuple of `outs`."""
+    inside = {n.name for n in nodes}
+    read = {a.name for n in nodes for a in n.all_input_nodes if a.name not in inside}
+    used = [f for f in fixed if f in read]
+    g = fx.Graph()
+    env = {name: g.placeholder(name) for name in used + ins}
+    attrs = {n.name: n for n in gm.graph.nodes if n.op == "get_attr"}
+
+    def arg(a):
+        if a.name not in env and a.name in attrs:
+            env[a.name] = g.get_attr(attrs[a.name].target)
+        return env[a.name]
+
+    for n in nodes:
+        env[n.name] = g.node_copy(n, arg)
+    g.output(tuple(env[o] for o in outs))
+    return fx.GraphModule(gm, g), used
 
 
 def _segments(og: OpGraph, spans) -> list[tuple[list[fx.Node], bool]]:
