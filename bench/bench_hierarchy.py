@@ -7,8 +7,10 @@
   GPT-like transformer (tests/torch_models.py), side by side with the physical floor:
   resident memory (parameters, buffers, inputs) + parameter gradients + the largest single
   op's backward working set (its output's gradient, its inputs' gradients, what autograd saved
-  for it). At the generated options' smallest budget, one training step runs: gradients
-  against eager PyTorch, measured peak (CPU tracker) against the budget.
+  for it); also with only the parameter gradients that exist when that op's backward runs
+  (`floor_at_op`: the honest least memory at that moment; the first counts them all). At the
+  generated options' smallest budget, one training step runs: gradients against eager
+  PyTorch, measured peak (CPU tracker) against the budget.
 * flat: a small model planned flat at op level (its whole op graph, `checkmate.sched`)
   against the hierarchical plan (layered graph with generated options, `rockmate.sched`):
   each plan's time overhead over its own graph's no-recomputation time at the same budget
