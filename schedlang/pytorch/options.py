@@ -46,7 +46,7 @@ __all__ = ["SegmentedLayer", "GeneratedOption", "generate_options", "add_generat
 WHERE = Loc("options")
 OPS_PREFIX = "ops"
 #: the budgets of the series, as fractions of what autograd saves inside the layer
-DEFAULT_FRACTIONS = (0.8, 0.6, 0.45, 0.3, 0.2, 0.12, 0.06)
+DEFAULT_FRACTIONS = (0.8, 0.7, 0.6, 0.55, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.06)
 #: the most generated options a layer gets (evenly spread along the Pareto front), so that
 #: the top-level model stays small
 MAX_OPTIONS = 6
