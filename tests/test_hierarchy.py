@@ -123,7 +123,9 @@ def test_option_generation_is_changed_in_sched_text(tmp_path):
                     "constraint one_round: sum((i, j) in SEG) XC[i, j] <= 1\n")
     model, (idx,), _ = ALL["gpt"](batch=2, context=16, layers=1)
     og = record_ops(model.blocks[0], (torch.randn(2, 16, 32),), repeats=1)
-    fractions = (0.9, 0.8, 0.7)
+    for u in og.units:  # equal times: the cuts depend on the structure, not on timing noise
+        u.fwd_time = u.bwd_time = 1e-3
+    fractions = (0.9, 0.8, 0.7, 0.6)
     shipped = solve_spans(og, fractions=fractions)
     assert any(sum(c for _, _, c in spans) >= 2 for spans in shipped)
     for spans in solve_spans(og, model=str(mine), fractions=fractions):
