@@ -11,9 +11,10 @@ does not matter here), `generate_options`
    units, each *kept* (plain autograd) or *checkpointed* (recomputed in the backward, one
    round per segment);
 3. builds each distinct solution as a `SegmentedLayer` — the layer's aten graph run segment
-   by segment (each segment's ops as fx-generated code, which frees every value after its last
-   reader, as eager PyTorch does), each checkpointed segment through `torch.utils.checkpoint` (non-reentrant,
-   RNG state preserved: dropout masks are those of the first run); when it recomputes
+   by segment (each segment's ops as fx-generated code, which frees every value after its
+   last reader, as eager PyTorch does), each checkpointed segment through
+   `torch.utils.checkpoint` (non-reentrant, RNG state preserved: dropout masks are those of
+   the first run); when it recomputes
    something, also nested in one more checkpoint around the layer — and measures each as
    `profile` measures the fixed options (times, forward and backward overheads, phantom,
    needs: the layer inputs its backward reads), with the same `MemoryTracker`;
