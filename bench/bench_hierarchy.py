@@ -7,8 +7,10 @@
   GPT-like transformer (tests/torch_models.py), side by side with the physical floor:
   resident memory (parameters, buffers, inputs) + parameter gradients + the largest single
   op's backward working set (its output's gradient, its inputs' gradients, what autograd saved
-  for it). At the generated options' smallest budget, one training step runs: gradients
-  against eager PyTorch, measured peak (CPU tracker) against the budget.
+  for it); also with only the parameter gradients that exist when that op's backward runs
+  (`floor_at_op`: the honest least memory at that moment; the first counts them all). At the
+  generated options' smallest budget, one training step runs: gradients against eager
+  PyTorch, measured peak (CPU tracker) against the budget.
 * flat: a small model planned flat at op level (its whole op graph, `checkmate.sched`)
   against the hierarchical plan (layered graph with generated options, `rockmate.sched`):
   each plan's time overhead over its own graph's no-recomputation time at the same budget
@@ -68,21 +70,34 @@ def lowest(prep, rel: float = 0.01, time_limit: float = 60.0) -> int | None:
 
 
 def floor(model, prep) -> dict:
-    """Resident + parameter gradients + the largest single op's backward working set."""
+    """Resident + parameter gradients + the largest single op's backward working set (its
+    output's gradient, its inputs' gradients, what autograd saved for it). `floor` counts
+    every parameter gradient (an upper bound: the step's end holds them all); `floor_at_op`
+    only those that exist when that op's backward runs (the layers from its own to the last:
+    the backward runs in reverse), the least memory any plan needs at that moment."""
     from schedlang.pytorch.options import CACHE
 
     pgrads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    ws, where = 0, ""
-    for og, _, _ in CACHE.values():
+    sizes = {d.name: d.size for d in prep.graph.data}
+    layers = [lay.name for lay in prep.graph.layers]
+    later = {name: sum(sizes.get(f"{m}.params.grad", 0) for m in layers[k:])
+             for k, name in enumerate(layers)}
+    graphs = {key[0][0]: og for key, (og, _, _) in CACHE.items()}  # layer signature -> graph
+    ws, where, at_op = 0, "", 0
+    for lay in prep.partitioned.layers:
+        og = graphs.get(lay.signature)
+        if og is None:
+            continue
         owned = {u.name: u.created for u in og.units}
         for u in og.units:
             if not u.has_backward:
                 continue
             w = u.created + u.grad_bytes + sum(owned.get(s, 0) for s in u.saved_from)
             if w > ws:
-                ws, where = w, "+".join(u.ops[:3])
+                ws, where = w, f"{lay.name}: " + "+".join(u.ops[:3])
+            at_op = max(at_op, prep.resident_bytes + later.get(lay.name, 0) + w)
     return {"resident": prep.resident_bytes, "param_grads": pgrads, "op_working_set": ws,
-            "op": where, "floor": prep.resident_bytes + pgrads + ws}
+            "op": where, "floor": prep.resident_bytes + pgrads + ws, "floor_at_op": at_op}
 
 
 def check_step(model, inputs, loss_fn, prep, budget) -> dict:
@@ -134,7 +149,9 @@ def part_lowest(args) -> list[dict]:
               f"-{100 * (row['reduction'] or 0):.1f}%  floor {format_size(fl['floor'])} "
               f"(resident {format_size(fl['resident'])}, param grads "
               f"{format_size(fl['param_grads'])}, op {format_size(fl['op_working_set'])} "
-              f"{fl['op']}); generated/floor {(lo_gen or 0) / fl['floor']:.3f}", flush=True)
+              f"{fl['op']}); generated/floor {(lo_gen or 0) / fl['floor']:.3f}; floor with "
+              f"the parameter gradients alive at that op {format_size(fl['floor_at_op'])}",
+              flush=True)
         if step:
             print(f"      step at {format_size(step['budget'])}: measured "
                   f"{format_size(step['measured'])} predicted {format_size(step['predicted'])} "

@@ -11,11 +11,13 @@ does not matter here), `generate_options`
    units, each *kept* (plain autograd) or *checkpointed* (recomputed in the backward, one
    round per segment);
 3. builds each distinct solution as a `SegmentedLayer` — the layer's aten graph run segment
-   by segment, each checkpointed segment through `torch.utils.checkpoint` (non-reentrant,
-   RNG state preserved: dropout masks are those of the first run); when it recomputes
+   by segment (each segment's ops as fx-generated code, which frees every value after its
+   last reader, as eager PyTorch does), each checkpointed segment through
+   `torch.utils.checkpoint` (non-reentrant, RNG state preserved: dropout masks are those of
+   the first run); when it recomputes
    something, also nested in one more checkpoint around the layer — and measures each as
    `profile` measures the fixed options (times, forward and backward overheads, phantom,
-   needs), with the same `MemoryTracker`;
+   needs: the layer inputs its backward reads), with the same `MemoryTracker`;
 4. keeps the options no other option (fixed or generated) dominates in phantom, backward
    overhead and time. They are named `ops1`, `ops2`, ... and their runtime kind is `ops`.
 
@@ -37,7 +39,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..errors import Loc, SchedError
 from .memory import MemoryTracker, storage_key
-from .opgraph import OpGraph, graph_outputs, record_ops, run_graph
+from .opgraph import OpGraph, graph_outputs, record_ops
 
 __all__ = ["SegmentedLayer", "GeneratedOption", "generate_options", "add_generated_options",
            "OPS_PREFIX", "CACHE", "DEFAULT_FRACTIONS"]
@@ -45,7 +47,7 @@ __all__ = ["SegmentedLayer", "GeneratedOption", "generate_options", "add_generat
 WHERE = Loc("options")
 OPS_PREFIX = "ops"
 #: the budgets of the series, as fractions of what autograd saves inside the layer
-DEFAULT_FRACTIONS = (0.8, 0.6, 0.45, 0.3, 0.2, 0.12, 0.06)
+DEFAULT_FRACTIONS = (0.8, 0.7, 0.6, 0.55, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.06)
 #: the most generated options a layer gets (evenly spread along the Pareto front), so that
 #: the top-level model stays small
 MAX_OPTIONS = 6
@@ -77,7 +79,11 @@ class SegmentedLayer:
                 seen.update(a.name for a in n.all_input_nodes)
         later_reads.reverse()
         self.io = []
-        fixed = {n.name for n in self.placeholders[:og.n_params + og.n_buffers]}
+        fixed = [n.name for n in self.placeholders[:og.n_params + og.n_buffers]]
+        # after segment s, the values that stay: read by a later segment, returned, or fixed
+        self.stay = [later | set(fixed) for later in later_reads]
+        self.code = []  # per segment: its aten ops as generated Python (fx code), and the
+        # parameters and buffers it reads
         for (nodes, ckpt), later in zip(segments, later_reads):
             inside = {n.name for n in nodes}
             ins = []
@@ -87,6 +93,7 @@ class SegmentedLayer:
                         ins.append(a.name)
             outs = [n.name for n in nodes if n.name in later]
             self.io.append((ins, outs))
+            self.code.append(_segment_code(og.gm, nodes, ins, outs, fixed))
         self.held: list | None = None  # set to a list: storages the checkpoints hold
 
     def spans(self) -> list[tuple[str, str, bool]]:
@@ -103,28 +110,51 @@ class SegmentedLayer:
         params = list(self.module.parameters()) if hasattr(self.module, "parameters") else []
         buffers = list(self.module.buffers()) if hasattr(self.module, "buffers") else []
         env = {n.name: a for n, a in zip(self.placeholders, params + buffers + list(xs))}
-        fixed = {n.name: env[n.name] for n in self.placeholders[:len(params) + len(buffers)]}
         returned = {n.name for n in self.outputs}
-        gm = self.og.gm
-        for (nodes, ckpt), (ins, outs) in zip(self.segments, self.io):
-            if not ckpt:
-                run_graph(gm, [], nodes, env)
-                continue
-
-            def segment(*vals, nodes=nodes, ins=ins, outs=outs):
-                local = dict(fixed)
-                local.update(zip(ins, vals))
-                run_graph(gm, [], nodes, local)
-                return tuple(local[o] for o in outs)
-
-            # a value the layer returns is passed as a view: the runtime empties the returned
-            # tensor object itself (its memory is the datum's), not the checkpoint's copy
-            args = [env[i].view_as(env[i]) if i in returned else env[i] for i in ins]
-            if self.held is not None:
-                self.held += [a.untyped_storage().data_ptr() for a in args]
-            res = checkpoint(segment, *args, use_reentrant=False)
+        for (_, ckpt), (ins, outs), (code, used), stay in zip(self.segments, self.io,
+                                                               self.code, self.stay):
+            fixed = [env[f] for f in used]
+            if ckpt:
+                # a value the layer returns is passed as a view: the runtime empties the
+                # returned tensor object itself (its memory is the datum's), not the
+                # checkpoint's copy
+                args = [env[i].view_as(env[i]) if i in returned else env[i] for i in ins]
+                if self.held is not None:
+                    self.held += [a.untyped_storage().data_ptr() for a in args]
+                res = checkpoint(lambda *v, code=code, fixed=fixed: code(*fixed, *v), *args,
+                                 use_reentrant=False)
+            else:
+                args = [env[i] for i in ins]
+                res = code(*fixed, *args)
+            del args, fixed
             env.update(zip(outs, res))
+            del res
+            for name in [n for n in env if n not in stay]:  # no later segment reads it
+                del env[name]
         return tuple(env[n.name] for n in self.outputs)
+
+
+def _segment_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs: list[str],
+                  fixed: list[str]):
+    """The segment's aten ops as a GraphModule (fx generates its Python code, which drops each
+    value after its last reader as eager PyTorch does): arguments the parameters and buffers
+    it reads, then `ins`; returns the tuple of `outs`."""
+    inside = {n.name for n in nodes}
+    read = {a.name for n in nodes for a in n.all_input_nodes if a.name not in inside}
+    used = [f for f in fixed if f in read]
+    g = fx.Graph()
+    env = {name: g.placeholder(name) for name in used + ins}
+    attrs = {n.name: n for n in gm.graph.nodes if n.op == "get_attr"}
+
+    def arg(a):
+        if a.name not in env and a.name in attrs:
+            env[a.name] = g.get_attr(attrs[a.name].target)
+        return env[a.name]
+
+    for n in nodes:
+        env[n.name] = g.node_copy(n, arg)
+    g.output(tuple(env[o] for o in outs))
+    return fx.GraphModule(gm, g), used
 
 
 def _segments(og: OpGraph, spans) -> list[tuple[list[fx.Node], bool]]:
@@ -150,6 +180,7 @@ class Measured:
     phantom: int
     needs_out: list[int]  # positions of the outputs the backward reads
     fwd_delta: int = 0
+    needs_in: list[int] | None = None  # positions of the inputs it reads (None: all)
 
 
 @dataclass
@@ -219,6 +250,8 @@ def measure(fn, values, requires, out_grads, params, owned, resident, repeats: i
             kept = packed | set(fn.held or []) if isinstance(fn, SegmentedLayer) else packed
             needs_out = [i for i, o in enumerate(outs) if storage_key(o) in kept
                          and storage_key(o) not in in_keys]
+            # an input the backward reads: saved by a kept segment or held by a checkpoint
+            needs_in = [i for i, x in enumerate(xs) if storage_key(x) in kept]
             phantom = max(0, mt.current - mt.baseline - out_bytes)
             fwd_overhead = max(0, fwd_peak - mt.baseline - out_bytes - phantom)
             mt.reset_peak()
@@ -235,7 +268,7 @@ def measure(fn, values, requires, out_grads, params, owned, resident, repeats: i
         for p in params:
             p.grad = None
     return Measured(statistics.median(fwd), statistics.median(bwd), fwd_overhead, bwd_overhead,
-                    phantom, needs_out, phantom)
+                    phantom, needs_out, phantom, needs_in)
 
 
 def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRACTIONS,
@@ -372,7 +405,8 @@ def add_generated_options(profiled, *, model: str = "layer_options",
                                 cache_dir=cache_dir)
         for g in gens:
             m = g.measured
-            needs = list(layer.inputs) + [layer.outputs[i] for i in m.needs_out]
+            ins = range(len(layer.inputs)) if m.needs_in is None else m.needs_in
+            needs = [layer.inputs[i] for i in ins] + [layer.outputs[i] for i in m.needs_out]
             lp.options.append(OptionProfile(g.name, m.fwd_time, m.bwd_time, m.fwd_overhead,
                                             m.bwd_overhead, m.phantom, needs, m.fwd_delta))
             registry.setdefault(lp.name, {})[g.name] = g.layer
