@@ -169,3 +169,23 @@ def test_a_measured_step_leaves_no_counting_mode_behind():
     out = fm(*inputs)
     assert len(_get_current_dispatch_mode_stack()) == 1  # this step's tracker only
     loss_fn(out).backward()
+
+
+def test_a_forward_without_backward_leaves_no_counting_mode_and_no_reading():
+    """A forward with gradients on whose output is dropped (an evaluation pass without
+    `torch.no_grad()`) ends its measured step when its graph is freed: no counting mode stays
+    on the thread's stack (it would count every later op of the process), and the forward's
+    partial peak is not reported as a step's."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    from schedlang.pytorch.fit import fit
+    from tests.torch_models import make_gpt
+
+    model, inputs, loss_fn = make_gpt()
+    fm = fit(model, inputs, budget="85%", loss_fn=loss_fn, repeats=1)
+    loss_fn(fm(*inputs)).backward()
+    step = fm.memory_report().measured_peak_bytes
+    fm(*inputs)  # dropped: its graph is freed at once
+    assert not any(getattr(m, "tracker", None) is not None
+                   for m in _get_current_dispatch_mode_stack())
+    assert fm.memory_report().measured_peak_bytes == step

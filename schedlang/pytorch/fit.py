@@ -33,6 +33,7 @@ import copy
 import dataclasses
 import logging
 import time
+import weakref
 import warnings
 from dataclasses import dataclass, field
 
@@ -597,7 +598,7 @@ class FitModule(nn.Module):
     def _open_tracker(self, tensors) -> None:
         from .memory import MemoryTracker
 
-        self._close_tracker()
+        self._close_tracker(complete=False)  # a previous forward that had no backward
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]
         watch = []
         if self._prep.fsdp is not None:
@@ -610,7 +611,9 @@ class FitModule(nn.Module):
             self._recorder.begin(self, self._tracker)
         self._t0 = time.perf_counter()
 
-    def _close_tracker(self) -> None:
+    def _close_tracker(self, complete: bool = True) -> None:
+        """End the measured step; `complete=False`: it had no backward, so its reading is not
+        a step's peak and is dropped."""
         tr = self._tracker
         if tr is None:
             return
@@ -621,6 +624,8 @@ class FitModule(nn.Module):
             tr.__exit__(None, None, None)
         except Exception:  # a mode entered on another thread: keep the reading only
             pass
+        if not complete:
+            return
         self._measured = tr.peak
         self._step_s = time.perf_counter() - self._t0
         self._check_calibration()
@@ -688,7 +693,10 @@ class _StepEnd:
     def attach(fm: FitModule, outputs: list) -> None:
         # the end of the backward: autograd calls a callback queued on the engine at the
         # first gradient computed for one of the outputs
+        guard = _StepGuard(fm)
+
         def on_grad(grad):
+            guard.backward_started = True
             torch.autograd.Variable._execution_engine.queue_callback(fm._close_tracker)
             return grad
 
@@ -700,6 +708,22 @@ class _StepEnd:
                 break
         if not hooked:
             fm._close_tracker()
+
+
+class _StepGuard:
+    """Lives as long as the step's autograd graph (its hook's closure holds it): a step whose
+    graph is freed without a backward (a forward with gradients on whose output is dropped)
+    closes its tracker then, rather than leaving a counting mode on the thread's stack."""
+
+    def __init__(self, fm: FitModule):
+        self.fm = weakref.ref(fm)
+        self.tracker = fm._tracker
+        self.backward_started = False
+
+    def __del__(self):
+        fm = self.fm()
+        if fm is not None and not self.backward_started and fm._tracker is self.tracker:
+            fm._close_tracker(complete=False)
 
 
 # --- the one call ---------------------------------------------------------------------------------
