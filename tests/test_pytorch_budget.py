@@ -169,3 +169,30 @@ def test_a_measured_step_leaves_no_counting_mode_behind():
     out = fm(*inputs)
     assert len(_get_current_dispatch_mode_stack()) == 1  # this step's tracker only
     loss_fn(out).backward()
+
+
+def test_the_outputs_are_handed_over_to_the_loss():
+    """With `loss_fn`, the model's outputs go to the loss as in eager PyTorch: the runtime
+    keeps no reference to the logits, so a cross-entropy frees them once it has their
+    log-softmax. The no-recomputation plan run by fit's runtime measures eager's peak (it
+    used to hold one logits tensor more), and the prediction counts the same."""
+    from schedlang.planners.no_recompute import no_recompute_plan
+    from schedlang.pytorch.fit import fit, prepare
+    from schedlang.pytorch.memory import MemoryTracker
+
+    sizes, _ = CASES["gpt"]
+    model, inputs, loss_fn = ALL["gpt"](**sizes)
+    model.zero_grad(set_to_none=True)
+    with MemoryTracker(resident=[model, *inputs]) as mt:
+        loss_fn(model(*inputs)).backward()
+    eager = mt.peak
+    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
+    keep = fit(model, inputs, "100%", loss_fn=loss_fn, prepared=prep,
+               plan=no_recompute_plan(prep.graph), calibrate=False)
+    fit_step(keep, model, inputs, loss_fn)
+    rep = keep.memory_report()
+    logits = prep.output_bytes
+    assert logits > 4096
+    assert rep.measured_peak_bytes <= eager + 1024
+    assert rep.measured_peak_bytes <= rep.predicted_peak_bytes + 1024
+    assert rep.predicted_peak_bytes < eager + logits // 2

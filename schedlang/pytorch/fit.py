@@ -15,7 +15,11 @@ The budget is the peak of all tensor memory on the compute device during a train
 (parameters, gradients, activations, temporaries, and the loss computed on the outputs: what
 ``torch.cuda.max_memory_allocated`` reports), given as a size ("2GiB", bytes) or as a
 percentage ("60%") of the peak of plain execution (no recomputation, predicted from the
-profile). The loss runs outside the module: with `loss_fn` its memory is measured once; without
+profile). The loss runs outside the module: with `loss_fn` its memory is measured once, the
+outputs handed over to it as ``loss_fn(model(x)).backward()`` does (the fx runtime keeps no
+reference to outputs the plan next deletes, `runtime.PlanExecutor.handed_over`, so they are
+freed once the loss has consumed them; a caller that keeps them through the backward holds
+their bytes more, and calibration plans for it); without
 it, `fit` reserves `LOSS_RESERVE` times the bytes of the floating-point outputs for it (what a
 cross-entropy on logits takes: their log-softmax and one temporary) plus `LOSS_SCALAR_BYTES`
 for its scalars, and `memory_report()` says
