@@ -15,11 +15,9 @@ The budget is the peak of all tensor memory on the compute device during a train
 (parameters, gradients, activations, temporaries, and the loss computed on the outputs: what
 ``torch.cuda.max_memory_allocated`` reports), given as a size ("2GiB", bytes) or as a
 percentage ("60%") of the peak of plain execution (no recomputation, predicted from the
-profile). The loss runs outside the module: with `loss_fn` its memory is measured once, the
-outputs handed over to it as ``loss_fn(model(x)).backward()`` does (the fx runtime keeps no
-reference to outputs the plan next deletes, `runtime.PlanExecutor.handed_over`, so they are
-freed once the loss has consumed them; a caller that keeps them through the backward holds
-their bytes more, and calibration plans for it); without
+profile). The loss runs outside the module: with `loss_fn` its memory is measured once (with
+the outputs held, as a caller that keeps them through the backward does; the fx runtime itself
+keeps no reference to them once returned, `runtime.PlanExecutor.handed_over`); without
 it, `fit` reserves `LOSS_RESERVE` times the bytes of the floating-point outputs for it (what a
 cross-entropy on logits takes: their log-softmax and one temporary) plus `LOSS_SCALAR_BYTES`
 for its scalars, and `memory_report()` says
@@ -157,13 +155,8 @@ def loss_moment(plan: Plan, graph: Graph) -> int:
 
 def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn,
                           sample_kwargs: dict | None = None) -> tuple[int, int]:
-    """(bytes the loss function's forward and backward use beyond the model's outputs, their
-    gradients and the loss value, bytes of the outputs), measured on one sample output.
-
-    The outputs are handed over to the loss as a training step ``loss_fn(model(x)).backward()``
-    does (the runtime keeps no reference to them, `runtime.PlanExecutor.handed_over`): they are
-    freed when the loss has consumed them, and a loss that saves less than its input (a
-    cross-entropy saves the log-softmax, not the logits) measures that much less."""
+    """(bytes the loss function's forward and backward use beyond the gradients of the model's
+    outputs and the loss value, bytes of the outputs), measured on one sample output."""
     from torch.utils._pytree import tree_flatten, tree_map
 
     from .memory import MemoryTracker
@@ -173,30 +166,16 @@ def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn,
 
     with preserved(model), torch.no_grad():
         out = model(*sample_inputs, **(sample_kwargs or {}))
-    out = tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
+    out = tree_map(lambda t: t.detach().requires_grad_(True)
+                   if isinstance(t, torch.Tensor) and t.is_floating_point() else t, out)
     leaves = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
     out_bytes = sum(t.numel() * t.element_size() for t in leaves)
-    # non-leaf outputs made inside the tracker from a zero-byte leaf: autograd holds no
-    # reference to them (an AccumulateGrad would hold a leaf), so they die with the loss's use
-    zero = torch.zeros((), device=dev, requires_grad=True)
-    grads: list[int] = []
-
-    def _handed(t):
-        if not (isinstance(t, torch.Tensor) and t.is_floating_point()):
-            return t
-        h = t + zero.to(t.dtype)
-        h.register_hook(lambda g: grads.append(g.numel() * g.element_size()))
-        return h
-
-    with MemoryTracker(resident=[zero], device=dev) as mt:
-        handed = tree_map(_handed, out)
-        del out, leaves
-        start = mt.current
-        loss = loss_fn(handed)
-        del handed
+    with MemoryTracker(resident=leaves, device=dev) as mt:
+        loss = loss_fn(out)
         loss.backward()
-        extra = mt.peak - start
-    return max(0, extra - sum(grads) - loss.numel() * loss.element_size()), out_bytes
+        extra = mt.peak - mt.baseline
+    grads = sum(t.grad.numel() * t.grad.element_size() for t in leaves if t.grad is not None)
+    return max(0, extra - grads - loss.numel() * loss.element_size()), out_bytes
 
 
 FRONTENDS = ("auto", "fx", "blocks")
