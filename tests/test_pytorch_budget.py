@@ -189,3 +189,39 @@ def test_a_forward_without_backward_leaves_no_counting_mode_and_no_reading():
     assert not any(getattr(m, "tracker", None) is not None
                    for m in _get_current_dispatch_mode_stack())
     assert fm.memory_report().measured_peak_bytes == step
+
+
+def test_the_outputs_are_handed_over_to_the_loss():
+    """The runtime keeps no reference to the model's outputs once it has returned them: a
+    cross-entropy frees the logits once it has their log-softmax, as in eager PyTorch. The
+    no-recomputation plan run by fit's runtime measures eager's peak (it used to hold one
+    logits tensor more); the prediction still counts the outputs as the caller may keep them
+    through the backward, so it holds for a step that does."""
+    from schedlang.planners.no_recompute import no_recompute_plan
+    from schedlang.pytorch.fit import fit, prepare
+    from schedlang.pytorch.memory import MemoryTracker
+
+    sizes, _ = CASES["gpt"]
+    model, inputs, loss_fn = ALL["gpt"](**sizes)
+    model.zero_grad(set_to_none=True)
+    with MemoryTracker(resident=[model, *inputs]) as mt:
+        loss_fn(model(*inputs)).backward()
+    eager = mt.peak
+    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
+    keep = fit(model, inputs, "100%", loss_fn=loss_fn, prepared=prep,
+               plan=no_recompute_plan(prep.graph), calibrate=False)
+    assert prep.output_bytes > 4096
+    fit_step(keep, model, inputs, loss_fn)
+    handed = keep.memory_report()
+    assert handed.measured_peak_bytes <= eager + 1024
+    assert handed.measured_peak_bytes + prep.output_bytes <= handed.predicted_peak_bytes + 1024
+
+    def held_step():  # the caller keeps the logits through the backward
+        model.zero_grad(set_to_none=True)
+        out = keep(*inputs)
+        loss_fn(out).backward()
+        return out
+
+    held_step()
+    held = keep.memory_report()
+    assert held.measured_peak_bytes <= held.predicted_peak_bytes + 1024

@@ -15,7 +15,9 @@ The budget is the peak of all tensor memory on the compute device during a train
 (parameters, gradients, activations, temporaries, and the loss computed on the outputs: what
 ``torch.cuda.max_memory_allocated`` reports), given as a size ("2GiB", bytes) or as a
 percentage ("60%") of the peak of plain execution (no recomputation, predicted from the
-profile). The loss runs outside the module: with `loss_fn` its memory is measured once; without
+profile). The loss runs outside the module: with `loss_fn` its memory is measured once (with
+the outputs held, as a caller that keeps them through the backward does; the fx runtime itself
+keeps no reference to them once returned, `runtime.PlanExecutor.handed_over`); without
 it, `fit` reserves `LOSS_RESERVE` times the bytes of the floating-point outputs for it (what a
 cross-entropy on logits takes: their log-softmax and one temporary) plus `LOSS_SCALAR_BYTES`
 for its scalars, and `memory_report()` says

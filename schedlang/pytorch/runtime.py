@@ -194,6 +194,9 @@ class _Run:
         # output gradients handed over by the autograd engine, which holds them until the
         # plan's backward returns: deleting them frees their storage (see `_delete`)
         self.engine_grads: set[str] = set()
+        # model outputs handed over to the caller at the end of the forward part: the plan's
+        # first use of them after the loss is their delete (see `PlanExecutor.handed_over`)
+        self.handed: set[str] = set()
         self.offloaded_bytes = 0  # copied to the host
         self.prefetched_bytes = 0  # copied back
         self.input_requires_grad: list[bool] = []
@@ -228,6 +231,7 @@ class PlanExecutor:
         self.backward_ops = plan.ops[loss_at[0] + 1:]
         # the checksum of `check_layer_outputs` is only taken where it can be compared
         self.recomputed = _recomputed_layers(plan)
+        self.handed_over = self._handed_over()
         self._grad_inputs_of: dict[str, list[bool]] = {}
         self.streams = None
         self.last_stats: dict = {}
@@ -275,6 +279,29 @@ class PlanExecutor:
                 if op.layer not in self.glayers:
                     raise PlanError(f"op {k}: {op.op} of unknown layer {op.layer!r}")
 
+    def _handed_over(self) -> list[str]:
+        """The model outputs whose first use in the backward part is their delete: the forward
+        part hands them over to the caller (the loss) and keeps no reference of its own, so
+        that they are freed when the loss has consumed them, as in eager PyTorch (a loss such as
+        cross-entropy keeps its log-softmax, not the logits)."""
+        handed = []
+        for name in self.model_outputs:
+            if name not in self.data_names or name in self.resident_data:
+                continue
+            for op in self.backward_ops:
+                if op.op == "compute" and op.node != "loss":
+                    layer = op.node.rpartition(".")[0]
+                    lp = self.layers[layer]
+                    if name in lp.inputs or name in lp.outputs or any(
+                            name in self.needs.get((layer, o.name), ())
+                            for o in self.glayers[layer].options):
+                        break
+                elif op.data == name:
+                    if op.op == "delete":
+                        handed.append(name)
+                    break
+        return handed
+
     def _option_kind(self, layer: str, option: str | None) -> str | None:
         """The runtime behaviour of an option: its name when known; an option named otherwise
         (e.g. by a profiler: ``autograd_0``) maps by prefix."""
@@ -312,6 +339,9 @@ class PlanExecutor:
             if name not in run.values:
                 raise PlanError(f"model output {name!r} is not in memory at the loss")
             outs.append(run.values[name])
+        for name in self.handed_over:  # the caller holds them now (see `_handed_over`)
+            self._delete(run, name)
+            run.handed.add(name)
         return outs
 
     def backward(self, run: _Run, grads: list) -> list:
@@ -644,6 +674,9 @@ class PlanExecutor:
             cur.add_(g)
 
     def _delete(self, run: _Run, name: str) -> None:
+        if name in run.handed and name not in run.values:
+            run.handed.discard(name)  # deleted when it was handed over
+            return
         v = run.values.pop(name, None)
         if v is None:
             if name in run.offloaded or name in run.fetching:
@@ -702,6 +735,7 @@ class PlanExecutor:
         run.phantom_host.clear()
         run.rng.clear()
         run.values.clear()
+        run.handed.clear()
         self.last_stats = {"pinned": run.pinned, "pinned_data": list(run.pinned_names),
                            "offloaded_bytes": run.offloaded_bytes,
                            "prefetched_bytes": run.prefetched_bytes}
