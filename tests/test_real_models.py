@@ -117,6 +117,11 @@ DEFAULT_BUDGET = {"llama": 50, "gpt2": 40, "bert": 50, "bart": 50, "vit": 50, "r
                   "convnext": 60}
 
 
+#: every transformers model: GPT-2 in the default run, the others marked slow
+GPT2_ALWAYS_OTHERS_SLOW = ["gpt2", *[pytest.param(n, marks=pytest.mark.slow)
+                                     for n in HF if n != "gpt2"]]
+
+
 @pytest.mark.parametrize("name", list(HF))
 def test_transformers_models_fit_with_equal_gradients(name):
     prep, rows = _fit_at(_hf(name), HF_SIZES[name], [DEFAULT_BUDGET[name]])
@@ -135,11 +140,7 @@ def test_transformers_models_at_100_60_40_percent(name):
     assert rows[0][1].plain or rows[0][1].extra["probes"]
 
 
-@pytest.mark.parametrize("name", [
-    "gpt2", pytest.param("llama", marks=pytest.mark.slow),
-    pytest.param("bert", marks=pytest.mark.slow), pytest.param("bart", marks=pytest.mark.slow),
-    pytest.param("vit", marks=pytest.mark.slow), pytest.param("resnet", marks=pytest.mark.slow),
-    pytest.param("convnext", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", GPT2_ALWAYS_OTHERS_SLOW)
 def test_transformers_models_fit_without_loss_fn(name):
     """No loss_fn: the reserve keeps room for the cross-entropy the step applies."""
     _, rows = _fit_at(_hf(name), HF_SIZES[name], [60, 40] if name == "gpt2" else [100, 60, 40],
@@ -179,11 +180,7 @@ def test_measured_peak_falls_with_the_budget_plain_models(name, sizes, budgets):
     assert all(lo <= hi for hi, lo in zip(measured, measured[1:])), measured
 
 
-@pytest.mark.parametrize("name", [
-    "gpt2", pytest.param("llama", marks=pytest.mark.slow),
-    pytest.param("bert", marks=pytest.mark.slow), pytest.param("bart", marks=pytest.mark.slow),
-    pytest.param("vit", marks=pytest.mark.slow), pytest.param("resnet", marks=pytest.mark.slow),
-    pytest.param("convnext", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", GPT2_ALWAYS_OTHERS_SLOW)
 def test_transformers_models_with_offload(name):
     """With a host link, a block's wrapper may move what the block saves to host memory: the
     gradients stay bit for bit (the copies are exact) and the step stays within the budget."""
