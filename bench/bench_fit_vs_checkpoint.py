@@ -1,22 +1,24 @@
 """schedlang.pytorch.fit against what users do today: no checkpointing, per-block
 torch.utils.checkpoint, checkpoint_sequential; at equal or lower measured peak.
 
-    python bench/bench_fit_vs_checkpoint.py [--models gpt unet gpt2] [--budgets 90 75 60 50 40]
-        [--steps 7] [--warmup 2] [--threads 1] [--repeats 3] [--retime] [--json OUT]
+    python bench/bench_fit_vs_checkpoint.py [--models gpt unet gpt2 gpt2-hf]
+        [--budgets 90 75 60 50 40] [--steps 7] [--warmup 2] [--threads 1] [--repeats 3]
+        [--retime] [--json OUT]
 
 Models: the GPT-like transformer with dropout and the U-Net-like CNN with skip connections of
 `tests/torch_models.py` (at bench sizes), and `transformers`' GPT2LMHeadModel from a small
-config (random weights). `fit` cannot take GPT2LMHeadModel itself today (its forward does not
-trace with torch.fx, which the front end needs until the `frontend` work lands): the bench
-fits the same GPT-2 modules (embeddings, `GPT2Block`s, final norm, LM head) called from a
-small wrapper, as `tests/test_pytorch_runtime.py::test_gpt2_from_transformers` does.
+config (random weights), twice: `gpt2-hf` is the model itself, fitted as a user would (the
+hook front end: its blocks wrapped in place, its own forward kept), with transformers' own
+`gradient_checkpointing_enable()` as the per-block baseline; `gpt2` fits the same modules
+called from a small wrapper (`tests.hf_models.GPT2Logits`), which the fx front end traces
+into finer layers (embedding, blocks, final norm and head apart).
 
 Methods, each measured on the same model (parameters shared):
 
 * `none`: the model as it is;
 * `ckpt-block`: every block under `torch.utils.checkpoint` (non-reentrant, RNG preserved):
   what `gradient_checkpointing_enable()` does in transformers (GPT blocks; the U-Net's
-  double convolutions);
+  double convolutions; on `gpt2-hf`, that call itself);
 * `ckpt-seq(s)`: `checkpoint_sequential` over the stack of blocks in s segments (s = 2, 3 and
   round(sqrt(blocks))); not for the U-Net (its skip connections are not a sequence);
 * `fit P%`: `fit(model, inputs, "P%", loss_fn=...)` at each `--budgets` percent of plain
@@ -91,7 +93,8 @@ def bench_unet():
     return model, inputs, loss_fn, None
 
 
-def bench_gpt2():
+def _gpt2_lm():
+    """A small `GPT2LMHeadModel` (random weights, dropout on), its batch and its LM loss."""
     import transformers
 
     torch.manual_seed(0)
@@ -99,16 +102,34 @@ def bench_gpt2():
                                   n_positions=128, bos_token_id=0, eos_token_id=0)
     lm = transformers.GPT2LMHeadModel(cfg)
     lm.train()
-    model = GPT2Logits(lm)
     idx = torch.randint(0, 512, (8, 128))
 
     def loss_fn(logits):
         return F.cross_entropy(logits[:, :-1].reshape(-1, 512), idx[:, 1:].reshape(-1))
 
+    return lm, idx, loss_fn
+
+
+def bench_gpt2():
+    lm, idx, loss_fn = _gpt2_lm()
+    model = GPT2Logits(lm)
     return model, (idx,), loss_fn, model.embed
 
 
-MODELS = {"gpt": bench_gpt, "unet": bench_unet, "gpt2": bench_gpt2}
+def bench_gpt2_hf():
+    """`GPT2LMHeadModel` itself (same config, weights and batch as `gpt2`), fitted through the
+    hook front end as a user would; its per-block baseline is transformers' own
+    `gradient_checkpointing_enable()`, and checkpoint_sequential runs over its blocks."""
+    lm, idx, loss_fn = _gpt2_lm()
+    stack = GPT2Logits(lm)  # the same modules, for checkpoint_sequential
+
+    def lm_loss(out):
+        return loss_fn(out.logits if hasattr(out, "logits") else out)
+
+    return lm, (idx,), lm_loss, (stack, stack.embed)
+
+
+MODELS = {"gpt": bench_gpt, "unet": bench_unet, "gpt2": bench_gpt2, "gpt2-hf": bench_gpt2_hf}
 
 
 # --- baselines --------------------------------------------------------------------------------------
@@ -158,6 +179,23 @@ class PerBlock(nn.Module):
                     parent[int(name)] = inner
                 else:
                     setattr(parent, name, inner)
+
+
+class HFCheckpointing(nn.Module):
+    """A `transformers` model with its own gradient checkpointing on (non-reentrant) for the
+    duration of a call: what `gradient_checkpointing_enable()` does to a user's model. The
+    backward's recomputation needs no flag: the checkpoint keeps the block's forward."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args):
+        self.model.gradient_checkpointing_enable({"use_reentrant": False})
+        try:
+            return self.model(*args)
+        finally:
+            self.model.gradient_checkpointing_disable()
 
 
 class Sequential(nn.Module):
@@ -266,11 +304,16 @@ def run_model(name, args, device):
     t0 = time.perf_counter()
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=args.repeats)
     prof_s = time.perf_counter() - t0
-    methods: dict[str, nn.Module] = {"none": model, "ckpt-block": PerBlock(model)}
+    if isinstance(embed, tuple):  # a transformers model; its stack seen through a wrapper
+        stack, embed = embed
+        methods: dict[str, nn.Module] = {"none": model, "ckpt-block": HFCheckpointing(model)}
+    else:
+        stack = model
+        methods = {"none": model, "ckpt-block": PerBlock(model)}
     if embed is not None:
-        n = len(model.blocks)
+        n = len(stack.blocks)
         for s in sorted({2, max(2, round(math.sqrt(n))), 3}):
-            methods[f"ckpt-seq({s})"] = Sequential(model, embed, s)
+            methods[f"ckpt-seq({s})"] = Sequential(stack, embed, s)
     baselines = list(methods)
     peaks = {k: peak_of(lambda m=m: m(*inputs), model, inputs, loss_fn)
              for k, m in methods.items()}

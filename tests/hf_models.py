@@ -35,23 +35,23 @@ def _lm_loss(out):
                            _lm_loss.targets[:, 1:].reshape(-1))
 
 
-def llama(batch=2, seq=16, layers=4, dim=32, seed=0):
+def llama(batch=2, seq=16, layers=4, dim=32, seed=0, use_cache=False):
     tf = _tf()
     _seed(seed)
     cfg = tf.LlamaConfig(vocab_size=128, hidden_size=dim, intermediate_size=2 * dim,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=64, use_cache=False, attention_dropout=0.1)
+                         max_position_embeddings=64, use_cache=use_cache, attention_dropout=0.1)
     model = tf.LlamaForCausalLM(cfg).train()
     ids = _tokens(batch, seq, 128)
     mask = torch.ones(batch, seq, dtype=torch.long)
     return model, (), {"input_ids": ids, "attention_mask": mask}, _ce(ids)
 
 
-def gpt2(batch=2, seq=16, layers=4, dim=32, seed=0):
+def gpt2(batch=2, seq=16, layers=4, dim=32, seed=0, use_cache=False):
     tf = _tf()
     _seed(seed)
     cfg = tf.GPT2Config(vocab_size=128, n_positions=64, n_embd=dim, n_layer=layers, n_head=4,
-                        use_cache=False)
+                        use_cache=use_cache)
     model = tf.GPT2LMHeadModel(cfg).train()
     ids = _tokens(batch, seq, 128)
     return model, (ids,), {}, _ce(ids)
@@ -74,13 +74,14 @@ def bert(batch=2, seq=16, layers=4, dim=32, seed=0):
     return model, (), {"input_ids": ids, "attention_mask": mask}, loss_fn
 
 
-def bart(batch=2, seq=16, layers=3, dim=32, seed=0):
+def bart(batch=2, seq=16, layers=3, dim=32, seed=0, use_cache=False):
     tf = _tf()
     _seed(seed)
     cfg = tf.BartConfig(vocab_size=128, d_model=dim, encoder_layers=layers,
                         decoder_layers=layers, encoder_attention_heads=4,
                         decoder_attention_heads=4, encoder_ffn_dim=2 * dim,
-                        decoder_ffn_dim=2 * dim, max_position_embeddings=64, use_cache=False)
+                        decoder_ffn_dim=2 * dim, max_position_embeddings=64,
+                        use_cache=use_cache)
     model = tf.BartForConditionalGeneration(cfg).train()
     ids = _tokens(batch, seq, 128)
     dec = _tokens(batch, seq, 128, seed=3)

@@ -10,6 +10,7 @@ and train()/eval() behaviour.
 """
 from __future__ import annotations
 
+import logging
 import re
 import warnings
 
@@ -153,6 +154,19 @@ def test_transformers_models_fit_without_loss_fn(name):
 FALLING = {"bart": [100, 90, 80, 70, 60, 50], "vit": [100, 90, 80, 70, 60, 50],
            "resnet": [100, 95, 90, 85, 80, 75], "convnext": [100, 85, 70, 55, 45, 40]}
 
+
+
+@pytest.mark.parametrize("name", ["gpt2", pytest.param("llama", marks=pytest.mark.slow),
+                                  pytest.param("bart", marks=pytest.mark.slow)])
+def test_transformers_models_with_their_key_value_cache_on(name, caplog):
+    """`use_cache=True`, the configs' default: each block is handed a cache it writes into.
+    Fitted, the blocks run without it in training (as transformers' own checkpointing does)
+    and fit says so; gradients equal eager's (which built the cache) and the budget holds."""
+    sizes = dict(HF_SIZES[name], use_cache=True)
+    with caplog.at_level(logging.WARNING, logger="schedlang.pytorch"):
+        _, rows = _fit_at(_hf(name), sizes, [100, DEFAULT_BUDGET[name]])
+    assert "key/value cache" in caplog.text and "use_cache=False" in caplog.text
+    assert [pct for pct, rep in rows if isinstance(rep, int)] == [], rows
 
 @pytest.mark.parametrize("name,with_loss_fn", [
     ("gpt2", False), pytest.param("llama", True, marks=pytest.mark.slow),

@@ -44,12 +44,21 @@ head, an internal loss). For each glue segment the run records the data it reads
 creates, the storages autograd saves for its backward (``saved``: bytes, parameters and data
 excepted; ``needs``: the data it saved), its parameters, its time and its transient peak.
 
+**Key/value caches**: a `transformers` block handed a cache (`past_key_values`, a
+`transformers` `Cache`) runs without it in training, as transformers' own gradient
+checkpointing does (`training_call`): the recording run, the profile and the planned step
+all pass ``None`` (and ``use_cache=False`` where the call had it). A cache would keep every
+block's keys and values alive to the end of the step, which training never reads, and a
+recomputed block would write its entries twice. `FoundBlocks.cache_dropped` names the blocks;
+`fit` logs it once, and the model's output then carries an empty cache.
+
 Blocks must each be called exactly once per forward; a block called twice (weight sharing) or
 never is an error that names it (`BlockError`).
 """
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -118,6 +127,7 @@ class FoundBlocks:
     inputs: list[str]  # the model's input data
     outputs: list[str]  # data the model returns (tensor leaves, each once)
     mode: str  # "blocks" (repeated blocks), "sequential", "children", "user"
+    cache_dropped: list[str] = field(default_factory=list)  # blocks called with a cache
 
     def block(self, name: str) -> BlockCall:
         for b in self.blocks:
@@ -130,6 +140,26 @@ class FoundBlocks:
         out = {d: s.name for s in self.segments for d in s.creates}
         out.update({d: b.name for b in self.blocks for d in b.outputs})
         return out
+
+
+def _is_cache(x) -> bool:
+    """A `transformers` key/value cache (checked without importing transformers)."""
+    if not type(x).__module__.startswith("transformers."):
+        return False
+    cache_utils = sys.modules.get("transformers.cache_utils")
+    return cache_utils is not None and isinstance(x, cache_utils.Cache)
+
+
+def training_call(args: tuple, kwargs: dict) -> tuple[tuple, dict, bool]:
+    """(args, kwargs, dropped): a block's call as planned blocks run in training, with any
+    key/value cache replaced by None and ``use_cache`` off (see the module docstring)."""
+    if not any(_is_cache(x) for x in (*args, *kwargs.values())):
+        return args, kwargs, False
+    args = tuple(None if _is_cache(x) else x for x in args)
+    kwargs = {k: None if _is_cache(v) else v for k, v in kwargs.items()}
+    if kwargs.get("use_cache"):
+        kwargs["use_cache"] = False
+    return args, kwargs, True
 
 
 # --- which submodules ----------------------------------------------------------------------------
@@ -291,6 +321,7 @@ class _Run:
         self.level = 0  # memory when the segment started
         self.saved_keys: dict[int, tuple[GlueSegment, int]] = {}
         self.repeated: list[BlockCall] = []
+        self.cache_dropped: list[str] = []  # blocks called with a key/value cache
 
     # datum bookkeeping
     def datum(self, t: torch.Tensor, name: str) -> str:
@@ -377,7 +408,10 @@ class _Run:
             return None
         self.end_segment()
         self.order.append(call)
-        call.args, call.kwargs = args, dict(kwargs)
+        args, kwargs, dropped = training_call(args, dict(kwargs))
+        if dropped:
+            self.cache_dropped.append(call.name)
+        call.args, call.kwargs = args, kwargs
         leaves, views = [], []
         for t in tree_flatten((args, kwargs))[0]:
             if not isinstance(t, torch.Tensor):
@@ -400,7 +434,7 @@ class _Run:
         call.inputs = list(dict.fromkeys(d for d in leaves if d is not None))
         self.inside = call
         call.kept = self.tracker.current if self.tracker is not None else 0
-        return None
+        return (args, kwargs) if dropped else None
 
     def post(self, module, args, kwargs, out):
         call = self.calls[id(module)]
@@ -562,7 +596,7 @@ def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None =
         call.signature = _signature(call, run.meta)
     # glue data read by later blocks but only named when read: keep creation order per segment
     return FoundBlocks(model, blocks, run.segments, dict(run.meta), dict(run.values), inputs,
-                       outputs, mode)
+                       outputs, mode, list(run.cache_dropped))
 
 
 class _preserved:

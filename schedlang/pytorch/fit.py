@@ -226,6 +226,12 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
 
         tr = trace_blocks(model, args, kwargs, layers, **trace_kwargs)
         graph, part = tr.graph, tr
+        if tr.found.cache_dropped:
+            log.warning("schedlang fit: %d block(s) (%s ...) were called with a key/value "
+                        "cache; in training they run without it, as transformers' gradient "
+                        "checkpointing does, and the model's output carries an empty cache "
+                        "(set config.use_cache=False to silence this)",
+                        len(tr.found.cache_dropped), tr.found.cache_dropped[0])
     else:
         if kwargs:
             raise SchedError("frontend 'fx' takes positional tensor inputs only; use "

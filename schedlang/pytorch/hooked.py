@@ -33,7 +33,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ..errors import Loc, SchedError
 from ..graph import DataNode, Graph, Layer, Loss, Option
 from ..plan import Plan
-from .blocks import BlockCall, BlockError, FoundBlocks, find_blocks
+from .blocks import BlockCall, BlockError, FoundBlocks, find_blocks, training_call
 from .partition import LayerPart, Partitioned
 
 __all__ = ["trace_blocks", "BlockWrappers", "plan_choices", "BlockTrace", "PER_BLOCK"]
@@ -294,6 +294,7 @@ class _BlockMixin:
         if state is None or not torch.is_grad_enabled():
             return fwd(*args, **kwargs)
         choice, offload = state
+        args, kwargs, _ = training_call(args, kwargs)
         with (_offloading(self) if offload and choice == "autograd"
               else contextlib.nullcontext()):
             if choice in ("recompute", "selective"):
