@@ -28,9 +28,10 @@ Methods, each measured on the same model (parameters shared):
 * `fit @B`: fit with the budget set to baseline B's measured peak (bytes): the comparison the
   target is about — at every peak where a baseline fits, fit's step time <= the baseline's.
 
-Peak: one training step (forward, loss, backward) under `MemoryTracker` (CPU: live tensor
-storages; CUDA: max_memory_allocated), the parameters and inputs resident, gradients set to
-None before. Time: median of `--steps` steps after `--warmup` per method, without the tracker,
+Peak: one training step (forward, loss, backward; the output held through the backward, as
+`out = model(x); loss_fn(out).backward()` holds it: the loop fit's budget covers, run alike
+by every method) under `MemoryTracker` (CPU: live tensor storages; CUDA:
+max_memory_allocated), the parameters and inputs resident, gradients set to None before. Time: median of `--steps` steps after `--warmup` per method, without the tracker,
 the methods interleaved round by round (load on a shared machine hits every method alike),
 `torch.set_num_threads(--threads)`: wall time (`step ms`, `time/none`) and the thread's CPU
 time (`cpu/none`; with one thread on CPU every kernel runs on it, and other processes on a
@@ -191,11 +192,14 @@ class HFCheckpointing(nn.Module):
         self.model = model
 
     def forward(self, *args):
-        self.model.gradient_checkpointing_enable({"use_reentrant": False})
+        m = self.model  # transformers 5 renamed gradient_checkpointing_* activation_...
+        enable = getattr(m, "activation_checkpointing_enable", m.gradient_checkpointing_enable)
+        disable = getattr(m, "activation_checkpointing_disable", m.gradient_checkpointing_disable)
+        enable({"use_reentrant": False})
         try:
-            return self.model(*args)
+            return m(*args)
         finally:
-            self.model.gradient_checkpointing_disable()
+            disable()
 
 
 class Sequential(nn.Module):

@@ -99,14 +99,20 @@ def sync(device):
 
 
 def step(fn, model, loss_fn):
+    """One training step, the output held through the backward (`out = model(x);
+    loss_fn(out).backward()`, the usual loop, and what fit's budget covers): every method
+    runs the same loop; one that dropped `out` first would free the logits before the
+    backward."""
     model.zero_grad(set_to_none=True)
-    loss_fn(fn()).backward()
+    out = fn()
+    loss_fn(out).backward()
+    del out
 
 
 def peak_of(fn, model, inputs, loss_fn) -> int:
-    model.zero_grad(set_to_none=True)
+    model.zero_grad(set_to_none=True)  # before the tracker: it sees only what the step makes
     with MemoryTracker(resident=[model, *inputs]) as mt:
-        loss_fn(fn()).backward()
+        step(fn, model, loss_fn)
     return mt.peak
 
 

@@ -164,9 +164,43 @@ def test_transformers_models_with_their_key_value_cache_on(name, caplog):
     and fit says so; gradients equal eager's (which built the cache) and the budget holds."""
     sizes = dict(HF_SIZES[name], use_cache=True)
     with caplog.at_level(logging.WARNING, logger="schedlang.pytorch"):
-        _, rows = _fit_at(_hf(name), sizes, [100, DEFAULT_BUDGET[name]])
+        # no probe step: the prediction itself must hold (the profile ran without the cache,
+        # so must every planned step, plain execution's included)
+        _, rows = _fit_at(_hf(name), sizes, [100, DEFAULT_BUDGET[name]], probe=False)
     assert "key/value cache" in caplog.text and "use_cache=False" in caplog.text
     assert [pct for pct, rep in rows if isinstance(rep, int)] == [], rows
+    for pct, rep in rows:
+        assert rep.measured_peak_bytes <= rep.predicted_peak_bytes, (pct, rep)
+
+
+def test_a_model_with_its_own_gradient_checkpointing_on(caplog):
+    """transformers' `gradient_checkpointing_enable()` called before fit: the plan takes over recomputation
+    (the profile must see what autograd saves in each block), fit says so, the budget is a
+    share of the unchecked peak and holds, gradients equal eager's, and `unwrap()` gives the
+    model its own checkpointing back."""
+    from schedlang.pytorch.fit import fit
+
+    model, args, kwargs, loss_fn = HF["gpt2"](**HF_SIZES["gpt2"])
+    # transformers' own checkpointing (renamed `activation_checkpointing_enable` in 5.x)
+    enable = getattr(model, "activation_checkpointing_enable", None) \
+        or model.gradient_checkpointing_enable
+    enable({"use_reentrant": False})
+    from schedlang.pytorch.blocks import own_checkpointing
+    from schedlang.pytorch.memory import MemoryTracker
+
+    with MemoryTracker(resident=[model, *kwargs.values()]) as checked:
+        ref = _step(model, model, args, kwargs, loss_fn)
+    with caplog.at_level(logging.WARNING, logger="schedlang.pytorch"):
+        fm = fit(model, args, "50%", loss_fn=loss_fn, sample_kwargs=kwargs)
+    assert "own gradient checkpointing is on" in caplog.text
+    assert not own_checkpointing(model)
+    _assert_same(ref, _step(fm, model, args, kwargs, loss_fn))
+    rep = fm.memory_report()
+    assert rep.measured_peak_bytes <= rep.budget_bytes
+    # "50%" is of the peak without the model's checkpointing, above the checkpointed step's
+    assert rep.plain_peak_bytes > 1.5 * checked.peak, (rep.plain_peak_bytes, checked.peak)
+    fm.unwrap()
+    assert own_checkpointing(model)
 
 @pytest.mark.parametrize("name,with_loss_fn", [
     ("gpt2", False), pytest.param("llama", True, marks=pytest.mark.slow),

@@ -52,6 +52,12 @@ block's keys and values alive to the end of the step, which training never reads
 recomputed block would write its entries twice. `FoundBlocks.cache_dropped` names the blocks;
 `fit` logs it once, and the model's output then carries an empty cache.
 
+**The model's own checkpointing** (`transformers`' `gradient_checkpointing_enable()`: a
+``gradient_checkpointing`` flag on its layers) is off while schedlang runs the model (the
+recording run, the profile) and while its blocks are wrapped (`hooked.BlockWrappers`,
+restored by `unwrap`): the plan decides what is recomputed, and a block checkpointed by its
+own code would look, to the profile, as if autograd saved nothing in it.
+
 Blocks must each be called exactly once per forward; a block called twice (weight sharing) or
 never is an error that names it (`BlockError`).
 """
@@ -599,15 +605,24 @@ def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None =
                        outputs, mode, list(run.cache_dropped))
 
 
+def own_checkpointing(model: nn.Module) -> list[nn.Module]:
+    """The submodules whose own gradient checkpointing is on (see the module docstring)."""
+    return [m for m in model.modules() if getattr(m, "gradient_checkpointing", None) is True]
+
+
 class _preserved:
     """Parameters' gradients, buffers (BatchNorm running statistics) and the RNG state (CPU and
-    CUDA) as they were on entry, restored on exit."""
+    CUDA) as they were on entry, restored on exit; the model's own checkpointing off inside."""
 
     def __init__(self, model: nn.Module):
         self.model = model
 
     def __enter__(self):
         from torch.utils._python_dispatch import _disable_current_modes
+
+        self.checkpointing = own_checkpointing(self.model)
+        for m in self.checkpointing:
+            m.gradient_checkpointing = False
 
         with _disable_current_modes(), torch.no_grad():
             self.grads = [(p, p.grad) for p in self.model.parameters()]
@@ -624,6 +639,8 @@ class _preserved:
                 b.copy_(v)
         for p, g in self.grads:
             p.grad = g
+        for m in self.checkpointing:
+            m.gradient_checkpointing = True
         return False
 
 

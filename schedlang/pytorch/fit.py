@@ -224,8 +224,14 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     if frontend == "blocks":
         from .hooked import trace_blocks
 
+        from .blocks import own_checkpointing
+
         tr = trace_blocks(model, args, kwargs, layers, **trace_kwargs)
         graph, part = tr.graph, tr
+        if own_checkpointing(model):
+            log.warning("schedlang fit: the model's own gradient checkpointing is on; it is "
+                        "off while the model is fitted (the plan decides what is recomputed; "
+                        "unwrap() turns it back on)")
         if tr.found.cache_dropped:
             log.warning("schedlang fit: %d block(s) (%s ...) were called with a key/value "
                         "cache; in training they run without it, as transformers' gradient "

@@ -33,7 +33,8 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ..errors import Loc, SchedError
 from ..graph import DataNode, Graph, Layer, Loss, Option
 from ..plan import Plan
-from .blocks import BlockCall, BlockError, FoundBlocks, find_blocks, training_call
+from .blocks import (BlockCall, BlockError, FoundBlocks, find_blocks, own_checkpointing,
+                     training_call)
 from .partition import LayerPart, Partitioned
 
 __all__ = ["trace_blocks", "BlockWrappers", "plan_choices", "BlockTrace", "PER_BLOCK"]
@@ -202,9 +203,11 @@ def _to_graph(found: FoundBlocks, profiled, name: str) -> tuple[Graph, list[str]
 
     for d in found.inputs:
         data(d, size(d), "input")
+    returned = set(found.outputs)
     for x in order:
         for d in outs(x):
-            data(d, size(d))
+            # what the forward returns stays alive to the step's end: the caller holds it
+            data(d, size(d), "output" if d in returned else "")
     data("loss", 4)
     loss_outputs = ["loss"]
     for d in found.outputs:
@@ -291,10 +294,12 @@ class _BlockMixin:
     def forward(self, *args, **kwargs):
         state = self.__dict__.get("_schedlang_choice")
         fwd = super().forward  # the block's own forward
-        if state is None or not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():  # inference: the block as it is, cache and all
+            return fwd(*args, **kwargs)
+        args, kwargs, _ = training_call(args, kwargs)  # as recorded and profiled
+        if state is None:
             return fwd(*args, **kwargs)
         choice, offload = state
-        args, kwargs, _ = training_call(args, kwargs)
         with (_offloading(self) if offload and choice == "autograd"
               else contextlib.nullcontext()):
             if choice in ("recompute", "selective"):
@@ -406,6 +411,9 @@ class BlockWrappers:
     def __init__(self, found: FoundBlocks):
         self.found = found
         self.blocks = {b.name: b.module for b in found.blocks}
+        self.own_checkpointing = own_checkpointing(found.model)  # off while wrapped
+        for m in self.own_checkpointing:
+            m.gradient_checkpointing = False
         self._classes = {}
         for name, m in self.blocks.items():
             cls = type(m)
@@ -430,3 +438,5 @@ class BlockWrappers:
         for name, m in self.blocks.items():
             m.__class__ = self._classes[name]
             m.__dict__.pop("_schedlang_choice", None)
+        for m in self.own_checkpointing:
+            m.gradient_checkpointing = True
