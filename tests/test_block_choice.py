@@ -71,17 +71,17 @@ def test_sequentials_of_composite_modules_are_split():
 
 
 def test_split_stages_reach_a_budget_whole_stages_cannot():
-    """At 92% of plain execution's peak the per-residual-block plan fits (gradients bit for
+    """At 83% of plain execution's peak the per-residual-block plan fits (gradients bit for
     bit, measured peak within the budget); with the stages as blocks (`layers=`) the smallest
-    feasible budget is above it."""
+    feasible budget is above it (78% and 88% when written)."""
     from schedlang.pytorch.fit import FitError, fit
 
-    _, rows = _fit_at(make_stages, {}, [92], with_loss_fn=True, frontend="blocks")
+    _, rows = _fit_at(make_stages, {}, [83], with_loss_fn=True, frontend="blocks")
     (_, rep), = rows
     assert not isinstance(rep, int) and not rep.plain, rows
     model, args, _, loss_fn = make_stages()
     with pytest.raises(FitError, match="smallest feasible budget"):
-        fit(model, args, "92%", loss_fn=loss_fn, frontend="blocks", repeats=1,
+        fit(model, args, "83%", loss_fn=loss_fn, frontend="blocks", repeats=1,
             layers=["stem", "stage1", "stage2", "head"])
 
 

@@ -123,11 +123,20 @@ def test_the_smallest_feasible_budget_named_is_feasible():
     budget found is 19.44 KiB')."""
     model, x = blocks(4), sample()
     prep = prepare(model, x, repeats=1)
-    with pytest.raises(FitError) as info:
-        fit(model, x, budget="95%", prepared=prep)
-    found = re.search(r"smallest feasible budget found is [\d.]+ \w+ \((\d+) B\)", str(info.value))
-    fm = fit(model, x, budget=int(found.group(1)), prepared=prep)
-    assert fm.plan is not None or fm.plain
+    named = []
+    for pct in (95, 90, 85, 80, 75, 70, 60):  # the first budgets no plan fits
+        try:
+            fit(model, x, budget=f"{pct}%", prepared=prep)
+        except FitError as exc:
+            found = re.search(r"smallest feasible budget found is [\d.]+ \w+ \((\d+) B\)",
+                              str(exc))
+            named.append(int(found.group(1)))
+            if len(named) == 2:
+                break
+    assert named, "every budget fitted: the test no longer reaches an infeasible one"
+    for smallest in named:
+        fm = fit(model, x, budget=smallest, prepared=prep)
+        assert fm.plan is not None or fm.plain
 
 
 def test_a_layer_that_recomputes_differently_is_caught():

@@ -36,13 +36,13 @@ from ..plan import Plan
 from .blocks import (BlockCall, BlockError, FoundBlocks, find_blocks, own_checkpointing,
                      training_call)
 from .partition import LayerPart, Partitioned
+from .trace import LOSS_TIME, LOSS_VALUE_BYTES
 
 __all__ = ["trace_blocks", "BlockWrappers", "plan_choices", "BlockTrace", "PER_BLOCK"]
 
 WHERE = Loc("blocks")
 #: the extension that restricts plans to what per-block wrappers run
 PER_BLOCK = "per_block"
-_LOSS_TIME = 1e-6
 
 
 class _BlockFn:
@@ -125,7 +125,8 @@ def _profile_blocks(found: FoundBlocks, repeats: int, options):
     names = [b.name for b in found.blocks]
     try:
         with preserved(found.model):
-            return profile(part, repeats=repeats, options=options or OPTIONS)
+            return profile(part, repeats=repeats, options=options or OPTIONS,
+                           recompute_by="checkpoint")
     except SchedError as exc:
         raise BlockError(f"{exc.message if hasattr(exc, 'message') else exc}", WHERE) from None
     except Exception as exc:
@@ -208,7 +209,9 @@ def _to_graph(found: FoundBlocks, profiled, name: str) -> tuple[Graph, list[str]
         for d in outs(x):
             # what the forward returns stays alive to the step's end: the caller holds it
             data(d, size(d), "output" if d in returned else "")
-    data("loss", 4)
+    # the loss value and the seed gradient backward() makes for it (4 B each): alive
+    # through the whole backward, like the outputs the caller holds
+    data("loss", LOSS_VALUE_BYTES, "output")
     loss_outputs = ["loss"]
     for d in found.outputs:
         if d in float_rg:
@@ -245,7 +248,7 @@ def _to_graph(found: FoundBlocks, profiled, name: str) -> tuple[Graph, list[str]
                     for o in lp.options]
         g.layers.append(Layer(n, ins(x), outs(x), [f"{d}.grad" for d in grad_in[n]], gouts,
                               opts))
-    g.loss = Loss(list(found.outputs), loss_outputs, _LOSS_TIME)
+    g.loss = Loss(list(found.outputs), loss_outputs, LOSS_TIME)
     return g, glue
 
 

@@ -221,9 +221,10 @@ class _Runner:
     """Runs one layer under an option on fresh leaf inputs, measuring what is asked."""
 
     def __init__(self, layer: LayerPart, values: list[torch.Tensor], requires: list[bool],
-                 params: list[torch.Tensor]):
+                 params: list[torch.Tensor], recompute_by: str = "reforward"):
         self.layer = layer
         self.values = values
+        self.recompute_by = recompute_by
         self.requires = requires
         self.params = params
         self.out_grads: list | None = None
@@ -240,6 +241,8 @@ class _Runner:
         m = self.layer.module
         if option == "autograd":
             return _outputs(m(*xs))
+        if option == "recompute" and self.recompute_by == "checkpoint":
+            return _outputs(checkpoint(m, *xs, use_reentrant=False))
         if option == "recompute":
             with torch.no_grad():
                 return _outputs(m(*xs))
@@ -249,7 +252,7 @@ class _Runner:
         raise SchedError(f"unknown option '{option}' (options: {', '.join(OPTIONS)})", WHERE)
 
     def backward(self, option: str, xs, outs) -> None:
-        if option == "recompute":
+        if option == "recompute" and self.recompute_by == "reforward":
             outs = _outputs(self.layer.module(*xs))
         os, gs = self.grads_for(outs)
         if os:
@@ -380,14 +383,23 @@ def _measure_fast_forward(runner: _Runner, resident: list[torch.Tensor], device:
 
 # --- the profiler ----------------------------------------------------------------------------
 def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None,
-            sample_inputs: tuple | None = None) -> ProfiledGraph:
+            sample_inputs: tuple | None = None, recompute_by: str = "reforward") -> ProfiledGraph:
     """Measure every layer of `part` (see the module docstring).
+
+    `recompute_by`: how the runtime runs the ``recompute`` option, which the profile mirrors:
+    ``"reforward"`` (the plan executor: a no-grad forward, and a forward with grad right before
+    the backward) or ``"checkpoint"`` (the hook front end's wrappers:
+    `torch.utils.checkpoint`, non-reentrant, which drops each recomputed tensor once the
+    backward has used it and keeps no recomputed output: a lower backward peak).
 
     The layers run on the tensors of one pass over `sample_inputs` (default: the inputs given to
     `partition`, when it kept them; else pass them here). The module's parameters' `.grad` and
     the global RNG state are restored afterwards.
     """
     options = tuple(options)
+    if recompute_by not in ("reforward", "checkpoint"):
+        raise SchedError(f"recompute_by must be 'reforward' or 'checkpoint', got "
+                         f"{recompute_by!r}", WHERE)
     bad = [o for o in options if o not in OPTIONS]
     if bad:
         raise SchedError(f"unknown option '{bad[0]}' (options: {', '.join(OPTIONS)})", WHERE)
@@ -451,7 +463,7 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
             requires = [d in has_grad and part.data[d].requires_grad for d in layer.inputs]
             lparams = [named[p] for p in layer.params]
             owned = [named[p] for p in layer.params if owner.get(p) == layer.name]
-            runner = _Runner(layer, values, requires, lparams)
+            runner = _Runner(layer, values, requires, lparams, recompute_by)
             with torch.no_grad():
                 sample_outs = _outputs(layer.module(*values))
             runner.out_grads = [torch.randn_like(o) if d in grad_in[layer.name] else None

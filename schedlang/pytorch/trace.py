@@ -41,6 +41,7 @@ __all__ = ["TraceInfo", "to_graph", "trace", "write_trace", "read_trace_info",
 
 WHERE = Loc("trace")
 LOSS_TIME = 1e-6  # seconds: the loss node's time (the loss itself is the user's)
+LOSS_VALUE_BYTES = 8  # the loss scalar and its seed gradient (float32 each)
 _INFO_RE = re.compile(r"#\s*schedlang\.pytorch\s+(.*)$")
 
 
@@ -92,7 +93,9 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
         for d in part.layer(lp.name).outputs:
             data(d, sizes[d])
     loss_outputs = ["loss"]
-    data("loss", 4)
+    # the loss value and the seed gradient backward() makes for it (4 B each): alive
+    # through the whole backward, like the outputs the caller holds
+    data("loss", LOSS_VALUE_BYTES, "output")
     for d in part.outputs:
         if part.data[d].requires_grad:
             loss_outputs.append(f"{d}.grad")
