@@ -241,6 +241,10 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
             from .partition import partition
 
             part = partition(model, args, layers)
+    if frontend == "fx":  # generated options of graph data from a file: their callables
+        from .segments import register
+
+        register(part, graph)
     info = getattr(graph, "trace_info", None)
     # a copy whose data sizes may change (not a deep copy: the trace info holds the model)
     graph = copy.copy(graph)
