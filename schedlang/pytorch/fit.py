@@ -782,7 +782,8 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     be planned (no blocks found, a block that fails under a wrapper, a failed trace), return
     the model run as plain PyTorch with a warning instead of raising; never silently.
 
-    `graph` (layered graph data of this model, as `trace` writes it) skips profiling;
+    `graph` (layered graph data of this model, as `trace` writes it) skips profiling (its
+    generated options are rebuilt from their `segments`: `schedlang.pytorch.segments`);
     `plan` (made for that graph) skips solving. `measure`: track the peak of every training
     step (CPU: a dispatch mode, which slows the step; CUDA: the allocator's counters).
     `bandwidth`: the host link, bytes per second each way (a number, or text such as

@@ -137,7 +137,8 @@ def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, 
     """Partition, profile and describe `model` as layered graph data (see the module docstring).
 
     `op_options`: also generate options from each layer's op graph (`schedlang.pytorch.options`:
-    True, or a dict of `add_generated_options` arguments, e.g. ``{"model": "my.sched"}``).
+    True, or a dict of `add_generated_options` arguments, e.g. ``{"model": "my.sched"}``); each
+    is written with the `segments` the runtime rebuilds it from (`schedlang.pytorch.segments`).
     `graph.trace_info` is the `TraceInfo` (resident bytes, the profiled layers)."""
     if importlib.util.find_spec("torch") is None:
         raise SchedError("tracing a PyTorch model needs torch: pip install 'schedlang[torch]'",
