@@ -318,3 +318,44 @@ def test_plan_refusal_names_layer_and_option_without_a_file():
     with pytest.raises(PlanError, match=f"generated option 'ops1' of layer '{lay.name}' "
                        f"\\(computing {lay.name}.fwd at op 0 of the plan\\) has no callable"):
         PlanExecutor(prep.partitioned, plan, prep.graph)
+
+
+def test_a_cut_inside_a_segment_runs_like_eager_or_is_refused_where_written(traced, tmp_path):
+    """`keep 0, checkpoint 1..N (keep 1, checkpoint 2..N)`: a runtime that runs a segment's
+    own cut gives eager gradients; one that does not refuses it at that segment, exit 2."""
+    import importlib.util
+
+    from schedlang.errors import DataError
+    from schedlang.pytorch.fit import fit, prepare
+    from tests.test_pytorch_runtime import assert_same, eager_grads, fit_step
+
+    factory, out = traced
+    g = load_program([out]).graph
+    lay = next(lay for lay in g.layers if any(o.segments for o in lay.options))
+    opt = next(o for o in lay.options if o.segments)
+    last = opt.segments.parts[-1].last
+    assert last >= 3
+    opt.segments = Segments(opt.segments.signature, [
+        Segment("keep", 0, 0),
+        Segment("checkpoint", 1, last, [Segment("keep", 1, 1), Segment("checkpoint", 2, last)])])
+    path = tmp_path / "deep.sched"
+    path.write_text("use rockmate\n" + write_graph(g))
+    graph = load_program([path]).graph
+    spec = importlib.util.spec_from_file_location("segfile_factory_deep", factory)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model, inputs, loss_fn = mod.make()
+    try:
+        prep = prepare(model, inputs, graph=graph, loss_fn=loss_fn)
+    except DataError as exc:
+        seg = next(o for o in graph.layers[g.layers.index(lay)].options
+                   if o.name == opt.name).segments.parts[1]
+        assert exc.loc == seg.loc and "segment 1.." in exc.message, str(exc)
+        return
+    ref = eager_grads(model, inputs, loss_fn)
+    plan = _forced_plan(prep.graph, 0)
+    for op in plan.ops:
+        if op.node in (f"{lay.name}.fwd", f"{lay.name}.bwd"):
+            op.option = opt.name
+    fm = fit(model, inputs, None, loss_fn=loss_fn, prepared=prep, plan=plan, calibrate=False)
+    assert_same(ref, fit_step(fm, model, inputs, loss_fn), exact=False)

@@ -44,11 +44,17 @@ def describe(layer) -> Segments:
     """The `Segments` of a `SegmentedLayer` (positions in its op graph's unit order)."""
     og = layer.og
     unit_of = {n: k for k, u in enumerate(og.units) for n in u.nodes}
-    parts = [Segment("checkpoint" if ckpt else "keep", unit_of[nodes[0].name],
-                     unit_of[nodes[-1].name]) for nodes, ckpt in layer.segments]
+
+    def parts(segments) -> list[Segment]:
+        # a segment is (nodes, checkpointed), or (nodes, checkpointed, its own cut)
+        return [Segment("checkpoint" if seg[1] else "keep", unit_of[seg[0][0].name],
+                        unit_of[seg[0][-1].name], parts(seg[2]) if len(seg) > 2 else [])
+                for seg in segments]
+
+    out = parts(layer.segments)
     if layer.nested:
-        parts = [Segment("checkpoint", 0, len(og.units) - 1, parts)]
-    return Segments(units_signature(og), parts)
+        out = [Segment("checkpoint", 0, len(og.units) - 1, out)]
+    return Segments(units_signature(og), out)
 
 
 def _flat(parts: list[Segment]) -> list[Segment]:
@@ -65,8 +71,9 @@ def _flat(parts: list[Segment]) -> list[Segment]:
 def build(og, module, segments: Segments, what: str = "the option"):
     """The `SegmentedLayer` that runs `segments` on the layer `module` whose op graph is `og`;
     DataError (located at the segments) when they do not fit that op graph or nest in a way
-    the runtime does not run."""
-    from .options import SegmentedLayer, _segments
+    the runtime does not run. One checkpoint around all units with a cut inside is the
+    layer run `nested`."""
+    from .options import SegmentedLayer
 
     where = segments.loc or WHERE
     n = len(og.units)
@@ -89,19 +96,30 @@ def build(og, module, segments: Segments, what: str = "the option"):
     if end != n - 1:
         raise DataError(f"the segments of {what} end at op unit {end}; the layer's forward has "
                         f"{n} op units (0..{n - 1}): they must cover all of them", where)
+    nodes = {node.name: node for node in og.gm.graph.nodes}
+
+    def runs(parts: list[Segment]) -> list[tuple]:
+        out = []
+        for seg in _flat(parts):
+            ns = [nodes[x] for u in og.units[seg.first:seg.last + 1] for x in u.nodes]
+            ckpt = seg.kind == "checkpoint"
+            out.append((ns, ckpt, runs(seg.children)) if seg.children else (ns, ckpt))
+        return out
+
     parts = _flat(segments.parts)
-    nested = False
-    if len(parts) == 1 and parts[0].children:  # the whole layer in one more checkpoint
-        nested = parts[0].kind == "checkpoint"
-        parts = _flat(parts[0].children)
-    deep = next((seg for seg in parts if seg.children), None)
-    if deep is not None:
-        raise DataError(f"{what}: the runtime runs a segment's own cut only as the whole "
+    nested = len(parts) == 1 and bool(parts[0].children)  # a checkpoint around all units
+    found = runs(parts[0].children if nested else parts)
+    deep = next((seg for seg in parts if seg.children), None) if not nested else \
+        next((seg for seg in _flat(parts[0].children) if seg.children), None)
+    try:
+        return SegmentedLayer(og, module, found, nested)
+    except (ValueError, TypeError):
+        if deep is None:
+            raise
+        # a SegmentedLayer that takes segments as (nodes, checkpointed) only
+        raise DataError(f"{what}: this runtime runs a segment's own cut only as the whole "
                         "layer's (one checkpoint around all units, its cut inside); segment "
-                        f"{deep.first}..{deep.last} has one", deep.loc or where)
-    spans = [(og.units[s.first].name, og.units[s.last].name, s.kind == "checkpoint")
-             for s in parts]
-    return SegmentedLayer(og, module, _segments(og, spans), nested)
+                        f"{deep.first}..{deep.last} has one", deep.loc or where) from None
 
 
 def register(part, graph: Graph) -> int:
