@@ -11,7 +11,8 @@ import networkx as nx
 
 from . import ast
 from .errors import DataError, Loc, did_you_mean
-from .graph import SEGMENT_KINDS, DataNode, Graph, Layer, Loss, Node, Option, Segment, Segments, Step
+from .graph import (SEGMENT_KINDS, DataNode, Graph, Layer, Loss, Node, Option, Segment, Segments,
+                    Step)
 from .hgraph import FAST_FORWARD
 from .parser import name_loc
 from .units import SIZE_UNITS, TIME_UNITS, dimension, exact_bytes, format_size
@@ -191,7 +192,8 @@ def _segments(stmt: ast.SegmentsStmt, what: str) -> Segments:
             last = first if st.last is None else position(st.last)
             if first != start:
                 gap = "leaves out" if first > start else "repeats"
-                units = f"unit {start}" if abs(first - start) == 1 else                     f"units {min(start, first)}..{max(start, first) - 1}"
+                units = (f"unit {start}" if abs(first - start) == 1 else
+                         f"units {min(start, first)}..{max(start, first) - 1}")
                 raise DataError(f"the segments of {what} must cover {inside} once, in order: "
                                 f"this one starts at unit {first} and {gap} {units}",
                                 st.first.loc)

@@ -45,7 +45,7 @@ def _load(tmp_path, segments: str, name: str = "g.sched"):
 
 
 def test_segments_parse_and_write_back_identically(tmp_path):
-    path, g = _load(tmp_path, NESTED)
+    _, g = _load(tmp_path, NESTED)
     seg = g.layers[0].options[1].segments
     assert seg == Segments("5c0e2b7a91d4f3e8", [
         Segment("keep", 0, 4),
@@ -65,7 +65,7 @@ def test_segments_parse_and_write_back_identically(tmp_path):
 
 
 def test_segments_of_an_option_built_in_python_round_trip(tmp_path):
-    path, g = _load(tmp_path, '"ab" (keep 0)')
+    _, g = _load(tmp_path, '"ab" (keep 0)')
     g.layers[0].options[1] = Option("ops1", 1e-3, 0, 2e-3, 0, 0, ["x"], segments=Segments(
         "with \"quotes\"", [Segment("checkpoint", 0, 9, [Segment("keep", 0, 3),
                                                          Segment("checkpoint", 4, 9)])]))
@@ -76,8 +76,9 @@ def test_segments_of_an_option_built_in_python_round_trip(tmp_path):
 
 
 @pytest.mark.parametrize("segments, col, message", [
-    ('"s" (keep 0..4, chekpoint 5..9)', 34, "unknown segment kind 'chekpoint' in option 'ops1' "
-     "of layer 'L1' (did you mean 'checkpoint'?)"),
+    ('"s" (keep 0..4, chekpoint 5..9)', 34, ("unknown segment kind 'chekpoint' in option "
+                                             "'ops1' of layer 'L1' (did you mean "
+                                             "'checkpoint'?)")),
     ('"s" (keep 0..4, checkpoint 6..9)', 45, "this one starts at unit 6 and leaves out unit 5"),
     ('"s" (keep 0..4, checkpoint 3..9)', 45, "starts at unit 3 and repeats units 3..4"),
     ('"s" (keep 1..4)', 28, "starts at unit 1 and leaves out unit 0"),

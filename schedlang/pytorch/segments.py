@@ -29,7 +29,7 @@ import hashlib
 from ..errors import DataError, Loc
 from ..graph import Graph, Segment, Segments
 
-__all__ = ["units_signature", "describe", "build", "register"]
+__all__ = ["build", "describe", "register", "units_signature"]
 
 WHERE = Loc("segments")
 
@@ -133,8 +133,8 @@ def register(part, graph: Graph) -> int:
             if o.segments is not None and o.name not in registry.get(lay.name, {})]
     if not todo:
         return 0
-    from .options import layer_inputs
     from .opgraph import record_ops
+    from .options import layer_inputs
 
     values_of = layer_inputs(part)
     recorded: dict = {}  # identical layers are recorded once
