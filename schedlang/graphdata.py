@@ -175,7 +175,7 @@ def _segments(stmt: ast.SegmentsStmt, what: str) -> Segments:
                         stmt.loc)
 
     def position(v: ast.Value) -> int:
-        if v.unit or v.value != int(v.value):
+        if v.unit or not math.isfinite(v.value) or v.value != int(v.value):
             raise DataError(f"a segment of {what} names op units by position (a whole number "
                             f"from 0), not '{v.text}'", v.loc)
         return int(v.value)

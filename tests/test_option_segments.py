@@ -86,6 +86,7 @@ def test_segments_of_an_option_built_in_python_round_trip(tmp_path):
      "must cover the units 0..9 of its parent once: they end at unit 8, not 9"),
     ('"s" (keep 0..2.5)', 31, "by position (a whole number from 0), not '2.5'"),
     ('"s" (keep 0..1MiB)', 32, "unexpected 'MiB'"),
+    ('"s" (keep 0..1e400)', 31, "not '1e400'"),
     ('"s" (keep 0, keep 1..0)', 39, "segment 1..0 of option 'ops1' of layer 'L1' is empty"),
     ('"" (keep 0..4)', 9, "need the signature of the layer's op graph"),
     ('"s" (keep 0..)', 31, "expected a number"),
