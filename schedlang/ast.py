@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import Loc
 
@@ -271,6 +272,24 @@ class OptionStmt(Node):
     pinned: bool = False
     fwd_steps: list = field(default_factory=list)  # [StepStmt]
     bwd_steps: list = field(default_factory=list)
+    segments: SegmentsStmt | None = None  # a generated option's cut of the layer's op units
+
+
+@dataclass
+class SegmentStmt(Node):
+    """`keep 0..4` / `checkpoint 5..11 (...)`: op units first..last (positions, as written)
+    and the segment's own cut."""
+
+    kind: Any  # _GName-like text that remembers where it is written
+    first: Value
+    last: Value | None  # None: one unit (`keep 12`)
+    children: list = field(default_factory=list)  # [SegmentStmt]
+
+
+@dataclass
+class SegmentsStmt(Node):
+    signature: str  # the structure signature of the layer's op graph
+    parts: list  # [SegmentStmt]
 
 
 @dataclass

@@ -65,6 +65,33 @@ class Step:
     creates: list[str] = field(default_factory=list)
 
 
+SEGMENT_KINDS = ("keep", "checkpoint")
+
+
+@dataclass
+class Segment:
+    """Op units `first..last` of a layer (positions in its op graph's unit order) run `keep`
+    (plain autograd) or `checkpoint` (recomputed in the backward); `children`: the segment's
+    own cut into consecutive segments (empty: none)."""
+
+    kind: str
+    first: int
+    last: int
+    children: list[Segment] = field(default_factory=list)
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass
+class Segments:
+    """A generated option's forward as segments of the layer's op units, which the runtime
+    rebuilds it from (`schedlang.pytorch.segments`); `signature`: the structure signature of
+    the op graph the positions refer to."""
+
+    signature: str
+    parts: list[Segment]
+    loc: Loc | None = field(default=None, compare=False)
+
+
 @dataclass
 class Option:
     name: str
@@ -78,6 +105,7 @@ class Option:
     fwd_steps: list[Step] = field(default_factory=list)  # sub-step profiles (correction terms)
     bwd_steps: list[Step] = field(default_factory=list)
     pinned: bool = False  # its phantom is never offloaded to host memory
+    segments: Segments | None = None  # a generated option: how the runtime rebuilds it
 
 
 @dataclass

@@ -11,7 +11,8 @@ import networkx as nx
 
 from . import ast
 from .errors import DataError, Loc, did_you_mean
-from .graph import DataNode, Graph, Layer, Loss, Node, Option, Step
+from .graph import (SEGMENT_KINDS, DataNode, Graph, Layer, Loss, Node, Option, Segment, Segments,
+                    Step)
 from .hgraph import FAST_FORWARD
 from .parser import name_loc
 from .units import SIZE_UNITS, TIME_UNITS, dimension, exact_bytes, format_size
@@ -135,7 +136,8 @@ def _layer(item: ast.LayerStmt, times: _Times) -> Layer:
             _size(o.fwd_overhead, f"forward overhead of {what}", 0),
             times(o.bwd, f"backward time of {what}"), _size(o.bwd_overhead, f"backward overhead of {what}", 0),
             _size(o.phantom, f"phantom of {what}", 0), [str(n) for n in o.needs], o.loc,
-            steps["fwd"], steps["bwd"], o.pinned))
+            steps["fwd"], steps["bwd"], o.pinned,
+            None if o.segments is None else _segments(o.segments, what)))
     if not options and fast_forward is None:
         raise DataError(f"layer '{item.name}' has no option", name_loc(item.name, item.loc))
     return Layer(str(item.name), [str(n) for n in item.inputs], [str(n) for n in item.outputs],
@@ -148,7 +150,8 @@ def _fast_forward(o: ast.OptionStmt, what: str, times: _Times) -> Option:
     as measured. It has no backward, phantom, needs or pin (it saves nothing)."""
     extra = [name for name, present in (("bwd", o.bwd is not None), ("phantom", o.phantom is not None),
                                         ("needs", bool(o.needs)), ("pinned", o.pinned),
-                                        ("bwd_steps", bool(o.bwd_steps))) if present]
+                                        ("bwd_steps", bool(o.bwd_steps)),
+                                        ("segments", o.segments is not None)) if present]
     if extra:
         raise DataError(f"{what} is the forward without autograd: it takes `fwd`, `overhead` and "
                         f"`fwd_steps` only, not `{extra[0]}`", o.loc)
@@ -160,6 +163,54 @@ def _fast_forward(o: ast.OptionStmt, what: str, times: _Times) -> Option:
     return Option(FAST_FORWARD, times(o.fwd, f"forward time of {what}"),
                   _size(o.fwd_overhead, f"forward overhead of {what}", 0), 0.0, 0, 0, [], o.loc,
                   steps)
+
+
+def _segments(stmt: ast.SegmentsStmt, what: str) -> Segments:
+    """`segments "SIG" (...)` of an option: the kinds known, the positions whole numbers, and
+    each list of segments consecutive (the top level from unit 0, a segment's own cut over
+    exactly its units). Whether they end at the layer's last unit is checked against the op
+    graph when the runtime rebuilds the option (`schedlang.pytorch.segments`)."""
+    if not stmt.signature:
+        raise DataError(f"the segments of {what} need the signature of the layer's op graph",
+                        stmt.loc)
+
+    def position(v: ast.Value) -> int:
+        if v.unit or not math.isfinite(v.value) or v.value != int(v.value):
+            raise DataError(f"a segment of {what} names op units by position (a whole number "
+                            f"from 0), not '{v.text}'", v.loc)
+        return int(v.value)
+
+    def tile(stmts: list, start: int, end: int | None, inside: str) -> list[Segment]:
+        out = []
+        for st in stmts:
+            kind = str(st.kind)
+            if kind not in SEGMENT_KINDS:
+                raise DataError(f"unknown segment kind '{kind}' in {what}"
+                                f"{did_you_mean(kind, SEGMENT_KINDS)}; a segment is "
+                                f"{' or '.join(SEGMENT_KINDS)}", st.kind.loc)
+            first = position(st.first)
+            last = first if st.last is None else position(st.last)
+            if first != start:
+                gap = "leaves out" if first > start else "repeats"
+                units = (f"unit {start}" if abs(first - start) == 1 else
+                         f"units {min(start, first)}..{max(start, first) - 1}")
+                raise DataError(f"the segments of {what} must cover {inside} once, in order: "
+                                f"this one starts at unit {first} and {gap} {units}",
+                                st.first.loc)
+            if last < first:
+                raise DataError(f"segment {first}..{last} of {what} is empty: its last unit "
+                                "comes before its first", st.last.loc)
+            children = tile(st.children, first, last, f"the units {first}..{last} of its "
+                            "parent") if st.children else []
+            out.append(Segment(kind, first, last, children, st.loc))
+            start = last + 1
+        if end is not None and start != end + 1:
+            raise DataError(f"the segments of {what} must cover {inside} once: they end at "
+                            f"unit {start - 1}, not {end}", stmts[-1].loc)
+        return out
+
+    return Segments(stmt.signature, tile(stmt.parts, 0, None, "the layer's op units"),
+                    stmt.loc)
 
 
 def _check_layers(g: Graph, items: list) -> None:

@@ -390,6 +390,8 @@ class _Builder(Transformer):
                 opt.bwd_steps = value
             elif key == "pinned":
                 opt.pinned = True
+            elif key == "segments":
+                opt.segments = value
             else:
                 opt.needs = value
         return opt
@@ -411,6 +413,19 @@ class _Builder(Transformer):
 
     def bwd_steps(self, c):
         return ("bwd_steps", list(c), None)
+
+    @v_args(meta=True)
+    def segments_part(self, meta, c):
+        return ("segments", ast.SegmentsStmt(self.L(meta), _unescape(str(c[0])), c[1]), None)
+
+    def segment_list(self, c):
+        return list(c)
+
+    @v_args(meta=True)
+    def segment(self, meta, c):
+        kind, first, last, children = c
+        return ast.SegmentStmt(self.L(meta), self.at(kind), self._value(first),
+                               None if last is None else self._value(last), children or [])
 
     @v_args(meta=True)
     def step(self, meta, c):

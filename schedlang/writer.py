@@ -36,7 +36,7 @@ RESERVED = frozenset("""
     graph node edge budget peak save time size forward backward loss data layer option grad
     input output fwd bwd overhead phantom needs use model set param var expr constraint
     minimize maximize forall sum where in and or not implies max min first next prev last
-    binary integer continuous bandwidth pinned host offload prefetch true false
+    binary integer continuous bandwidth pinned host offload prefetch true false segments
     B KB MB GB KiB MiB GiB TiB s ms us ns
 """.split())
 
@@ -176,6 +176,14 @@ def _write_layered(graph: Graph) -> str:
                 text += f"\n        {side} (" + ", ".join(parts) + ")"
         return text
 
+    def segments_text(parts) -> str:
+        items = []
+        for seg in parts:
+            span = f"{seg.first}" if seg.first == seg.last else f"{seg.first}..{seg.last}"
+            items.append(f"{seg.kind} {span}"
+                         + (" " + segments_text(seg.children) if seg.children else ""))
+        return "(" + ", ".join(items) + ")"
+
     lines = [f"# schedlang graph data: {len(graph.data)} data nodes, {len(graph.layers)} layers"]
     header = f"graph {quote_name(graph.name)}"
     if graph.title:
@@ -197,6 +205,9 @@ def _write_layered(graph: Graph) -> str:
             if o.pinned:
                 text += " pinned"
             text += steps_text(("fwd_steps", o.fwd_steps), ("bwd_steps", o.bwd_steps))
+            if o.segments is not None:
+                text += (f"\n        segments {quote_string(o.segments.signature, 'signature')} "
+                         + segments_text(o.segments.parts))
             lines.append(text)
         ff = layer.fast_forward
         if ff is not None:

@@ -253,6 +253,10 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
             from .partition import partition
 
             part = partition(model, args, layers)
+    if frontend == "fx":  # generated options of graph data from a file: their callables
+        from .segments import register
+
+        register(part, graph)
     info = getattr(graph, "trace_info", None)
     # a copy whose data sizes may change (not a deep copy: the trace info holds the model)
     graph = copy.copy(graph)
@@ -790,7 +794,8 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     be planned (no blocks found, a block that fails under a wrapper, a failed trace), return
     the model run as plain PyTorch with a warning instead of raising; never silently.
 
-    `graph` (layered graph data of this model, as `trace` writes it) skips profiling;
+    `graph` (layered graph data of this model, as `trace` writes it) skips profiling (its
+    generated options are rebuilt from their `segments`: `schedlang.pytorch.segments`);
     `plan` (made for that graph) skips solving. `measure`: track the peak of every training
     step (CPU: a dispatch mode, which slows the step; CUDA: the allocator's counters).
     `bandwidth`: the host link, bytes per second each way (a number, or text such as

@@ -65,8 +65,12 @@ def add_run_arguments(p) -> None:
                    help="how the model is cut into layers, as fit's frontend=: fx (a torch.fx "
                    "trace), blocks (its blocks found by hooks on one run, wrapped in place; no "
                    "trace) or auto (fx when the model traces, else blocks; the default)")
+    p.add_argument("--op-options", action="store_true", help="also generate options from "
+                   "each layer's op graph while profiling (as `schedlang trace --op-options`; "
+                   "the fx front end)")
     p.add_argument("--graph", default=None, help="layered graph data of the model (.sched), "
-                   "instead of profiling")
+                   "instead of profiling; its generated options are rebuilt from their "
+                   "`segments`")
     p.add_argument("--plan", default=None, help="a plan (schedlang.plan/1 JSON) for --graph, "
                    "instead of solving")
     p.add_argument("--plan-out", default=None, help="write the plan used here")
@@ -202,6 +206,14 @@ def run_main(args) -> int:
     if args.graph and frontend == "blocks":
         raise RunError("--graph is layered graph data of the fx front end: it does not go "
                        "with --frontend blocks")
+    if getattr(args, "op_options", False):
+        if args.graph:
+            raise RunError("--op-options generates options while profiling; --graph is "
+                           "profiled already (trace it with `schedlang trace --op-options`)")
+        if frontend == "blocks":
+            raise RunError("--op-options needs the fx front end (the layers' aten graphs): "
+                           "it does not go with --frontend blocks")
+        frontend = "fx"
     _check_outputs(args)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -217,6 +229,8 @@ def run_main(args) -> int:
     layers = args.layers.split(",") if args.layers else None
     t0 = time.perf_counter()
     kwargs = {} if graph is not None else {"repeats": max(1, args.repeats)}
+    if getattr(args, "op_options", False):
+        kwargs["op_options"] = True
     fm = fit(model, inputs, args.budget, solver=args.solver, time_limit=args.time_limit,
              layers=layers, graph=graph, plan=plan, loss_fn=loss_fn, frontend=frontend,
              **kwargs)

@@ -267,7 +267,9 @@ class PlanExecutor:
                     raise PlanError(f"op {k}: compute {node!r} with option {option!r}; the "
                                     f"layer has {', '.join(opts)}")
                 kind = self._option_kind(layer, option)
-                if kind is None or (kind == "ops" and self._op_layer(layer, option) is None):
+                if kind == "ops" and self._op_layer(layer, option) is None:
+                    self._no_callable(k, node, layer, option)
+                if kind is None:
                     raise PlanError(f"op {k}: option {option!r} of layer {layer!r} has no "
                                     "runtime: options are autograd, recompute, selective "
                                     "(and fast_forward), and generated options registered "
@@ -314,6 +316,17 @@ class PlanExecutor:
             if option == kind or option.startswith(kind):
                 return kind
         return None
+
+    def _no_callable(self, k: int, node: str, layer: str, option: str) -> None:
+        """PlanError located at the option's declaration: a generated option without its
+        callable on this module."""
+        decl = next(o for o in self.glayers[layer].options if o.name == option)
+        how = ("its `segments` were not rebuilt on this module (`fit` with the graph data "
+               "rebuilds them)" if decl.segments is not None else
+               "its graph data carry no `segments` to rebuild it from: trace the model again "
+               "with `schedlang trace --op-options` (or leave the option out)")
+        raise PlanError(f"generated option '{option}' of layer '{layer}' (computing {node} at "
+                        f"op {k} of the plan) has no callable on this module: {how}", decl.loc)
 
     def _op_layer(self, layer: str, option: str):
         """The callable of a generated option (`schedlang.pytorch.options`), or None."""

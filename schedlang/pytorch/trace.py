@@ -86,6 +86,7 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
         declared.add(d)
         g.data.append(DataNode(d, int(size), role))
 
+    generated = getattr(part, "op_options", None) or {}  # layer -> option -> callable
     input_grads = set(profiled.input_grads)
     for d in part.inputs:
         data(d, sizes[d], "input")
@@ -111,7 +112,8 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
         if lp.grad_inputs and lp.param_grads:
             grad_outputs.append(f"{lp.name}.params.grad")
         opts = [Option(o.name, _round_time(o.fwd_time), int(o.fwd_overhead), _round_time(o.bwd_time),
-                       int(o.bwd_overhead), int(o.phantom), list(o.needs))
+                       int(o.bwd_overhead), int(o.phantom), list(o.needs),
+                       segments=_segments(generated.get(lp.name, {}).get(o.name)))
                 for o in lp.options]
         ff = lp.fast_forward
         g.layers.append(Layer(lp.name, list(layer.inputs), list(layer.outputs),
@@ -125,12 +127,21 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
     return g
 
 
+def _segments(callable_):
+    """The `segments` of a generated option's callable (None for another callable)."""
+    from .options import SegmentedLayer
+    from .segments import describe
+
+    return describe(callable_) if isinstance(callable_, SegmentedLayer) else None
+
+
 def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, device=None,
           name: str | None = None, op_options=False) -> Graph:
     """Partition, profile and describe `model` as layered graph data (see the module docstring).
 
     `op_options`: also generate options from each layer's op graph (`schedlang.pytorch.options`:
-    True, or a dict of `add_generated_options` arguments, e.g. ``{"model": "my.sched"}``).
+    True, or a dict of `add_generated_options` arguments, e.g. ``{"model": "my.sched"}``); each
+    is written with the `segments` the runtime rebuilds it from (`schedlang.pytorch.segments`).
     `graph.trace_info` is the `TraceInfo` (resident bytes, the profiled layers)."""
     if importlib.util.find_spec("torch") is None:
         raise SchedError("tracing a PyTorch model needs torch: pip install 'schedlang[torch]'",
@@ -230,6 +241,13 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ops", action="store_true",
                    help="write the whole model's aten-level op graph as Checkmate-view graph "
                         "data (`use checkmate`) instead of layered graph data")
+    p.add_argument("--op-options", action="store_true",
+                   help="also generate options from each layer's op graph (ops1, ops2, ...: "
+                        "solves of models/layer_options.sched, measured on the layer), written "
+                        "with the segments `schedlang run --graph` rebuilds them from")
+    p.add_argument("--op-model", metavar="MODEL",
+                   help="with --op-options: the shipped model name or .sched path that "
+                        "generates them (default layer_options)")
     p.add_argument("--budget", help="also write `budget peak` (a size, or a percent of the "
                    "no-recomputation peak)")
     p.add_argument("-o", "--output", required=True, help="the .sched file to write")
@@ -310,6 +328,19 @@ def trace_main(args) -> int:
 
     if args.repeats is None or args.repeats < 1:
         raise SchedError(f"--repeats must be at least 1, got {args.repeats}", Loc("--repeats"))
+    op_options = getattr(args, "op_options", False)
+    op_model = getattr(args, "op_model", None)
+    if op_model and not op_options:
+        raise SchedError("--op-model needs --op-options (the options it generates)",
+                         Loc("--op-model"))
+    if op_options and getattr(args, "ops", False):
+        raise SchedError("--op-options generates layer options in layered graph data; --ops "
+                         "writes the whole model's op graph instead: give one of them",
+                         Loc("--op-options"))
+    if op_model:  # an unknown model fails here, before any tracing
+        from ..program import resolve_model
+
+        resolve_model(op_model, Path.cwd(), Loc("--op-model"))
     options = [o.strip() for o in args.options.split(",") if o.strip()]
     factory = _load_factory(args.factory)
     try:
@@ -346,7 +377,9 @@ def trace_main(args) -> int:
     layers = [s.strip() for s in args.layers.split(",") if s.strip()] if args.layers else None
     try:
         graph = trace(model, tuple(inputs), layers, repeats=args.repeats, options=options,
-                      name=args.name)
+                      name=args.name,
+                      op_options=({"model": op_model} if op_model else True) if op_options
+                      else False)
     except SchedError:
         raise
     except Exception as exc:  # the user's model failed while being profiled
