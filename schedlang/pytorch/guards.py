@@ -22,6 +22,8 @@ changes gives a clear error, or a new plan, and never a silently wrong gradient 
 """
 from __future__ import annotations
 
+import math
+
 import functools
 
 import torch
@@ -147,6 +149,23 @@ def _checksum(t: torch.Tensor) -> torch.Tensor:
     return t.sum()
 
 
+def _off_device(total: torch.Tensor):
+    """The recorded checksum kept off the budget's device until the recomputation compares it:
+    a float on the CPU (a 4-byte tensor per recomputed layer would sit on the CPU tracker, above
+    the prediction), a pinned host copy made without waiting on a GPU (the comparison
+    synchronizes anyway)."""
+    if total.device.type == "cpu":
+        return float(total)
+    host = torch.empty((), dtype=total.dtype, pin_memory=True)
+    return host.copy_(total, non_blocking=True)
+
+
+def _close(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return abs(a - b) <= 1e-8 + CHECKSUM_RTOL * abs(b)
+
+
 def check_layer_outputs(run, layer: str, outs) -> None:
     """After a forward of `layer` in the step `run`: record its outputs the first time, and
     compare a recomputation with the record (`GraphChanged` when it differs)."""
@@ -155,11 +174,12 @@ def check_layer_outputs(run, layer: str, outs) -> None:
            if isinstance(t, torch.Tensor) else (None, type(t).__name__, None) for t in outs]
     first = seen.get(layer)
     if first is None:
-        seen[layer] = now
+        seen[layer] = [(shape, dtype, None if total is None else _off_device(total))
+                       for shape, dtype, total in now]
         return
     for k, ((shape, dtype, total), (shape0, dtype0, total0)) in enumerate(zip(now, first)):
-        same = shape == shape0 and dtype == dtype0 and (total is None or bool(torch.isclose(
-            total, total0, rtol=CHECKSUM_RTOL, atol=1e-8, equal_nan=True)))
+        same = shape == shape0 and dtype == dtype0 and (total is None or _close(
+            float(total), float(total0)))
         if not same:
             raise GraphChanged(
                 f"layer '{layer}' gave another result when recomputed (output {k}: "
