@@ -249,11 +249,17 @@ FIT_CASES = {
 TOLERANCE = 0.05  # |measured - predicted| / predicted
 
 
-def fit_step(fm, model, inputs, loss_fn, seed=123):
+def fit_step(fm, model, inputs, loss_fn, seed=123, hold_output=True):
+    """One training step through `fm`; the output held through the backward (`out = fm(x);
+    loss_fn(out).backward()`, the loop fit's prediction is for) unless `hold_output` is False
+    (`loss_fn(fm(x)).backward()`: the output freed once the loss has what it needs)."""
     model.zero_grad(set_to_none=True)
     ins = [x.detach().requires_grad_(x.requires_grad) for x in inputs]
     torch.manual_seed(seed)
-    loss = loss_fn(fm(*ins))
+    out = fm(*ins)
+    loss = loss_fn(out)
+    if not hold_output:
+        del out
     loss.backward()
     return ([None if p.grad is None else p.grad.clone() for p in model.parameters()],
             [x.grad for x in ins], loss.detach(), torch.get_rng_state())

@@ -745,12 +745,18 @@ class _StepGuard:
 
 
 # --- the one call ---------------------------------------------------------------------------------
+#: the extension that keeps the model's outputs from their forward to the step's end (the
+#: caller holds them: models/extensions/held_outputs.sched)
+HELD_OUTPUTS = "held_outputs"
+
+
 def _extensions(prep: Prepared) -> tuple:
-    """The .sched extensions the front end's runtime needs: per-block wrappers run only the
-    plans of models/extensions/per_block.sched."""
+    """The .sched extensions fit's plans need: the outputs the caller holds are never deleted
+    (models/extensions/held_outputs.sched); per-block wrappers run only the plans of
+    models/extensions/per_block.sched."""
     from .hooked import PER_BLOCK
 
-    return (PER_BLOCK,) if prep.frontend == "blocks" else ()
+    return (HELD_OUTPUTS, PER_BLOCK) if prep.frontend == "blocks" else (HELD_OUTPUTS,)
 
 
 def _fallback(model: nn.Module, exc: Exception, measure: bool) -> FitModule:

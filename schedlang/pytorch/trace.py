@@ -90,9 +90,11 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
     input_grads = set(profiled.input_grads)
     for d in part.inputs:
         data(d, sizes[d], "input")
+    returned = set(part.outputs)
     for lp in profiled.layers:
         for d in part.layer(lp.name).outputs:
-            data(d, sizes[d])
+            # what the forward returns stays alive to the step's end: the caller holds it
+            data(d, sizes[d], "output" if d in returned else "")
     loss_outputs = ["loss"]
     # the loss value and the seed gradient backward() makes for it (4 B each): alive
     # through the whole backward, like the outputs the caller holds
