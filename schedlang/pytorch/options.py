@@ -122,15 +122,28 @@ class SegmentedLayer:
                 del env[name]
 
     def _step_fn(self, st, fixed_env: dict):
+        """The step's function. Its first call runs the segment; a later call is the
+        checkpoint's recomputation, whose outputs are thrown away: it runs the same ops in the
+        same order (the same saved tensors, RNG restored by the checkpoint) but drops each
+        value after its last reader inside, outputs included (`_Step.lean`)."""
+        calls = [0]
         if st.pieces is None:
             fixed = [fixed_env[f] for f in st.used]
-            return lambda *v, code=st.code, fixed=fixed: code(*fixed, *v)
 
-        def run_pieces(*v, st=st):
+            def run(*v):
+                calls[0] += 1
+                return (st.code if calls[0] == 1 or st.lean is None else st.lean)(*fixed, *v)
+            return run
+
+        def run_pieces(*v):
+            calls[0] += 1
             sub = dict(fixed_env)
             sub.update(zip(st.ins, v))
-            self._run_steps(st.pieces, sub)
-            return tuple(sub[o] for o in st.outs)
+            if calls[0] == 1 or st.lean is None:
+                self._run_steps(st.pieces, sub)
+                return tuple(sub[o] for o in st.outs)
+            self._run_steps(st.lean, sub)
+            return ()
         return run_pieces
 
 
@@ -146,6 +159,8 @@ class _Step:
     code: object = None
     used: list = None
     pieces: list | None = None
+    lean: object = None  # a checkpointed step's recomputation: its code (or steps) without
+    # outputs, so that each value dies after its last reader inside
 
 
 def _steps(gm: fx.GraphModule, segments: list[tuple], returned: set, fixed: list) -> list:
@@ -172,8 +187,11 @@ def _steps(gm: fx.GraphModule, segments: list[tuple], returned: set, fixed: list
         st = _Step(ckpt, ins, outs, later | set(fixed))
         if pieces:
             st.pieces = _steps(gm, pieces, set(outs), fixed)
+            st.lean = _steps(gm, pieces, set(), fixed) if ckpt else None
         else:
             st.code, st.used = _segment_code(gm, nodes, ins, outs, fixed)
+            if ckpt:
+                st.lean = _segment_code(gm, nodes, ins, [], fixed, st.used)[0]
         out.append(st)
     return out
 
@@ -191,13 +209,14 @@ def _spans_of(segments: list[tuple], depth: int = 0) -> list[tuple]:
 
 
 def _segment_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs: list[str],
-                  fixed: list[str]):
+                  fixed: list[str], used: list[str] | None = None):
     """The segment's aten ops as a GraphModule (fx generates its Python code, which drops each
     value after its last reader as eager PyTorch does): arguments the parameters and buffers
     it reads, then `ins`; returns the tuple of `outs`."""
     inside = {n.name for n in nodes}
     read = {a.name for n in nodes for a in n.all_input_nodes if a.name not in inside}
-    used = [f for f in fixed if f in read]
+    if used is None:
+        used = [f for f in fixed if f in read]
     g = fx.Graph()
     env = {name: g.placeholder(name) for name in used + ins}
     attrs = {n.name: n for n in gm.graph.nodes if n.op == "get_attr"}
