@@ -132,3 +132,96 @@ def test_a_plan_with_pieced_options_runs_as_predicted(monkeypatch):
         rep = fm.memory_report()
         assert abs(rep.measured_peak_bytes - rep.predicted_peak_bytes) <= \
             TOLERANCE * rep.predicted_peak_bytes, (pick("blocks.0"), rep)
+
+
+class _Mix(torch.nn.Module):
+    """Readers that save what they read (linear, tanh, relu) and readers that do not (a
+    scalar product, an addition): both kinds of boundary of layer_options.sched."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin1, self.lin2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        a = torch.tanh(self.lin1(x))
+        c = self.lin2(a * 2.0)
+        return torch.relu(c + a)
+
+
+def _segmentations(n: int):
+    """Every cover of units 0..n-1 by consecutive segments, each kept or checkpointed."""
+    for mask in range(1 << (n - 1)):
+        cuts = [0] + [k + 1 for k in range(n - 1) if mask >> k & 1] + [n]
+        segs = list(zip(cuts[:-1], [c - 1 for c in cuts[1:]]))
+        for kinds in range(1 << len(segs)):
+            yield [(a, b, bool(kinds >> k & 1)) for k, (a, b) in enumerate(segs)]
+
+
+def test_layer_options_matches_brute_force_on_a_tiny_op_graph():
+    """At a series of budgets, the solved option's recomputation time is the least over every
+    segmentation of a tiny op graph whose peak (as layer_options.sched counts it: the
+    phantom, and per checkpointed segment what was saved before it plus its internals; a
+    value crossing a cut is held when its reader saves it or is checkpointed) fits."""
+    import schedlang
+    from schedlang.decoders.segments import segments_of
+    from schedlang.pytorch.opgraph import record_ops
+
+    torch.manual_seed(0)
+    og = record_ops(_Mix(), (torch.randn(32, 16),), repeats=1)
+    for k, u in enumerate(og.units):  # distinct times: one least time per budget
+        u.fwd_time = u.bwd_time = (k + 1) * 1e-3
+    g = og.checkmate("mix", loss=False)
+    names = [u.name for u in og.units]
+    n = len(names)
+    mib = 1 << 20
+    size = {u.name: u.created / mib for u in og.units}
+    succ: dict = {}
+    for a, b in g.edges:
+        succ.setdefault(a, []).append(b)
+    fe = [(a, b) for a, b in g.edges if not b.startswith("g.")]
+    hold = {(a, b) for a, b in fe if "g." + b in succ.get(a, ())}  # b's backward reads a
+    saved = {v for v in names if any(w.startswith("g.") for w in succ.get(v, ()))}
+    out = {v for v in names if all(w.startswith("g.") for w in succ.get(v, ()))}
+    pos = {v: k for k, v in enumerate(names)}
+
+    def internal(a, b):
+        return sum(size[names[k]] for k in range(a, b + 1)
+                   if names[k] in saved and names[k] not in out)
+
+    def peak_time(segs):
+        seg_of = {k: s for s in segs for k in range(s[0], s[1] + 1)}
+        keep = set()
+        for u, w in fe:
+            iu, iw = pos[u], pos[w]
+            s = seg_of[iw]
+            if (u, w) in hold and any(a > iu and a <= iw for a, _, _ in segs):
+                keep.add(u)
+            elif (u, w) not in hold and s[2] and s[0] > iu:
+                keep.add(u)
+        kept = [u for u in keep if u not in out]
+        ph = sum(size[u] for u in kept) + sum(internal(a, b) for a, b, c in segs if not c)
+        peak = ph
+        for a, b, c in segs:
+            if c:
+                before = sum(size[u] for u in kept if pos[u] < a) + sum(
+                    internal(x, y) for x, y, z in segs if not z and y < a)
+                peak = max(peak, before + internal(a, b))
+        rtime = sum(og.units[k].fwd_time for a, b, c in segs if c for k in range(a, b + 1))
+        return peak, rtime
+
+    table = [peak_time(segs) for segs in _segmentations(n)]
+    total = og.saved_total
+    for frac in (1.2, 0.8, 0.6, 0.45, 0.3):
+        g.budgets = {"peak": int(total * frac)}
+        limit = (g.budgets["peak"] // 1024) / 1024
+        fits = [t for p, t in table if p <= limit + 1e-9]
+        prob = schedlang.load(model="layer_options", graph=g)
+        res = prob.solve(time_limit=60)
+        if not fits:
+            assert not res.status.has_solution, frac
+            continue
+        assert res.status.has_solution, frac
+        spans = segments_of(prob.program, prob.ir, res.solution)
+        segs = [(pos[a], pos[b], c) for a, b, c in spans]
+        p, t = peak_time(segs)
+        assert p <= limit + 1e-9 and t == pytest.approx(min(fits), rel=1e-6), (frac, spans)
