@@ -23,7 +23,7 @@
   `--scale-model gpt-rms-gelu` (default): GPT blocks with Llama's RMSNorm and GPT-2's tanh
   GELU written out as in their reference code (2,646 ops); `gpt`: the plain test GPT (1,914).
 
-Budgets are bisected to 1%. Times on a shared CPU are noisy (quote `uptime`).
+Budgets are bisected to 0.2% (`--bisect-rel`). Times on a shared CPU are noisy (quote `uptime`).
 """
 from __future__ import annotations
 
@@ -134,8 +134,8 @@ def part_lowest(args) -> list[dict]:
                       op_options={"repeats": args.repeats})
         gen_s = time.perf_counter() - t0
         n_gen = sum(1 for lay in gen.graph.layers for o in lay.options if o.name.startswith("ops"))
-        lo_fixed = lowest(fixed)
-        lo_gen = lowest(gen)
+        lo_fixed = lowest(fixed, args.bisect_rel)
+        lo_gen = lowest(gen, args.bisect_rel)
         fl = floor(model, gen)
         # the step runs at the smallest budget found plus 1 KiB (the bisection's plan is
         # predicted at most at that budget; the CPU tracker sees a few bytes more: the loss)
@@ -361,6 +361,8 @@ def main(argv=None) -> int:
     ap.add_argument("--scale-model", default="gpt-rms-gelu", choices=["gpt-rms-gelu", "gpt"])
     ap.add_argument("--scale-jobs", type=int, nargs="+", default=[0], help="sub-solve workers "
                     "of `scale`, one run each (0: as many as cores allow; 1: serial)")
+    ap.add_argument("--bisect-rel", type=float, default=0.002, help="`lowest`: bisect each "
+                    "smallest feasible budget to this fraction of it (default 0.2%%)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)

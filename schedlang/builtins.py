@@ -214,6 +214,23 @@ def _layer_node(low, e, t):
     return Elem(out, low.sets["layers" if f == "layer" else "compute_nodes"])
 
 
+@_builtin("backward_of", (1, 1), "elem", "", "elem")
+def _backward_of(low, e, t):
+    """backward_of(v): the backward node of forward node v in a Checkmate view whose backward
+    nodes are named `g.<forward node>` (op graphs: `trace --ops`, `schedlang.pytorch.opgraph`);
+    no element where v has none. Reads the graph's nodes. An element per row; no IR columns
+    or rows."""
+    if low.g is None:
+        raise DataError("backward_of() needs graph data, and no graph was given", e.loc)
+    table = low.data.elems.get("backward_of")
+    codes = low._elem_codes(e.args[0], t)
+    out = np.full(len(codes), INVALID, dtype=np.int64)
+    if table is not None:
+        known = (codes >= 0) & (codes < len(table))
+        out[known] = table[codes[known]]
+    return Elem(out, low.sets["backward_nodes"])
+
+
 @_builtin("next prev", (1, 2), "elem", "", "elem")
 def _next_prev(low, e, t):
     """next(v) / prev(v): the element after / before v in the ordered set v was bound from;
@@ -318,6 +335,15 @@ class GraphData:
         else:
             e = np.zeros((0, 2), dtype=np.int64)
         self.sets["edges"] = SetVal(e, "edges")
+        # backward_of(v): forward node v -> its backward node `g.<v>` (op graphs' naming)
+        named = {n.name for n in g.nodes if n.kind == "backward"}
+        grads = [(u.code(n.name), u.code("g." + n.name)) for n in g.nodes
+                 if n.kind != "backward" and "g." + n.name in named]
+        if grads:
+            lookup = np.full(len(u), INVALID, dtype=np.int64)
+            src, dst = np.array(grads, dtype=np.int64).T
+            lookup[src] = dst
+            self.elems["backward_of"] = lookup
 
     def _bind_hgraph(self, g: Graph, h):
         """The H-graph's sets, and its per-(node, option) data as tables (see BUILTIN_SETS)."""

@@ -158,6 +158,87 @@ def _mutates(n: fx.Node) -> bool:
     return bool(schema is not None and schema.is_mutable)
 
 
+def _is_view(n: fx.Node) -> bool:
+    """An op whose output shares its first input's storage (view, transpose, expand, split,
+    a getitem of a split, ...): it moves no memory."""
+    if n.op != "call_function":
+        return False
+    if n.target is operator.getitem:
+        return bool(n.args) and isinstance(n.args[0], fx.Node) and _is_view(n.args[0])
+    schema = getattr(n.target, "_schema", None)
+    return bool(schema is not None and not schema.is_mutable and schema.returns
+                and any(r.alias_info is not None for r in schema.returns))
+
+
+def _nbytes(n) -> int:
+    val = n.meta.get("val") if isinstance(n, fx.Node) else None
+    return val.untyped_storage().nbytes() if isinstance(val, torch.Tensor) else 0
+
+
+def hoist_copies(gm: fx.GraphModule) -> int:
+    """Move a copy up to the previous reader of the storage it copies, when it is that
+    storage's last reader and its output is smaller (e.g. attention's `v.contiguous()`, which
+    the traced order runs after the scores and the softmax): the storage can then be freed
+    right after, in the forward and in every recomputation. Only pure ops move (no in-place
+    op, no random op: the RNG stream keeps its order), with the views they read. Returns how
+    many copies moved."""
+    moved = 0
+    for _ in range(len(gm.graph.nodes)):
+        nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+        pos = {n: k for k, n in enumerate(nodes)}
+        base: dict = {}
+        for n in nodes:
+            first = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
+            base[n] = base.get(first, first) if _is_view(n) and first is not None else n
+        readers: dict = {}
+        for n in nodes:
+            if not _is_view(n):
+                for a in n.all_input_nodes:
+                    readers.setdefault(base.get(a, a), []).append(n)
+        change = None
+        for n in nodes:
+            if _is_view(n) or _mutates(n) or n.target is operator.getitem:
+                continue
+            tags = getattr(n.target, "tags", ())
+            if torch.Tag.nondeterministic_seeded in tags:
+                continue
+            bases = {base.get(a, a) for a in n.all_input_nodes}
+            if len(bases) != 1:
+                continue
+            src = next(iter(bases))
+            rs = readers.get(src, [])
+            if not rs or rs[-1] is not n or len(rs) < 2 or pos[rs[-2]] + 1 >= pos[n]:
+                continue
+            if not 0 < _nbytes(n) < _nbytes(src):
+                continue
+            prev = rs[-2]
+            # the views n reads that come after `prev` move with it
+            chain, stack, ok = [], list(n.all_input_nodes), True
+            while stack:
+                a = stack.pop()
+                if a.op != "call_function" or pos[a] <= pos[prev] or a in chain:
+                    continue
+                if not _is_view(a):
+                    ok = False
+                    break
+                chain.append(a)
+                stack += a.all_input_nodes
+            between = nodes[pos[prev] + 1:pos[n]]
+            touched = any(_mutates(m) and any(base.get(a, a) is src for a in m.all_input_nodes)
+                          for m in between)  # an in-place op on the copied storage
+            if ok and not touched:
+                change = (prev, sorted(chain, key=pos.get) + [n])
+                break
+        if change is None:
+            return moved
+        at, group = change
+        for m in group:
+            at.append(m)
+            at = m
+        moved += 1
+    return moved
+
+
 def _units_of(gm: fx.GraphModule) -> list[list[fx.Node]]:
     """Group the call nodes into units: the legal cut points (module docstring)."""
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
@@ -230,6 +311,9 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
     whether its gradient is wanted (default: floating-point inputs)."""
     inputs = tuple(inputs) if not isinstance(inputs, torch.Tensor) else (inputs,)
     gm, params, buffers = _make_graph(fn, inputs)
+    if hoist_copies(gm):
+        gm.graph.lint()
+        gm.recompile()
     if requires_grad is None:
         requires_grad = [x.is_floating_point() for x in inputs]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]

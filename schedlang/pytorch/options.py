@@ -42,7 +42,7 @@ from .memory import MemoryTracker, storage_key
 from .opgraph import OpGraph, graph_outputs, record_ops
 
 __all__ = ["SegmentedLayer", "GeneratedOption", "generate_options", "add_generated_options",
-           "OPS_PREFIX", "CACHE", "DEFAULT_FRACTIONS"]
+           "OPS_PREFIX", "CACHE", "DEFAULT_FRACTIONS", "normal_spans"]
 
 WHERE = Loc("options")
 OPS_PREFIX = "ops"
@@ -56,48 +56,32 @@ CACHE: dict = {}
 
 
 class SegmentedLayer:
-    """`module`'s aten graph (`og.gm`) run in segments: [(call nodes, checkpointed)].
+    """`module`'s aten graph (`og.gm`) run in segments: [(call nodes, checkpointed)] or
+    [(call nodes, checkpointed, pieces)], where `pieces` (a list of segments of the same form,
+    covering the segment's nodes in order) cuts a segment once more: a checkpointed segment
+    with pieces recomputes, in its backward round, only what its kept pieces save and the
+    values crossing its pieces; each checkpointed piece is recomputed in a round of its own,
+    inside that one (nested checkpoints: one more level of recomputation per level of pieces).
     `nested`: the whole layer runs inside one more checkpoint, so that the segments'
     boundaries are not kept from the forward to the backward either: the backward recomputes
     the layer once without its checkpointed segments' internals, then each of them in its own
     round (two levels of recomputation)."""
 
-    def __init__(self, og: OpGraph, module, segments: list[tuple[list[fx.Node], bool]],
-                 nested: bool = False):
+    def __init__(self, og: OpGraph, module, segments: list[tuple], nested: bool = False):
         self.og = og
         self.nested = nested
         self.module = module
         self.segments = segments
         self.placeholders = [n for n in og.gm.graph.nodes if n.op == "placeholder"]
         self.outputs = graph_outputs(og.gm)
-        returned = {n.name for n in self.outputs}
-        later_reads: list[set] = []
-        seen: set = set()
-        for nodes, _ in reversed(segments):  # values read by a later segment or returned
-            later_reads.append(set(seen) | returned)
-            for n in nodes:
-                seen.update(a.name for a in n.all_input_nodes)
-        later_reads.reverse()
-        self.io = []
-        fixed = [n.name for n in self.placeholders[:og.n_params + og.n_buffers]]
-        # after segment s, the values that stay: read by a later segment, returned, or fixed
-        self.stay = [later | set(fixed) for later in later_reads]
-        self.code = []  # per segment: its aten ops as generated Python (fx code), and the
-        # parameters and buffers it reads
-        for (nodes, ckpt), later in zip(segments, later_reads):
-            inside = {n.name for n in nodes}
-            ins = []
-            for n in nodes:
-                for a in n.all_input_nodes:
-                    if a.name not in inside and a.name not in fixed and a.name not in ins:
-                        ins.append(a.name)
-            outs = [n.name for n in nodes if n.name in later]
-            self.io.append((ins, outs))
-            self.code.append(_segment_code(og.gm, nodes, ins, outs, fixed))
+        self.returned = {n.name for n in self.outputs}
+        self.fixed = [n.name for n in self.placeholders[:og.n_params + og.n_buffers]]
+        self.steps = _steps(og.gm, segments, self.returned, self.fixed)
+        self.io = [(st.ins, st.outs) for st in self.steps]
         self.held: list | None = None  # set to a list: storages the checkpoints hold
 
-    def spans(self) -> list[tuple[str, str, bool]]:
-        return [(nodes[0].name, nodes[-1].name, ckpt) for nodes, ckpt in self.segments]
+    def spans(self) -> list[tuple]:
+        return _spans_of(self.segments)
 
     def __call__(self, *xs):
         if self.nested:
@@ -110,38 +94,129 @@ class SegmentedLayer:
         params = list(self.module.parameters()) if hasattr(self.module, "parameters") else []
         buffers = list(self.module.buffers()) if hasattr(self.module, "buffers") else []
         env = {n.name: a for n, a in zip(self.placeholders, params + buffers + list(xs))}
-        returned = {n.name for n in self.outputs}
-        for (_, ckpt), (ins, outs), (code, used), stay in zip(self.segments, self.io,
-                                                               self.code, self.stay):
-            fixed = [env[f] for f in used]
-            if ckpt:
+        self._run_steps(self.steps, env)
+        return tuple(env[n.name] for n in self.outputs)
+
+    def _run_steps(self, steps: list, env: dict) -> None:
+        """Run `steps` (`_steps`) in order on `env` (values by fx name), each checkpointed
+        one through `torch.utils.checkpoint`; drops each value no later step reads."""
+        fixed_env = {f: env[f] for f in self.fixed if f in env}
+        for st in steps:
+            fn = self._step_fn(st, fixed_env)
+            if st.ckpt:
                 # a value the layer returns is passed as a view: the runtime empties the
                 # returned tensor object itself (its memory is the datum's), not the
                 # checkpoint's copy
-                args = [env[i].view_as(env[i]) if i in returned else env[i] for i in ins]
+                args = [env[i].view_as(env[i]) if i in self.returned else env[i]
+                        for i in st.ins]
                 if self.held is not None:
                     self.held += [a.untyped_storage().data_ptr() for a in args]
-                res = checkpoint(lambda *v, code=code, fixed=fixed: code(*fixed, *v), *args,
-                                 use_reentrant=False)
+                res = checkpoint(fn, *args, use_reentrant=False)
             else:
-                args = [env[i] for i in ins]
-                res = code(*fixed, *args)
-            del args, fixed
-            env.update(zip(outs, res))
+                args = [env[i] for i in st.ins]
+                res = fn(*args)
+            del args
+            env.update(zip(st.outs, res))
             del res
-            for name in [n for n in env if n not in stay]:  # no later segment reads it
+            for name in [n for n in env if n not in st.stay]:  # no later step reads it
                 del env[name]
-        return tuple(env[n.name] for n in self.outputs)
+
+    def _step_fn(self, st, fixed_env: dict):
+        """The step's function. Its first call runs the segment; a later call is the
+        checkpoint's recomputation, whose outputs are thrown away: it runs the same ops in the
+        same order (the same saved tensors, RNG restored by the checkpoint) but drops each
+        value after its last reader inside, outputs included (`_Step.lean`)."""
+        calls = [0]
+        if st.pieces is None:
+            fixed = [fixed_env[f] for f in st.used]
+
+            def run(*v):
+                calls[0] += 1
+                return (st.code if calls[0] == 1 or st.lean is None else st.lean)(*fixed, *v)
+            return run
+
+        def run_pieces(*v):
+            calls[0] += 1
+            sub = dict(fixed_env)
+            sub.update(zip(st.ins, v))
+            if calls[0] == 1 or st.lean is None:
+                self._run_steps(st.pieces, sub)
+                return tuple(sub[o] for o in st.outs)
+            self._run_steps(st.lean, sub)
+            return ()
+        return run_pieces
+
+
+@dataclass
+class _Step:
+    """One segment of a `SegmentedLayer`, ready to run: its inputs and outputs (fx names),
+    what stays after it (read later, returned, or a parameter/buffer), and either its code
+    (fx-generated, with the parameters and buffers it reads, `used`) or its pieces."""
+    ckpt: bool
+    ins: list
+    outs: list
+    stay: set
+    code: object = None
+    used: list = None
+    pieces: list | None = None
+    lean: object = None  # a checkpointed step's recomputation: its code (or steps) without
+    # outputs, so that each value dies after its last reader inside
+
+
+def _steps(gm: fx.GraphModule, segments: list[tuple], returned: set, fixed: list) -> list:
+    """The `_Step`s of `segments` (each (nodes, ckpt) or (nodes, ckpt, pieces)), of which
+    the values named in `returned` are read after the last one."""
+    later_reads: list[set] = []
+    seen: set = set()
+    for seg in reversed(segments):  # values read by a later segment or returned
+        later_reads.append(set(seen) | returned)
+        for n in seg[0]:
+            seen.update(a.name for a in n.all_input_nodes)
+    later_reads.reverse()
+    out = []
+    for seg, later in zip(segments, later_reads):
+        nodes, ckpt = seg[0], seg[1]
+        pieces = seg[2] if len(seg) > 2 else None
+        inside = {n.name for n in nodes}
+        ins = []
+        for n in nodes:
+            for a in n.all_input_nodes:
+                if a.name not in inside and a.name not in fixed and a.name not in ins:
+                    ins.append(a.name)
+        outs = [n.name for n in nodes if n.name in later]
+        st = _Step(ckpt, ins, outs, later | set(fixed))
+        if pieces:
+            st.pieces = _steps(gm, pieces, set(outs), fixed)
+            st.lean = _steps(gm, pieces, set(), fixed) if ckpt else None
+        else:
+            st.code, st.used = _segment_code(gm, nodes, ins, outs, fixed)
+            if ckpt:
+                st.lean = _segment_code(gm, nodes, ins, [], fixed, st.used)[0]
+        out.append(st)
+    return out
+
+
+def _spans_of(segments: list[tuple], depth: int = 0) -> list[tuple]:
+    """The spans of `segments` (`_segments`' argument): (first, last, checkpointed) at the
+    top, (first, last, checkpointed, depth) for the pieces of a segment, depth >= 1."""
+    out = []
+    for seg in segments:
+        nodes, ckpt = seg[0], seg[1]
+        out.append((nodes[0].name, nodes[-1].name, ckpt) + ((depth,) if depth else ()))
+        if len(seg) > 2 and seg[2]:
+            out += _spans_of(seg[2], depth + 1)
+    return out
 
 
 def _segment_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs: list[str],
-                  fixed: list[str]):
+                  fixed: list[str], used: list[str] | None = None):
     """The segment's aten ops as a GraphModule (fx generates its Python code, which drops each
     value after its last reader as eager PyTorch does): arguments the parameters and buffers
     it reads, then `ins`; returns the tuple of `outs`."""
     inside = {n.name for n in nodes}
     read = {a.name for n in nodes for a in n.all_input_nodes if a.name not in inside}
-    used = [f for f in fixed if f in read]
+    if used is None:
+        used = [f for f in fixed if f in read]
     g = fx.Graph()
     env = {name: g.placeholder(name) for name in used + ins}
     attrs = {n.name: n for n in gm.graph.nodes if n.op == "get_attr"}
@@ -157,18 +232,46 @@ def _segment_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs
     return fx.GraphModule(gm, g), used
 
 
-def _segments(og: OpGraph, spans) -> list[tuple[list[fx.Node], bool]]:
+def _segments(og: OpGraph, spans) -> list[tuple]:
+    """The segments (`SegmentedLayer`) of `spans`: (first unit, last unit, checkpointed) at
+    the top, (first, last, checkpointed, depth) for the pieces of a segment (depth 1: inside a
+    top segment, 2: inside a piece of depth 1, ...). Each level covers its parent once."""
     order = {u.name: k for k, u in enumerate(og.units)}
     nodes = {n.name: n for n in og.gm.graph.nodes}
-    out = []
-    for first, last, ckpt in sorted(spans, key=lambda s: order[s[0]]):
-        names = [n for u in og.units[order[first]:order[last] + 1] for n in u.nodes]
-        out.append(([nodes[n] for n in names], ckpt))
-    covered = sum(len(ns) for ns, _ in out)
-    if covered != sum(len(u.nodes) for u in og.units):
-        raise SchedError("the segments of a generated option do not cover the layer's ops "
-                         "once", WHERE)
+    by_depth: dict[int, list] = {}
+    for s in spans:
+        by_depth.setdefault(s[3] if len(s) > 3 else 0, []).append(s)
+
+    def build(lo: int, hi: int, depth: int) -> list[tuple]:
+        """The segments of `depth` covering units lo..hi."""
+        inside = sorted((s for s in by_depth.get(depth, ())
+                         if lo <= order[s[0]] and order[s[1]] <= hi), key=lambda s: order[s[0]])
+        out, at = [], lo
+        for s in inside:
+            a, b = order[s[0]], order[s[1]]
+            if a != at or b < a:
+                raise SchedError("the segments of a generated option do not cover the "
+                                 "layer's ops once", WHERE)
+            names = [n for u in og.units[a:b + 1] for n in u.nodes]
+            pieces = build(a, b, depth + 1) if any(
+                a <= order[t[0]] and order[t[1]] <= b for t in by_depth.get(depth + 1, ())) \
+                else None
+            out.append(([nodes[n] for n in names], bool(s[2]), pieces) if pieces
+                       else ([nodes[n] for n in names], bool(s[2])))
+            at = b + 1
+        if at != hi + 1:
+            raise SchedError("the segments of a generated option do not cover the layer's "
+                             "ops once", WHERE)
+        return out
+
+    out = build(0, len(og.units) - 1, 0)
+    if sum(len(s) for d, s in by_depth.items() if d) != _count_pieces(out):
+        raise SchedError("a piece of a generated option lies across its segment's ends", WHERE)
     return out
+
+
+def _count_pieces(segments: list[tuple]) -> int:
+    return sum(len(s[2]) + _count_pieces(s[2]) for s in segments if len(s) > 2)
 
 
 @dataclass
@@ -273,20 +376,100 @@ def measure(fn, values, requires, out_grads, params, owned, resident, repeats: i
 
 def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRACTIONS,
                 solver: str = "highs", time_limit: float | None = 30.0,
-                name: str = "layer", jobs: int | None = None, ray: str | None = None) -> list[list]:
+                name: str = "layer", jobs: int | None = None, ray: str | None = None,
+                pieces: bool = True) -> list[list]:
     """The distinct solutions of `model` on `og` at budgets `fractions` x what autograd
     saves inside the layer, on the peak (`budget peak`) then on the phantom (`budget save`);
     largest first, each series stops at its first infeasible budget. The solves run through
     `schedlang.layer_solves.solve_series` (`jobs` worker processes, None: as many as cores
-    allow, 1: in this process; `ray`: as Ray tasks), with the results of a serial loop."""
+    allow, 1: in this process; `ray`: as Ray tasks), with the results of a serial loop.
+    `pieces`: then each checkpointed segment's round is cut once more, by the same model
+    solved on the segment's own units (`segment_pieces`), and each solution whose segments
+    get pieces is added again with them (nested checkpoints)."""
     from ..layer_solves import solve_series
 
     g = og.checkmate(name, loss=False)
     total = max(og.saved_total, 1024)
     series = [[{"peak": int(total * f) + 1024} for f in fractions],  # the backward's peak
               [{"peak": 1 << 50, "save": int(total * f) + 1024} for f in fractions]]  # phantom
-    return [list(spans) for spans in solve_series(g, series, model, solver, time_limit,
-                                                  jobs=jobs, ray=ray)]
+    out: list[list] = []
+    for spans in solve_series(g, series, model, solver, time_limit, jobs=jobs, ray=ray):
+        spans = normal_spans(og, spans)
+        if spans not in out:
+            out.append(spans)
+    if not pieces:
+        return out
+    cuts: dict = {}  # (first, last) -> the segment's pieces, or [] (none better)
+    for spans in list(out):
+        extra = []
+        for first, last, ckpt in [s for s in spans if len(s) == 3]:
+            if not ckpt:
+                continue
+            if (first, last) not in cuts:
+                cuts[first, last] = segment_pieces(og, g, first, last, model, fractions,
+                                                   solver, time_limit, jobs, ray)
+            extra += cuts[first, last]
+        if extra:
+            nested = normal_spans(og, [s for s in spans if len(s) == 3] + extra)
+            if nested not in out:
+                out.append(nested)
+    return out
+
+
+def segment_pieces(og: OpGraph, g, first: str, last: str, model: str = "layer_options",
+                   fractions=DEFAULT_FRACTIONS, solver: str = "highs",
+                   time_limit: float | None = 30.0, jobs: int | None = None,
+                   ray: str | None = None) -> list[tuple]:
+    """The pieces of the checkpointed segment `first..last` (units of `og`; `g` its
+    Checkmate view): `model` solved on the segment's own op graph (its units, their backward
+    nodes and the edges among them: what it reads from before is an input, what later units
+    read is an output) along the `budget peak` series of fractions of what autograd saves
+    inside it; the cut of the smallest feasible budget, as (first, last, checkpointed, 1), or
+    [] when it leaves the segment whole."""
+    import copy
+
+    from ..layer_solves import solve_series
+
+    names = [u.name for u in og.units]
+    inside = set(names[names.index(first):names.index(last) + 1])
+    if len(inside) < 3:
+        return []
+    keep = inside | {"g." + u for u in inside}
+    sub = copy.copy(g)
+    sub.nodes = [n for n in g.nodes if n.name in keep]
+    sub.edges = [(a, b) for a, b in g.edges if a in keep and b in keep]
+    size = {u.name: u.created for u in og.units}
+    saved = {s for u in og.units if u.name in inside for s in u.saved_from if s in inside}
+    total = max(sum(size[s] for s in saved), 1024)
+    series = [[{"peak": int(total * f) + 1024} for f in fractions]]
+    found = solve_series(sub, series, model, solver, time_limit, jobs=jobs, ray=ray)
+    if not found:
+        return []
+    lowest = [tuple(s) for s in found[-1]]
+    if len(lowest) == 1:
+        return []
+    return [(a, b, c, 1) for a, b, c in lowest]
+
+
+def normal_spans(og: OpGraph, spans) -> list[tuple]:
+    """`spans` with the pieces (depth 1) of each checkpointed segment normalized: adjacent
+    kept pieces merged, and no pieces where only one kept piece is left (the plain
+    checkpointed segment), so that equivalent cuts are one option."""
+    order = {u.name: k for k, u in enumerate(og.units)}
+    top = sorted((tuple(s) for s in spans if len(s) == 3), key=lambda s: order[s[0]])
+    pieces = sorted((tuple(s) for s in spans if len(s) > 3), key=lambda s: order[s[0]])
+    out = list(top)
+    for first, last, ckpt in top:
+        inside = [p for p in pieces if order[first] <= order[p[0]] and order[p[1]] <= order[last]]
+        merged: list[tuple] = []
+        for p in inside:
+            if merged and not p[2] and not merged[-1][2]:
+                merged[-1] = (merged[-1][0], p[1], False, p[3])
+            else:
+                merged.append(p)
+        if ckpt and not (len(merged) == 1 and not merged[0][2]):
+            out += merged
+    return out
 
 
 def _dominated(m: Measured, others: list[Measured]) -> bool:
@@ -334,7 +517,7 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
             if len(spans) == 1:  # the whole layer kept or checkpointed: autograd, recompute
                 continue
             # each cut as it is, and inside one more checkpoint when it recomputes something
-            for nested in (False, True) if any(c for _, _, c in spans) else (False,):
+            for nested in (False, True) if any(s[2] for s in spans) else (False,):
                 layer = SegmentedLayer(og, module, _segments(og, spans), nested)
                 measures.append((spans, nested, measure(layer, values, requires, out_grads,
                                                         params, owned, resident, repeats)))
