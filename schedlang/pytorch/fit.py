@@ -388,6 +388,9 @@ def parse_bandwidth(value) -> float:
 # the second solve of `solve_plan`: the least peak among the fastest plans, a .sched extension
 # of the shipped formulations (models/extensions/least_peak.sched)
 LEAST_PEAK = "least_peak"
+#: the extension that keeps the model's outputs from their forward to the step's end (the
+#: caller holds them: models/extensions/held_outputs.sched)
+HELD_OUTPUTS = "held_outputs"
 
 
 def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
@@ -396,6 +399,8 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
                extensions: tuple = (), least_peak: bool = True) -> Plan | None:
     """The rockmate plan of `graph` within `activation_budget` bytes, or None if none found.
 
+    The model's outputs stay in memory from their forward to the step's end, as the caller
+    holds them (models/extensions/held_outputs.sched, always); `extensions`: more.
     `loss_overhead`: memory the loss function adds at the loss (the graph's loss node has
     none); the save budget (memory during the loss phase) keeps room for it and for the
     model's outputs, which the loss phase's samples may not count."""
@@ -412,8 +417,8 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
         if save <= 0:
             return None
         g.budgets["save"] = save
-    exts = [str(extension_path(e)) for e in extensions]
-    prob = schedlang.load(model=[model, *exts] if exts else model, graph=g)
+    exts = [str(extension_path(e)) for e in (HELD_OUTPUTS, *extensions)]
+    prob = schedlang.load(model=[model, *exts], graph=g)
     res = prob.solve(backend=backend, solver=solver, time_limit=time_limit)
     if res.plan is None or res.status not in (Status.OPTIMAL, Status.FEASIBLE):
         return None
@@ -745,18 +750,12 @@ class _StepGuard:
 
 
 # --- the one call ---------------------------------------------------------------------------------
-#: the extension that keeps the model's outputs from their forward to the step's end (the
-#: caller holds them: models/extensions/held_outputs.sched)
-HELD_OUTPUTS = "held_outputs"
-
-
 def _extensions(prep: Prepared) -> tuple:
-    """The .sched extensions fit's plans need: the outputs the caller holds are never deleted
-    (models/extensions/held_outputs.sched); per-block wrappers run only the plans of
-    models/extensions/per_block.sched."""
+    """The .sched extensions the front end's runtime needs (beyond `solve_plan`'s held
+    outputs): per-block wrappers run only the plans of models/extensions/per_block.sched."""
     from .hooked import PER_BLOCK
 
-    return (HELD_OUTPUTS, PER_BLOCK) if prep.frontend == "blocks" else (HELD_OUTPUTS,)
+    return (PER_BLOCK,) if prep.frontend == "blocks" else ()
 
 
 def _fallback(model: nn.Module, exc: Exception, measure: bool) -> FitModule:
