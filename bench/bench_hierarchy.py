@@ -192,7 +192,8 @@ def op_clock(prep, repeats: int):
     the hierarchical plan priced on the flat plan's clock. Per layer F, B: its units' forward
     and backward times; autograd F, B; recompute F, F + B; selective F, B + the units without
     a matmul or convolution (`profile.SAVE_OPS`); a generated option F, B + its checkpointed
-    segments' units (+ F when nested: the outer checkpoint reruns the whole forward)."""
+    segments' units that run again (`_rounds`; + F when nested: the outer checkpoint reruns
+    the whole forward)."""
     import copy
 
     from schedlang.pytorch.opgraph import record_ops
@@ -206,14 +207,14 @@ def op_clock(prep, repeats: int):
     ogs: dict = {}
     for lay in g.layers:
         gens = generated.get(lay.name, {})
-        og = next((sl.og for sl in gens.values()), None)
-        if og is None:
-            lp = part.layer(lay.name)
-            key = (lp.signature, tuple(tuple(v.shape) for v in values[lay.name]))
-            if key not in ogs:
-                requires = [d in lay.grad_outputs for d in lp.inputs]
-                ogs[key] = record_ops(lp.module, values[lay.name], requires, repeats=repeats)
-            og = ogs[key]
+        lp = part.layer(lay.name)
+        # recorded here, `repeats` times, whether or not the layer has generated options (the
+        # generation's own recording may have run with fewer repeats)
+        key = (lp.signature, tuple(tuple(v.shape) for v in values[lay.name]))
+        if key not in ogs:
+            requires = [f"{d}.grad" in lay.grad_outputs for d in lp.inputs]
+            ogs[key] = record_ops(lp.module, values[lay.name], requires, repeats=repeats)
+        og = ogs[key]
         fwd = {u.name: u.fwd_time for u in og.units}
         F, B = sum(fwd.values()), sum(u.bwd_time for u in og.units)
         for o in lay.options:
@@ -226,16 +227,29 @@ def op_clock(prep, repeats: int):
                 o.bwd_time = B + sum(u.fwd_time for u in og.units
                                      if not save_names.intersection(u.ops))
             elif o.name in gens:
-                sl = gens[o.name]
-                unit_of = {n: u.name for u in og.units for n in u.nodes}
-                ck = sum(fwd[u] for u in {unit_of[n.name] for nodes, c in sl.segments if c
-                                          for n in nodes})
-                o.bwd_time = B + ck + (F if sl.nested else 0.0)
+                o.bwd_time = B + _rounds(og, gens[o.name]) + (F if gens[o.name].nested else 0.0)
             else:
                 raise ValueError(f"op_clock: no op-level price for option {o.name!r}")
             o.fwd_steps, o.bwd_steps = [], []
         lay.fast_forward = None
     return g
+
+
+def _rounds(og, sl) -> float:
+    """Op-clock time of a generated option's recomputation rounds: per checkpointed segment,
+    its units up to the last one owning a tensor that a backward inside the segment saved
+    (torch's checkpoint stops recomputing once it has them all; nested: all its units)."""
+    unit_of = {n: u.name for u in og.units for n in u.nodes}
+    units = {u.name: u for u in og.units}
+    t = 0.0
+    for nodes, ckpt in sl.segments:
+        if not ckpt:
+            continue
+        seg = list(dict.fromkeys(unit_of[n.name] for n in nodes))
+        needed = {s for w in seg for s in units[w].saved_from}
+        last = max((k for k, v in enumerate(seg) if v in needed), default=-1)
+        t += sum(units[v].fwd_time for k, v in enumerate(seg) if k <= last or sl.nested)
+    return t
 
 
 def part_flat(args) -> dict:
@@ -248,13 +262,13 @@ def part_flat(args) -> dict:
 
     sizes = FLAT_MODELS[args.flat_model]
     model, inputs, loss_fn = ALL["gpt"](**sizes)
-    og = record_ops(model, inputs, repeats=args.repeats)
+    og = record_ops(model, inputs, repeats=args.op_repeats)
     flat = og.checkmate("flat", loss=True)
     base = simulate(no_recompute_plan(flat), flat)
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=args.repeats,
                    op_options={"repeats": args.repeats})
     hbase = simulate(no_recompute_plan(prep.graph), prep.graph)
-    opg = op_clock(prep, args.repeats)
+    opg = op_clock(prep, args.op_repeats)
     obase = simulate(no_recompute_plan(opg), opg)
     kw = {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes}
     out = {"model": {"gpt": sizes}, "ops": og.n_ops, "units": len(og.units),
@@ -279,7 +293,8 @@ def part_flat(args) -> dict:
             time_limit=args.flat_time_limit, warm_start="auto")
         fs = time.perf_counter() - t0
         f_oh = res.objective / base.time - 1 if res.objective else None
-        bound = getattr(res, "bound", None)
+        # the solver's proven lower bound on the flat optimum (its time over the plain one)
+        b_oh = res.bound / base.time - 1 if res.bound is not None else None
         t0 = time.perf_counter()
         plan = solve_plan(prep.graph, hb, "highs", args.time_limit, **kw)
         hs = time.perf_counter() - t0
@@ -289,16 +304,18 @@ def part_flat(args) -> dict:
         used = sorted({f"{op.node}:{op.option}" for op in oplan.ops
                        if op.op == "compute" and op.option}) if oplan else []
         row = {"fraction": frac, "saved_bytes": cut, "flat_budget": fb, "hier_budget": hb,
-               "flat_status": res.status.value, "flat_gap": res.gap, "flat_bound": bound,
+               "flat_status": res.status.value, "flat_gap": res.gap, "flat_bound_overhead": b_oh,
                "flat_overhead": f_oh, "flat_s": fs, "hier_overhead_measured": h_oh,
                "hier_overhead_op": o_oh, "hier_s": hs, "options_used": used,
-               "gap_op": None if o_oh is None or f_oh is None else (1 + o_oh) / (1 + f_oh) - 1}
+               "gap_op": None if o_oh is None or f_oh is None else (1 + o_oh) / (1 + f_oh) - 1,
+               "gap_op_bound": None if o_oh is None or b_oh is None else (1 + o_oh) / (1 + b_oh) - 1}
         out["rows"].append(row)
         print(f"  {100 * frac:.0f}% of the flat plain peak ({format_size(cut)} below each "
               f"plain peak: flat {format_size(fb)}, layered {format_size(hb)}): flat "
-              f"{res.status.value} {_pct(f_oh)} (gap {_pct(res.gap)}, {fs:.1f} s); "
+              f"{res.status.value} {_pct(f_oh)} (bound {_pct(b_oh)}, gap {_pct(res.gap)}, {fs:.1f} s); "
               f"hierarchical {_pct(o_oh)} on the op clock, {_pct(h_oh)} as measured "
-              f"({hs:.1f} s); hierarchical/flat time {_pct(row['gap_op'])} (op clock); "
+              f"({hs:.1f} s); hierarchical/flat time {_pct(row['gap_op'])} (op clock; over the flat "
+              f"bound {_pct(row['gap_op_bound'])}); "
               f"options {' '.join(used)}", flush=True)
     # lowest feasible budget of each, as bytes below its own plain peak
     lo, hi = 0.0, 1.0
@@ -306,7 +323,7 @@ def part_flat(args) -> dict:
         mid = (lo + hi) / 2
         flat.budgets = {"peak": int(base.peak_bytes * mid)}
         res = schedlang.load(model="checkmate", graph=flat).solve(
-            time_limit=args.flat_time_limit, warm_start="auto")
+            time_limit=args.flat_bisect_time_limit, warm_start="auto")
         if res.status.has_solution:
             hi = mid
         else:
@@ -462,11 +479,16 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="+", default=None)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--time-limit", type=float, default=120.0)
-    ap.add_argument("--flat-budgets", type=float, nargs="+", default=[0.8, 0.7])
-    ap.add_argument("--flat-bisect", type=int, default=5)
+    ap.add_argument("--flat-budgets", type=float, nargs="+", default=[0.8, 0.7, 0.6])
+    ap.add_argument("--flat-bisect", type=int, default=4)
+    ap.add_argument("--op-repeats", type=int, default=5, help="repeats of the op profiles "
+                    "of `flat` (the flat graph and the op clock; each op's least time)")
     ap.add_argument("--flat-model", default="gpt2", choices=sorted(FLAT_MODELS))
     ap.add_argument("--flat-time-limit", type=float, default=600.0,
                     help="time limit of each flat Checkmate solve (s)")
+    ap.add_argument("--flat-bisect-time-limit", type=float, default=120.0,
+                    help="time limit of the flat bisection's solves (s): no plan found in it "
+                    "counts as infeasible")
     ap.add_argument("--scale-model", default="gpt-rms-gelu", choices=["gpt-rms-gelu", "gpt"])
     ap.add_argument("--scale-jobs", type=int, nargs="+", default=[0], help="sub-solve workers "
                     "of `scale`, one run each (0: as many as cores allow; 1: serial)")
