@@ -173,19 +173,6 @@ FLAT_MODELS = {
 }
 
 
-def layer_values(part) -> dict[str, list]:
-    """Each layer's sample inputs: one eager pass without autograd (RNG untouched)."""
-    values: dict[str, list] = {}
-    with torch.random.fork_rng(), torch.no_grad():
-        env = dict(zip(part.inputs, part.sample_inputs))
-        for layer in part.layers:
-            values[layer.name] = [env[d] for d in layer.inputs]
-            outs = layer.module(*values[layer.name])
-            outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
-            env.update(zip(layer.outputs, outs))
-    return values
-
-
 def op_clock(prep, repeats: int):
     """The layered graph with every option's times from the op profile (`record_ops`: each
     aten unit's least time over the repeats, as the flat graph has them), memory as measured:
@@ -197,12 +184,13 @@ def op_clock(prep, repeats: int):
     import copy
 
     from schedlang.pytorch.opgraph import record_ops
+    from schedlang.pytorch.options import layer_inputs
     from schedlang.pytorch.profile import SAVE_OPS
 
     save_names = {getattr(op, "__name__", str(op)).split(".")[0] for op in SAVE_OPS}
     part = prep.partitioned
     generated = getattr(part, "op_options", {}) or {}
-    values = layer_values(part)
+    values = layer_inputs(part)
     g = copy.deepcopy(prep.graph)
     ogs: dict = {}
     for lay in g.layers:

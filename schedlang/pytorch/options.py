@@ -354,6 +354,22 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
     return out
 
 
+def layer_inputs(part) -> dict[str, list]:
+    """Each layer's sample inputs in a partitioned module: one eager pass without autograd,
+    the RNG state untouched."""
+    values: dict[str, list] = {}
+    resident = list(part.root.parameters()) + list(part.root.buffers())
+    dev = resident[0].device if resident else torch.device("cpu")
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), torch.no_grad():
+        env = dict(zip(part.inputs, part.sample_inputs))
+        for layer in part.layers:
+            values[layer.name] = [env[d] for d in layer.inputs]
+            outs = layer.module(*values[layer.name])
+            outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
+            env.update(zip(layer.outputs, outs))
+    return values
+
+
 def add_generated_options(profiled, *, model: str = "layer_options",
                           fractions=DEFAULT_FRACTIONS, solver: str = "highs",
                           time_limit: float | None = 30.0, repeats: int | None = None,
@@ -371,16 +387,7 @@ def add_generated_options(profiled, *, model: str = "layer_options",
     registry = getattr(part, "op_options", None)
     if registry is None:
         registry = part.op_options = {}
-    # the layers' sample inputs: one eager pass (no autograd), RNG untouched
-    values_of: dict[str, list] = {}
-    dev = resident[0].device if resident else torch.device("cpu")
-    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), torch.no_grad():
-        env = dict(zip(part.inputs, part.sample_inputs))
-        for layer in part.layers:
-            values_of[layer.name] = [env[d] for d in layer.inputs]
-            outs = layer.module(*values_of[layer.name])
-            outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
-            env.update(zip(layer.outputs, outs))
+    values_of = layer_inputs(part)
     result = {}
     gen = torch.Generator().manual_seed(0)
     for lp in profiled.layers:
