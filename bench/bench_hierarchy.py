@@ -11,10 +11,15 @@
   (`floor_at_op`: the honest least memory at that moment; the first counts them all). At the
   generated options' smallest budget, one training step runs: gradients against eager
   PyTorch, measured peak (CPU tracker) against the budget.
-* flat: a small model planned flat at op level (its whole op graph, `checkmate.sched`)
-  against the hierarchical plan (layered graph with generated options, `rockmate.sched`):
-  each plan's time overhead over its own graph's no-recomputation time at the same budget
-  fraction, and each one's lowest feasible budget (bisection with the solver).
+* flat: a small model (`--flat-model`, default a 2-block GPT of width 128, context 64: ops
+  dominate the executor's overheads) planned flat at op level (its whole op graph,
+  `checkmate.sched`, `--flat-time-limit` a budget: the incumbent and the solver's proven
+  bound) against the hierarchical plan (layered graph with generated options,
+  `rockmate.sched`). Each plan gets the same bytes below its own graph's plain peak (the
+  graphs count the step differently: parameter gradients, the loss's memory and measured
+  workspaces only in the layered one); times on the same clock: the hierarchical plan is
+  also solved with every option priced from the op profile (`op_clock`), as the flat graph
+  is, next to its times as measured. Then each one's lowest feasible budget (bisection).
 * scale: end-to-end planning time of a 12-block transformer by phase (trace and profile, op
   graphs, option sub-solves — on `--scale-jobs` worker processes, `schedlang.parallel` —,
   measuring the options, the top-level solve at 40%), and its op counts: aten ops of one
