@@ -11,10 +11,15 @@
   (`floor_at_op`: the honest least memory at that moment; the first counts them all). At the
   generated options' smallest budget, one training step runs: gradients against eager
   PyTorch, measured peak (CPU tracker) against the budget.
-* flat: a small model planned flat at op level (its whole op graph, `checkmate.sched`)
-  against the hierarchical plan (layered graph with generated options, `rockmate.sched`):
-  each plan's time overhead over its own graph's no-recomputation time at the same budget
-  fraction, and each one's lowest feasible budget (bisection with the solver).
+* flat: a small model (`--flat-model`, default a 2-block GPT of width 128, context 64: ops
+  dominate the executor's overheads) planned flat at op level (its whole op graph,
+  `checkmate.sched`, `--flat-time-limit` a budget: the incumbent and the solver's proven
+  bound) against the hierarchical plan (layered graph with generated options,
+  `rockmate.sched`). Each plan gets the same bytes below its own graph's plain peak (the
+  graphs count the step differently: parameter gradients, the loss's memory and measured
+  workspaces only in the layered one); times on the same clock: the hierarchical plan is
+  also solved with every option priced from the op profile (`op_clock`), as the flat graph
+  is, next to its times as measured. Then each one's lowest feasible budget (bisection).
 * scale: end-to-end planning time of a 12-block transformer by phase (trace and profile, op
   graphs, option sub-solves — on `--scale-jobs` worker processes, `schedlang.parallel` —,
   measuring the options, the top-level solve at 40%), and its op counts: aten ops of one
@@ -164,60 +169,171 @@ def _fmt(b) -> str:
     return f"{format_size(b):>10s}" if b else "      none"
 
 
+#: the model of `flat` (`--flat-model`): "gpt2" (default) a 2-block GPT whose ops dominate
+#: the executor's overheads; "tiny" the 1-block GPT of earlier stops (dim 32, context 16)
+FLAT_MODELS = {
+    "gpt2": dict(batch=4, context=64, dim=128, heads=4, layers=2, vocab=128),
+    "gpt4": dict(batch=4, context=64, dim=64, heads=4, layers=4, vocab=128),
+    "tiny": dict(batch=2, context=16, dim=32, heads=2, layers=1, vocab=32),
+}
+
+
+def op_clock(prep, repeats: int):
+    """The layered graph with every option's times from the op profile (`record_ops`: each
+    aten unit's least time over the repeats, as the flat graph has them), memory as measured:
+    the hierarchical plan priced on the flat plan's clock. Per layer F, B: its units' forward
+    and backward times; autograd F, B; recompute F, F + B; selective F, B + the units without
+    a matmul or convolution (`profile.SAVE_OPS`); a generated option F, B + its checkpointed
+    segments' units that run again (`_rounds`; + F when nested: the outer checkpoint reruns
+    the whole forward)."""
+    import copy
+
+    from schedlang.pytorch.opgraph import record_ops
+    from schedlang.pytorch.options import layer_inputs
+    from schedlang.pytorch.profile import SAVE_OPS
+
+    save_names = {getattr(op, "__name__", str(op)).split(".")[0] for op in SAVE_OPS}
+    part = prep.partitioned
+    generated = getattr(part, "op_options", {}) or {}
+    values = layer_inputs(part)
+    g = copy.deepcopy(prep.graph)
+    ogs: dict = {}
+    for lay in g.layers:
+        gens = generated.get(lay.name, {})
+        lp = part.layer(lay.name)
+        # recorded here, `repeats` times, whether or not the layer has generated options (the
+        # generation's own recording may have run with fewer repeats)
+        key = (lp.signature, tuple(tuple(v.shape) for v in values[lay.name]))
+        if key not in ogs:
+            requires = [f"{d}.grad" in lay.grad_outputs for d in lp.inputs]
+            ogs[key] = record_ops(lp.module, values[lay.name], requires, repeats=repeats)
+        og = ogs[key]
+        fwd = {u.name: u.fwd_time for u in og.units}
+        F, B = sum(fwd.values()), sum(u.bwd_time for u in og.units)
+        for o in lay.options:
+            o.fwd_time = F
+            if o.name == "autograd":
+                o.bwd_time = B
+            elif o.name == "recompute":
+                o.bwd_time = F + B
+            elif o.name == "selective":
+                o.bwd_time = B + sum(u.fwd_time for u in og.units
+                                     if not save_names.intersection(u.ops))
+            elif o.name in gens:
+                o.bwd_time = B + _rounds(og, gens[o.name]) + (F if gens[o.name].nested else 0.0)
+            else:
+                raise ValueError(f"op_clock: no op-level price for option {o.name!r}")
+            o.fwd_steps, o.bwd_steps = [], []
+        lay.fast_forward = None
+    return g
+
+
+def _rounds(og, sl) -> float:
+    """Op-clock time of a generated option's recomputation rounds: per checkpointed segment,
+    its units up to the last one owning a tensor that a backward inside the segment saved
+    (torch's checkpoint stops recomputing once it has them all; nested: all its units)."""
+    unit_of = {n: u.name for u in og.units for n in u.nodes}
+    units = {u.name: u for u in og.units}
+    t = 0.0
+    for nodes, ckpt in sl.segments:
+        if not ckpt:
+            continue
+        seg = list(dict.fromkeys(unit_of[n.name] for n in nodes))
+        needed = {s for w in seg for s in units[w].saved_from}
+        last = max((k for k, v in enumerate(seg) if v in needed), default=-1)
+        t += sum(units[v].fwd_time for k, v in enumerate(seg) if k <= last or sl.nested)
+    return t
+
+
 def part_flat(args) -> dict:
-    """Flat op-level Checkmate vs the hierarchical plan on a small model."""
+    """Flat op-level Checkmate vs the hierarchical plan on a small model, at the same
+    absolute saving below the plain step's peak, times on the same clock (module docstring)."""
     import schedlang
     from schedlang.planners.no_recompute import no_recompute_plan
     from schedlang.pytorch.opgraph import record_ops
     from schedlang.simulate import simulate
 
-    model, inputs, loss_fn = ALL["gpt"](batch=2, context=16, dim=32, heads=2, layers=1, vocab=32)
-    og = record_ops(model, inputs, repeats=args.repeats)
+    sizes = FLAT_MODELS[args.flat_model]
+    model, inputs, loss_fn = ALL["gpt"](**sizes)
+    og = record_ops(model, inputs, repeats=args.op_repeats)
     flat = og.checkmate("flat", loss=True)
     base = simulate(no_recompute_plan(flat), flat)
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=args.repeats,
                    op_options={"repeats": args.repeats})
     hbase = simulate(no_recompute_plan(prep.graph), prep.graph)
-    out = {"ops": og.n_ops, "units": len(og.units), "rows": []}
-    print(f"flat: {og.n_ops} aten ops, {len(og.units)} units, {len(flat.nodes)} nodes; "
-          f"hierarchical: {len(prep.graph.layers)} layers", flush=True)
+    opg = op_clock(prep, args.op_repeats)
+    obase = simulate(no_recompute_plan(opg), opg)
+    kw = {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes}
+    out = {"model": {"gpt": sizes}, "ops": og.n_ops, "units": len(og.units),
+           "flat_nodes": len(flat.nodes), "layers": len(prep.graph.layers),
+           "flat_plain_peak": base.peak_bytes, "hier_plain_peak": hbase.peak_bytes,
+           "flat_time": base.time, "hier_time_measured": hbase.time, "hier_time_op": obase.time,
+           "rows": [], "load": [os.getloadavg()[0]]}
+    print(f"flat: {og.n_ops} aten ops, {len(og.units)} units, {len(flat.nodes)} nodes, plain "
+          f"peak {format_size(base.peak_bytes)} (activations), time {1e3 * base.time:.2f} ms; "
+          f"hierarchical: {len(prep.graph.layers)} layers, plain peak "
+          f"{format_size(hbase.peak_bytes)}, time {1e3 * hbase.time:.2f} ms as measured, "
+          f"{1e3 * obase.time:.2f} ms on the op clock", flush=True)
     for frac in args.flat_budgets:
-        fb = int(base.peak_bytes * frac)
+        # the same bytes below each graph's plain peak: the graphs count the same physical
+        # step (parameter gradients, the loss's memory and measured workspaces only in the
+        # layered graph: constant offsets of the accounting, not of the plan)
+        cut = int(base.peak_bytes * (1 - frac))
+        fb, hb = base.peak_bytes - cut, hbase.peak_bytes - cut
         flat.budgets = {"peak": fb}
         t0 = time.perf_counter()
-        res = schedlang.load(model="checkmate", graph=flat).solve(time_limit=args.time_limit,
-                                                                  warm_start="auto")
+        res = schedlang.load(model="checkmate", graph=flat).solve(
+            time_limit=args.flat_time_limit, warm_start="auto")
         fs = time.perf_counter() - t0
         f_oh = res.objective / base.time - 1 if res.objective else None
-        hb = int(hbase.peak_bytes * frac)
+        # the solver's proven lower bound on the flat optimum (its time over the plain one)
+        b_oh = res.bound / base.time - 1 if res.bound is not None else None
         t0 = time.perf_counter()
-        plan = solve_plan(prep.graph, hb, "highs", args.time_limit,
-                          loss_overhead=prep.loss_overhead, output_bytes=prep.output_bytes)
+        plan = solve_plan(prep.graph, hb, "highs", args.time_limit, **kw)
         hs = time.perf_counter() - t0
+        oplan = solve_plan(opg, hb, "highs", args.time_limit, **kw)
         h_oh = plan.predicted_time / hbase.time - 1 if plan else None
-        row = {"fraction": frac, "flat_status": res.status.value, "flat_gap": res.gap,
-               "flat_overhead": f_oh, "flat_s": fs, "hier_overhead": h_oh, "hier_s": hs}
+        o_oh = oplan.predicted_time / obase.time - 1 if oplan else None
+        used = sorted({f"{op.node}:{op.option}" for op in oplan.ops
+                       if op.op == "compute" and op.option}) if oplan else []
+        row = {"fraction": frac, "saved_bytes": cut, "flat_budget": fb, "hier_budget": hb,
+               "flat_status": res.status.value, "flat_gap": res.gap, "flat_bound_overhead": b_oh,
+               "flat_overhead": f_oh, "flat_s": fs, "hier_overhead_measured": h_oh,
+               "hier_overhead_op": o_oh, "hier_s": hs, "options_used": used,
+               "gap_op": None if o_oh is None or f_oh is None else (1 + o_oh) / (1 + f_oh) - 1,
+               "gap_op_bound": None if o_oh is None or b_oh is None else (1 + o_oh) / (1 + b_oh) - 1}
         out["rows"].append(row)
-        print(f"  at {100 * frac:.0f}% of each graph's plain peak: flat {res.status.value} "
-              f"overhead {_pct(f_oh)} (gap {_pct(res.gap)}, {fs:.1f} s); hierarchical overhead "
-              f"{_pct(h_oh)} ({hs:.1f} s)", flush=True)
-    # lowest feasible budget of each, as a fraction of its own graph's plain peak
+        print(f"  {100 * frac:.0f}% of the flat plain peak ({format_size(cut)} below each "
+              f"plain peak: flat {format_size(fb)}, layered {format_size(hb)}): flat "
+              f"{res.status.value} {_pct(f_oh)} (bound {_pct(b_oh)}, gap {_pct(res.gap)}, {fs:.1f} s); "
+              f"hierarchical {_pct(o_oh)} on the op clock, {_pct(h_oh)} as measured "
+              f"({hs:.1f} s); hierarchical/flat time {_pct(row['gap_op'])} (op clock; over the flat "
+              f"bound {_pct(row['gap_op_bound'])}); "
+              f"options {' '.join(used)}", flush=True)
+    # lowest feasible budget of each, as bytes below its own plain peak
     lo, hi = 0.0, 1.0
     for _ in range(args.flat_bisect):
         mid = (lo + hi) / 2
         flat.budgets = {"peak": int(base.peak_bytes * mid)}
-        res = schedlang.load(model="checkmate", graph=flat).solve(time_limit=args.time_limit,
-                                                                  warm_start="auto")
+        res = schedlang.load(model="checkmate", graph=flat).solve(
+            time_limit=args.flat_bisect_time_limit, warm_start="auto")
         if res.status.has_solution:
             hi = mid
         else:
             lo = mid
-    h_lo = lowest(prep)
-    h_frac = (h_lo - prep.resident_bytes) / (prep.plain_peak - prep.resident_bytes)
-    out.update({"flat_lowest_fraction": hi, "hier_lowest_fraction": h_frac})
-    print(f"  lowest feasible budget, fraction of each graph's own plain activation peak: flat "
-          f"{hi:.3f} (bisection, {args.flat_bisect} solves: within {1 / 2 ** args.flat_bisect:.3f}), "
-          f"hierarchical {h_frac:.3f}", flush=True)
+    h_lo = lowest(prep) - prep.resident_bytes  # activation bytes, layered accounting
+    f_lo = int(base.peak_bytes * hi)
+    out.update({"flat_lowest": f_lo, "flat_lowest_within": int(base.peak_bytes * (hi - lo)),
+                "hier_lowest": h_lo,
+                "flat_lowest_fraction": hi, "hier_lowest_fraction": h_lo / hbase.peak_bytes,
+                "hier_lowest_same_cut": base.peak_bytes - (hbase.peak_bytes - h_lo)})
+    out["load"].append(os.getloadavg()[0])
+    print(f"  lowest feasible: flat {format_size(f_lo)} = {hi:.3f} of its plain peak "
+          f"(bisection, {args.flat_bisect} solves: -{format_size(out['flat_lowest_within'])}); "
+          f"hierarchical {format_size(h_lo)} = {out['hier_lowest_fraction']:.3f} of its plain "
+          f"peak, {format_size(out['hier_lowest_same_cut'])} at the same cut below the plain "
+          f"peak ({out['hier_lowest_same_cut'] / f_lo - 1:+.1%} vs flat); load "
+          f"{out['load'][0]:.1f} -> {out['load'][1]:.1f}", flush=True)
     return out
 
 
@@ -356,8 +472,16 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="+", default=None)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--time-limit", type=float, default=120.0)
-    ap.add_argument("--flat-budgets", type=float, nargs="+", default=[0.8, 0.7])
-    ap.add_argument("--flat-bisect", type=int, default=5)
+    ap.add_argument("--flat-budgets", type=float, nargs="+", default=[0.8, 0.7, 0.6])
+    ap.add_argument("--flat-bisect", type=int, default=4)
+    ap.add_argument("--op-repeats", type=int, default=5, help="repeats of the op profiles "
+                    "of `flat` (the flat graph and the op clock; each op's least time)")
+    ap.add_argument("--flat-model", default="gpt2", choices=sorted(FLAT_MODELS))
+    ap.add_argument("--flat-time-limit", type=float, default=600.0,
+                    help="time limit of each flat Checkmate solve (s)")
+    ap.add_argument("--flat-bisect-time-limit", type=float, default=120.0,
+                    help="time limit of the flat bisection's solves (s): no plan found in it "
+                    "counts as infeasible")
     ap.add_argument("--scale-model", default="gpt-rms-gelu", choices=["gpt-rms-gelu", "gpt"])
     ap.add_argument("--scale-jobs", type=int, nargs="+", default=[0], help="sub-solve workers "
                     "of `scale`, one run each (0: as many as cores allow; 1: serial)")

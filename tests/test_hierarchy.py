@@ -113,6 +113,32 @@ def test_layer_options_formulation_on_a_layer():
     assert not solve(1024)[0].status.has_solution
 
 
+def test_a_round_does_not_rerun_what_it_only_passes_on():
+    """Dropping an activation saved only for its reader's backward costs the op that makes it,
+    not the ops after it in the segment whose outputs only pass on: torch's checkpoint stops
+    recomputing once it has every tensor the segment saved. Linear -> GELU -> Linear with a
+    phantom budget for one of the two hidden activations: the cheapest option recomputes one
+    op (the first matmul, whose output only the GELU's backward saves, or the GELU), never
+    both; nothing cheaper than one of them drops a hidden activation."""
+    from schedlang.pytorch.opgraph import record_ops
+
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 16))
+    og = record_ops(mlp, (torch.randn(8, 16),), repeats=2)
+    g = og.checkmate("mlp", loss=False)
+    time_of = {n.name: n.time for n in g.nodes}
+    gelu = next(u for u in og.units if "gelu" in u.ops)
+    (first,) = gelu.reads
+    t_gelu, t_first = time_of[gelu.name], time_of[first]
+    hidden = 8 * 64 * 4
+    assert og.saved_total == 2 * hidden
+    g.budgets = {"peak": 4 * hidden, "save": hidden + hidden // 2}  # one of the two
+    res = schedlang.load(model="layer_options", graph=g).solve(time_limit=60)
+    assert res.status.has_solution
+    assert res.objective >= min(t_gelu, t_first) * (1 - 1e-6)
+    assert res.objective <= max(t_gelu, t_first) * (1 + 1e-6) + 1e-9
+
+
 def test_option_generation_is_changed_in_sched_text(tmp_path):
     """A user's file over layer_options.sched (no Python) changes the generated cuts, at both
     levels: the segments and the pieces of a checkpointed segment (solved with the same

@@ -161,7 +161,8 @@ def test_layer_options_matches_brute_force_on_a_tiny_op_graph():
     """At a series of budgets, the solved option's recomputation time is the least over every
     segmentation of a tiny op graph whose peak (as layer_options.sched counts it: the
     phantom, and per checkpointed segment what was saved before it plus its internals; a
-    value crossing a cut is held when its reader saves it or is checkpointed) fits."""
+    value crossing a cut is held when its reader saves it or is checkpointed) fits; a round
+    costs its segment's units up to the last that owns a saved tensor read inside it."""
     import schedlang
     from schedlang.decoders.segments import segments_of
     from schedlang.pytorch.opgraph import record_ops
@@ -206,7 +207,16 @@ def test_layer_options_matches_brute_force_on_a_tiny_op_graph():
                 before = sum(size[u] for u in kept if pos[u] < a) + sum(
                     internal(x, y) for x, y, z in segs if not z and y < a)
                 peak = max(peak, before + internal(a, b))
-        rtime = sum(og.units[k].fwd_time for a, b, c in segs if c for k in range(a, b + 1))
+        # a round reruns its segment's units up to the last owner of a saved tensor that a
+        # forward unit of the segment reads (torch's checkpoint stops there)
+        rtime = 0.0
+        for a, b, c in segs:
+            if not c:
+                continue
+            ends = [pos[v] for v in names if v in saved and pos[v] <= b
+                    and any(not w.startswith("g.") and pos[w] <= b for w in succ.get(v, ()))]
+            last = max((e for e in ends if e >= a), default=a - 1)
+            rtime += sum(og.units[k].fwd_time for k in range(a, last + 1))
         return peak, rtime
 
     table = [peak_time(segs) for segs in _segmentations(n)]

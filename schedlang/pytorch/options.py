@@ -390,8 +390,12 @@ def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRA
 
     g = og.checkmate(name, loss=False)
     total = max(og.saved_total, 1024)
+    # the phantom series leaves the peak free: twice all the layer's units create never binds
+    # (the phantom and a round hold at most all of it), and unlike an astronomical bound it
+    # keeps the `implies` rows' big-M, and so the tie-break on the peak, at the layer's scale
+    free = 2 * sum(u.created for u in og.units) + (1 << 20)
     series = [[{"peak": int(total * f) + 1024} for f in fractions],  # the backward's peak
-              [{"peak": 1 << 50, "save": int(total * f) + 1024} for f in fractions]]  # phantom
+              [{"peak": free, "save": int(total * f) + 1024} for f in fractions]]  # phantom
     out: list[list] = []
     for spans in solve_series(g, series, model, solver, time_limit, jobs=jobs, ray=ray):
         spans = normal_spans(og, spans)
