@@ -318,8 +318,10 @@ def _with_accumulation(graph: Graph) -> list:
                     if first[g] != lay.name and not g.endswith(".params.grad"))
         if extra:
             lay = copy.copy(lay)
-            lay.options = [dataclasses.replace(o, bwd_overhead=o.bwd_overhead + extra)
-                           for o in lay.options]
+            lay.options = [dataclasses.replace(
+                o, bwd_overhead=o.bwd_overhead + extra,
+                bwd_steps=[dataclasses.replace(st, overhead=st.overhead + extra)
+                           for st in o.bwd_steps]) for o in lay.options]
         out.append(lay)
     return out
 
