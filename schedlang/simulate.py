@@ -377,8 +377,9 @@ class _Replay:
                 self.errors.add(self.unsupported(k, kind))
             else:
                 self.errors.add(f"op {k}: unknown op kind {kind!r}")
-            if steps is not None:
-                here = max(self.peak, self.mem)
+            if steps is not None:  # (a compute's peak is its own: a node with a sub-step
+                # profile may have freed inside what the deletes after it free again)
+                here = self.peak if kind == "compute" else max(self.peak, self.mem)
                 steps.append(OpMemory(here, self.mem, start, self.time))
                 self.peak = max(before, here)
         self.finish()

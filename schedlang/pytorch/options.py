@@ -43,7 +43,8 @@ from .memory import MemoryTracker, storage_key
 from .opgraph import OpGraph, graph_outputs, record_ops
 
 __all__ = ["SegmentedLayer", "GeneratedOption", "generate_options", "add_generated_options",
-           "OPS_PREFIX", "CACHE", "DEFAULT_FRACTIONS"]
+           "OPS_PREFIX", "CACHE", "DEFAULT_FRACTIONS", "measure_steps",
+           "release_when_consumed", "StepProfile"]
 
 WHERE = Loc("options")
 OPS_PREFIX = "ops"
@@ -101,8 +102,9 @@ class SegmentedLayer:
         # its own references to its inputs (the runtime then drops its references to the layer
         # inputs that round is the last to read: `release_points`)
         self.on_round = None
-        self.boxed = [_boxed_code(og.gm, nodes, ins, outs, fixed) if ckpt else None
-                      for (nodes, ckpt), (ins, outs) in zip(segments, self.io)]
+        self.on_segment = None  # when set, called as the forward starts segment s (`measure_steps`)
+        self.boxed = [_boxed_code(og.gm, nodes, ins, outs, fixed)
+                      for (nodes, _), (ins, outs) in zip(segments, self.io)]
 
     def spans(self) -> list[tuple[str, str, bool]]:
         return [(nodes[0].name, nodes[-1].name, ckpt) for nodes, ckpt in self.segments]
@@ -121,6 +123,8 @@ class SegmentedLayer:
         returned = {n.name for n in self.outputs}
         for s, ((_, ckpt), (ins, outs), (code, used), stay) in enumerate(zip(
                 self.segments, self.io, self.code, self.stay)):
+            if self.on_segment is not None:
+                self.on_segment(s)
             fixed = [env[f] for f in used]
             if ckpt:
                 # a value the layer returns is passed as a view: the runtime empties the
@@ -130,9 +134,13 @@ class SegmentedLayer:
                 if self.held is not None:
                     self.held += [a.untyped_storage().data_ptr() for a in args]
                 res = self._checkpointed(s, code, fixed, args)
-            else:
+            else:  # its inputs that no later segment reads are the boxed code's alone: each
+                # is freed right after its last reader inside the segment
                 args = [env[i] for i in ins]
-                res = code(*fixed, *args)
+                for i in ins:
+                    if i not in stay:
+                        del env[i]
+                res = self.boxed[s][0](*fixed, args)
             del args, fixed
             env.update(zip(outs, res))
             del res
@@ -273,6 +281,7 @@ class Measured:
     # the backward's peak above the memory before it without its phantom, less the gradients
     # it creates, when the plan deletes what the steps free (None: bwd_overhead + phantom)
     bwd_low: int | None = None
+    fwd_steps: list | None = None  # [overhead]: `StepProfile.fwd`
 
 
 @dataclass
@@ -363,11 +372,13 @@ def measure(fn, values, requires, out_grads, params, owned, resident, repeats: i
                     phantom, needs_out, phantom, needs_in)
 
 
-def release_when_consumed(roots, grads, may_free=lambda g: True) -> list:
+def release_when_consumed(roots, grads, may_free=lambda g: True, before_free=None,
+                          after_free=None) -> list:
     """Free each gradient in `grads` (given to a backward from `roots`) as soon as the autograd
     node of its root has run (`storage.resize_(0)`: the caller of `torch.autograd.backward`
     holds it until the backward returns), unless something that node produced is a view of it
-    or `may_free(g)` says no. Returns the hooks' handles."""
+    or `may_free(g)` says no (`before_free()` and `after_free()`, when given, are called
+    around it). Returns the hooks' handles."""
     from .runtime import _release_engine_grad
 
     by_node: dict = {}
@@ -377,14 +388,25 @@ def release_when_consumed(roots, grads, may_free=lambda g: True) -> list:
     handles = []
     for node, gs in by_node.items():
         def post(grad_inputs, _grad_outputs, gs=gs):
+            if before_free is not None:
+                before_free()
             passed = {t.untyped_storage().data_ptr() for t in grad_inputs
                       if isinstance(t, torch.Tensor)}
             for g in gs:
                 if g.untyped_storage().data_ptr() not in passed and may_free(g):
                     _release_engine_grad(g)
             gs.clear()
+            if after_free is not None:
+                after_free()
         handles.append(node.register_hook(post))
     return handles
+
+
+@dataclass
+class StepProfile:
+    bwd: list  # [(overhead, frees, creates)]
+    bwd_low: int
+    fwd: list  # [overhead] per forward step (it frees nothing; counted with all the outputs)
 
 
 def measure_steps(layer: SegmentedLayer, values, requires, out_grads, owned=(), resident=(),
@@ -401,8 +423,10 @@ def measure_steps(layer: SegmentedLayer, values, requires, out_grads, owned=(), 
     outputs created by then - the inputs freed by then that the plan deletes after the node;
     at least 0), what it frees by its end (``("in", i)``, ``("out", j)``, ``("gout", j)``) and
     what it has created by its end (``("gin", i)``, ``("params",)``). With the real layer's
-    storages on the `MemoryTracker` of `measure`. `with_low`: also the backward's highest
-    window above the memory before it, less the gradients it created (returns a pair)."""
+    storages on the `MemoryTracker` of `measure`. `with_low`: returns a `StepProfile`, with
+    also the backward's highest window above the memory before it less the gradients it
+    created, and the forward as steps (one per segment; each step's overhead above the memory
+    before + the phantom + the outputs, as the graph data's `fwd_steps` count it, at least 0)."""
     from .runtime import _placeholder
 
     device = device or (values[0].device if values else torch.device("cpu"))
@@ -416,6 +440,7 @@ def measure_steps(layer: SegmentedLayer, values, requires, out_grads, owned=(), 
                   if g is not None})
     released: list = []
     windows: list = []
+    fwd_windows: list = []
     for p in params(layer.module):
         p.grad = None
 
@@ -438,8 +463,17 @@ def measure_steps(layer: SegmentedLayer, values, requires, out_grads, owned=(), 
                            device=device) as mt:
             # what autograd saves is held as the runtime's phantom holds it: its own tensor
             # object on the memory (an input or output's object is emptied below)
-            with torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach(), lambda t: t):
-                outs = list(layer(*xs))
+            fwd_before = mt.current
+            layer.on_segment = lambda s: fwd_windows.append(mt.mark()[0])
+            mt.mark()
+            try:
+                with torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach(),
+                                                              lambda t: t):
+                    outs = list(layer(*xs))
+            finally:
+                layer.on_segment = None
+            fwd_windows.append(mt.mark()[0])
+            fwd_after = mt.current
             in_keys = {storage_key(x) for x in xs}
             data = {}  # the outputs as data (the runtime's references)
             roots, root_grads = [], []
@@ -461,8 +495,14 @@ def measure_steps(layer: SegmentedLayer, values, requires, out_grads, owned=(), 
             for j in list(data):
                 released.append(("out", j))
                 del data[j]
-            released += [("gout", j) for j, g in enumerate(grads) if g is not None]
-            handles = release_when_consumed(roots, root_grads)
+            gouts = [("gout", j) for j, g in enumerate(grads) if g is not None]
+            released += gouts
+            handles = release_when_consumed(
+                roots, root_grads,
+                before_free=lambda: windows.append((mt.mark()[0], list(released[:-len(gouts)]
+                                                                       if gouts else released),
+                                                    created())),
+                after_free=mt.mark)  # the next step starts once they are freed
             del grads
             mt.mark()
             if roots:
@@ -484,7 +524,10 @@ def measure_steps(layer: SegmentedLayer, values, requires, out_grads, owned=(), 
     if not with_low:
         return steps
     made = sum(sizes.get(t, 0) for t in windows[-1][2]) if windows else 0
-    return steps, max((w for w, _, _ in windows), default=before) - before - made
+    out_bytes = sum(v for t, v in sizes.items() if t[0] == "out")
+    phantom = max(0, fwd_after - fwd_before - out_bytes)
+    return StepProfile(steps, max((w for w, _, _ in windows), default=before) - before - made,
+                       [max(0, w - fwd_before - phantom - out_bytes) for w in fwd_windows])
 
 
 def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRACTIONS,
@@ -556,9 +599,9 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
             for nested in (False, True) if any(c for _, _, c in spans) else (False,):
                 layer = SegmentedLayer(og, module, _segments(og, spans), nested)
                 m = measure(layer, values, requires, out_grads, params, owned, resident, repeats)
-                m.bwd_steps, low = measure_steps(layer, values, requires, out_grads, owned,
-                                                 resident, with_low=True)
-                m.bwd_low = low + m.phantom
+                prof = measure_steps(layer, values, requires, out_grads, owned, resident,
+                                     with_low=True)
+                m.bwd_steps, m.bwd_low, m.fwd_steps = prof.bwd, prof.bwd_low + m.phantom, prof.fwd
                 measures.append((spans, nested, m))
         if cache_key is not None:
             CACHE[cache_key] = (og, spans_list, measures)
@@ -652,7 +695,9 @@ def add_generated_options(profiled, *, model: str = "layer_options",
             needs = [layer.inputs[i] for i in ins] + [layer.outputs[i] for i in m.needs_out]
             lp.options.append(OptionProfile(g.name, m.fwd_time, m.bwd_time, m.fwd_overhead,
                                             m.bwd_overhead, m.phantom, needs, m.fwd_delta,
-                                            _step_names(m.bwd_steps, layer, lp, needs)))
+                                            _step_names(m.bwd_steps, layer, lp, needs),
+                                            [(int(x), [], list(layer.outputs))
+                                             for x in m.fwd_steps or []]))
             registry.setdefault(lp.name, {})[g.name] = g.layer
         result[lp.name] = gens
     return result

@@ -109,6 +109,7 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
             grad_outputs.append(f"{lp.name}.params.grad")
         opts = [Option(o.name, _round_time(o.fwd_time), int(o.fwd_overhead), _round_time(o.bwd_time),
                        int(o.bwd_overhead), int(o.phantom), list(o.needs),
+                       fwd_steps=[Step(int(m), list(fr), list(cr)) for m, fr, cr in o.fwd_steps],
                        bwd_steps=[Step(int(m), list(fr), list(cr)) for m, fr, cr in o.bwd_steps])
                 for o in lp.options]
         ff = lp.fast_forward
