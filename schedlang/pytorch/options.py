@@ -206,26 +206,22 @@ def _boxed_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs: 
     """`_segment_code` taking its inputs in a list that it empties as it starts (the
     parameters and buffers it reads first, as there): the generated code then holds the only
     references to them, and drops each after its last reader."""
-    inside = {n.name for n in nodes}
-    read = {a.name for n in nodes for a in n.all_input_nodes if a.name not in inside}
-    used = [f for f in fixed if f in read]
-    g = fx.Graph()
-    env = {name: g.placeholder(name) for name in used}
-    box = g.placeholder("box_")
-    for k, name in enumerate(ins):
-        env[name] = g.call_function(operator.getitem, (box, k))
-    g.call_method("clear", (box,))
-    attrs = {n.name: n for n in gm.graph.nodes if n.op == "get_attr"}
-
-    def arg(a):
-        if a.name not in env and a.name in attrs:
-            env[a.name] = g.get_attr(attrs[a.name].target)
-        return env[a.name]
-
-    for n in nodes:
-        env[n.name] = g.node_copy(n, arg)
-    g.output(tuple(env[o] for o in outs))
-    return fx.GraphModule(gm, g), used
+    mod, used = _segment_code(gm, nodes, ins, outs, fixed)
+    g = mod.graph
+    holders = [n for n in g.nodes if n.op == "placeholder"]  # `used`, then `ins`
+    with (g.inserting_after(holders[-1]) if holders else
+          g.inserting_before(next(iter(g.nodes)))):
+        box = g.placeholder("box_")
+    at = box
+    for k, old in enumerate(holders[len(used):]):
+        with g.inserting_after(at):
+            at = g.call_function(operator.getitem, (box, k))
+        old.replace_all_uses_with(at)
+        g.erase_node(old)
+    with g.inserting_after(at):
+        g.call_method("clear", (box,))
+    mod.recompile()
+    return mod, used
 
 
 def _segment_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs: list[str],
