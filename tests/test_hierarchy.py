@@ -420,3 +420,31 @@ def test_fit_reaches_generated_options_on_the_unet():
     assert_same(ref, fit_step(fm, model, inputs, loss_fn), exact=False)
     rep = fm.memory_report()
     assert rep.measured_peak_bytes <= rep.budget_bytes
+
+
+def test_a_stepped_backward_ends_without_what_it_freed():
+    """The end state of a node with a sub-step profile: its outputs, minus the inputs a step
+    frees that the plan deletes right after, minus the phantom the backward consumed (a
+    profile describes the whole node); an input the plan keeps is counted."""
+    from schedlang.simulate import replay
+
+    from .layered_instances import MiB, chain, opt
+
+    g = chain("stepped1", [2, 4], [[opt("keep", 1, 1, 3, ["out"],
+                                        bwd_steps=[(1, ["gin", "out"], ["gout"])])]],
+              grad_mib=[8, 4])
+    fwd = [Op("compute", node="L1.fwd", option="keep"), Op("compute", node="loss"),
+           Op("delete", data="loss")]
+
+    def bwd_peak(deletes):
+        ops = fwd + [Op("compute", node="L1.bwd", option="keep")] + [
+            Op("delete", data=d) for d in deletes]
+        r = replay(Plan("stepped1", ops), g, record=True)
+        return r.steps[len(fwd)].peak
+
+    # before the backward: x 2, h1 4, h1.grad 4, phantom 3 (MiB) = 13; it creates x.grad 8.
+    # The step: 13 + 1 (its overhead) + 8 - 8 (h1, h1.grad deleted right after) = 14; the end:
+    # 13 + 8 - 3 (the phantom consumed) - 8 = 10 (without frees it would be 13 + 8 = 21)
+    assert bwd_peak(["h1", "h1.grad"]) == 14 * MiB
+    # h1 kept (never deleted): counted in the step (13 + 1 + 8 - 4) and at the end (14)
+    assert bwd_peak(["h1.grad"]) == 18 * MiB

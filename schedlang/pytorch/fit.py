@@ -815,9 +815,10 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
 
     `op_options`: generated layer options (`schedlang.pytorch.options`; fx front end, without
     `bandwidth`): ``"auto"`` (default) generates them only when no plan with the fixed options
-    meets the budget, then plans again once (tens of seconds for a small model: one op-level
-    solve series per distinct layer, cached for the process); ``True`` always (before the
-    first solve); ``False`` never."""
+    meets the budget, then plans again once (seconds to tens of seconds for a small model: one
+    op-level solve series per distinct layer, cached for the process); ``True``, or a dict of
+    `add_generated_options` arguments (``{"jobs": 2}``, ``{"model": "my.sched"}``), always
+    (before the first solve); ``False`` never."""
     from . import distributed
 
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
@@ -877,8 +878,9 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         found = None
         can_generate = op_options and bandwidth is None and _can_generate(prep)
         if can_generate and op_options != "auto":
-            prep = with_generated_options(model, prep, args, kwargs, loss_fn,
-                                          "op_options=True")
+            prep = with_generated_options(
+                model, prep, args, kwargs, loss_fn, "op_options given",
+                **(op_options if isinstance(op_options, dict) else {}))
         elif can_generate:  # generated options only when the fixed ones cannot meet the budget
             t0 = time.perf_counter()
             found = solve_plan(prep.graph, want - prep.resident_bytes, solver, time_limit,
@@ -914,10 +916,10 @@ def _can_generate(prep: Prepared) -> bool:
 
 
 def with_generated_options(model: nn.Module, prep: Prepared, args: tuple, kwargs: dict,
-                           loss_fn, why: str) -> Prepared:
+                           loss_fn, why: str, **generate) -> Prepared:
     """`prep` with generated layer options added to every layer
-    (`options.add_generated_options` on its profile: op-level solves, cached per layer
-    structure), logged with `why`."""
+    (`options.add_generated_options` on its profile, with the arguments `generate`: op-level
+    solves, cached per layer structure), logged with `why`."""
     from .options import OPS_PREFIX, add_generated_options
     from .trace import to_graph
 
@@ -925,7 +927,7 @@ def with_generated_options(model: nn.Module, prep: Prepared, args: tuple, kwargs
     profiled = info.profiled
     t0 = time.perf_counter()
     if not any(o.name.startswith(OPS_PREFIX) for lp in profiled.layers for o in lp.options):
-        add_generated_options(profiled)
+        add_generated_options(profiled, **generate)
     graph = to_graph(profiled, name=prep.graph.name, title=getattr(prep.graph, "title", None))
     new = prepare(model, args, graph=graph, loss_fn=loss_fn, frontend="fx",
                   sample_kwargs=kwargs or None)
