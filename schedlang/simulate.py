@@ -50,10 +50,12 @@ replayed on their H-graph (`schedlang.hgraph.build_hgraph`): compute nodes ``LAY
     The memory before a backward holds the phantom it consumes: a backward's overhead does not
     (docs/language.md, "Overheads").
     An option with a sub-step profile (``fwd_steps``/``bwd_steps``) has instead the largest of:
-    the end state (memory before + new data + phantom, no overhead) and each step (memory
-    before + phantom + the step's overhead + the new data created by that step - the inputs
-    the step no longer needs *that the plan deletes right after this op*) — the H-Rockmate
-    correction terms.
+    the end state (memory before + new data + phantom saved, no overhead, - the inputs any
+    step frees that the plan deletes right after this op, - for a backward the phantom it
+    consumes: a profile describes the whole node, whose inputs and phantom are gone by its
+    end) and each step (memory before + phantom + the step's overhead + the new data created
+    by that step - the inputs the step no longer needs *that the plan deletes right after this
+    op*) — the H-Rockmate correction terms.
   - the loss is computed exactly once; a second computation is an error at that op.
 * ``delete(data)``: the datum must be live; it disappears with all its contributions.
 * ``drop_phantom(layer)``: the layer must have a saved phantom; it is freed.
@@ -375,8 +377,9 @@ class _Replay:
                 self.errors.add(self.unsupported(k, kind))
             else:
                 self.errors.add(f"op {k}: unknown op kind {kind!r}")
-            if steps is not None:
-                here = max(self.peak, self.mem)
+            if steps is not None:  # (a compute's peak is its own: a node with a sub-step
+                # profile may have freed inside what the deletes after it free again)
+                here = self.peak if kind == "compute" else max(self.peak, self.mem)
                 steps.append(OpMemory(here, self.mem, start, self.time))
                 self.peak = max(before, here)
         self.finish()
@@ -680,9 +683,12 @@ class _LayeredReplay(_Replay):
             return mem + add + ph + ha.opt_overhead[i][o]
         # a sub-step profile: the end state (no overhead) and each step, where outputs not
         # created yet do not count and freed inputs that the plan deletes right after this
-        # node are gone (the H-Rockmate correction terms)
-        here = mem + add + ph
+        # node are gone (the H-Rockmate correction terms). At the end state every input a
+        # step frees is gone (when deleted right after), and a backward's phantom is consumed
         deleted_next = self.freed_after.get(k, set())
+        freed = set().union(*(frees_s for _, frees_s, _ in profile))
+        here = (mem + add + ph - sum(size[d] for d in freed if d in deleted_next and live[d])
+                - (ha.phantom[ha.layer[i]][lo] if ha.kind[i] == "bwd" and lo >= 0 else 0))
         for overhead_s, frees_s, creates_s in profile:
             step = (mem + ph + overhead_s + sum(size[d] for d in new if d in creates_s)
                     - sum(size[d] for d in frees_s if d in deleted_next and live[d]))

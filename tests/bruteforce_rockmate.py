@@ -191,7 +191,10 @@ class _Evaluator:
                 ff = self.opt_names[i].index(FAST_FORWARD)
                 ff_most = max([self.opt_over[i][ff]] + [st[0] for st in self.steps[i][ff]])
                 ph = self.phantom[self.layer[i]][self.opt_lo[i][o]]
-                least = ph if self.steps[i][o] else ph + self.opt_over[i][o]
+                # (with a profile, the end state less what its steps may free)
+                least = (ph - sum(self.size[d] for d in frozenset().union(
+                    *(st[1] for st in self.steps[i][o])))
+                         if self.steps[i][o] else ph + self.opt_over[i][o])
                 row.append(self.opt_time[i][ff] <= self.opt_time[i][o] and ff_most <= least)
             self.ff_dominates.append(row)
 
@@ -204,7 +207,12 @@ class _Evaluator:
         if not prof:
             return mem + add + ph + self.opt_over[i][o]
         size = self.size
-        here = mem + add + ph
+        # the end state: the inputs any step frees are gone (when deleted right after), and a
+        # backward's phantom is consumed
+        gone = frozenset().union(*(frees for _, frees, _ in prof))
+        here = mem + add + ph - sum(size[d] for d in gone if d in freed)
+        if self.kind[i] == "bwd" and self.opt_lo[i][o] >= 0:
+            here -= self.phantom[self.layer[i]][self.opt_lo[i][o]]
         for overhead, frees, creates in prof:
             step = (mem + ph + overhead + sum(size[d] for d in new if d in creates)
                     - sum(size[d] for d in frees if d in freed))
@@ -468,8 +476,8 @@ def _search_states(ev: _Evaluator, peak_budget: int, save_budget: int | None, do
                 return  # one phantom per layer
             ph = phantom[j][lo]
         profiled = bool(steps[i][o])
-        if mem + add + ph + (0 if profiled else over[i][o]) > peak_budget:
-            return  # with a profile: its end state
+        if not profiled and mem + add + ph + over[i][o] > peak_budget:
+            return  # with a profile: `op_peak` below
         mem2 = mem + add + ph
         sv = list(saved)
         if ki == "fwd" and lo >= 0:

@@ -26,8 +26,12 @@ the module re-plans once with the excess as a margin (calibration) and logs it. 
 parameters and buffers, and the step's inputs, which the caller keeps alive for the whole
 step — is *resident*: the graph's activation budget is the budget minus the resident bytes.
 A budget at or above the plain peak gives plain execution (no solve). A budget the solver
-cannot meet raises `FitError` with the smallest feasible budget found by bisection with the
-solver.
+cannot meet with the layers' fixed options (autograd, recompute, selective) makes `fit` (fx
+front end, `op_options="auto"`, the default) generate more options for each layer from op-level
+solves (`schedlang.pytorch.options`: segments recomputed in rounds, whose backward frees
+inside the node) and plan once more, and says so in the log and in `memory_report()`; a budget
+it still cannot meet raises `FitError` with the smallest feasible budget found by bisection
+with the solver (with the generated options, when they were tried).
 """
 from __future__ import annotations
 
@@ -111,6 +115,10 @@ class MemoryReport:
                                                 f"{_fmt(probes[-1]['measured'])}" if probes else ""))
         elif fe == "fx":
             lines.append("front end       fx (torch.fx layers, run by the plan executor)")
+        gen = self.extra.get("generated")
+        if gen:
+            lines.append(f"layer options   {gen['options']} generated from op-level solves in "
+                         f"{gen['seconds']:.1f} s ({gen['why']})")
         if self.extra.get("fallback"):
             lines.append(f"fallback        plain PyTorch: {self.extra['fallback']}")
         if self.calibrated:
@@ -140,6 +148,9 @@ class Prepared:
     frontend: str = "fx"  # how the layers were found: "fx" (torch.fx) or "blocks" (hooks)
     note: str = ""  # why `auto` chose the front end it did
     fsdp: dict | None = None  # a fully_shard-ed model: what FSDP2 adds (distributed.py)
+    # generated layer options (`with_generated_options`): {"options": count, "seconds": time,
+    # "why": text}; None: the fixed options only
+    generated: dict | None = None
 
 
 def loss_moment(plan: Plan, graph: Graph) -> int:
@@ -249,6 +260,12 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
             graph = trace(model, args, layers=layers, **trace_kwargs)
             info = getattr(graph, "trace_info", None)
             part = getattr(getattr(info, "profiled", None), "part", None)
+        else:  # traced from this very model: its partitioned module (with the callables of
+            # any generated options) serves
+            traced = getattr(getattr(getattr(graph, "trace_info", None), "profiled", None),
+                             "part", None)
+            if traced is not None and getattr(traced, "root", None) is model:
+                part = traced
         if part is None:
             from .partition import partition
 
@@ -334,8 +351,10 @@ def _with_accumulation(graph: Graph) -> list:
                     if first[g] != lay.name and not g.endswith(".params.grad"))
         if extra:
             lay = copy.copy(lay)
-            lay.options = [dataclasses.replace(o, bwd_overhead=o.bwd_overhead + extra)
-                           for o in lay.options]
+            lay.options = [dataclasses.replace(
+                o, bwd_overhead=o.bwd_overhead + extra,
+                bwd_steps=[dataclasses.replace(st, overhead=st.overhead + extra)
+                           for st in o.bwd_steps]) for o in lay.options]
         out.append(lay)
     return out
 
@@ -552,6 +571,8 @@ class FitModule(nn.Module):
                             else dict(self._calibrated),
                             extra={"frontend": self._prep.frontend,
                                    "probes": [dict(p) for p in self._probes],
+                                   **({"generated": dict(self._prep.generated)}
+                                      if self._prep.generated else {}),
                                    **({"fallback": self._fallback} if self._fallback else {})})
 
     def record_timeline(self, on: bool = True) -> None:
@@ -775,7 +796,7 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         loss_fn=None, prepared: Prepared | None = None, bandwidth=None,
         calibrate: bool = True, frontend: str = "auto", fallback: bool = False,
         probe: bool | None = None, sample_kwargs: dict | None = None, fsdp=False,
-        **trace_kwargs) -> FitModule:
+        op_options="auto", **trace_kwargs) -> FitModule:
     """`model` wrapped to train within `budget` (see the module docstring).
 
     `sample_inputs`: a tensor, a tuple of positional inputs, or a dict of keyword inputs
@@ -812,7 +833,14 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     A `fully_shard`-ed model (FSDP2) is planned per rank with what FSDP2 holds counted
     (`docs/distributed.md`); `fsdp=True` (or a dict of `fully_shard` keyword arguments)
     shards an unsharded `model` first, on each block found and on the root
-    (`distributed.shard_blocks`)."""
+    (`distributed.shard_blocks`).
+
+    `op_options`: generated layer options (`schedlang.pytorch.options`; fx front end, without
+    `bandwidth`): ``"auto"`` (default) generates them only when no plan with the fixed options
+    meets the budget, then plans again once (seconds to tens of seconds for a small model: one
+    op-level solve series per distinct layer, cached for the process); ``True``, or a dict of
+    `add_generated_options` arguments (``{"jobs": 2}``, ``{"model": "my.sched"}``), always
+    (before the first solve); ``False`` never."""
     from . import distributed
 
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
@@ -869,7 +897,24 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     if want >= prep.plain_peak:
         fm = FitModule(model, prep, None, want, measure, **calib)
     else:
-        found, solve_s = _solve_or_raise(prep, want, 0, solver, time_limit, backend, extra)
+        found = None
+        can_generate = op_options and bandwidth is None and _can_generate(prep)
+        if can_generate and op_options != "auto":
+            prep = with_generated_options(
+                model, prep, args, kwargs, loss_fn, "op_options given",
+                **(op_options if isinstance(op_options, dict) else {}))
+        elif can_generate:  # generated options only when the fixed ones cannot meet the budget
+            t0 = time.perf_counter()
+            found = solve_plan(prep.graph, want - prep.resident_bytes, solver, time_limit,
+                               backend, **extra)
+            solve_s = time.perf_counter() - t0
+            if found is None:
+                prep = with_generated_options(
+                    model, prep, args, kwargs, loss_fn,
+                    f"no plan with the fixed options meets {format_size(want)}")
+        extra.update(loss_overhead=prep.loss_overhead, output_bytes=prep.output_bytes)
+        if found is None:
+            found, solve_s = _solve_or_raise(prep, want, 0, solver, time_limit, backend, extra)
         fm = FitModule(model, prep, found, want, measure, solve_s, **calib)
     if probe is None:  # default: the hook front end, whose glue the profile cannot replay
         probe = prep.frontend == "blocks"
@@ -877,6 +922,44 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         _probe_until_within(fm, args, kwargs, loss_fn, want, solver, time_limit, backend,
                             extra)
     return fm
+
+
+def _can_generate(prep: Prepared) -> bool:
+    """Whether `with_generated_options` applies: fx layers from a trace whose profile is at
+    hand, without generated options yet, on one process, not FSDP-sharded."""
+    from . import distributed
+    from .options import OPS_PREFIX
+
+    info = getattr(prep.graph, "trace_info", None) or prep.info
+    return (prep.frontend == "fx" and prep.fsdp is None and not distributed.active()
+            and getattr(info, "profiled", None) is not None
+            and not any(o.name.startswith(OPS_PREFIX) for lay in prep.graph.layers
+                        for o in lay.options))
+
+
+def with_generated_options(model: nn.Module, prep: Prepared, args: tuple, kwargs: dict,
+                           loss_fn, why: str, **generate) -> Prepared:
+    """`prep` with generated layer options added to every layer
+    (`options.add_generated_options` on its profile, with the arguments `generate`: op-level
+    solves, cached per layer structure), logged with `why`."""
+    from .options import OPS_PREFIX, add_generated_options
+    from .trace import to_graph
+
+    info = getattr(prep.graph, "trace_info", None) or prep.info
+    profiled = info.profiled
+    t0 = time.perf_counter()
+    if not any(o.name.startswith(OPS_PREFIX) for lp in profiled.layers for o in lp.options):
+        add_generated_options(profiled, **generate)
+    graph = to_graph(profiled, name=prep.graph.name, title=getattr(prep.graph, "title", None))
+    new = prepare(model, args, graph=graph, loss_fn=loss_fn, frontend="fx",
+                  sample_kwargs=kwargs or None)
+    seconds = time.perf_counter() - t0
+    count = sum(1 for lay in new.graph.layers for o in lay.options
+                if o.name.startswith(OPS_PREFIX))
+    log.info("schedlang fit: %s; generated %d layer options from op-level solves in %.1f s",
+             why, count, seconds)
+    return dataclasses.replace(new, generated={"options": count, "seconds": seconds,
+                                               "why": why})
 
 
 def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, backend,
@@ -903,10 +986,13 @@ def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, 
         fixed = prep.resident_bytes + margin
         smallest = "unknown" if best is None else \
             f"{format_size(best + fixed)} ({best + fixed} B)"
+        gen = (f", with {prep.generated['options']} generated layer options"
+               if prep.generated else "")
         raise FitError(f"no plan fits the budget {format_size(want)} ({want} B){why}: the "
                        f"smallest feasible budget found is {smallest} (bisection with the "
-                       f"solver {solver}; plain execution needs {format_size(prep.plain_peak)}, "
-                       f"of which {format_size(prep.resident_bytes)} resident)")
+                       f"solver {solver}{gen}; plain execution needs "
+                       f"{format_size(prep.plain_peak)}, of which "
+                       f"{format_size(prep.resident_bytes)} resident)")
     return found, solve_s
 
 

@@ -29,6 +29,7 @@ again does not re-solve. `add_generated_options(profiled)` does this for every l
 """
 from __future__ import annotations
 
+import operator
 import statistics
 import time
 from dataclasses import dataclass
@@ -42,7 +43,8 @@ from .memory import MemoryTracker, storage_key
 from .opgraph import OpGraph, graph_outputs, record_ops
 
 __all__ = ["SegmentedLayer", "GeneratedOption", "generate_options", "add_generated_options",
-           "OPS_PREFIX", "CACHE", "DEFAULT_FRACTIONS", "normal_spans"]
+           "OPS_PREFIX", "CACHE", "DEFAULT_FRACTIONS", "normal_spans",
+           "measure_steps", "release_when_consumed", "StepProfile"]
 
 WHERE = Loc("options")
 OPS_PREFIX = "ops"
@@ -79,6 +81,22 @@ class SegmentedLayer:
         self.steps = _steps(og.gm, segments, self.returned, self.fixed)
         self.io = [(st.ins, st.outs) for st in self.steps]
         self.held: list | None = None  # set to a list: storages the checkpoints hold
+        # the backward's rounds (see `release_points`): `on_round(s)`, when set, is called as
+        # the recomputation round of checkpointed segment s starts, after the round has taken
+        # its own references to its inputs (the runtime then drops its references to the layer
+        # inputs that round is the last to read: `release_points`)
+        self.on_round = None
+        self.on_segment = None  # when set, called as the forward starts segment s (`measure_steps`)
+        # a top-level segment without pieces also runs as boxed code (`_boxed_code`), which
+        # frees each input after its last reader: kept, its forward; checkpointed, its round
+        # (without outputs, as `_Step.lean`)
+        self.boxed = []
+        for seg, st in zip(segments, self.steps):
+            if st.pieces is not None:
+                self.boxed.append(None)
+            else:
+                self.boxed.append(_boxed_code(og.gm, seg[0], st.ins,
+                                              [] if st.ckpt else st.outs, self.fixed))
 
     def spans(self) -> list[tuple]:
         return _spans_of(self.segments)
@@ -94,19 +112,44 @@ class SegmentedLayer:
         params = list(self.module.parameters()) if hasattr(self.module, "parameters") else []
         buffers = list(self.module.buffers()) if hasattr(self.module, "buffers") else []
         env = {n.name: a for n, a in zip(self.placeholders, params + buffers + list(xs))}
-        self._run_steps(self.steps, env)
-        return tuple(env[n.name] for n in self.outputs)
-
-    def _run_steps(self, steps: list, env: dict) -> None:
-        """Run `steps` (`_steps`) in order on `env` (values by fx name), each checkpointed
-        one through `torch.utils.checkpoint`; drops each value no later step reads."""
         fixed_env = {f: env[f] for f in self.fixed if f in env}
-        for st in steps:
-            fn = self._step_fn(st, fixed_env)
+        for s, st in enumerate(self.steps):
+            if self.on_segment is not None:
+                self.on_segment(s)
             if st.ckpt:
                 # a value the layer returns is passed as a view: the runtime empties the
                 # returned tensor object itself (its memory is the datum's), not the
                 # checkpoint's copy
+                args = [env[i].view_as(env[i]) if i in self.returned else env[i]
+                        for i in st.ins]
+                if self.held is not None:
+                    self.held += [a.untyped_storage().data_ptr() for a in args]
+                res = self._checkpointed(s, st, fixed_env, args)
+            elif st.pieces is None:  # its inputs that no later segment reads are the boxed
+                # code's alone: each is freed right after its last reader inside the segment
+                args = [env[i] for i in st.ins]
+                for i in st.ins:
+                    if i not in st.stay:
+                        del env[i]
+                res = self.boxed[s][0](*[fixed_env[f] for f in st.used], args)
+            else:
+                args = [env[i] for i in st.ins]
+                res = self._step_fn(st, fixed_env)(*args)
+            del args
+            env.update(zip(st.outs, res))
+            del res
+            for name in [n for n in env if n not in st.stay]:  # no later segment reads it
+                del env[name]
+        return tuple(env[n.name] for n in self.outputs)
+
+    def _run_steps(self, steps: list, env: dict) -> None:
+        """Run `steps` (`_steps`: the pieces of a segment) in order on `env` (values by fx
+        name), each checkpointed one through `torch.utils.checkpoint`; drops each value no
+        later step reads."""
+        fixed_env = {f: env[f] for f in self.fixed if f in env}
+        for st in steps:
+            fn = self._step_fn(st, fixed_env)
+            if st.ckpt:
                 args = [env[i].view_as(env[i]) if i in self.returned else env[i]
                         for i in st.ins]
                 if self.held is not None:
@@ -145,6 +188,53 @@ class SegmentedLayer:
             self._run_steps(st.lean, sub)
             return ()
         return run_pieces
+
+    def _checkpointed(self, s: int, st, fixed_env: dict, args: list):
+        """Top-level segment s under a non-reentrant `torch.utils.checkpoint` (RNG state
+        preserved) that does not hold its inputs through its round: they are kept in `holder`
+        (what the phantom holds, as a checkpoint's inputs), and the recomputation takes them
+        out of it, so that each is freed inside the round right after its last reader there
+        (the boxed code of the segment, `_boxed_code`; a segment with pieces: its pieces, run
+        as `_run_steps` runs them), not when the layer's backward ends. The only tensor
+        argument is an empty one on the inputs' device (the checkpoint's RNG device)."""
+        holder = list(args)
+        calls = [0]
+        first = self._step_fn(st, fixed_env)
+
+        def run(_anchor):
+            calls[0] += 1
+            if calls[0] == 1:  # the forward
+                return first(*holder)
+            box = [_alias(a) for a in holder]  # the recomputation: this round's references
+            holder.clear()
+            if self.on_round is not None:
+                self.on_round(s)
+            if st.pieces is not None:
+                sub = dict(fixed_env)
+                sub.update(zip(st.ins, box))
+                box.clear()
+                self._run_steps(st.lean, sub)
+                return ()
+            return self.boxed[s][0](*[fixed_env[f] for f in st.used], box)
+
+        dev = args[0].device if args else torch.device("cpu")
+        return checkpoint(run, torch.empty(0, device=dev), use_reentrant=False)
+
+    def release_points(self) -> dict[int, int]:
+        """{position of a layer input: the checkpointed segment whose recomputation round is
+        the last to read it (-1: none reads it; the backward reads it only through what kept
+        segments saved)}. After that round starts, nothing of the layer holds the input but
+        the round's own references and the saved tensors: its owner (the runtime) may drop
+        its reference then, and the input is freed inside the backward as soon as its last
+        reader is done. Empty for a nested option: its outer checkpoint holds its inputs."""
+        if self.nested:
+            return {}
+        n_fixed = self.og.n_params + self.og.n_buffers
+        out = {}
+        for pos, ph in enumerate(self.placeholders[n_fixed:]):
+            readers = [s for s, st in enumerate(self.steps) if st.ckpt and ph.name in st.ins]
+            out[pos] = min(readers) if readers else -1
+        return out
 
 
 @dataclass
@@ -206,6 +296,41 @@ def _spans_of(segments: list[tuple], depth: int = 0) -> list[tuple]:
         if len(seg) > 2 and seg[2]:
             out += _spans_of(seg[2], depth + 1)
     return out
+
+
+
+def params(module) -> list:
+    return list(module.parameters()) if hasattr(module, "parameters") else []
+
+
+def _alias(t: torch.Tensor) -> torch.Tensor:
+    """A new tensor object on `t`'s memory, requiring a gradient as `t` does (a recomputation
+    must save what the forward saved)."""
+    a = t.detach()
+    return a.requires_grad_(True) if t.requires_grad else a
+
+
+def _boxed_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs: list[str],
+                fixed: list[str]):
+    """`_segment_code` taking its inputs in a list that it empties as it starts (the
+    parameters and buffers it reads first, as there): the generated code then holds the only
+    references to them, and drops each after its last reader."""
+    mod, used = _segment_code(gm, nodes, ins, outs, fixed)
+    g = mod.graph
+    holders = [n for n in g.nodes if n.op == "placeholder"]  # `used`, then `ins`
+    with (g.inserting_after(holders[-1]) if holders else
+          g.inserting_before(next(iter(g.nodes)))):
+        box = g.placeholder("box_")
+    at = box
+    for k, old in enumerate(holders[len(used):]):
+        with g.inserting_after(at):
+            at = g.call_function(operator.getitem, (box, k))
+        old.replace_all_uses_with(at)
+        g.erase_node(old)
+    with g.inserting_after(at):
+        g.call_method("clear", (box,))
+    mod.recompile()
+    return mod, used
 
 
 def _segment_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs: list[str],
@@ -284,6 +409,13 @@ class Measured:
     needs_out: list[int]  # positions of the outputs the backward reads
     fwd_delta: int = 0
     needs_in: list[int] | None = None  # positions of the inputs it reads (None: all)
+
+
+    bwd_steps: list | None = None  # [(overhead, frees, creates)]: `measure_steps`
+    # the backward's peak above the memory before it without its phantom, less the gradients
+    # it creates, when the plan deletes what the steps free (None: bwd_overhead + phantom)
+    bwd_low: int | None = None
+    fwd_steps: list | None = None  # [overhead]: `StepProfile.fwd`
 
 
 @dataclass
@@ -372,6 +504,164 @@ def measure(fn, values, requires, out_grads, params, owned, resident, repeats: i
             p.grad = None
     return Measured(statistics.median(fwd), statistics.median(bwd), fwd_overhead, bwd_overhead,
                     phantom, needs_out, phantom, needs_in)
+
+
+def release_when_consumed(roots, grads, may_free=lambda g: True, before_free=None,
+                          after_free=None) -> list:
+    """Free each gradient in `grads` (given to a backward from `roots`) as soon as the autograd
+    node of its root has run (`storage.resize_(0)`: the caller of `torch.autograd.backward`
+    holds it until the backward returns), unless something that node produced is a view of it
+    or `may_free(g)` says no (`before_free()` and `after_free()`, when given, are called
+    around it). Returns the hooks' handles."""
+    from .runtime import _release_engine_grad
+
+    by_node: dict = {}
+    for r, g in zip(roots, grads):
+        if g is not None and r.grad_fn is not None:
+            by_node.setdefault(r.grad_fn, []).append(g)
+    handles = []
+    for node, gs in by_node.items():
+        def post(grad_inputs, _grad_outputs, gs=gs):
+            if before_free is not None:
+                before_free()
+            passed = {t.untyped_storage().data_ptr() for t in grad_inputs
+                      if isinstance(t, torch.Tensor)}
+            for g in gs:
+                if g.untyped_storage().data_ptr() not in passed and may_free(g):
+                    _release_engine_grad(g)
+            gs.clear()
+            if after_free is not None:
+                after_free()
+        handles.append(node.register_hook(post))
+    return handles
+
+
+@dataclass
+class StepProfile:
+    bwd: list  # [(overhead, frees, creates)]
+    bwd_low: int
+    fwd: list  # [overhead] per forward step (it frees nothing; counted with all the outputs)
+
+
+def measure_steps(layer: SegmentedLayer, values, requires, out_grads, owned=(), resident=(),
+                  device=None, with_low: bool = False):
+    """The backward of `layer` as sub-steps (graph data `bwd_steps`), measured as the runtime
+    runs it when the plan deletes every datum the backward reads right after it: the outputs
+    and the outputs' gradients are given up as the backward starts (an output then lives as
+    long as what autograd saved of it; a gradient until the node of its output has run:
+    `release_when_consumed`), each input when the round that reads it last starts, or at
+    the start when no round reads it (`SegmentedLayer.release_points`). A step is the span
+    between two rounds' starts. Per step: its overhead (its peak above the memory before the
+    backward, plus the bytes of what it frees, minus the bytes of what it has created: the
+    graph data's convention, where a step's memory is the memory before + its overhead + the
+    outputs created by then - the inputs freed by then that the plan deletes after the node;
+    at least 0), what it frees by its end (``("in", i)``, ``("out", j)``, ``("gout", j)``) and
+    what it has created by its end (``("gin", i)``, ``("params",)``). With the real layer's
+    storages on the `MemoryTracker` of `measure`. `with_low`: returns a `StepProfile`, with
+    also the backward's highest window above the memory before it less the gradients it
+    created, and the forward as steps (one per segment; each step's overhead above the memory
+    before + the phantom + the outputs, as the graph data's `fwd_steps` count it, at least 0)."""
+    from .runtime import _placeholder
+
+    device = device or (values[0].device if values else torch.device("cpu"))
+    # fresh storages, owned here alone: releasing one frees it
+    xs = [v.detach().clone().requires_grad_(True) if rg and v.is_floating_point()
+          else v.detach().clone() for v, rg in zip(values, requires)]
+    grads = [None if g is None else g.detach().clone() for g in out_grads]
+    points = layer.release_points()
+    sizes: dict = {("in", i): x.untyped_storage().nbytes() for i, x in enumerate(xs)}
+    sizes.update({("gout", j): g.untyped_storage().nbytes() for j, g in enumerate(grads)
+                  if g is not None})
+    released: list = []
+    windows: list = []
+    fwd_windows: list = []
+    for p in params(layer.module):
+        p.grad = None
+
+    def created() -> list:
+        toks = [("gin", i) for i, x in enumerate(xs) if x.requires_grad and x.grad is not None]
+        return toks + ([("params",)] if any(p.grad is not None for p in owned) else [])
+
+    def release_input(i: int) -> None:
+        xs[i].data = _placeholder(xs[i])
+        released.append(("in", i))
+
+    def on_round(s: int) -> None:
+        windows.append((mt.mark()[0], list(released), created()))
+        for i, at in points.items():
+            if at == s:
+                release_input(i)
+
+    try:
+        with MemoryTracker(resident=list(resident) + xs + [g for g in grads if g is not None],
+                           device=device) as mt:
+            # what autograd saves is held as the runtime's phantom holds it: its own tensor
+            # object on the memory (an input or output's object is emptied below)
+            fwd_before = mt.current
+            layer.on_segment = lambda s: fwd_windows.append(mt.mark()[0])
+            mt.mark()
+            try:
+                with torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach(),
+                                                              lambda t: t):
+                    outs = list(layer(*xs))
+            finally:
+                layer.on_segment = None
+            fwd_windows.append(mt.mark()[0])
+            fwd_after = mt.current
+            in_keys = {storage_key(x) for x in xs}
+            data = {}  # the outputs as data (the runtime's references)
+            roots, root_grads = [], []
+            for j, o in enumerate(outs):
+                if storage_key(o) not in in_keys and o.untyped_storage().nbytes():
+                    data[j] = o.detach()
+                    sizes[("out", j)] = o.untyped_storage().nbytes()
+                if grads[j] is not None and o.requires_grad:
+                    roots.append(o)
+                    root_grads.append(grads[j])
+                if o.requires_grad and o.grad_fn is not None:
+                    o.data = _placeholder(o)
+            del outs
+            before = mt.current
+            layer.on_round = on_round
+            for i, at in points.items():
+                if at == -1:
+                    release_input(i)
+            for j in list(data):
+                released.append(("out", j))
+                del data[j]
+            gouts = [("gout", j) for j, g in enumerate(grads) if g is not None]
+            released += gouts
+            handles = release_when_consumed(
+                roots, root_grads,
+                before_free=lambda: windows.append((mt.mark()[0], list(released[:-len(gouts)]
+                                                                       if gouts else released),
+                                                    created())),
+                after_free=mt.mark)  # the next step starts once they are freed
+            del grads
+            mt.mark()
+            if roots:
+                torch.autograd.backward(roots, root_grads)
+            windows.append((mt.mark()[0], list(released), created()))
+            for h in handles:
+                h.remove()
+            del roots, root_grads
+        sizes.update({("gin", i): x.grad.untyped_storage().nbytes() for i, x in enumerate(xs)
+                      if x.requires_grad and x.grad is not None})
+        sizes[("params",)] = sum(p.grad.untyped_storage().nbytes() for p in owned
+                                 if p.grad is not None)
+    finally:
+        layer.on_round = None
+        for p in params(layer.module):
+            p.grad = None
+    steps = [(max(0, w - before + sum(sizes.get(t, 0) for t in fr)
+                  - sum(sizes.get(t, 0) for t in cr)), fr, cr) for w, fr, cr in windows]
+    if not with_low:
+        return steps
+    made = sum(sizes.get(t, 0) for t in windows[-1][2]) if windows else 0
+    out_bytes = sum(v for t, v in sizes.items() if t[0] == "out")
+    phantom = max(0, fwd_after - fwd_before - out_bytes)
+    return StepProfile(steps, max((w for w, _, _ in windows), default=before) - before - made,
+                       [max(0, w - fwd_before - phantom - out_bytes) for w in fwd_windows])
 
 
 def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRACTIONS,
@@ -478,7 +768,10 @@ def normal_spans(og: OpGraph, spans) -> list[tuple]:
 
 def _dominated(m: Measured, others: list[Measured]) -> bool:
     def key(x):
-        return (x.phantom, x.bwd_overhead + x.phantom, x.fwd_time + x.bwd_time)
+        low = x.bwd_overhead + x.phantom
+        if getattr(x, "bwd_low", None) is not None:
+            low = min(low, x.bwd_low)
+        return (x.phantom, low, x.fwd_time + x.bwd_time)
 
     a = key(m)
     for o in others:
@@ -523,8 +816,11 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
             # each cut as it is, and inside one more checkpoint when it recomputes something
             for nested in (False, True) if any(s[2] for s in spans) else (False,):
                 layer = SegmentedLayer(og, module, _segments(og, spans), nested)
-                measures.append((spans, nested, measure(layer, values, requires, out_grads,
-                                                        params, owned, resident, repeats)))
+                m = measure(layer, values, requires, out_grads, params, owned, resident, repeats)
+                prof = measure_steps(layer, values, requires, out_grads, owned, resident,
+                                     with_low=True)
+                m.bwd_steps, m.bwd_low, m.fwd_steps = prof.bwd, prof.bwd_low + m.phantom, prof.fwd
+                measures.append((spans, nested, m))
         if cache_key is not None:
             CACHE[cache_key] = (og, spans_list, measures)
     out: list[GeneratedOption] = []
@@ -555,6 +851,27 @@ def layer_inputs(part) -> dict[str, list]:
             outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
             env.update(zip(layer.outputs, outs))
     return values_of
+
+
+def _step_names(steps, layer, lp, needs) -> list:
+    """`measure_steps`'s steps with the graph data's names: (overhead, frees, creates); a step
+    frees only what the backward node reads (its option's needs, the output gradients)."""
+    if not steps:
+        return []
+    reads = set(needs) | {f"{d}.grad" for d in lp.grad_inputs}
+    made = set(f"{d}.grad" for d in lp.grad_outputs)
+    if lp.grad_inputs and lp.param_grads:
+        made.add(f"{lp.name}.params.grad")
+    names = {"in": lambda i: layer.inputs[i], "out": lambda j: layer.outputs[j],
+             "gout": lambda j: f"{layer.outputs[j]}.grad", "gin": lambda i: f"{layer.inputs[i]}.grad",
+             "params": lambda: f"{lp.name}.params.grad"}
+    out = []
+    for overhead, frees, creates in steps:
+        fr = list(dict.fromkeys(n for n in (names[t[0]](*t[1:]) for t in frees) if n in reads))
+        cr = list(dict.fromkeys(n for n in (names[t[0]](*t[1:]) for t in creates)
+                                if n in made))
+        out.append((int(overhead), fr, cr))
+    return out
 
 
 def add_generated_options(profiled, *, model: str = "layer_options",
@@ -602,7 +919,10 @@ def add_generated_options(profiled, *, model: str = "layer_options",
             ins = range(len(layer.inputs)) if m.needs_in is None else m.needs_in
             needs = [layer.inputs[i] for i in ins] + [layer.outputs[i] for i in m.needs_out]
             lp.options.append(OptionProfile(g.name, m.fwd_time, m.bwd_time, m.fwd_overhead,
-                                            m.bwd_overhead, m.phantom, needs, m.fwd_delta))
+                                            m.bwd_overhead, m.phantom, needs, m.fwd_delta,
+                                            _step_names(m.bwd_steps, layer, lp, needs),
+                                            [(int(x), [], list(layer.outputs))
+                                             for x in m.fwd_steps or []]))
             registry.setdefault(lp.name, {})[g.name] = g.layer
         result[lp.name] = gens
     return result

@@ -93,6 +93,9 @@ class OptionProfile:
     phantom: int
     needs: list[str] = field(default_factory=list)  # data names the backward reads again
     memory_delta: int = 0  # measured bytes left by the forward above its outputs (= phantom)
+    # the backward as sub-steps (graph data `bwd_steps`): [(overhead, frees, creates)]
+    bwd_steps: list = field(default_factory=list)
+    fwd_steps: list = field(default_factory=list)  # the forward's, the same way
 
 
 @dataclass

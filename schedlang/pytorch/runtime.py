@@ -201,6 +201,9 @@ class _Run:
         self.prefetched_bytes = 0  # copied back
         self.input_requires_grad: list[bool] = []
         self.resident_ptrs: set | None = None  # the parameters' and buffers' storages
+        # data the plan deletes right after a backward, released inside it (`_in_node_frees`):
+        # their delete op has nothing left to do
+        self.released: set[str] = set()
 
 
 class PlanExecutor:
@@ -234,6 +237,7 @@ class PlanExecutor:
         self.backward_ops = plan.ops[loss_at[0] + 1:]
         # the checksum of `check_layer_outputs` is only taken where it can be compared
         self.recomputed = _recomputed_layers(plan)
+        self.deleted_after = _deleted_after(plan)
         self.handed_over = self._handed_over()
         self._grad_inputs_of: dict[str, list[bool]] = {}
         self.streams = None
@@ -426,7 +430,7 @@ class PlanExecutor:
             if side == "fwd":
                 self._forward(run, layer, option)
             else:
-                self._backward(run, layer, option)
+                self._backward(run, layer, option, op)
         elif kind == "delete":
             self._delete(run, op.data)
         elif kind == "drop_phantom":
@@ -620,7 +624,7 @@ class PlanExecutor:
             v = v.contiguous()
         return v.as_strided(shape, stride, v.storage_offset() + rel)
 
-    def _backward(self, run: _Run, layer: str, option: str) -> None:
+    def _backward(self, run: _Run, layer: str, option: str, op: Op | None = None) -> None:
         kind = self._option_kind(layer, option)
         lp = self.layers[layer]
         gl = self.glayers[layer]
@@ -648,7 +652,9 @@ class PlanExecutor:
                     raise PlanError(f"the backward of layer {layer!r} (selective) needs {d!r}, "
                                     "which is not in memory")
                 leaf.data = v
-        roots, grads = [], []
+        fn = self._op_layer(layer, option) if kind == "ops" else None
+        early = self._in_node_frees(run, op, lp, gl, ph, fn) if fn is not None else set()
+        roots, grads, gnames = [], [], []
         consumed = set(gl.grad_inputs)
         for name, t in ph.roots:
             gname = f"{name}.grad"
@@ -660,14 +666,38 @@ class PlanExecutor:
                                 "memory")
             roots.append(t)
             grads.append(g)
+            gnames.append(gname)
+        for gname in early:  # held by the backward's caller alone from now on
+            if run.values.pop(gname, None) is not None:
+                run.engine_grads.discard(gname)
+                run.released.add(gname)
         # the graph alone holds the saved tensors now: autograd frees each node's as it runs,
         # as in plain PyTorch (the phantom shrinks during its backward)
         ph.saved.clear()
         _release_blocks(ph)
         ph.roots.clear()
+        handles = []
+        if early:  # the output gradients the plan deletes after this node: freed in it, once
+            # the node of their output has run (unless another datum shares the memory)
+            from .options import release_when_consumed
+
+            def may_free(g):
+                ptr = g.untyped_storage().data_ptr()
+                return not any(isinstance(v, torch.Tensor) and v.numel() and
+                               v.untyped_storage().data_ptr() == ptr
+                               for v in run.values.values())
+
+            handles = release_when_consumed(
+                roots, [g if n in early else None for n, g in zip(gnames, grads)], may_free)
         if roots:
-            with torch.enable_grad():
-                torch.autograd.backward(roots, grads)
+            try:
+                with torch.enable_grad():
+                    torch.autograd.backward(roots, grads)
+            finally:
+                for h in handles:
+                    h.remove()
+        if fn is not None:
+            fn.on_round = None
         del roots, grads
         produced = set(gl.grad_outputs)
         for d in lp.inputs:
@@ -693,6 +723,54 @@ class PlanExecutor:
         ph.leaves.clear()
         ph.saved.clear()
 
+    def _in_node_frees(self, run: _Run, op: Op | None, lp, gl, ph: _Phantom, fn) -> set:
+        """Before the backward of a generated option (`fn`, a `SegmentedLayer`): of the data the
+        plan deletes right after this node, those the backward reads are released inside it,
+        as the option's `bwd_steps` (`schedlang.pytorch.options.measure_steps`) count them: the
+        layer's outputs now (what autograd saved of them holds them until it is consumed), each
+        input when the recomputation round that reads it last starts (or now, when no round
+        reads it: `SegmentedLayer.release_points`), the output gradients once the node of their
+        output has run (the caller frees those: returned). Returns the gradients' names."""
+        gone = self.deleted_after.get(id(op), set()) if op is not None else set()
+        if not gone:
+            return set()
+        outs = [d for d in lp.outputs if d in gone and d not in lp.inputs and d in run.values]
+        points = fn.release_points()
+        at_round: dict[int, list[str]] = {}
+        now = list(outs)
+        for i, d in enumerate(lp.inputs):
+            if d in gone and i in points and d in run.values and d not in self.resident_data \
+                    and lp.inputs.count(d) == 1:
+                if points[i] < 0:
+                    now.append(d)
+                else:
+                    at_round.setdefault(points[i], []).append(d)
+        released = set(now) | {d for ds in at_round.values() for d in ds}
+        # what the phantom saved of them is held by the saved tensors from now on, not looked
+        # up in the data when the backward reads it
+        for rec in ph.saved:
+            if rec.ref is not None and rec.ref[0] in released:
+                name, shape, stride, rel, _ = rec.ref
+                v = run.values[name]
+                rec.tensor = v.as_strided(shape, stride, v.storage_offset() + rel)
+                rec.ref = None
+
+        def release(d: str) -> None:
+            leaf = ph.leaves.get(d)
+            if leaf is not None:
+                leaf.data = _placeholder(leaf)
+            self._delete(run, d)
+            run.released.add(d)
+
+        for d in now:
+            release(d)
+        if at_round:
+            def on_round(s: int) -> None:
+                for d in at_round.pop(s, []):
+                    release(d)
+            fn.on_round = on_round
+        return {g for g in gl.grad_inputs if g in gone}
+
     def _accumulate(self, run: _Run, gname: str, g: torch.Tensor) -> None:
         cur = run.values.get(gname)
         if cur is None:
@@ -708,6 +786,9 @@ class PlanExecutor:
             cur.add_(g)
 
     def _delete(self, run: _Run, name: str) -> None:
+        if name in run.released:  # freed inside the backward before this delete
+            run.released.discard(name)
+            return
         if name in run.handed and name not in run.values:
             run.handed.discard(name)  # deleted when it was handed over
             return
@@ -770,6 +851,7 @@ class PlanExecutor:
         run.rng.clear()
         run.values.clear()
         run.handed.clear()
+        run.released.clear()
         self.last_stats = {"pinned": run.pinned, "pinned_data": list(run.pinned_names),
                            "offloaded_bytes": run.offloaded_bytes,
                            "prefetched_bytes": run.prefetched_bytes}
@@ -1020,6 +1102,23 @@ def _release_blocks(ph: _Phantom) -> None:
         b.records = []
         b.device = None
     ph.blocks = None
+
+
+def _deleted_after(plan: Plan) -> dict[int, set]:
+    """id(compute op) -> the data deleted after it before the next compute (as the simulator's
+    sub-step profiles read a plan), less any that a transfer touches in between."""
+    out: dict[int, set] = {}
+    last, moved = None, set()
+    for op in plan.ops:
+        if op.op == "compute":
+            if last is not None and moved:
+                out[id(last)] = out.get(id(last), set()) - moved
+            last, moved = op, set()
+        elif last is not None and op.op == "delete" and op.data not in moved:
+            out.setdefault(id(last), set()).add(op.data)
+        elif op.data:
+            moved.add(op.data)
+    return out
 
 
 def _release_engine_grad(t: torch.Tensor) -> None:

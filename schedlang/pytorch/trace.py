@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import DataError, Loc, SchedError
-from ..graph import DataNode, Graph, Layer, Loss, Option
+from ..graph import DataNode, Graph, Layer, Loss, Option, Step
 
 __all__ = ["TraceInfo", "to_graph", "trace", "write_trace", "read_trace_info",
            "add_trace_arguments", "trace_main", "LOSS_TIME"]
@@ -115,7 +115,9 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
             grad_outputs.append(f"{lp.name}.params.grad")
         opts = [Option(o.name, _round_time(o.fwd_time), int(o.fwd_overhead), _round_time(o.bwd_time),
                        int(o.bwd_overhead), int(o.phantom), list(o.needs),
-                       segments=_segments(generated.get(lp.name, {}).get(o.name)))
+                       segments=_segments(generated.get(lp.name, {}).get(o.name)),
+                       fwd_steps=[Step(int(m), list(fr), list(cr)) for m, fr, cr in o.fwd_steps],
+                       bwd_steps=[Step(int(m), list(fr), list(cr)) for m, fr, cr in o.bwd_steps])
                 for o in lp.options]
         ff = lp.fast_forward
         g.layers.append(Layer(lp.name, list(layer.inputs), list(layer.outputs),
