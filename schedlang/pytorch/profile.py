@@ -149,7 +149,10 @@ def host_clock():
     return time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
 
 
-class _Timer:
+class Timer:
+    """Times of what runs on `device`: CUDA events there, else `host_clock()` (the clock of
+    every CPU timing: layers here, generated options in `options.measure`)."""
+
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
         self.device = device
@@ -262,7 +265,7 @@ class _Runner:
             torch.autograd.backward(os, gs)
 
 
-def _median_times(runner: _Runner, option: str, repeats: int, timer: _Timer) -> tuple[float, float]:
+def _median_times(runner: _Runner, option: str, repeats: int, timer: Timer) -> tuple[float, float]:
     fwd, bwd = [], []
     for r in range(repeats + 1):
         for p in runner.params:
@@ -296,7 +299,7 @@ class _Measured:
 
 
 def _measure(runner: _Runner, option: str, resident: list[torch.Tensor], resident_keys: set[int],
-             device: torch.device, repeats: int, timer: _Timer, owned: list[torch.Tensor]) -> _Measured:
+             device: torch.device, repeats: int, timer: Timer, owned: list[torch.Tensor]) -> _Measured:
     fwd_time, bwd_time = _median_times(runner, option, repeats, timer)
     for p in runner.params:
         p.grad = None
@@ -354,7 +357,7 @@ def _measure(runner: _Runner, option: str, resident: list[torch.Tensor], residen
 
 
 def _measure_fast_forward(runner: _Runner, resident: list[torch.Tensor], device: torch.device,
-                          repeats: int, timer: _Timer) -> _Measured:
+                          repeats: int, timer: Timer) -> _Measured:
     """The forward under ``no_grad`` (the runtime's `fast_forward`): its median time, and its
     overhead, the peak above the memory before it plus its new outputs (docs/language.md,
     "Overheads")."""
@@ -430,7 +433,7 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
 
     param_bytes = storage_bytes(params_all)
     buffer_bytes = storage_bytes(buffers)
-    timer = _Timer(dev)
+    timer = Timer(dev)
 
     # the first backward to reach a parameter owns its gradient: the last layer using it
     owner: dict[str, str] = {}
