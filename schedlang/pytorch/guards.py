@@ -140,12 +140,30 @@ def check_call(fm, args, kwargs=None) -> None:
     guard.current = key
 
 
+_SUMS: dict = {}
+
+
+def checksum_buffer(device) -> torch.Tensor:
+    """The float32 scalar a checksum is summed into on `device`, made once: a step's
+    checksums allocate nothing (4 B each would sit above the prediction during the op).
+    The plan executor makes it before its first step."""
+    key = str(device)
+    buf = _SUMS.get(key)
+    if buf is None:
+        buf = _SUMS[key] = torch.zeros((), dtype=torch.float32, device=device)
+    return buf
+
+
 def _checksum(t: torch.Tensor) -> torch.Tensor:
     """The sum of `t`: accumulated in float32 for floating-point tensors of up to 32 bits
-    (no float64 copy of a large output: one pass), in their own type otherwise."""
+    (no float64 copy of a large output: one pass; into `checksum_buffer`), in their own type
+    otherwise."""
     t = t.detach()
     if t.is_floating_point() and t.element_size() <= 4:
-        return t.sum(dtype=torch.float32)
+        buf = checksum_buffer(t.device)
+        if t.dim() == 0:
+            return buf.copy_(t)
+        return torch.sum(t, dim=list(range(t.dim())), dtype=torch.float32, out=buf)
     return t.sum()
 
 
@@ -170,13 +188,16 @@ def check_layer_outputs(run, layer: str, outs) -> None:
     """After a forward of `layer` in the step `run`: record its outputs the first time, and
     compare a recomputation with the record (`GraphChanged` when it differs)."""
     seen = run.__dict__.setdefault("_guard_outputs", {})
-    now = [(tuple(t.shape), t.dtype, _checksum(t))
+    # each sum taken off the device before the next is summed into the same buffer
+    now = [(tuple(t.shape), t.dtype, _off_device(_checksum(t)))
            if isinstance(t, torch.Tensor) else (None, type(t).__name__, None) for t in outs]
     first = seen.get(layer)
     if first is None:
-        seen[layer] = [(shape, dtype, None if total is None else _off_device(total))
-                       for shape, dtype, total in now]
+        seen[layer] = now
         return
+    cuda = [t.device for t in outs if isinstance(t, torch.Tensor) and t.is_cuda]
+    if cuda:  # the pinned copies are made without waiting: wait for them now
+        torch.cuda.synchronize(cuda[0])
     for k, ((shape, dtype, total), (shape0, dtype0, total0)) in enumerate(zip(now, first)):
         same = shape == shape0 and dtype == dtype0 and (total is None or _close(
             float(total), float(total0)))

@@ -66,7 +66,7 @@ from ..errors import SchedError
 from ..graph import Graph
 from ..hgraph import FAST_FORWARD
 from ..plan import Op, Plan
-from .guards import check_layer_outputs
+from .guards import check_layer_outputs, checksum_buffer
 
 __all__ = ["PlanExecutor", "PlanError", "PlanModule"]
 
@@ -226,9 +226,11 @@ class PlanExecutor:
         self.model_outputs = list(partitioned.outputs)
         self.model_inputs = list(partitioned.inputs)
         self.device = self._find_device()
-        # the placeholders' scalars, made now rather than inside the first measured step
+        # the placeholders' scalars and the checksums' buffer, made now rather than inside
+        # the first measured step
         for dtype in {torch.float32, *(p.dtype for p in self.part.root.parameters())}:
             _scalar(dtype, self.device)
+        checksum_buffer(self.device)
         self._check_plan()
         loss_at = [k for k, op in enumerate(plan.ops) if op.op == "compute" and op.node == "loss"]
         if len(loss_at) != 1:
