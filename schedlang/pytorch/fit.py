@@ -812,8 +812,9 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     when the model traces and takes positional tensors, else the hook front end),
     ``"fx"``, or ``"blocks"`` (no trace: the model's blocks are wrapped in place and its own
     forward runs). `fit` then runs one probe step on the samples (`probe`: default with the
-    hook front end, ``probe=True`` for fx too; gradients, buffers and RNG state restored
-    afterwards) and, if it measures over the budget,
+    hook front end and with plans that run generated options, ``probe=True`` for every fx
+    plan; gradients, buffers and RNG state restored afterwards) and, if it measures over the
+    budget,
     plans again with the excess over the prediction as a margin until the measured peak is
     within the budget (a step measured above the prediction but within the budget raises the
     prediction to it). `fallback`: when the model cannot
@@ -916,8 +917,10 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         if found is None:
             found, solve_s = _solve_or_raise(prep, want, 0, solver, time_limit, backend, extra)
         fm = FitModule(model, prep, found, want, measure, solve_s, **calib)
-    if probe is None:  # default: the hook front end, whose glue the profile cannot replay
-        probe = prep.frontend == "blocks"
+    if probe is None:  # default: the hook front end, whose glue the profile cannot replay,
+        # and plans with generated options, whose in-node frees follow measured sub-steps
+        probe = prep.frontend == "blocks" or (fm.plan is not None and any(
+            op.op == "compute" and (op.option or "").startswith("ops") for op in fm.plan.ops))
     if probe and prep.frontend in ("blocks", "fx") and measure:
         _probe_until_within(fm, args, kwargs, loss_fn, want, solver, time_limit, backend,
                             extra)
