@@ -12,8 +12,9 @@ which `record_ops` groups the aten ops of the layer on its sample inputs); the s
 the signature of that op graph (`units_signature`: its aten ops, shapes and unit boundaries),
 so a model that records another op graph (another model, other input shapes, another torch)
 is refused with a located error instead of running other cuts. A segment with its own cut in
-parentheses recomputes in two levels: ``(checkpoint 0..19 (keep 0..6, checkpoint 7..19))``
-is the layer inside one more checkpoint (`SegmentedLayer.nested`).
+parentheses recomputes one level deeper: ``(checkpoint 0..19 (keep 0..6, checkpoint 7..19))``
+alone is the layer inside one more checkpoint (`SegmentedLayer.nested`); inside a checkpointed
+segment, the cut is its pieces (nested checkpoints, `SegmentedLayer`).
 
 * `describe(layer)` -> `Segments` (graph data) of a `SegmentedLayer`; `trace` writes it;
 * `build(og, module, segments)` -> the `SegmentedLayer` of a description;
