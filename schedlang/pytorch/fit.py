@@ -919,8 +919,11 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         fm = FitModule(model, prep, found, want, measure, solve_s, **calib)
     if probe is None:  # default: the hook front end, whose glue the profile cannot replay,
         # and plans with generated options, whose in-node frees follow measured sub-steps
+        from .options import OPS_PREFIX
+
         probe = prep.frontend == "blocks" or (fm.plan is not None and any(
-            op.op == "compute" and (op.option or "").startswith("ops") for op in fm.plan.ops))
+            op.op == "compute" and (op.option or "").startswith(OPS_PREFIX)
+            for op in fm.plan.ops))
     if probe and prep.frontend in ("blocks", "fx") and measure:
         _probe_until_within(fm, args, kwargs, loss_fn, want, solver, time_limit, backend,
                             extra)

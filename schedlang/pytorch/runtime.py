@@ -291,45 +291,30 @@ class PlanExecutor:
                     raise PlanError(f"op {k}: {op.op} of unknown layer {op.layer!r}")
 
     def _handed_over(self) -> list[str]:
-        """The model outputs whose first use in the backward part is their delete, or that the
-        backward part never touches (kept to the end: the graph's role `output`): the forward
-        part hands them over to the caller (the loss) and keeps no reference of its own, so
-        that they are freed when the loss has consumed them, as in eager PyTorch (a loss such as
-        cross-entropy keeps its log-softmax, not the logits)."""
+        """The model outputs the backward part reads nowhere and either deletes first or never
+        (kept to the end: the graph's role `output`): the forward part hands them over to the
+        caller (the loss) and keeps no reference of its own, so that they are freed when the
+        caller lets them go, as in eager PyTorch (a loss such as cross-entropy keeps its
+        log-softmax, not the logits). A backward reads a datum that is one of its layer's
+        inputs or that its option saves (`needs`)."""
         handed = []
         for name in self.model_outputs:
             if name not in self.data_names or name in self.resident_data:
                 continue
             for op in self.backward_ops:
+                if op.op == "delete" and op.data == name:
+                    handed.append(name)
+                    break
                 if op.op == "compute" and op.node != "loss":
                     layer = op.node.rpartition(".")[0]
-                    lp = self.layers[layer]
-                    if name in lp.inputs or name in lp.outputs or any(
-                            name in self.needs.get((layer, o.name), ())
-                            for o in self.glayers[layer].options):
+                    options = [op.option] if op.option else \
+                        [o.name for o in self.glayers[layer].options]
+                    if name in self.layers[layer].inputs or any(
+                            name in self.needs.get((layer, o), ()) for o in options):
                         break
-                elif op.data == name:
-                    if op.op == "delete":
-                        handed.append(name)
-                    break
-            if name not in handed and self._kept_unread(name):
+            else:
                 handed.append(name)
         return handed
-
-    def _kept_unread(self, name: str) -> bool:
-        """`name` stays to the step's end (never deleted: the graph's role `output`) and no
-        backward reads it (as an input, or saved by an option): the caller's to hold."""
-        for op in self.backward_ops:
-            if op.op == "delete" and op.data == name:
-                return False
-            if op.op == "compute" and op.node != "loss":
-                layer = op.node.rpartition(".")[0]
-                options = [op.option] if op.option else \
-                    [o.name for o in self.glayers[layer].options]
-                if name in self.layers[layer].inputs or any(
-                        name in self.needs.get((layer, o), ()) for o in options):
-                    return False
-        return True
 
     def _option_kind(self, layer: str, option: str | None) -> str | None:
         """The runtime behaviour of an option: its name when known; an option named otherwise
