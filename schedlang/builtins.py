@@ -29,7 +29,7 @@ from .relational import (
     Universe,
     with_row_id,
 )
-from .units import float_at_least, float_at_most
+from .units import budget_value, float_at_least
 
 # ------------------------------------------------------------------------------- sets
 # name -> tuple arity. The first four are the Checkmate view (nodes with one output each,
@@ -57,7 +57,8 @@ class Scalar:
 
 
 def _budget(low, name: str, loc: Loc) -> float:
-    """budget.peak / budget.save: the budget given with the graph or --budget (bytes); save
+    """budget.peak / budget.save: the budget given with the graph or --budget (bytes, as
+    `units.budget_value` enters it: exact to the byte up to 8 GiB); save
     falls back to peak. A missing budget is reported where the fix goes: the graph data."""
     kind = name.split(".", 1)[1]
     if kind == "save" and "save" not in low.budgets and "peak" in low.budgets:
@@ -69,15 +70,15 @@ def _budget(low, name: str, loc: Loc) -> float:
                             f"model uses {name} (at {loc}); {hint}", low.g.loc)
         raise DataError(f"missing budget: the model uses {name}, and no {kind} budget was "
                         f"given; {hint}", loc)
-    return float_at_most(low.budgets[kind])
+    return budget_value(low.budgets[kind])
 
 
 def _host(low, name: str, loc: Loc) -> float:
     """budget.host: host memory for offloaded copies (bytes); inf when not given."""
     if "host" in low.budgets:
-        return float_at_most(low.budgets["host"])
+        return budget_value(low.budgets["host"])
     host = low.g.budgets.get("host") if low.g is not None else None
-    return np.inf if host is None else float_at_most(host)
+    return np.inf if host is None else budget_value(host)
 
 
 def _bandwidth(low, name: str, loc: Loc) -> float:

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ from .program import Program, attach_graph, load_program, set_params
 from .simulate import NO_LIMIT, SimResult, simulate
 from .solution import Solution, Status
 
+
+log = logging.getLogger("schedlang")
 
 # the budget parser (schedlang.budgets), under the name callers have imported it by
 resolve_budget = budgets.for_graph
@@ -204,36 +207,32 @@ class Problem:
                 if at_bound(self, ws):  # optimal among all plans: no solver run
                     return outside_result(self, ir, ws, {**self.timings, "warm_start": ws_time},
                                           backend, solver, "it meets the bound: no solver run")
-        sol = solve_ir(ir, backend=backend, solver=solver, time_limit=time_limit, gap=gap,
-                       threads=threads, presolve=presolve, warm_start=x0, verbose=verbose,
-                       progress=progress, deadline=deadline)
-        message = sol.message
-        if ws is not None:
-            if ws.passed:
-                ignored = sol.warm_start_ignored
-                ws.accepted = (supports_warm_start(sol.solver, sol.backend) and not ignored
-                               and sol.status != Status.ERROR)
-                if not ws.accepted and not ws.message:
-                    ws.message = ("the backend did not pass it to the solver" if not ignored
-                                  else "the backend ignored it (see the message)")
-            message = "; ".join(m for m in (message, ws.summary()) if m)
+        args = dict(backend=backend, solver=solver, time_limit=time_limit, gap=gap,
+                    threads=threads, presolve=presolve, verbose=verbose, progress=progress,
+                    deadline=deadline)
+        sol = solve_ir(ir, warm_start=x0, **args)
+        if ws is not None and ws.passed:
+            ignored = sol.warm_start_ignored
+            ws.accepted = (supports_warm_start(sol.solver, sol.backend) and not ignored
+                           and sol.status != Status.ERROR)
+            if not ws.accepted and not ws.message:
+                ws.message = ("the backend did not pass it to the solver" if not ignored
+                              else "the backend ignored it (see the message)")
         timings = dict(self.timings)
         if ws_time is not None:
             timings["warm_start"] = ws_time  # planner, simulation, encoding and check
         timings["presolve"] = sol.timings.get("presolve", 0.0)
         timings["build"] = sol.timings.get("build", 0.0)
         timings["solve"] = sol.timings.get("solve", 0.0)
-        plan = sim = None
-        if sol.status.has_solution and self.graph is not None:
+        plan, sim = self._decoded(ir, sol, timings)
+        over = budget_excess(plan, sim, self.graph) if sim is not None else {}
+        if over:
             t0 = time.perf_counter()
-            plan = decode(self.program, ir, sol, self.graph)
-            timings["decode"] = time.perf_counter() - t0
-            if plan is not None:
-                plan.budget_peak = self.budgets.get("peak")
-                plan.budget_save = self.budgets.get("save")
-                t0 = time.perf_counter()
-                sim = simulate(plan, self.graph)
-                timings["simulate"] = time.perf_counter() - t0
+            sol, plan, sim = self._solve_below(ir, sol, plan, sim, over, args, x0)
+            timings["resolve"] = time.perf_counter() - t0
+        message = sol.message
+        if ws is not None:
+            message = "; ".join(m for m in (message, ws.summary()) if m)
         result = Result(sol.status, sol.objective, sol.bound, sol.gap, sol.backend, sol.solver,
                         sol.model_size or ir.size_summary(), timings, plan, sim, sol, message,
                         self.budgets.get("peak"), warm_start=ws)
@@ -242,6 +241,92 @@ class Problem:
 
             result = keep_better(self, ir, ws, result)
         return result
+
+    def _decoded(self, ir: IRModel, sol: Solution, timings: dict) -> tuple:
+        """(plan, replay) of a solution: the decoded plan, with the problem's budgets, and the
+        simulator's replay of it against them, to the byte; (None, None) without a solution,
+        graph data or decoder. Adds the times to `timings` ("decode", "simulate")."""
+        if not sol.status.has_solution or self.graph is None:
+            return None, None
+        t0 = time.perf_counter()
+        plan = decode(self.program, ir, sol, self.graph)
+        timings["decode"] = timings.get("decode", 0.0) + time.perf_counter() - t0
+        if plan is None:
+            return None, None
+        plan.budget_peak = self.budgets.get("peak")
+        plan.budget_save = self.budgets.get("save")
+        t0 = time.perf_counter()
+        sim = simulate(plan, self.graph)
+        timings["simulate"] = timings.get("simulate", 0.0) + time.perf_counter() - t0
+        return plan, sim
+
+    def _solve_below(self, ir: IRModel, first: Solution, plan: Plan, sim: SimResult,
+                     over: dict, args: dict, x0) -> tuple:
+        """(solution, plan, replay) once the plan of `first` replayed over a budget by the
+        bytes in `over` (`budget_excess`): the models hold budgets exact to the byte, but a
+        solver compares them within its feasibility and integrality tolerances (a binary
+        at 1 - 1e-9 times a large size, a memory row of 1e6 MiB passing a few bytes over), and
+        the decoder rounds binaries; the replay counts exact bytes. The model is lowered and
+        solved again with that budget lowered by the excess, the cut at least doubling on
+        each further excess, at most `MAX_RESOLVES` times, each one logged and noted in the
+        message. The first solve's bound still bounds the optimum at the exact budget: the
+        result is optimal when the new plan is within the requested gap of it. A plan still
+        over a budget is never returned as a solution (status `no_solution`, the plan and its
+        replay kept); without a plan at a lowered budget, that solve's status is returned."""
+        from .backends import solve_ir
+        from .decoders.encode import check_point
+        from .lower import lower_program
+        from .solvers import requested_gap
+        from .solvers.status import relative_gap, within_gap
+
+        cut: dict[str, int] = {}
+        notes: list[str] = []
+        sol = first
+        for _attempt in range(MAX_RESOLVES):
+            for kind, excess in over.items():
+                kind = kind if kind in self.budgets else "peak"
+                cut[kind] = max(cut.get(kind, 0) + excess, 2 * cut.get(kind, 0))
+            at = {k: v - cut.get(k, 0) for k, v in self.budgets.items()}
+            said = ", ".join(f"{kind} {excess} B over its budget {self.budgets.get(kind)} B"
+                             for kind, excess in over.items())
+            lowered = ", ".join(f"{kind} {at[kind]} B" for kind in cut)
+            note = (f"the solver's plan replays {said} (its tolerances): solved again at "
+                    f"{lowered}")
+            log.info("schedlang: %s", note)
+            notes.append(note)
+            deadline = args.get("deadline")
+            if min(at[k] for k in cut) <= 0 or (deadline is not None
+                                                  and time.monotonic() >= deadline):
+                notes[-1] = note.replace("solved again at", "no time or budget left to solve "
+                                         "again at")
+                break
+            ir_at = lower_program(self.program, self.graph, at, self.max_elements)
+            start = x0 if x0 is not None and check_point(ir_at, x0)[0] else None
+            sol = solve_ir(ir_at, warm_start=start, **args)
+            if not sol.status.has_solution:
+                sol.message = "; ".join(m for m in (*notes, sol.message) if m)
+                return sol, None, None
+            plan, sim = self._decoded(ir_at, sol, {})
+            over = budget_excess(plan, sim, self.graph) if sim is not None else {}
+            if not over:
+                break
+        if over:  # still over a budget: no solution, the plan kept to look at
+            notes.append(f"no plan within the budgets after {len(notes)} solve(s) below them")
+            return (Solution(Status.NO_SOLUTION, bound=first.bound, backend=sol.backend,
+                             solver=sol.solver, message="; ".join((*notes, sol.message)),
+                             timings=sol.timings, model_size=sol.model_size), plan, sim)
+        # the first solve's bound holds at the exact budget; its optimum, without a bound
+        bound = first.bound if first.bound is not None else (
+            first.objective if first.status == Status.OPTIMAL else None)
+        status = sol.status
+        if bound is not None and status == Status.OPTIMAL and not within_gap(
+                ir, sol.objective, bound, requested_gap(sol.solver, args.get("gap"))):
+            status = Status.FEASIBLE
+            notes.append("optimal below the budget, not proven at it: reported as feasible")
+        sol.status, sol.bound = status, bound
+        sol.gap = relative_gap(ir, sol.objective, bound) if bound is not None else None
+        sol.message = "; ".join(m for m in (*notes, sol.message) if m)
+        return sol, plan, sim
 
     def prepare_warm_start(self, warm_start, ir: IRModel | None = None) -> "WarmStart":
         """A `WarmStart` for a planner name, a `Plan` or a vector: the plan replayed by the
@@ -459,6 +544,33 @@ def decode_reserve(ir: IRModel, time_limit: float) -> float:
     from .solvers.highs import WATCHDOG_GRACE
 
     return min(0.25 * time_limit, WATCHDOG_GRACE + 1.0 + 5e-6 * ir.n_columns)
+
+
+#: at most this many solves below a budget when a plan replays over it (`Problem.solve`)
+MAX_RESOLVES = 4
+
+#: the largest excess over a budget, as a share of it, that a solver's tolerances explain
+#: (integrality tolerances reach 1e-5 of a size, Gurobi's; sizes add up to a few budgets): a
+#: plan further over is the model's, which counts less memory than the replay, and is left
+#: for the replay's error to report, not hidden by a lower budget
+TOLERANCE_SHARE = 1e-3
+
+
+def budget_excess(plan: Plan, sim: SimResult, graph: Graph) -> dict[str, int]:
+    """{"peak": bytes, "save": bytes}: how far the replayed `plan` (`sim`) goes over its peak
+    and save budgets, when a solver's tolerances explain it (`TOLERANCE_SHARE`); {} when it
+    fits them, when it goes further over (the model counts less than the replay), or when it
+    does not replay for another reason (no budget makes it replay)."""
+    over = {}
+    for kind, used, budget in (("peak", sim.peak_bytes, sim.budget_bytes),
+                               ("save", sim.save_peak_bytes, sim.save_budget_bytes)):
+        if used is not None and budget is not None and used > budget:
+            if used - budget > TOLERANCE_SHARE * budget:
+                return {}
+            over[kind] = used - budget
+    if over and not simulate(plan, graph, budget=NO_LIMIT, save_budget=NO_LIMIT).valid:
+        return {}
+    return over
 
 
 # `Problem.solve(warm_start=AUTO)` (the CLI's default): try these planners, start from the best.

@@ -59,10 +59,29 @@ def float_at_least(nbytes: int) -> float:
 
 
 def float_at_most(nbytes: int) -> float:
-    """The greatest float <= the integer `nbytes`: how a budget enters a model (so that
-    rounding the budget to whole KiB in a model never rounds it up)."""
+    """The greatest float <= the integer `nbytes` (so that a budget is never rounded up)."""
     f = float(nbytes)
     return math.nextafter(f, -math.inf) if f > nbytes else f
+
+
+#: a budget enters a model exact to the byte below 2^BUDGET_EXACT_BITS bytes (8 GiB), and
+#: rounded down to a multiple of 2^(bits - BUDGET_EXACT_BITS) above: a relative resolution of
+#: 2^-33 to 2^-32, which HiGHS resolves (measured on the chain of tests/test_edges.py scaled by
+#: 2^10 to 2^14: a budget a few bytes under a plan's peak, with a margin of 2^-36 of it or
+#: less, made it declare the whole model infeasible; 2^-33 is 8 times that margin)
+BUDGET_EXACT_BITS = 33
+
+
+def budget_value(nbytes: int) -> float:
+    """How a budget of `nbytes` enters a model (`budget.peak`, `budget.save`, `budget.host`):
+    exact to the byte up to 8 GiB, rounded down to the solvers' resolution above
+    (`BUDGET_EXACT_BITS`), as the greatest float not above it. Never above the budget: the
+    simulator then checks each plan against the exact budget (`Problem.solve`)."""
+    n = int(nbytes)
+    if n > 0:
+        step = 1 << max(0, n.bit_length() - BUDGET_EXACT_BITS)
+        n -= n % step
+    return float_at_most(n)
 
 
 def parse_size(text: str) -> int:

@@ -43,9 +43,10 @@ def test_cpsat_optimum_equals_highs_and_its_plan_replays(graph, budget):
 
 
 def test_scaled_rows_accept_exactly_the_points_the_model_accepts():
-    """Checkmate's memory rows are in MiB with a budget rounded to KiB; scaled to integers
+    """Checkmate's memory rows are in MiB with a budget exact to the byte; scaled to integers
     they are rows in bytes: a warm start's point satisfies the integer model exactly when it
-    satisfies the original one, on both sides of the budget."""
+    satisfies the original one (within its tolerances) and its plan fits the budget to the
+    byte, on both sides of the budget (one byte under a plan's peak included)."""
     from schedlang.solvers.cpsat import integral_model
 
     graph = tiny_graphs()[2]
@@ -62,7 +63,7 @@ def test_scaled_rows_accept_exactly_the_points_the_model_accepts():
             act = m.A @ y
             ok = bool(np.all(act >= m.lo) and np.all(act <= m.hi)
                       and np.all(y >= m.lb) and np.all(y <= m.ub))
-            assert ok == check_point(ir, ws.x)[0], (budget, planner)
+            assert ok == (check_point(ir, ws.x)[0] and ws.fits), (budget, planner)
 
 
 def _ir(coef: float) -> IRModel:

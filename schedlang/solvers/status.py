@@ -183,10 +183,8 @@ def normalize(ir: IRModel, model: IRModel, post, raw: RawResult, solver: str,
         bound = None
     rel_gap = None
     if bound is not None:
-        rel_gap = _relative_gap(ir, obj, bound)
-        diff = _signed_diff(ir, obj, bound)
-        if status == Status.OPTIMAL and diff > GAP_ABS_TOL * max(1.0, abs(obj)) \
-                and rel_gap > requested_gap * (1.0 + GAP_REL_TOL) + GAP_ABS_TOL:
+        rel_gap = relative_gap(ir, obj, bound)
+        if status == Status.OPTIMAL and not within_gap(ir, obj, bound, requested_gap):
             status = Status.FEASIBLE
             notes.append(f"the solver stopped with gap {rel_gap:.3g} above the requested "
                          f"{requested_gap:.3g}; reported as feasible")
@@ -284,7 +282,16 @@ def _signed_diff(ir: IRModel, obj: float, bound: float) -> float:
     return max(0.0, d)
 
 
-def _relative_gap(ir: IRModel, obj: float, bound: float) -> float:
+def within_gap(ir: IRModel, obj: float, bound: float, requested_gap: float) -> bool:
+    """Whether objective `obj` is within `requested_gap` of the proven `bound` (with the
+    slack of GAP_REL_TOL and GAP_ABS_TOL): what makes a point optimal."""
+    diff = _signed_diff(ir, obj, bound)
+    return diff <= GAP_ABS_TOL * max(1.0, abs(obj)) \
+        or relative_gap(ir, obj, bound) <= requested_gap * (1.0 + GAP_REL_TOL) + GAP_ABS_TOL
+
+
+def relative_gap(ir: IRModel, obj: float, bound: float) -> float:
+    """|obj - bound| / |obj| in the worse direction (0 within GAP_ABS_TOL)."""
     diff = _signed_diff(ir, obj, bound)
     if diff <= GAP_ABS_TOL * max(1.0, abs(obj)):
         return 0.0
