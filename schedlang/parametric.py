@@ -7,7 +7,7 @@ that read a budget (`budget.peak`, `budget.save`, `budget.host`, directly or thr
 expressions, variable bounds, `when` guards or `+=` terms), and at each new budget evaluates
 only those again, on the same `Lowering` (same columns, same universe of elements):
 
-* params that read a budget are evaluated again (`param B = floor(budget.peak / 1KiB) / 1024`);
+* params that read a budget are evaluated again (`param B = budget.peak / 1MiB`);
 * variable bounds that read one are replaced in place (`var U[...] in [0, B]`);
 * constraints that read one are lowered again and their block replaced where it was (the
   right-hand sides of `peak_use <= B`, and the big-M of `R implies step_use <= B`, which comes

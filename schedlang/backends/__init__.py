@@ -90,8 +90,9 @@ def build_model(ir: IRModel, backend: str) -> object:
 
 
 #: the largest bound (a row's or a column's, in the model's own units) at which a solver's
-#: feasibility tolerance (HiGHS: 1e-9, on its scaled model) stays under the 1/1024 resolution of
-#: the shipped models (budgets in MiB rounded down to whole KiB)
+#: feasibility tolerance (HiGHS: 1e-9, on its scaled model) stays under 1 KiB in the shipped
+#: models (memory in MiB); below a KiB, a plan a tolerance lets over its budget is solved again
+#: below it (`Problem.solve`)
 LARGE_BOUND = 1e6
 
 

@@ -984,8 +984,8 @@ def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, 
     found = distributed.agree_plan(found, prep.graph)  # rank 0's plan; a no-op on one process
     solve_s = time.perf_counter() - t0
     if found is None:
-        # the formulation rounds the budget down to whole KiB: a KiB above plain execution's
-        # activation peak always admits its plan
+        # plain execution's activation peak admits its plan (budgets are exact to the byte);
+        # a KiB above it, as a margin
         high = prep.plain_peak - prep.resident_bytes + prep.output_bytes + 1024
         best = smallest_feasible(prep.graph, activation, high, solver, time_limit, backend,
                                  **extra)

@@ -77,8 +77,8 @@ class Highs(SolverAdapter):
         # mip_feasibility_tolerance: HiGHS checks MIP points on its scaled model, where the
         # default 1e-6 lets a memory row of 4.6e5 MiB (a 450 GiB budget) pass 1 KiB over its
         # bound: a plan over the budget, or (after presolve) a wrong "infeasible". At 1e-9 the
-        # slack stays under the models' whole-KiB rounding of budgets up to ~1 TiB
-        # (docs/reliability.md, "Numbers at the edges")
+        # slack stays under 1 KiB for budgets up to ~1 TiB; a plan it lets over the budget is
+        # solved again below it (docs/reliability.md, "Numbers at the edges")
         return NativeOptions(spell(("time_limit", "mip_rel_gap", "threads"), time_limit, gap,
                                    threads, mip_abs_gap=0.0, mip_feasibility_tolerance=1e-9))
 
