@@ -282,7 +282,8 @@ class Problem:
         cut: dict[str, int] = {}
         notes: list[str] = []
         sol = first
-        for _attempt in range(MAX_RESOLVES):
+        solves = 0
+        for _ in range(MAX_RESOLVES):
             for kind, excess in over.items():
                 kind = kind if kind in self.budgets else "peak"
                 cut[kind] = max(cut.get(kind, 0) + excess, 2 * cut.get(kind, 0))
@@ -300,6 +301,7 @@ class Problem:
                 notes[-1] = note.replace("solved again at", "no time or budget left to solve "
                                          "again at")
                 break
+            solves += 1
             ir_at = lower_program(self.program, self.graph, at, self.max_elements)
             start = x0 if x0 is not None and check_point(ir_at, x0)[0] else None
             sol = solve_ir(ir_at, warm_start=start, **args)
@@ -311,7 +313,7 @@ class Problem:
             if not over:
                 break
         if over:  # still over a budget: no solution, the plan kept to look at
-            notes.append(f"no plan within the budgets after {len(notes)} solve(s) below them")
+            notes.append(f"no plan within the budgets after {solves} solve(s) below them")
             return (Solution(Status.NO_SOLUTION, bound=first.bound, backend=sol.backend,
                              solver=sol.solver, message="; ".join((*notes, sol.message)),
                              timings=sol.timings, model_size=sol.model_size), plan, sim)

@@ -65,20 +65,17 @@ def least_feasible(feasible, top: int) -> int:
     return hi
 
 
-def rockmate_at(graph: Graph, peak: int):
+def problem_at(model: str, graph: Graph, peak: int):
+    """`model` (a shipped model's name) on `graph` at peak budget `peak` (bytes)."""
     graph.budgets = {"peak": peak}
     try:
-        return schedlang.load(text="use rockmate\n" + write_graph(graph))
+        return schedlang.load(text=f"use {model}\n" + write_graph(graph))
     finally:
         graph.budgets = {}
 
 
-def checkmate_at(graph: Graph, peak: int):
-    graph.budgets = {"peak": peak}
-    try:
-        return schedlang.load(text="use checkmate\n" + write_graph(graph))
-    finally:
-        graph.budgets = {}
+rockmate_at = functools.partial(problem_at, "rockmate")
+checkmate_at = functools.partial(problem_at, "checkmate")
 
 
 # ------------------------------------------------------------------ a plan at the budget exactly
