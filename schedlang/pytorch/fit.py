@@ -412,6 +412,15 @@ LEAST_PEAK = "least_peak"
 HELD_OUTPUTS = "held_outputs"
 
 
+def uncounted_outputs(graph: Graph, output_bytes: int) -> int:
+    """The bytes of the model's outputs (`output_bytes`, measured) that the graph's loss phase
+    does not count: the data the loss reads are held from their forward to the step's end
+    (models/extensions/held_outputs.sched), so their sizes are in its memory already."""
+    reads = set(graph.loss.inputs) if graph.loss is not None else set()
+    counted = sum(d.size for d in graph.data if d.name in reads)
+    return max(0, int(output_bytes) - int(counted))
+
+
 def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
                time_limit: float | None = None, backend: str = "pyomo",
                loss_overhead: int = 0, output_bytes: int = 0,
@@ -421,8 +430,10 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     The model's outputs stay in memory from their forward to the step's end, as the caller
     holds them (models/extensions/held_outputs.sched, always); `extensions`: more.
     `loss_overhead`: memory the loss function adds at the loss (the graph's loss node has
-    none); the save budget (memory during the loss phase) keeps room for it and for the
-    model's outputs, which the loss phase's samples may not count."""
+    none); the save budget (memory during the loss phase) keeps room for it, and for the part
+    of the model's outputs (`output_bytes`) that the graph's data read by the loss do not
+    count (those are in the loss phase's memory already: counting them again refused plans
+    that fit, e.g. checkpoint_sequential's own schedule at its measured peak)."""
     import schedlang
     from ..resources import extension_path
     from ..solution import Status
@@ -432,7 +443,7 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     # with a host link, recompute or offload (models/offload.sched); else recompute only
     model = "offload" if g.bandwidths.get("offload") and g.bandwidths.get("prefetch") else "rockmate"
     if loss_overhead:
-        save = int(activation_budget) - loss_overhead - output_bytes
+        save = int(activation_budget) - loss_overhead - uncounted_outputs(graph, output_bytes)
         if save <= 0:
             return None
         g.budgets["save"] = save
