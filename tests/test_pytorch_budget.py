@@ -304,3 +304,31 @@ def test_checkpoint_sequential_schedule_is_found_at_its_own_peak():
     # phase: as many again leave no plan that fast
     over = solve_plan(g, budget, loss_overhead=loss_overhead, output_bytes=2 * outputs)
     assert over is None or over.predicted_time > sim.time
+
+
+def test_a_step_whose_peak_is_the_loss_measures_the_prediction_to_the_byte():
+    """With large logits the step's peak is in the loss (its log-softmax and the logits'
+    gradient beside what is saved): what the loss function measured beyond the loss node's
+    own data (the outputs' gradients and the loss value with its seed gradient) is added
+    once, so plain execution and a recomputing plan measure their prediction exactly (the
+    seed gradient, counted twice, had put every such prediction 4 B above the step; against
+    a baseline measured to the byte, checkpoint_sequential(3) on the bench GPT, that refused
+    its own schedule)."""
+    from schedlang.pytorch.fit import fit, loss_moment, prepare
+    from schedlang.pytorch.memory import MemoryTracker
+
+    model, inputs, loss_fn = ALL["gpt"](batch=4, context=32, layers=4, vocab=1024)
+    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
+    for pct in (100, 70):
+        fm = fit(model, inputs, f"{pct}%", loss_fn=loss_fn, prepared=prep, calibrate=False,
+                 measure=False, probe=False)
+        predicted = fm.memory_report().predicted_peak_bytes
+        if fm.plan is not None:  # the peak is the loss phase's
+            assert predicted == prep.resident_bytes + prep.loss_overhead \
+                + loss_moment(fm.plan, prep.graph)
+        model.zero_grad(set_to_none=True)
+        with MemoryTracker(resident=[model, *inputs]) as mt:
+            out = fm(*inputs)
+            loss_fn(out).backward()
+            del out
+        assert mt.peak == predicted, (pct, mt.peak, predicted)

@@ -53,6 +53,7 @@ from ..planners.no_recompute import no_recompute_plan
 from ..simulate import simulate
 from ..units import format_size
 from .guards import check_call, guarded_fit
+from .trace import LOSS_VALUE_BYTES
 
 __all__ = ["fit", "FitModule", "FitError", "MemoryReport", "resolve_fit_budget", "prepare",
            "LOSS_RESERVE"]
@@ -187,7 +188,12 @@ def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn,
         loss.backward()
         extra = mt.peak - mt.baseline
     grads = sum(t.grad.numel() * t.grad.element_size() for t in leaves if t.grad is not None)
-    return max(0, extra - grads - loss.numel() * loss.element_size()), out_bytes
+    # what the graph's loss node creates is counted there: the outputs' gradients and the loss
+    # datum (the value and its seed gradient, LOSS_VALUE_BYTES, kept through the backward), so
+    # the loss phase's peak is what was there before the loss plus `extra`, to the byte. (The
+    # seed gradient is gone by the loss's peak: subtracting the value alone, 4 B, predicted
+    # checkpoint_sequential's own schedule 4 B above what it measures.)
+    return max(0, extra - grads - LOSS_VALUE_BYTES), out_bytes
 
 
 FRONTENDS = ("auto", "fx", "blocks")
