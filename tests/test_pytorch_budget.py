@@ -332,3 +332,39 @@ def test_a_step_whose_peak_is_the_loss_measures_the_prediction_to_the_byte():
             loss_fn(out).backward()
             del out
         assert mt.peak == predicted, (pct, mt.peak, predicted)
+
+
+def test_checkpoint_sequential_priced_by_fits_model_is_its_measured_peak():
+    """torch's checkpoint_sequential(3) over a GPT's blocks, written as a plan on fit's graph
+    (bench/bench_fit_vs_checkpoint.py's `sequential_schedule`) and priced as fit prices its own
+    plans, is predicted at the peak torch measures, to the byte: the baseline fit is compared
+    with lies in fit's plan space at its true memory."""
+    import importlib.util
+    from pathlib import Path
+
+    from torch.utils.checkpoint import checkpoint_sequential
+
+    from schedlang.pytorch.fit import prepare
+    from schedlang.pytorch.memory import MemoryTracker
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "bench_fit_vs_checkpoint.py"
+    spec = importlib.util.spec_from_file_location("bench_fit_vs_checkpoint", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    model, inputs, loss_fn = ALL["gpt"](batch=4, context=32, layers=6, vocab=256)
+    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
+    plan = bench.sequential_schedule(prep.graph, [f"blocks.{i}" for i in range(6)], 3)
+    predicted, _ = bench.priced(prep, plan)
+
+    def seq3(idx):
+        pos = torch.arange(idx.size(1))
+        h = model.drop(model.tok_emb(idx) + model.pos_emb(pos))
+        h = checkpoint_sequential(torch.nn.Sequential(*model.blocks), 3, h, use_reentrant=False)
+        return model.head(model.ln_f(h))
+
+    model.zero_grad(set_to_none=True)
+    with MemoryTracker(resident=[model, *inputs]) as mt:
+        out = seq3(*inputs)
+        loss_fn(out).backward()
+        del out
+    assert mt.peak == predicted
