@@ -20,7 +20,10 @@ Methods, each measured on the same model (parameters shared):
   what `gradient_checkpointing_enable()` does in transformers (GPT blocks; the U-Net's
   double convolutions; on `gpt2-hf`, that call itself);
 * `ckpt-seq(s)`: `checkpoint_sequential` over the stack of blocks in s segments (s = 2, 3 and
-  round(sqrt(blocks))); not for the U-Net (its skip connections are not a sequence);
+  round(sqrt(blocks))); not for the U-Net (its skip connections are not a sequence). On the
+  fx front end its notes price the baseline's own schedule as a plan on fit's graph
+  (`sequential_schedule`): the predicted peak against the measured one, and the predicted
+  time over plain execution (the profile's), beside the step time measured;
 * `fit P%`: `fit(model, inputs, "P%", loss_fn=...)` at each `--budgets` percent of plain
   execution's predicted peak;
 * `fit runtime, keep all`: the no-recomputation plan run by fit's runtime (what the plan
@@ -218,6 +221,68 @@ class Sequential(nn.Module):
         return self.model.head(self.model.ln_f(h))
 
 
+# --- a baseline's schedule in fit's plan space ------------------------------------------------------
+def sequential_schedule(graph, blocks: list[str], segments: int):
+    """checkpoint_sequential(`segments`) over the layers `blocks` of fit's layered graph (fx
+    front end) as a plan: the layers before and after the stack run plainly; each segment but
+    the last runs without saving (`fast_forward`) and keeps only its input; in the backward a
+    checkpointed segment runs its forward again saving (`autograd`), then its backwards. Data
+    are deleted right after their last read before they are created again; the data the loss
+    reads stay (the caller holds them). None when the graph has not these layers."""
+    from schedlang.plan import Op, Plan
+
+    names = [lay.name for lay in graph.layers]
+    if not all(b in names for b in blocks):
+        return None
+    first, last = names.index(blocks[0]), names.index(blocks[-1])
+    pre, post = names[:first], names[last + 1:]
+    size = len(blocks) // segments
+    segs = [blocks[i * size:(i + 1) * size] for i in range(segments - 1)]
+    segs.append(blocks[(segments - 1) * size:])
+    ha = graph.layered_index()
+    if any("fast_forward" not in ha.opt_names[ha.index[f"{b}.fwd"]] for b in blocks):
+        return None
+    seq = [(f"{n}.fwd", "autograd") for n in pre]
+    for k, seg in enumerate(segs):
+        seq += [(f"{b}.fwd", "autograd" if k == len(segs) - 1 else "fast_forward") for b in seg]
+    seq += [(f"{n}.fwd", "autograd") for n in post] + [("loss", None)]
+    seq += [(f"{n}.bwd", "autograd") for n in reversed(post)]
+    for k in reversed(range(len(segs))):
+        if k < len(segs) - 1:
+            seq += [(f"{b}.fwd", "autograd") for b in segs[k]]
+        seq += [(f"{b}.bwd", "autograd") for b in reversed(segs[k])]
+    seq += [(f"{n}.bwd", "autograd") for n in reversed(pre)]
+    touched = []  # per step: (data read, data created)
+    for node, option in seq:
+        i = ha.index[node]
+        o = ha.opt_index[i].get(option, 0)
+        extra = ha.opt_uses[i][o] if ha.kind[i] == "bwd" else ()
+        touched.append((set(ha.uses[i]) | set(extra), {d for d, _ in ha.creates[i]}))
+    keep = set(ha.outputs) | {ha.data_index[d] for d in graph.loss.inputs}
+    ops = []
+    for k, (node, option) in enumerate(seq):
+        ops.append(Op("compute", node=node, option=option))
+        for d in sorted(set().union(*touched[k]) - keep):
+            later = next(("read" if d in r else "made" for r, c in touched[k + 1:]
+                          if d in r or d in c), None)
+            if later != "read":
+                ops.append(Op("delete", data=ha.data[d]))
+    return Plan(graph=graph.name, ops=ops, meta={"planner": f"checkpoint_sequential({segments})"})
+
+
+def priced(prep, plan) -> tuple[int, float]:
+    """(predicted peak in bytes, predicted time / plain - 1) of `plan` on fit's graph, as fit
+    predicts its own plans (the loss function's memory at the loss, the resident bytes)."""
+    from schedlang.pytorch.fit import loss_moment
+    from schedlang.simulate import simulate
+
+    sim = simulate(plan, prep.graph)
+    if not sim.valid:
+        raise ValueError(sim.errors[0])
+    peak = max(sim.peak_bytes, loss_moment(plan, prep.graph) + prep.loss_overhead)
+    return peak + prep.resident_bytes, sim.time / prep.plain_time - 1
+
+
 # --- re-timing -------------------------------------------------------------------------------------
 class OpTimer:
     """A runtime observer (`PlanExecutor.observer`): seconds per executed compute op."""
@@ -314,14 +379,22 @@ def run_model(name, args, device):
     else:
         stack = model
         methods = {"none": model, "ckpt-block": PerBlock(model)}
+    schedules = {}
     if embed is not None:
         n = len(stack.blocks)
         for s in sorted({2, max(2, round(math.sqrt(n))), 3}):
             methods[f"ckpt-seq({s})"] = Sequential(stack, embed, s)
+            schedules[f"ckpt-seq({s})"] = sequential_schedule(
+                prep.graph, [f"blocks.{i}" for i in range(n)], s)
     baselines = list(methods)
     peaks = {k: peak_of(lambda m=m: m(*inputs), model, inputs, loss_fn)
              for k, m in methods.items()}
     notes = {}
+    for k, plan in schedules.items():  # the baseline's own schedule, priced by fit's model
+        if plan is not None:
+            peak, over = priced(prep, plan)
+            notes[k] = (f"its schedule on fit's graph: predicted {peak / 2**20:.2f} MiB "
+                        f"({peak - peaks[k]:+d} B against measured) {100 * over:+.1f}%")
 
     def one_fit(budget):
         if args.retime:

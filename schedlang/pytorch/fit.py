@@ -53,6 +53,7 @@ from ..planners.no_recompute import no_recompute_plan
 from ..simulate import simulate
 from ..units import format_size
 from .guards import check_call, guarded_fit
+from .trace import LOSS_VALUE_BYTES
 
 __all__ = ["fit", "FitModule", "FitError", "MemoryReport", "resolve_fit_budget", "prepare",
            "LOSS_RESERVE"]
@@ -187,7 +188,12 @@ def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn,
         loss.backward()
         extra = mt.peak - mt.baseline
     grads = sum(t.grad.numel() * t.grad.element_size() for t in leaves if t.grad is not None)
-    return max(0, extra - grads - loss.numel() * loss.element_size()), out_bytes
+    # what the graph's loss node creates is counted there: the outputs' gradients and the loss
+    # datum (the value and its seed gradient, LOSS_VALUE_BYTES, kept through the backward), so
+    # the loss phase's peak is what was there before the loss plus `extra`, to the byte. (The
+    # seed gradient is gone by the loss's peak: subtracting the value alone, 4 B, predicted
+    # checkpoint_sequential's own schedule 4 B above what it measures.)
+    return max(0, extra - grads - LOSS_VALUE_BYTES), out_bytes
 
 
 FRONTENDS = ("auto", "fx", "blocks")
@@ -412,6 +418,15 @@ LEAST_PEAK = "least_peak"
 HELD_OUTPUTS = "held_outputs"
 
 
+def uncounted_outputs(graph: Graph, output_bytes: int) -> int:
+    """The bytes of the model's outputs (`output_bytes`, measured) that the graph's loss phase
+    does not count: the data the loss reads are held from their forward to the step's end
+    (models/extensions/held_outputs.sched), so their sizes are in its memory already."""
+    reads = set(graph.loss.inputs) if graph.loss is not None else set()
+    counted = sum(d.size for d in graph.data if d.name in reads)
+    return max(0, int(output_bytes) - int(counted))
+
+
 def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
                time_limit: float | None = None, backend: str = "pyomo",
                loss_overhead: int = 0, output_bytes: int = 0,
@@ -421,8 +436,10 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     The model's outputs stay in memory from their forward to the step's end, as the caller
     holds them (models/extensions/held_outputs.sched, always); `extensions`: more.
     `loss_overhead`: memory the loss function adds at the loss (the graph's loss node has
-    none); the save budget (memory during the loss phase) keeps room for it and for the
-    model's outputs, which the loss phase's samples may not count."""
+    none); the save budget (memory during the loss phase) keeps room for it, and for the part
+    of the model's outputs (`output_bytes`) that the graph's data read by the loss do not
+    count (those are in the loss phase's memory already: counting them again refused plans
+    that fit, e.g. checkpoint_sequential's own schedule at its measured peak)."""
     import schedlang
     from ..resources import extension_path
     from ..solution import Status
@@ -432,7 +449,7 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     # with a host link, recompute or offload (models/offload.sched); else recompute only
     model = "offload" if g.bandwidths.get("offload") and g.bandwidths.get("prefetch") else "rockmate"
     if loss_overhead:
-        save = int(activation_budget) - loss_overhead - output_bytes
+        save = int(activation_budget) - loss_overhead - uncounted_outputs(graph, output_bytes)
         if save <= 0:
             return None
         g.budgets["save"] = save
