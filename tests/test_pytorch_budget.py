@@ -103,6 +103,27 @@ def test_plain_execution_when_it_measures_within_a_budget_below_its_prediction(c
     assert below.memory_report().measured_peak_bytes <= measured - 1024
 
 
+def test_a_lower_budget_the_earlier_plan_meets_keeps_that_plan():
+    """Plans that tie in predicted time and peak can measure apart (ViT: which of two
+    identical blocks recomputes, 768 B): at a lower budget that the plan fit took before still
+    meets, fit takes that plan again, so the measured peak does not grow as the budget falls."""
+    from schedlang.pytorch.fit import fit, prepare
+
+    model, inputs, loss_fn = ALL["gpt"](batch=4, context=32, dim=32, heads=4, layers=4,
+                                         vocab=128)
+    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
+    first = fit(model, inputs, "60%", loss_fn=loss_fn, prepared=prep, calibrate=False)
+    at_its_peak = first.predicted_peak()
+    assert at_its_peak < first.memory_report().budget_bytes
+    again = fit(model, inputs, at_its_peak, loss_fn=loss_fn, prepared=prep, calibrate=False)
+    assert again.plan is first.plan
+    peaks = []
+    for fm in (first, again):
+        fit_step(fm, model, inputs, loss_fn)
+        peaks.append(fm.memory_report().measured_peak_bytes)
+    assert peaks[1] <= peaks[0] <= at_its_peak
+
+
 def test_offload_plans_move_each_saved_storage_once():
     """A phantom whose storage autograd saved twice (a ReLU's output, read by the next
     convolution) goes to the host and comes back once: the offload runtime agrees with the

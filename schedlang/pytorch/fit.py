@@ -154,6 +154,8 @@ class Prepared:
     generated: dict | None = None
     # plain execution's peak measured in one eager step (`plain_measured_peak`); None: not yet
     plain_measured: int | None = None
+    # [(graph, plan)] the plans `fit` took with this preparation (`_as_before`)
+    solved: list = field(default_factory=list)
 
 
 def loss_moment(plan: Plan, graph: Graph) -> int:
@@ -930,8 +932,9 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
                 **(op_options if isinstance(op_options, dict) else {}))
         elif can_generate:  # generated options only when the fixed ones cannot meet the budget
             t0 = time.perf_counter()
-            found = solve_plan(prep.graph, want - prep.resident_bytes, solver, time_limit,
-                               backend, **extra)
+            found = _as_before(prep, solve_plan(prep.graph, want - prep.resident_bytes,
+                                                solver, time_limit, backend, **extra),
+                               want - prep.resident_bytes, solver)
             solve_s = time.perf_counter() - t0
             if found is None:
                 prep = with_generated_options(
@@ -1024,6 +1027,7 @@ def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, 
     found = solve_plan(prep.graph, activation, solver, time_limit, backend, **extra) \
         if distributed.solves_here() else None
     found = distributed.agree_plan(found, prep.graph)  # rank 0's plan; a no-op on one process
+    found = _as_before(prep, found, activation, solver)
     solve_s = time.perf_counter() - t0
     if found is None:
         # plain execution's activation peak admits its plan (budgets are exact to the byte);
@@ -1042,6 +1046,28 @@ def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, 
                        f"{format_size(prep.plain_peak)}, of which "
                        f"{format_size(prep.resident_bytes)} resident)")
     return found, solve_s
+
+
+def _as_before(prep: Prepared, found: Plan | None, activation: int, solver: str) -> Plan | None:
+    """`found`, or a plan fit took earlier with `prep` (at a higher budget) that fits
+    `activation` and is as fast, within the solver's relative gap (which is all `found`'s
+    optimality means): plans of equal predicted time and peak can measure a few hundred bytes
+    apart (ViT: which of two identical blocks recomputes, 768 B), so taking the earlier one
+    keeps the measured peak from growing as the budget falls. Records the result."""
+    from ..solvers import requested_gap
+    from . import distributed
+
+    if found is None or distributed.active():
+        return found
+    slack = 1 + requested_gap(solver, None)
+    for graph, earlier in prep.solved:
+        if (graph is prep.graph and earlier.predicted_peak <= activation
+                and earlier.predicted_time <= found.predicted_time * slack):
+            found = earlier
+            break
+    else:
+        prep.solved.append((prep.graph, found))
+    return found
 
 
 #: probe steps `fit` runs at most (hook front end) before giving up on a budget
