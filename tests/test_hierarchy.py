@@ -560,8 +560,9 @@ def test_fit_reaches_generated_options_on_the_unet():
     """`fit` on the bench's U-Net (issue 14): at 40% of plain execution's peak the fixed
     options have no plan, so fit generates layer options and plans again; no plan fits
     either, and the FitError names a smallest feasible budget below 50% (the fixed options:
-    54%). At 48% it fits, says so in memory_report(), with eager gradients and the measured
-    peak within the budget."""
+    54%). At that budget it fits as named: the probe step measures at most the prediction
+    (`dec1`'s stepped backward holds no layer input past its round). At 48% it fits, says so
+    in memory_report(), with eager gradients and the measured peak within the budget."""
     from schedlang.pytorch.fit import FitError, fit, prepare
 
     model, inputs, loss_fn = ALL["unet"](batch=4, size=64, base=8)
@@ -573,6 +574,8 @@ def test_fit_reaches_generated_options_on_the_unet():
     smallest = int(re.search(r"smallest feasible budget found is [^(]+\((\d+) B\)",
                              str(info.value)).group(1))
     assert smallest < 0.5 * prep.plain_peak, (smallest, prep.plain_peak)
+    low = fit(model, inputs, smallest, loss_fn=loss_fn, prepared=prep)
+    assert all(p["measured"] <= p["predicted"] for p in low._probes), low._probes
     ref = eager_grads(model, inputs, loss_fn)
     fm = fit(model, inputs, "48%", loss_fn=loss_fn, prepared=prep, calibrate=False)
     assert "generated from op-level solves" in str(fm.memory_report())
