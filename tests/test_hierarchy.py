@@ -366,14 +366,11 @@ class _Skip(nn.Module):
         return torch.tanh(self.b(torch.tanh(self.a(torch.cat([x, y], dim=1))))),
 
 
-def test_a_round_frees_the_layer_inputs_inside_the_backward():
-    """A generated option whose first segment (the concatenation and the first linear) is
-    recomputed in a round: the backward gives eager gradients; its measured steps free the
-    outputs and the output gradient first, then both inputs once the round has taken them, and
-    the last step's memory (what the plan's deletes right after leave) is below the backward's
-    peak without frees (memory before + created + flat overhead)."""
+def _skip_layer(spans):
+    """`_Skip` on two 128x32 inputs (an output gradient too), run as `SegmentedLayer` with
+    the cut `spans(unit names)`: (layer, inputs, gradients, SegmentedLayer)."""
     from schedlang.pytorch.opgraph import record_ops
-    from schedlang.pytorch.options import SegmentedLayer, _segments, measure, measure_steps
+    from schedlang.pytorch.options import SegmentedLayer, _segments
 
     torch.manual_seed(0)
     layer = _Skip()
@@ -381,9 +378,22 @@ def test_a_round_frees_the_layer_inputs_inside_the_backward():
     g = [torch.randn(128, 32)]
     og = record_ops(layer, xs, [True, True], repeats=1)
     names = [u.name for u in og.units]
-    first = names.index(next(u.name for u in og.units if "addmm" in u.ops))
-    spans = [(names[0], names[first], True), (names[first + 1], names[-1], False)]
-    run = SegmentedLayer(og, layer, _segments(og, spans))
+    return layer, xs, g, SegmentedLayer(og, layer, _segments(og, spans(og, names)))
+
+
+def test_a_round_frees_the_layer_inputs_inside_the_backward():
+    """A generated option whose first segment (the concatenation and the first linear) is
+    recomputed in a round: the backward gives eager gradients; its measured steps free the
+    outputs and the output gradient first, then both inputs once the round has taken them, and
+    the last step's memory (what the plan's deletes right after leave) is below the backward's
+    peak without frees (memory before + created + flat overhead)."""
+    from schedlang.pytorch.options import measure, measure_steps
+
+    def spans(og, names):
+        first = names.index(next(u.name for u in og.units if "addmm" in u.ops))
+        return [(names[0], names[first], True), (names[first + 1], names[-1], False)]
+
+    layer, xs, g, run = _skip_layer(spans)
     assert run.release_points() == {0: 0, 1: 0}
 
     def grads(fn):
@@ -418,18 +428,10 @@ def test_a_round_drops_the_layer_inputs_after_their_last_reader():
 
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from schedlang.pytorch.opgraph import record_ops
-    from schedlang.pytorch.options import SegmentedLayer, _segments
     from schedlang.pytorch.runtime import _placeholder
 
-    torch.manual_seed(0)
-    layer = _Skip()
-    xs = [torch.randn(128, 32), torch.randn(128, 32)]
-    g = [torch.randn(128, 32)]
-    og = record_ops(layer, xs, [True, True], repeats=1)
-    names = [u.name for u in og.units]
-    run = SegmentedLayer(og, layer, _segments(og, [(names[0], names[-2], True),
-                                                   (names[-1], names[-1], False)]))
+    layer, xs, g, run = _skip_layer(lambda og, names: [(names[0], names[-2], True),
+                                                        (names[-1], names[-1], False)])
     leaves = [x.clone().requires_grad_(True) for x in xs]
     layer.zero_grad()
     outs = list(run(*leaves))
