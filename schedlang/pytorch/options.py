@@ -95,7 +95,8 @@ class SegmentedLayer:
                 self.boxed.append(None)
             else:
                 self.boxed.append(_boxed_code(og.gm, seg[0], st.ins,
-                                              [] if st.ckpt else st.outs, self.fixed))
+                                              [] if st.ckpt else st.outs, self.fixed,
+                                              empty_inputs=st.ckpt))
 
     def spans(self) -> list[tuple]:
         return _spans_of(self.segments)
@@ -310,10 +311,15 @@ def _alias(t: torch.Tensor) -> torch.Tensor:
 
 
 def _boxed_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs: list[str],
-                fixed: list[str]):
+                fixed: list[str], empty_inputs: bool = False):
     """`_segment_code` taking its inputs in a list that it empties as it starts (the
     parameters and buffers it reads first, as there): the generated code then holds the only
-    references to them, and drops each after its last reader."""
+    references to them, and drops each after its last reader. `empty_inputs` (a checkpoint's
+    recomputation round, whose inputs are tensors made for it: `_alias`): right after its last
+    reader, each input tensor also gives up its memory (`_empty`). The round runs under
+    autograd, and the graph it records (alive until torch's checkpoint stops recomputing)
+    holds each input leaf from its `AccumulateGrad` node: without this, the layer's inputs
+    would stay to the end of the round, next to everything it recomputes."""
     mod, used = _segment_code(gm, nodes, ins, outs, fixed)
     g = mod.graph
     holders = [n for n in g.nodes if n.op == "placeholder"]  # `used`, then `ins`
@@ -321,15 +327,47 @@ def _boxed_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs: 
           g.inserting_before(next(iter(g.nodes)))):
         box = g.placeholder("box_")
     at = box
+    taken = []
     for k, old in enumerate(holders[len(used):]):
         with g.inserting_after(at):
             at = g.call_function(operator.getitem, (box, k))
         old.replace_all_uses_with(at)
         g.erase_node(old)
+        taken.append(at)
     with g.inserting_after(at):
         g.call_method("clear", (box,))
+    if empty_inputs:
+        order = {n: k for k, n in enumerate(g.nodes)}
+        for x in taken:
+            if not x.users or any(_aliases(u) for u in x.users):
+                continue  # a view of it may be read later: the memory is the view's too
+            last = max(x.users, key=lambda u: order[u])
+            if last.op == "output":
+                continue
+            with g.inserting_after(last):
+                g.call_function(_empty, (x,))
     mod.recompile()
     return mod, used
+
+
+def _aliases(node: fx.Node) -> bool:
+    """Whether `node` (an aten call) may return a view of an input (or is not an aten op)."""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None:
+        return True
+    return any(r.alias_info is not None for r in schema.returns)
+
+
+def _empty(t: torch.Tensor) -> None:
+    """`t` (a round's own input tensor, `_alias`) no longer holds its memory: what the round
+    still needs of it, its readers saved (their own references). Only a leaf the round's
+    graph holds (it requires a gradient) needs this."""
+    from .runtime import _placeholder
+
+    # only a tensor that requires a gradient: torch's checkpoint saves its detached copy in
+    # the round, while one that does not is saved as it is (emptying it would empty that)
+    if isinstance(t, torch.Tensor) and t.requires_grad and t.numel():
+        t.data = _placeholder(t)
 
 
 def _segment_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs: list[str],

@@ -639,6 +639,10 @@ class PlanExecutor:
                     raise PlanError(f"the backward of layer {layer!r} (selective) needs {d!r}, "
                                     "which is not in memory")
                 leaf.data = v
+            # no reference of this frame may outlive the loop: the last input's tensor would
+            # stay alive through the whole backward, after the plan freed it inside the node
+            # (`_in_node_frees`)
+            v = leaf = None
         fn = self._op_layer(layer, option) if kind == "ops" else None
         early = self._in_node_frees(run, op, lp, gl, ph, fn) if fn is not None else set()
         roots, grads, gnames = [], [], []
