@@ -308,3 +308,57 @@ def test_two_levels_of_pieces_give_eager_gradients_and_hold_less(nested):
         held[depth] = m.phantom + m.bwd_overhead
     ln_out = 4 * 64 * 64 * 4  # the layer norm's output
     assert held[2] <= held[1] - ln_out / 2, held
+
+
+def test_generator_merges_rounds_and_cuts_pieces_twice(monkeypatch):
+    """From a solution that recomputes the attention in two rounds (its layer norm alone,
+    then the qkv projection up to att @ v: the layer norm's output is a boundary, held from
+    the forward through both rounds), the generator also offers the two rounds merged into
+    one segment cut into pieces, and those pieces cut again: that option holds less, phantom
+    plus backward overhead, than every option built on the solution's own segments with one
+    level of pieces, and runs with eager PyTorch's gradients."""
+    from schedlang import layer_solves
+    from schedlang.pytorch import options
+
+    model, block, x, og = _block(batch=4, context=64, dim=64, heads=4, layers=1, vocab=128)
+    names = [u.name for u in og.units]
+    att_v = _unit(og, "bmm", _unit(og, "_softmax"))
+    top = [(names[0], names[0], True), (names[1], names[att_v], True),
+           (names[att_v + 1], names[-1], False)]
+    real = layer_solves.solve_series
+
+    def pinned(g, series, *a, **k):  # the layer's own solve gives `top`; pieces are solved
+        return [top] if len(series) == 2 else real(g, series, *a, **k)
+
+    monkeypatch.setattr(layer_solves, "solve_series", pinned)
+    found = options.solve_spans(og, jobs=1)
+    params = list(block.parameters())
+    with torch.no_grad():
+        g = [torch.randn_like(block(x))]
+
+    def held(spans):
+        run = options.SegmentedLayer(og, block, options._segments(og, spans))
+        m = options.measure(run, [x], [True], g, params, params, list(model.parameters()),
+                            repeats=1)
+        return m.phantom + m.bwd_overhead
+
+    own = [s for s in found if [t for t in s if len(t) == 3] == top
+           and all(len(t) < 4 or t[3] < 2 for t in s)]
+    assert own, found
+    best = min(found, key=held)
+    assert any(len(t) == 4 and t[3] == 2 for t in best), best
+    ln_out = 4 * 64 * 64 * 4  # the layer norm's output
+    assert held(best) <= min(held(s) for s in own) - ln_out / 2
+
+    def grads(fn):
+        torch.manual_seed(7)
+        xi = x.clone().requires_grad_(True)
+        block.zero_grad()
+        out = fn(xi)
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        out.pow(2).sum().backward()
+        return [out.detach(), xi.grad] + [p.grad.clone() for p in block.parameters()]
+
+    run = options.SegmentedLayer(og, block, options._segments(og, best))
+    for want, got in zip(grads(block), grads(run)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -731,22 +731,43 @@ def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRA
         return found
 
     for spans in list(out):
-        top = [s for s in spans if len(s) == 3]
-        first_level = [p for a, b, c in top if c for p in pieces_of(a, b, 1, 1)]
-        # the deeper levels recompute more for a lower round, and the model prices a range's
-        # cut by what autograd saves, not by what the round really holds: each checkpointed
-        # piece cut deeper on its own, then all of them
-        deeper = [d for d in (pieces_of(a, b, 2, piece_depth) for a, b, c, _ in first_level
-                              if c and piece_depth > 1) if d]
-        variants = [first_level] + [first_level + d for d in deeper]
-        if len(deeper) > 1:
-            variants.append(first_level + [p for d in deeper for p in d])
-        for extra in variants:
-            if extra:
-                nested = normal_spans(og, top + extra)
-                if nested not in out:
-                    out.append(nested)
+        for top in _with_rounds_merged([s for s in spans if len(s) == 3]):
+            _add_pieced(out, og, top, pieces_of, piece_depth)
     return out
+
+
+def _with_rounds_merged(top: list[tuple]) -> list[list[tuple]]:
+    """`top` (a solution's segments), and when it has adjacent checkpointed segments, the
+    same with each run of them merged into one checkpointed segment: the boundary between
+    two rounds is held from the forward to the backward, inside one segment it is held only
+    during its round, and the merged segment's pieces may cut it elsewhere."""
+    merged: list[tuple] = []
+    for a, b, c in top:
+        if merged and c and merged[-1][2]:
+            merged[-1] = (merged[-1][0], b, True)
+        else:
+            merged.append((a, b, c))
+    return [top] if merged == top else [top, merged]
+
+
+def _add_pieced(out: list, og: OpGraph, top: list[tuple], pieces_of, piece_depth: int) -> None:
+    """Append to `out` the segments `top` with the pieces of their checkpointed segments
+    (`solve_spans`): one level, then each checkpointed piece cut deeper on its own, then all
+    of them; each once."""
+    first_level = [p for a, b, c in top if c for p in pieces_of(a, b, 1, 1)]
+    # the deeper levels recompute more for a lower round, and the model prices a range's
+    # cut by what autograd saves, not by what the round really holds: each checkpointed
+    # piece cut deeper on its own, then all of them
+    deeper = [d for d in (pieces_of(a, b, 2, piece_depth) for a, b, c, _ in first_level
+                          if c and piece_depth > 1) if d]
+    variants = [first_level] + [first_level + d for d in deeper]
+    if len(deeper) > 1:
+        variants.append(first_level + [p for d in deeper for p in d])
+    for extra in variants:
+        if extra:
+            nested = normal_spans(og, top + extra)
+            if nested not in out:
+                out.append(nested)
 
 
 def segment_pieces(og: OpGraph, g, first: str, last: str, model: str = "layer_options",
