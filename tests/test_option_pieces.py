@@ -44,6 +44,18 @@ def _block(**sizes):
     return model, block, x, record_ops(block, (x,), repeats=1)
 
 
+def _grads(block, x, fn, seed: int) -> list:
+    """Output, input gradient and parameter gradients of `fn` (the block or a cut of it) on
+    `x`, the RNG (dropout) seeded with `seed`."""
+    torch.manual_seed(seed)
+    xi = x.clone().requires_grad_(True)
+    block.zero_grad()
+    out = fn(xi)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    out.pow(2).sum().backward()
+    return [out.detach(), xi.grad] + [p.grad.clone() for p in block.parameters()]
+
+
 @pytest.mark.parametrize("nested", [False, True])
 def test_pieces_give_eager_gradients_with_dropout(nested):
     """Three levels of recomputation at most (the layer, the segment, the piece), dropout in
@@ -61,16 +73,7 @@ def test_pieces_give_eager_gradients_with_dropout(nested):
     run = SegmentedLayer(og, block, _segments(og, spans), nested)
     assert sorted(s[2:] for s in run.spans()) == sorted(s[2:] for s in spans)  # the levels
 
-    def grads(fn):
-        torch.manual_seed(3)
-        xi = x.clone().requires_grad_(True)
-        block.zero_grad()
-        out = fn(xi)
-        out = out[0] if isinstance(out, (tuple, list)) else out
-        out.pow(2).sum().backward()
-        return [out.detach(), xi.grad] + [p.grad.clone() for p in block.parameters()]
-
-    for want, got in zip(grads(block), grads(run)):
+    for want, got in zip(_grads(block, x, block, 3), _grads(block, x, run, 3)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
@@ -285,21 +288,12 @@ def test_two_levels_of_pieces_give_eager_gradients_and_hold_less(nested):
     model, block, x, og = _block(batch=4, context=64, dim=64, heads=4, layers=1, vocab=128)
     params = list(block.parameters())
 
-    def grads(fn):
-        torch.manual_seed(5)
-        xi = x.clone().requires_grad_(True)
-        block.zero_grad()
-        out = fn(xi)
-        out = out[0] if isinstance(out, (tuple, list)) else out
-        out.pow(2).sum().backward()
-        return [out.detach(), xi.grad] + [p.grad.clone() for p in block.parameters()]
-
     block.train()
     held = {}
     for depth in (1, 2):
         run = SegmentedLayer(og, block, _segments(og, _attention_two_levels(og, depth)), nested)
         if depth == 2:
-            for want, got in zip(grads(block), grads(run)):
+            for want, got in zip(_grads(block, x, block, 5), _grads(block, x, run, 5)):
                 torch.testing.assert_close(got, want, rtol=0, atol=0)
         with torch.no_grad():
             out = block(x)
@@ -350,15 +344,6 @@ def test_generator_merges_rounds_and_cuts_pieces_twice(monkeypatch):
     ln_out = 4 * 64 * 64 * 4  # the layer norm's output
     assert held(best) <= min(held(s) for s in own) - ln_out / 2
 
-    def grads(fn):
-        torch.manual_seed(7)
-        xi = x.clone().requires_grad_(True)
-        block.zero_grad()
-        out = fn(xi)
-        out = out[0] if isinstance(out, (tuple, list)) else out
-        out.pow(2).sum().backward()
-        return [out.detach(), xi.grad] + [p.grad.clone() for p in block.parameters()]
-
     run = options.SegmentedLayer(og, block, options._segments(og, best))
-    for want, got in zip(grads(block), grads(run)):
+    for want, got in zip(_grads(block, x, block, 7), _grads(block, x, run, 7)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)

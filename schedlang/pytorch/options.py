@@ -698,7 +698,7 @@ def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRA
     down to `piece_depth` levels (None: `PIECE_DEPTH`); each solution whose segments get
     pieces is added again with them (nested checkpoints): with one level of pieces, then with
     each checkpointed piece cut deeper on its own, then with all of them."""
-    from ..layer_solves import solve_series
+    from ..layer_solves import segments_allowed, solve_series
 
     piece_depth = PIECE_DEPTH if piece_depth is None else piece_depth
 
@@ -730,9 +730,19 @@ def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRA
             found += [p for a, b, c, _ in found if c for p in pieces_of(a, b, depth + 1, deepest)]
         return found
 
+    allowed: dict = {}  # a merged segmentation -> whether the model admits it
+
+    def admits(top: list[tuple]) -> bool:
+        key = tuple(top)
+        if key not in allowed:
+            allowed[key] = segments_allowed({"peak": free}, g, model, top, solver, time_limit)
+        return allowed[key]
+
     for spans in list(out):
-        for top in _with_rounds_merged([s for s in spans if len(s) == 3]):
-            _add_pieced(out, og, top, pieces_of, piece_depth)
+        own = [s for s in spans if len(s) == 3]
+        for top in _with_rounds_merged(own):
+            if top is own or admits(top):
+                _add_pieced(out, og, top, pieces_of, piece_depth)
     return out
 
 
@@ -740,7 +750,8 @@ def _with_rounds_merged(top: list[tuple]) -> list[list[tuple]]:
     """`top` (a solution's segments), and when it has adjacent checkpointed segments, the
     same with each run of them merged into one checkpointed segment: the boundary between
     two rounds is held from the forward to the backward, inside one segment it is held only
-    during its round, and the merged segment's pieces may cut it elsewhere."""
+    during its round, and the merged segment's pieces may cut it elsewhere. `solve_spans`
+    offers the merged one only where the model admits it (`layer_solves.segments_allowed`)."""
     merged: list[tuple] = []
     for a, b, c in top:
         if merged and c and merged[-1][2]:
