@@ -54,9 +54,9 @@ def segments_allowed(budgets: dict, graph, model: str, segments: list[tuple],
                      solver: str = "highs", time_limit=None) -> bool:
     """Whether `model` on `graph` at `budgets` has a solution with exactly `segments`
     ([(first unit, last unit, checkpointed)]): its `checkpointed` and `kept` roles fixed to
-    them (column bounds), everything else left to the solver. The generator's own
-    constructions on a solution (`options._with_rounds_merged`) are offered only where the
-    formulation allows them."""
+    them (column bounds), everything else left to the solver (False where a role is an
+    expression, not a variable). The generator's own constructions on a solution
+    (`options._with_rounds_merged`) are offered only where the formulation allows them."""
     import schedlang
 
     g = copy.copy(graph)
@@ -66,7 +66,10 @@ def segments_allowed(budgets: dict, graph, model: str, segments: list[tuple],
     decl = prob.program.decode
     for role, ckpt in (("checkpointed", True), ("kept", False)):
         chosen = {(a, b) for a, b, c in segments if bool(c) == ckpt}
-        fam = ir.family(decl.roles[role])
+        try:
+            fam = ir.family(decl.roles[role])
+        except KeyError:  # the role is an expression of the model: its value cannot be fixed
+            return False
         for k, key in enumerate(fam.keys):
             v = 1.0 if tuple(key) in chosen else 0.0
             if not fam.lb[k] <= v <= fam.ub[k]:
