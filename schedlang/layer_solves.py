@@ -29,7 +29,7 @@ from pathlib import Path
 
 from .parallel import run_jobs
 
-__all__ = ["solve_series", "solve_segments", "cache_path", "CACHE_ENV"]
+__all__ = ["solve_series", "solve_segments", "segments_allowed", "cache_path", "CACHE_ENV"]
 
 CACHE_ENV = "SCHEDLANG_CACHE_DIR"
 
@@ -48,6 +48,34 @@ def solve_segments(budgets: dict, graph, model: str, solver: str, time_limit) ->
     if not res.status.has_solution:
         return None
     return sorted(tuple(s) for s in segments_of(prob.program, prob.ir, res.solution))
+
+
+def segments_allowed(budgets: dict, graph, model: str, segments: list[tuple],
+                     solver: str = "highs", time_limit=None) -> bool:
+    """Whether `model` on `graph` at `budgets` has a solution with exactly `segments`
+    ([(first unit, last unit, checkpointed)]): its `checkpointed` and `kept` roles fixed to
+    them (column bounds), everything else left to the solver (False where a role is an
+    expression, not a variable). The generator's own constructions on a solution
+    (`options._with_rounds_merged`) are offered only where the formulation allows them."""
+    import schedlang
+
+    g = copy.copy(graph)
+    g.budgets = dict(budgets)
+    prob = schedlang.load(model=model, graph=g)
+    ir = prob.lower()
+    decl = prob.program.decode
+    for role, ckpt in (("checkpointed", True), ("kept", False)):
+        chosen = {(a, b) for a, b, c in segments if bool(c) == ckpt}
+        try:
+            fam = ir.family(decl.roles[role])
+        except KeyError:  # the role is an expression of the model: its value cannot be fixed
+            return False
+        for k, key in enumerate(fam.keys):
+            v = 1.0 if tuple(key) in chosen else 0.0
+            if not fam.lb[k] <= v <= fam.ub[k]:
+                return False
+            fam.lb[k] = fam.ub[k] = v
+    return prob.solve(solver=solver, time_limit=time_limit).status.has_solution
 
 
 def solve_series(graph, series: list[list[dict]], model: str, solver: str = "highs",

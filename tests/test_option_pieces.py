@@ -44,6 +44,18 @@ def _block(**sizes):
     return model, block, x, record_ops(block, (x,), repeats=1)
 
 
+def _grads(block, x, fn, seed: int) -> list:
+    """Output, input gradient and parameter gradients of `fn` (the block or a cut of it) on
+    `x`, the RNG (dropout) seeded with `seed`."""
+    torch.manual_seed(seed)
+    xi = x.clone().requires_grad_(True)
+    block.zero_grad()
+    out = fn(xi)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    out.pow(2).sum().backward()
+    return [out.detach(), xi.grad] + [p.grad.clone() for p in block.parameters()]
+
+
 @pytest.mark.parametrize("nested", [False, True])
 def test_pieces_give_eager_gradients_with_dropout(nested):
     """Three levels of recomputation at most (the layer, the segment, the piece), dropout in
@@ -61,16 +73,7 @@ def test_pieces_give_eager_gradients_with_dropout(nested):
     run = SegmentedLayer(og, block, _segments(og, spans), nested)
     assert sorted(s[2:] for s in run.spans()) == sorted(s[2:] for s in spans)  # the levels
 
-    def grads(fn):
-        torch.manual_seed(3)
-        xi = x.clone().requires_grad_(True)
-        block.zero_grad()
-        out = fn(xi)
-        out = out[0] if isinstance(out, (tuple, list)) else out
-        out.pow(2).sum().backward()
-        return [out.detach(), xi.grad] + [p.grad.clone() for p in block.parameters()]
-
-    for want, got in zip(grads(block), grads(run)):
+    for want, got in zip(_grads(block, x, block, 3), _grads(block, x, run, 3)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
@@ -235,3 +238,112 @@ def test_layer_options_matches_brute_force_on_a_tiny_op_graph():
         segs = [(pos[a], pos[b], c) for a, b, c in spans]
         p, t = peak_time(segs)
         assert p <= limit + 1e-9 and t == pytest.approx(min(fits), rel=1e-6), (frac, spans)
+
+
+def _attention_two_levels(og, depth: int = 2) -> list[tuple]:
+    """A GPT block cut as: the attention from its layer norm to att @ v checkpointed, in a
+    checkpointed piece up to the softmax and a kept piece (dropout mask, att @ v); with
+    `depth` 2, the first piece cut again: the layer norm and the qkv projection checkpointed,
+    the copies of q, k, v and the scores up to the softmax kept; the rest kept."""
+    names = [u.name for u in og.units]
+    soft = _unit(og, "_softmax")
+    att_v = _unit(og, "bmm", soft)
+    qkv = _unit(og, "addmm")
+    inner = [(names[0], names[qkv], True, 2), (names[qkv + 1], names[soft], False, 2)]
+    return [(names[0], names[att_v], True), (names[att_v + 1], names[-1], False),
+            (names[0], names[soft], True, 1)] + (inner if depth == 2 else []) + [
+            (names[soft + 1], names[att_v], False, 1)]
+
+
+def test_normal_spans_keeps_every_level():
+    """Pieces at any depth are normalized as the first level is: adjacent kept pieces
+    merged, a lone kept piece dropped, pieces of kept ranges dropped; the result runs."""
+    from schedlang.pytorch.options import _segments, normal_spans
+
+    _, _, _, og = _block(batch=2, context=16, dim=32, heads=4, layers=1, vocab=32)
+    names = [u.name for u in og.units]
+    spans = _attention_two_levels(og)
+    assert normal_spans(og, spans) == spans
+    qkv, soft = _unit(og, "addmm"), _unit(og, "_softmax")
+    split = [s for s in spans if s[1:] != (names[soft], False, 2)] + [
+        (names[qkv + 1], names[qkv + 2], False, 2), (names[qkv + 3], names[soft], False, 2)]
+    assert normal_spans(og, split) == spans  # two adjacent kept pieces: one
+    alone = [s for s in spans if len(s) < 4 or s[3] < 2] + [(names[0], names[soft], False, 2)]
+    assert normal_spans(og, alone) == _attention_two_levels(og, depth=1)  # a lone kept piece
+    under_kept = [(s[0], s[1], False, 1) if s[:2] == spans[2][:2] else s for s in spans]
+    # a kept piece: its own pieces go (then the first level merges as before)
+    assert all(len(s) < 4 or s[3] < 2 for s in normal_spans(og, under_kept))
+    assert len(_segments(og, normal_spans(og, split))) == 2
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_two_levels_of_pieces_give_eager_gradients_and_hold_less(nested):
+    """The attention's first piece cut once more (the layer norm's output and the qkv
+    projection recomputed in a round of their own, after the scores are gone): outputs and
+    gradients equal eager PyTorch's exactly, dropout included, and the layer holds less,
+    phantom plus backward overhead, than with one level of pieces (the layer norm's output,
+    held through the attention's backward with one level, is not)."""
+    from schedlang.pytorch.options import SegmentedLayer, _segments, measure
+
+    model, block, x, og = _block(batch=4, context=64, dim=64, heads=4, layers=1, vocab=128)
+    params = list(block.parameters())
+
+    block.train()
+    held = {}
+    for depth in (1, 2):
+        run = SegmentedLayer(og, block, _segments(og, _attention_two_levels(og, depth)), nested)
+        if depth == 2:
+            for want, got in zip(_grads(block, x, block, 5), _grads(block, x, run, 5)):
+                torch.testing.assert_close(got, want, rtol=0, atol=0)
+        with torch.no_grad():
+            out = block(x)
+        g = [torch.randn_like(out)]
+        m = measure(run, [x], [True], g, params, params, list(model.parameters()), repeats=1)
+        held[depth] = m.phantom + m.bwd_overhead
+    ln_out = 4 * 64 * 64 * 4  # the layer norm's output
+    assert held[2] <= held[1] - ln_out / 2, held
+
+
+def test_generator_merges_rounds_and_cuts_pieces_twice(monkeypatch):
+    """From a solution that recomputes the attention in two rounds (its layer norm alone,
+    then the qkv projection up to att @ v: the layer norm's output is a boundary, held from
+    the forward through both rounds), the generator also offers the two rounds merged into
+    one segment cut into pieces, and those pieces cut again: that option holds less, phantom
+    plus backward overhead, than every option built on the solution's own segments with one
+    level of pieces, and runs with eager PyTorch's gradients."""
+    from schedlang import layer_solves
+    from schedlang.pytorch import options
+
+    model, block, x, og = _block(batch=4, context=64, dim=64, heads=4, layers=1, vocab=128)
+    names = [u.name for u in og.units]
+    att_v = _unit(og, "bmm", _unit(og, "_softmax"))
+    top = [(names[0], names[0], True), (names[1], names[att_v], True),
+           (names[att_v + 1], names[-1], False)]
+    real = layer_solves.solve_series
+
+    def pinned(g, series, *a, **k):  # the layer's own solve gives `top`; pieces are solved
+        return [top] if len(series) == 2 else real(g, series, *a, **k)
+
+    monkeypatch.setattr(layer_solves, "solve_series", pinned)
+    found = options.solve_spans(og, jobs=1)
+    params = list(block.parameters())
+    with torch.no_grad():
+        g = [torch.randn_like(block(x))]
+
+    def held(spans):
+        run = options.SegmentedLayer(og, block, options._segments(og, spans))
+        m = options.measure(run, [x], [True], g, params, params, list(model.parameters()),
+                            repeats=1)
+        return m.phantom + m.bwd_overhead
+
+    own = [s for s in found if [t for t in s if len(t) == 3] == top
+           and all(len(t) < 4 or t[3] < 2 for t in s)]
+    assert own, found
+    best = min(found, key=held)
+    assert any(len(t) == 4 and t[3] == 2 for t in best), best
+    ln_out = 4 * 64 * 64 * 4  # the layer norm's output
+    assert held(best) <= min(held(s) for s in own) - ln_out / 2
+
+    run = options.SegmentedLayer(og, block, options._segments(og, best))
+    for want, got in zip(_grads(block, x, block, 7), _grads(block, x, run, 7)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -52,6 +52,9 @@ DEFAULT_FRACTIONS = (0.8, 0.7, 0.6, 0.55, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 
 #: the most generated options a layer gets (evenly spread along the Pareto front), so that
 #: the top-level model stays small
 MAX_OPTIONS = 6
+#: how many levels of pieces the generator cuts inside a checkpointed segment (`solve_spans`):
+#: a checkpointed piece of level d is cut again, by the same model, down to this level
+PIECE_DEPTH = 2
 #: (partition signature, input shapes, model, fractions) -> (OpGraph, [spans], [measures])
 CACHE: dict = {}
 
@@ -155,6 +158,13 @@ class SegmentedLayer:
                 if self.held is not None:
                     self.held += [a.untyped_storage().data_ptr() for a in args]
                 res = checkpoint(fn, *args, use_reentrant=False)
+            elif st.boxed is not None:  # its inputs that no later step reads are the boxed
+                # code's alone: each is freed right after its last reader inside the step
+                args = [env[i] for i in st.ins]
+                for i in st.ins:
+                    if i not in st.stay:
+                        del env[i]
+                res = st.boxed(*[fixed_env[f] for f in st.used], args)
             else:
                 args = [env[i] for i in st.ins]
                 res = fn(*args)
@@ -251,11 +261,15 @@ class _Step:
     pieces: list | None = None
     lean: object = None  # a checkpointed step's recomputation: its code (or steps) without
     # outputs, so that each value dies after its last reader inside
+    boxed: object = None  # a kept piece's code taking its inputs in a list (`_boxed_code`)
 
 
-def _steps(gm: fx.GraphModule, segments: list[tuple], returned: set, fixed: list) -> list:
+def _steps(gm: fx.GraphModule, segments: list[tuple], returned: set, fixed: list,
+           box_kept: bool = False) -> list:
     """The `_Step`s of `segments` (each (nodes, ckpt) or (nodes, ckpt, pieces)), of which
-    the values named in `returned` are read after the last one."""
+    the values named in `returned` are read after the last one. `box_kept` (pieces): a kept
+    step without pieces also gets its boxed code, so that `_run_steps` frees each of its
+    inputs after its last reader inside it, not after the step."""
     later_reads: list[set] = []
     seen: set = set()
     for seg in reversed(segments):  # values read by a later segment or returned
@@ -276,12 +290,14 @@ def _steps(gm: fx.GraphModule, segments: list[tuple], returned: set, fixed: list
         outs = [n.name for n in nodes if n.name in later]
         st = _Step(ckpt, ins, outs, later | set(fixed))
         if pieces:
-            st.pieces = _steps(gm, pieces, set(outs), fixed)
-            st.lean = _steps(gm, pieces, set(), fixed) if ckpt else None
+            st.pieces = _steps(gm, pieces, set(outs), fixed, True)
+            st.lean = _steps(gm, pieces, set(), fixed, True) if ckpt else None
         else:
             st.code, st.used = _segment_code(gm, nodes, ins, outs, fixed)
             if ckpt:
                 st.lean = _segment_code(gm, nodes, ins, [], fixed, st.used)[0]
+            elif box_kept:
+                st.boxed = _boxed_code(gm, nodes, ins, outs, fixed)[0]
         out.append(st)
     return out
 
@@ -709,16 +725,20 @@ def measure_steps(layer: SegmentedLayer, values, requires, out_grads, owned=(), 
 def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRACTIONS,
                 solver: str = "highs", time_limit: float | None = 30.0,
                 name: str = "layer", jobs: int | None = None, ray: str | None = None,
-                pieces: bool = True) -> list[list]:
+                pieces: bool = True, piece_depth: int | None = None) -> list[list]:
     """The distinct solutions of `model` on `og` at budgets `fractions` x what autograd
     saves inside the layer, on the peak (`budget peak`) then on the phantom (`budget save`);
     largest first, each series stops at its first infeasible budget. The solves run through
     `schedlang.layer_solves.solve_series` (`jobs` worker processes, None: as many as cores
     allow, 1: in this process; `ray`: as Ray tasks), with the results of a serial loop.
     `pieces`: then each checkpointed segment's round is cut once more, by the same model
-    solved on the segment's own units (`segment_pieces`), and each solution whose segments
-    get pieces is added again with them (nested checkpoints)."""
-    from ..layer_solves import solve_series
+    solved on the segment's own units (`segment_pieces`), and each checkpointed piece again,
+    down to `piece_depth` levels (None: `PIECE_DEPTH`); each solution whose segments get
+    pieces is added again with them (nested checkpoints): with one level of pieces, then with
+    each checkpointed piece cut deeper on its own, then with all of them."""
+    from ..layer_solves import segments_allowed, solve_series
+
+    piece_depth = PIECE_DEPTH if piece_depth is None else piece_depth
 
     g = og.checkmate(name, loss=False)
     total = max(og.saved_total, 1024)
@@ -735,21 +755,68 @@ def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRA
             out.append(spans)
     if not pieces:
         return out
-    cuts: dict = {}  # (first, last) -> the segment's pieces, or [] (none better)
+    cuts: dict = {}  # (first, last) -> the range's pieces, or [] (none better)
+
+    def pieces_of(first: str, last: str, depth: int, deepest: int) -> list[tuple]:
+        """The pieces (level `depth`) of the checkpointed range first..last, and those of
+        each checkpointed piece down to level `deepest`."""
+        if (first, last) not in cuts:
+            cuts[first, last] = segment_pieces(og, g, first, last, model, fractions, solver,
+                                               time_limit, jobs, ray)
+        found = [(a, b, c, depth) for a, b, c, _ in cuts[first, last]]
+        if depth < deepest:
+            found += [p for a, b, c, _ in found if c for p in pieces_of(a, b, depth + 1, deepest)]
+        return found
+
+    allowed: dict = {}  # a merged segmentation -> whether the model admits it
+
+    def admits(top: list[tuple]) -> bool:
+        key = tuple(top)
+        if key not in allowed:
+            allowed[key] = segments_allowed({"peak": free}, g, model, top, solver, time_limit)
+        return allowed[key]
+
     for spans in list(out):
-        extra = []
-        for first, last, ckpt in [s for s in spans if len(s) == 3]:
-            if not ckpt:
-                continue
-            if (first, last) not in cuts:
-                cuts[first, last] = segment_pieces(og, g, first, last, model, fractions,
-                                                   solver, time_limit, jobs, ray)
-            extra += cuts[first, last]
+        own = [s for s in spans if len(s) == 3]
+        for top in _with_rounds_merged(own):
+            if top is own or admits(top):
+                _add_pieced(out, og, top, pieces_of, piece_depth)
+    return out
+
+
+def _with_rounds_merged(top: list[tuple]) -> list[list[tuple]]:
+    """`top` (a solution's segments), and when it has adjacent checkpointed segments, the
+    same with each run of them merged into one checkpointed segment: the boundary between
+    two rounds is held from the forward to the backward, inside one segment it is held only
+    during its round, and the merged segment's pieces may cut it elsewhere. `solve_spans`
+    offers the merged one only where the model admits it (`layer_solves.segments_allowed`)."""
+    merged: list[tuple] = []
+    for a, b, c in top:
+        if merged and c and merged[-1][2]:
+            merged[-1] = (merged[-1][0], b, True)
+        else:
+            merged.append((a, b, c))
+    return [top] if merged == top else [top, merged]
+
+
+def _add_pieced(out: list, og: OpGraph, top: list[tuple], pieces_of, piece_depth: int) -> None:
+    """Append to `out` the segments `top` with the pieces of their checkpointed segments
+    (`solve_spans`): one level, then each checkpointed piece cut deeper on its own, then all
+    of them; each once."""
+    first_level = [p for a, b, c in top if c for p in pieces_of(a, b, 1, 1)]
+    # the deeper levels recompute more for a lower round, and the model prices a range's
+    # cut by what autograd saves, not by what the round really holds: each checkpointed
+    # piece cut deeper on its own, then all of them
+    deeper = [d for d in (pieces_of(a, b, 2, piece_depth) for a, b, c, _ in first_level
+                          if c and piece_depth > 1) if d]
+    variants = [first_level] + [first_level + d for d in deeper]
+    if len(deeper) > 1:
+        variants.append(first_level + [p for d in deeper for p in d])
+    for extra in variants:
         if extra:
-            nested = normal_spans(og, [s for s in spans if len(s) == 3] + extra)
+            nested = normal_spans(og, top + extra)
             if nested not in out:
                 out.append(nested)
-    return out
 
 
 def segment_pieces(og: OpGraph, g, first: str, last: str, model: str = "layer_options",
@@ -761,7 +828,8 @@ def segment_pieces(og: OpGraph, g, first: str, last: str, model: str = "layer_op
     nodes and the edges among them: what it reads from before is an input, what later units
     read is an output) along the `budget peak` series of fractions of what autograd saves
     inside it; the cut of the smallest feasible budget, as (first, last, checkpointed, 1), or
-    [] when it leaves the segment whole."""
+    [] when it leaves the segment whole. A checkpointed piece is a segment of its own for a
+    deeper level (`solve_spans`)."""
     import copy
 
     from ..layer_solves import solve_series
@@ -788,24 +856,34 @@ def segment_pieces(og: OpGraph, g, first: str, last: str, model: str = "layer_op
 
 
 def normal_spans(og: OpGraph, spans) -> list[tuple]:
-    """`spans` with the pieces (depth 1) of each checkpointed segment normalized: adjacent
-    kept pieces merged, and no pieces where only one kept piece is left (the plain
-    checkpointed segment), so that equivalent cuts are one option."""
+    """`spans` with the pieces of each checkpointed segment or piece normalized, at every
+    depth: adjacent kept pieces merged, and no pieces where only one kept piece is left (the
+    plain checkpointed range), nor inside a kept one, so that equivalent cuts are one option.
+    The segments first, then each one's pieces, each followed by its own pieces."""
     order = {u.name: k for k, u in enumerate(og.units)}
-    top = sorted((tuple(s) for s in spans if len(s) == 3), key=lambda s: order[s[0]])
-    pieces = sorted((tuple(s) for s in spans if len(s) > 3), key=lambda s: order[s[0]])
-    out = list(top)
-    for first, last, ckpt in top:
-        inside = [p for p in pieces if order[first] <= order[p[0]] and order[p[1]] <= order[last]]
+    by_depth: dict[int, list] = {}
+    for s in spans:
+        by_depth.setdefault(s[3] if len(s) > 3 else 0, []).append(tuple(s))
+    for level in by_depth.values():
+        level.sort(key=lambda s: order[s[0]])
+
+    def pieces(first: str, last: str, ckpt: bool, depth: int) -> list[tuple]:
+        if not ckpt:
+            return []
         merged: list[tuple] = []
-        for p in inside:
+        for p in by_depth.get(depth, ()):
+            if not (order[first] <= order[p[0]] and order[p[1]] <= order[last]):
+                continue
             if merged and not p[2] and not merged[-1][2]:
-                merged[-1] = (merged[-1][0], p[1], False, p[3])
+                merged[-1] = (merged[-1][0], p[1], False, depth)
             else:
                 merged.append(p)
-        if ckpt and not (len(merged) == 1 and not merged[0][2]):
-            out += merged
-    return out
+        if len(merged) == 1 and not merged[0][2]:
+            return []
+        return [q for p in merged for q in [p] + pieces(p[0], p[1], p[2], depth + 1)]
+
+    top = by_depth.get(0, [])
+    return top + [p for first, last, ckpt in top for p in pieces(first, last, ckpt, 1)]
 
 
 def _dominated(m: Measured, others: list[Measured]) -> bool:
@@ -844,8 +922,8 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
         og = record_ops(module, values, requires, repeats=repeats)
         from ..layer_solves import cache_path, read_cached, write_cached
 
-        disk = None if key is None else cache_path(key, model, tuple(fractions), solver,
-                                                   cache_dir)
+        disk = None if key is None else cache_path(key, model, (tuple(fractions), PIECE_DEPTH),
+                                                   solver, cache_dir)
         spans_list = read_cached(disk)
         if spans_list is None:
             spans_list = solve_spans(og, model, fractions, solver, time_limit, name, jobs, ray)
