@@ -13,7 +13,8 @@ hook front end: its blocks wrapped in place, its own forward kept), with transfo
 called from a small wrapper (`tests.hf_models.GPT2Logits`), which the fx front end traces
 into finer layers (embedding, blocks, final norm and head apart).
 
-Methods, each measured on the same model (parameters shared):
+Methods, each measured on the same model (parameters shared; on `gpt2-hf` the baselines run on
+a copy of it, same weights: fit wraps the model's own blocks in place):
 
 * `none`: the model as it is;
 * `ckpt-block`: every block under `torch.utils.checkpoint` (non-reentrant, RNG preserved):
@@ -122,15 +123,18 @@ def bench_gpt2():
 
 def bench_gpt2_hf():
     """`GPT2LMHeadModel` itself (same config, weights and batch as `gpt2`), fitted through the
-    hook front end as a user would; its per-block baseline is transformers' own
-    `gradient_checkpointing_enable()`, and checkpoint_sequential runs over its blocks."""
+    hook front end as a user would; its baselines run on a copy of it (fit wraps the blocks
+    in place: a baseline on the same modules would run the last fit's plan): `none`,
+    transformers' own `gradient_checkpointing_enable()` per block, and checkpoint_sequential
+    over its blocks."""
     lm, idx, loss_fn = _gpt2_lm()
-    stack = GPT2Logits(lm)  # the same modules, for checkpoint_sequential
+    twin = copy.deepcopy(lm)
+    stack = GPT2Logits(twin)  # the copy's modules, for checkpoint_sequential
 
     def lm_loss(out):
         return loss_fn(out.logits if hasattr(out, "logits") else out)
 
-    return lm, (idx,), lm_loss, (stack, stack.embed)
+    return lm, (idx,), lm_loss, (twin, stack, stack.embed)
 
 
 MODELS = {"gpt": bench_gpt, "unet": bench_unet, "gpt2": bench_gpt2, "gpt2-hf": bench_gpt2_hf}
@@ -373,11 +377,11 @@ def run_model(name, args, device):
     t0 = time.perf_counter()
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=args.repeats)
     prof_s = time.perf_counter() - t0
-    if isinstance(embed, tuple):  # a transformers model; its stack seen through a wrapper
-        stack, embed = embed
-        methods: dict[str, nn.Module] = {"none": model, "ckpt-block": HFCheckpointing(model)}
+    if isinstance(embed, tuple):  # a transformers model; baselines on a copy (bench_gpt2_hf)
+        base, stack, embed = embed
+        methods: dict[str, nn.Module] = {"none": base, "ckpt-block": HFCheckpointing(base)}
     else:
-        stack = model
+        base = stack = model
         methods = {"none": model, "ckpt-block": PerBlock(model)}
     schedules = {}
     if embed is not None:
@@ -387,7 +391,8 @@ def run_model(name, args, device):
             schedules[f"ckpt-seq({s})"] = sequential_schedule(
                 prep.graph, [f"blocks.{i}" for i in range(n)], s)
     baselines = list(methods)
-    peaks = {k: peak_of(lambda m=m: m(*inputs), model, inputs, loss_fn)
+    owner = {k: base for k in baselines}
+    peaks = {k: peak_of(lambda m=m: m(*inputs), owner[k], inputs, loss_fn)
              for k, m in methods.items()}
     notes = {}
     for k, plan in schedules.items():  # the baseline's own schedule, priced by fit's model
@@ -437,15 +442,16 @@ def run_model(name, args, device):
     for b in baselines:
         if b != "none":
             add_fit(f"fit @{b}", peaks[b])
-    for m in methods.values():
+    for k, m in methods.items():
         for _ in range(args.warmup):
-            step(lambda m=m: m(*inputs), model, loss_fn)
+            step(lambda m=m: m(*inputs), owner.get(k, model), loss_fn)
     times = {k: [] for k in methods}
     cpu = {k: [] for k in methods}
     for _ in range(args.steps):
         for k, m in methods.items():
             c0 = time.thread_time()
-            times[k].append(time_of(lambda m=m: m(*inputs), model, loss_fn, device))
+            times[k].append(time_of(lambda m=m: m(*inputs), owner.get(k, model), loss_fn,
+                                    device))
             cpu[k].append(time.thread_time() - c0)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"model": name, "plain_pred": prep.plain_peak, "resident": prep.resident_bytes,

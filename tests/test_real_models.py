@@ -340,6 +340,31 @@ class _Twice(nn.Module):
         return x
 
 
+def test_two_fits_of_one_model_each_run_their_own_plan():
+    """Both wrap the model's blocks in place: the one called runs its own plan, whichever fit
+    came last (the other's wrappers once set every block, and a fit at 40% ran plain)."""
+    from schedlang.pytorch.fit import fit, prepare
+
+    model, args, kwargs, loss_fn = _hf("gpt2")(**HF_SIZES["gpt2"])
+    ref = _step(model, model, args, kwargs, loss_fn)
+    prep = prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, repeats=1)
+    low = fit(model, args, "40%", loss_fn=loss_fn, prepared=prep, sample_kwargs=kwargs)
+    high = fit(model, args, "100%", loss_fn=loss_fn, prepared=prep, sample_kwargs=kwargs)
+    assert not low.plain and high.plain
+    for fm in (low, high, low):
+        _assert_same(ref, _step(fm, model, args, kwargs, loss_fn))
+        rep = fm.memory_report()
+        assert rep.measured_peak_bytes <= rep.budget_bytes, (rep.measured_peak_bytes,
+                                                            rep.budget_bytes)
+    assert low.memory_report().measured_peak_bytes < 0.6 * \
+        high.memory_report().measured_peak_bytes
+    high.unwrap()  # the other's blocks stay planned: it wraps them again when called
+    _step(low, model, args, kwargs, loss_fn)
+    assert low.memory_report().measured_peak_bytes <= low.memory_report().budget_bytes
+    low.unwrap()
+    assert not any(type(m).__name__.startswith("Planned") for m in model.modules())
+
+
 def test_a_block_called_twice_is_named():
     from schedlang.pytorch.blocks import BlockError
     from schedlang.pytorch.fit import fit

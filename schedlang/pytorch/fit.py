@@ -738,7 +738,10 @@ class FitModule(nn.Module):
         return out
 
     def _call(self, *args, **kwargs):
-        if self._executor is None or self._wrappers is not None:
+        if self._wrappers is not None:
+            self._wrappers.ensure()  # another fit of this model may have set its own plan
+            return self.module(*args, **kwargs)
+        if self._executor is None:
             return self.module(*args, **kwargs)
         return self._runner[0](*args, **kwargs)
 

@@ -24,6 +24,7 @@ per-block wrappers, with no whole-model trace.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -408,34 +409,55 @@ def _offloading(module: nn.Module):
         yield
 
 
+#: model -> the `BlockWrappers` whose choices its blocks carry (`BlockWrappers.ensure`)
+_OWNER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class BlockWrappers:
-    """The blocks of `found` wrapped in place; `set(choices)` applies a plan's choices."""
+    """The blocks of `found` wrapped in place; `set(choices)` applies a plan's choices.
+
+    Several fits of one model share its blocks: the wrappers that last applied their choices
+    own them (a mark on the model), and `ensure()`, before each call, applies this set's again
+    where another fit (or `unwrap()` of another) changed them, so each fitted module runs its
+    own plan."""
 
     def __init__(self, found: FoundBlocks):
         self.found = found
         self.blocks = {b.name: b.module for b in found.blocks}
         self.own_checkpointing = own_checkpointing(found.model)  # off while wrapped
-        for m in self.own_checkpointing:
-            m.gradient_checkpointing = False
         self._classes = {}
         for name, m in self.blocks.items():
             cls = type(m)
             if isinstance(m, _BlockMixin):  # wrapped by an earlier fit: rewrap
                 cls = cls.__mro__[2]
             self._classes[name] = cls
-            m.__class__ = _wrapped_class(cls)
-            m.__dict__["_schedlang_choice"] = None
+        self._choices: dict[str, tuple | None] = {name: None for name in self.blocks}
+        self._apply()
+
+    def _apply(self) -> None:
+        for m in self.own_checkpointing:
+            m.gradient_checkpointing = False
+        for name, m in self.blocks.items():
+            m.__class__ = _wrapped_class(self._classes[name])
+            m.__dict__["_schedlang_choice"] = self._choices[name]
+        _OWNER[self.found.model] = self
 
     def set(self, choices: dict[str, str] | None) -> None:
-        for name, m in self.blocks.items():
+        for name in self.blocks:
             c = (choices or {}).get(name, "autograd")
             base, _, extra = c.partition("+")
             kind = next((k for k in ("recompute", "selective", "autograd") if base.startswith(k)),
                         None)
             if kind is None:
                 raise BlockError(f"block '{name}': option '{c}' has no wrapper", WHERE)
-            m.__dict__["_schedlang_choice"] = None if (kind == "autograd" and not extra) \
+            self._choices[name] = None if (kind == "autograd" and not extra) \
                 else (kind, extra == "offload")
+        self._apply()
+
+    def ensure(self) -> None:
+        """This set's wrappers and choices on the blocks again, if another set took them."""
+        if _OWNER.get(self.found.model) is not self:
+            self._apply()
 
     def unwrap(self) -> None:
         for name, m in self.blocks.items():
@@ -443,3 +465,4 @@ class BlockWrappers:
             m.__dict__.pop("_schedlang_choice", None)
         for m in self.own_checkpointing:
             m.gradient_checkpointing = True
+        _OWNER.pop(self.found.model, None)
