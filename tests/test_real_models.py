@@ -358,6 +358,13 @@ def test_two_fits_of_one_model_each_run_their_own_plan():
                                                             rep.budget_bytes)
     assert low.memory_report().measured_peak_bytes < 0.6 * \
         high.memory_report().measured_peak_bytes
+    # a fit without `prepared` while `low` is held: plain execution is measured as plain (once
+    # it ran through `low`'s wrappers, measured 40%, and fit chose plain execution at 80%)
+    mid = fit(model, args, "80%", loss_fn=loss_fn, sample_kwargs=kwargs)
+    assert not mid.plain
+    _step(mid, model, args, kwargs, loss_fn)
+    assert mid.memory_report().measured_peak_bytes <= mid.memory_report().budget_bytes
+    mid.unwrap()
     high.unwrap()  # the other's blocks stay planned: it wraps them again when called
     _step(low, model, args, kwargs, loss_fn)
     assert low.memory_report().measured_peak_bytes <= low.memory_report().budget_bytes

@@ -243,11 +243,11 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
                 frontend, note = "blocks", f"torch.fx: {exc}"
                 log.info("schedlang fit: %s; using the hook front end (blocks)", note)
     if frontend == "blocks":
-        from .hooked import trace_blocks
-
         from .blocks import own_checkpointing
+        from .hooked import BlockWrappers, trace_blocks
 
-        tr = trace_blocks(model, args, kwargs, layers, **trace_kwargs)
+        with BlockWrappers.plain(model):  # a model an earlier fit wrapped: profiled plain
+            tr = trace_blocks(model, args, kwargs, layers, **trace_kwargs)
         graph, part = tr.graph, tr
         if own_checkpointing(model):
             log.warning("schedlang fit: the model's own gradient checkpointing is on; it is "
@@ -968,13 +968,15 @@ def plain_measured_peak(model: nn.Module, prep: Prepared, args: tuple, kwargs: d
     measure below its prediction (the fx U-Net: 7%): a budget it meets then gets plain
     execution, the fastest step, not a plan that recomputes and measures more."""
     from . import distributed
+    from .hooked import BlockWrappers
 
     if prep.plain_measured is None:
         if distributed.active() or prep.fsdp is not None or prep.partitioned is None:
             return prep.plain_peak
         reserve = prep.loss_overhead if prep.loss_assumed else 0
-        prep.plain_measured = min(prep.plain_peak, probe_step(model, args, kwargs, loss_fn,
-                                                              reserve, prep.output_bytes))
+        with BlockWrappers.plain(model):  # blocks an earlier fit wrapped: plain autograd
+            measured = probe_step(model, args, kwargs, loss_fn, reserve, prep.output_bytes)
+        prep.plain_measured = min(prep.plain_peak, measured)
     return prep.plain_measured
 
 

@@ -459,6 +459,22 @@ class BlockWrappers:
         if _OWNER.get(self.found.model) is not self:
             self._apply()
 
+    @staticmethod
+    @contextlib.contextmanager
+    def plain(model: nn.Module):
+        """Within the context, `model`'s blocks run as plain autograd, whichever fit wrapped
+        them (its choices come back on exit): to measure plain execution of a fitted model."""
+        owner = _OWNER.get(model)
+        if owner is None:
+            yield
+            return
+        for m in owner.blocks.values():
+            m.__dict__["_schedlang_choice"] = None
+        try:
+            yield
+        finally:
+            owner._apply()
+
     def unwrap(self) -> None:
         for name, m in self.blocks.items():
             m.__class__ = self._classes[name]
