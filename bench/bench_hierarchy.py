@@ -16,8 +16,9 @@
   `checkmate.sched`, `--flat-time-limit` a budget: the incumbent and the solver's proven
   bound) against the hierarchical plan (layered graph with generated options,
   `rockmate.sched`). Each plan gets the same bytes below its own graph's plain peak (the
-  graphs count the step differently: parameter gradients, the loss's memory and measured
-  workspaces only in the layered one); times on the same clock: the hierarchical plan is
+  graphs count the step differently: the loss's memory and measured workspaces only in the
+  layered one; both hold the parameter gradients from their creation on); times on the same
+  clock: the hierarchical plan is
   also solved with every option priced from the op profile (`op_clock`), as the flat graph
   is, next to its times as measured. Then each one's lowest feasible budget (bisection).
 * scale: end-to-end planning time of a 12-block transformer by phase (trace and profile, op
@@ -242,20 +243,33 @@ def op_clock(prep, repeats: int):
 
 
 def _rounds(og, sl) -> float:
-    """Op-clock time of a generated option's recomputation rounds: per checkpointed segment,
-    its units up to the last one owning a tensor that a backward inside the segment saved
-    (torch's checkpoint stops recomputing once it has them all; nested: all its units)."""
+    """Op-clock time of a generated option's recomputation rounds (`_round` per checkpointed
+    segment; nested: each runs all its units, the layer's own checkpoint kept none)."""
     unit_of = {n: u.name for u in og.units for n in u.nodes}
     units = {u.name: u for u in og.units}
-    t = 0.0
-    for nodes, ckpt in sl.segments:
-        if not ckpt:
-            continue
-        seg = list(dict.fromkeys(unit_of[n.name] for n in nodes))
-        needed = {s for w in seg for s in units[w].saved_from}
-        last = max((k for k, v in enumerate(seg) if v in needed), default=-1)
-        t += sum(units[v].fwd_time for k, v in enumerate(seg) if k <= last or sl.nested)
-    return t
+    return sum(_round(seg, unit_of, units, sl.nested) for seg in sl.segments if seg[1])
+
+
+def _round(seg, unit_of, units, whole: bool) -> float:
+    """One checkpointed segment's round: its units up to the last one owning a value the round
+    must leave behind (torch's checkpoint stops recomputing once it has them all) — what
+    autograd saves inside its kept pieces (the whole segment when it has none), the input of
+    each checkpointed piece —, plus each checkpointed piece's own round, one level down."""
+    order = list(dict.fromkeys(unit_of[n.name] for n in seg[0]))
+    pieces = seg[2] if len(seg) > 2 and seg[2] else [(seg[0], False)]
+    needed: set = set()
+    inner = 0.0
+    for piece in pieces:
+        mine = list(dict.fromkeys(unit_of[n.name] for n in piece[0]))
+        if piece[1]:
+            at = order.index(mine[0])
+            if at:
+                needed.add(order[at - 1])
+            inner += _round(piece, unit_of, units, False)
+        else:
+            needed |= {s for w in mine for s in units[w].saved_from}
+    last = max((k for k, v in enumerate(order) if v in needed), default=-1)
+    return inner + sum(units[v].fwd_time for k, v in enumerate(order) if k <= last or whole)
 
 
 def part_flat(args) -> dict:
@@ -269,7 +283,7 @@ def part_flat(args) -> dict:
     sizes = FLAT_MODELS[args.flat_model]
     model, inputs, loss_fn = ALL["gpt"](**sizes)
     og = record_ops(model, inputs, repeats=args.op_repeats)
-    flat = og.checkmate("flat", loss=True)
+    flat = og.checkmate("flat", loss=True, param_grads=True)
     base = simulate(no_recompute_plan(flat), flat)
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=args.repeats,
                    op_options={"repeats": args.repeats})
@@ -289,8 +303,8 @@ def part_flat(args) -> dict:
           f"{1e3 * obase.time:.2f} ms on the op clock", flush=True)
     for frac in args.flat_budgets:
         # the same bytes below each graph's plain peak: the graphs count the same physical
-        # step (parameter gradients, the loss's memory and measured workspaces only in the
-        # layered graph: constant offsets of the accounting, not of the plan)
+        # step (the loss's memory and measured workspaces only in the layered graph: constant
+        # offsets of the accounting, not of the plan)
         cut = int(base.peak_bytes * (1 - frac))
         fb, hb = base.peak_bytes - cut, hbase.peak_bytes - cut
         flat.budgets = {"peak": fb}

@@ -61,6 +61,35 @@ def test_record_ops_of_a_tiny_layer():
     schedlang.load(model="checkmate", graph=g).check()
 
 
+def test_the_whole_model_op_graph_holds_parameter_gradients_to_the_end():
+    """`trace --ops`'s graph counts each trainable parameter's gradient once, from the backward
+    of its last reader on (the weight through its transposed view) until the step ends; a
+    frozen parameter has none."""
+    from schedlang.planners.no_recompute import no_recompute_plan
+    from schedlang.pytorch.opgraph import PARAM_GRADS_END, record_ops
+
+    layer, x = _tiny_layer()
+    layer[0].weight.requires_grad_(False)
+    trainable = sum(p.numel() * p.element_size() for p in layer.parameters() if p.requires_grad)
+    og = record_ops(layer, (x,), repeats=1)
+    with_grads = [u for u in og.units if u.param_grad_bytes]
+    assert sum(u.param_grad_bytes for u in og.units) == trainable
+    assert [u.param_grad_bytes for u in with_grads] == [4 * 64, 4 * (64 * 16 + 16)]
+    assert all("addmm" in u.ops for u in with_grads)
+    plain = og.checkmate("mlp", loss=True)
+    g = og.checkmate("mlp", loss=True, param_grads=True)
+    assert g.nodes[-1].name == PARAM_GRADS_END
+    assert {a for a, b in g.edges if b == PARAM_GRADS_END} == {f"pg.{u.name}" for u in with_grads}
+    before, after = (simulate(no_recompute_plan(h), h) for h in (plain, g))
+    assert before.valid and after.valid
+    assert after.peak_bytes >= trainable + before.peak_bytes - max(n.size for n in plain.nodes)
+    g.budgets = {"peak": after.peak_bytes}  # the solver's plan holds them too: no recompute
+    res = schedlang.load(model="checkmate", graph=g).solve(time_limit=60)
+    assert res.status.has_solution and res.simulated.valid
+    assert res.simulated.peak_bytes <= after.peak_bytes
+    assert res.objective == pytest.approx(after.time, rel=1e-6)
+
+
 def test_trace_ops_writes_checkmate_data_that_solves_and_replays(tmp_path, capsys):
     from schedlang.pytorch.trace import main
 
@@ -73,6 +102,7 @@ def test_trace_ops_writes_checkmate_data_that_solves_and_replays(tmp_path, capsy
     assert main([f"{factory}:make", "--ops", "--repeats", "1", "-o", str(out)]) == 0
     text = out.read_text()
     assert "use checkmate" in text and "schedlang.pytorch resident_bytes" in text
+    assert text.count("node pg.") == 3  # the three Linear layers' parameter gradients
     assert "aten ops" in capsys.readouterr().out
     prob = schedlang.load(str(out), budget="90%")
     res = prob.solve(time_limit=60)

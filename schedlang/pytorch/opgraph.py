@@ -45,6 +45,10 @@ __all__ = ["OpUnit", "OpGraph", "record_ops", "run_graph"]
 
 WHERE = Loc("opgraph")
 LOSS_TIME = 1e-6
+#: the time of a parameter-gradient node (the backward node `g.<unit>` carries the measured
+#: time of both) and the name of the node that holds them all to the end of the step
+PARAM_GRAD_TIME = 1e-9
+PARAM_GRADS_END = "params.grad"
 
 
 @dataclass
@@ -60,6 +64,9 @@ class OpUnit:
     has_backward: bool = False
     saves_input: bool = False  # autograd saves a layer input or its views for it
     ops: list[str] = field(default_factory=list)  # aten op names
+    # bytes of the parameter gradients its backward creates: the parameters (with their views)
+    # whose last reader in the forward it is, so the first to run in the backward
+    param_grad_bytes: int = 0
 
 
 @dataclass
@@ -78,14 +85,16 @@ class OpGraph:
     def unit(self, name: str) -> OpUnit:
         return next(u for u in self.units if u.name == name)
 
-    def checkmate(self, name: str = "ops", loss: bool = True, prefix: str = "") -> Graph:
+    def checkmate(self, name: str = "ops", loss: bool = True, prefix: str = "",
+                  param_grads: bool = False) -> Graph:
         """The Checkmate-view graph data of the units (see the module docstring)."""
         g = Graph(name, f"{len(self.units)} units of {self.n_ops} aten ops", time_unit="s")
-        append_checkmate(g, self, prefix, loss)
+        append_checkmate(g, self, prefix, loss, param_grads)
         return g
 
 
-def append_checkmate(g: Graph, og: OpGraph, prefix: str = "", loss: bool = True) -> None:
+def append_checkmate(g: Graph, og: OpGraph, prefix: str = "", loss: bool = True,
+                     param_grads: bool = False) -> None:
     """Add the nodes and edges of `og` to `g` (names prefixed by `prefix`)."""
     def p(u: str) -> str:
         return prefix + u
@@ -102,18 +111,26 @@ def append_checkmate(g: Graph, og: OpGraph, prefix: str = "", loss: bool = True)
         g.nodes.append(Node(p("loss") if prefix else "loss", LOSS_TIME, 4))
         for o in og.output_reads:
             g.edges.append((p(o), p("loss") if prefix else "loss"))
+    held: list[str] = []
     for u in reversed(og.units):
         if u.name not in with_bwd:
             continue
         gu = p("g." + u.name)
         g.nodes.append(Node(gu, _round(u.bwd_time), int(u.grad_bytes), "backward"))
-        for s in u.saved_from:
-            g.edges.append((p(s), gu))
-        for w in readers[u.name]:
-            if w in with_bwd:
-                g.edges.append((p("g." + w), gu))
+        ins = [p(s) for s in u.saved_from]
+        ins += [p("g." + w) for w in readers[u.name] if w in with_bwd]
         if loss and u.name in og.output_reads:
-            g.edges.append((p("loss") if prefix else "loss", gu))
+            ins.append(p("loss") if prefix else "loss")
+        g.edges += [(a, gu) for a in ins]
+        if param_grads and u.param_grad_bytes:
+            # its parameter gradients: computed from what its backward reads, held to the end
+            pg = p("pg." + u.name)
+            g.nodes.append(Node(pg, PARAM_GRAD_TIME, int(u.param_grad_bytes), "backward"))
+            g.edges += [(a, pg) for a in ins]
+            held.append(pg)
+    if held:
+        g.nodes.append(Node(p(PARAM_GRADS_END), PARAM_GRAD_TIME, 0, "backward"))
+        g.edges += [(pg, p(PARAM_GRADS_END)) for pg in held]
     g.edges = list(dict.fromkeys(g.edges))
 
 
@@ -426,6 +443,26 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
     unit_of = {n: group[k] for n, k in unit_of.items()}
     owner = {p: (group[k] if k >= 0 else -1) for p, k in owner.items()}
     names = [names[ks[0]] for ks in members]
+    # each trainable parameter's gradient appears in the backward of its last reader (through
+    # views: `t(weight)` is read by the matmul)
+    view_base: dict = {}
+    for n in calls:
+        a0 = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
+        if a0 is not None and _is_view(n):
+            view_base[n] = view_base.get(a0, a0)
+    trainable = {placeholders[i]: p.numel() * p.element_size()
+                 for i, p in enumerate(params) if p.requires_grad}
+    last_reader: dict = {}
+    for n in calls:
+        if n in view_base:
+            continue
+        for a in n.all_input_nodes:
+            b = view_base.get(a, a)
+            if b in trainable:
+                last_reader[b] = max(last_reader.get(b, -1), unit_of[n.name])
+    param_grad_bytes = [0] * G
+    for b, k in last_reader.items():
+        param_grad_bytes[k] += trainable[b]
     ops_units: list[OpUnit] = []
     saved_total = 0
     counted: set = set()
@@ -457,7 +494,8 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
             min(sum(fwd[n.name][r] for n in us) for r in range(repeats)),
             min(sum(bwd[j][r] for j in ks) for r in range(repeats)),
             sum(created[j] for j in ks), reads, sv, gbytes, any(has_bwd[j] for j in ks),
-            any(p in input_ptrs for p in ksaved), [_op_name(n) for n in us]))
+            any(p in input_ptrs for p in ksaved), [_op_name(n) for n in us],
+            param_grad_bytes[k]))
     out_units: list[str] = []
     out_reads: list[str] = []
     for a in graph_outputs(gm):

@@ -421,7 +421,8 @@ def _trace_ops_main(args, model, inputs) -> int:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise SchedError(f"recording the ops of {type(model).__name__} failed: "
                          f"{type(exc).__name__}: {first}", Loc(args.factory)) from None
-    graph = og.checkmate(args.name or _graph_name(type(model).__name__), loss=True)
+    graph = og.checkmate(args.name or _graph_name(type(model).__name__), loss=True,
+                         param_grads=True)
     if args.budget:
         graph.budgets["peak"] = resolve_budget(args.budget, graph, Loc("--budget"))
     params = list(model.parameters())
