@@ -50,8 +50,11 @@ OPS_PREFIX = "ops"
 #: the budgets of the series, as fractions of what autograd saves inside the layer
 DEFAULT_FRACTIONS = (0.8, 0.7, 0.6, 0.55, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.06)
 #: the most generated options a layer gets (evenly spread along the Pareto front), so that
-#: the top-level model stays small
-MAX_OPTIONS = 6
+#: the top-level model stays small. 9, not 6: on the flat bench's 2-block GPT the top level
+#: finds plans several points cheaper at 80-60% of plain (small cuts need the options between
+#: `autograd` and the first deep cut); 12 did no better there and made the 12-block
+#: transformer's top-level solve 2.5 times as long (bench/README.md)
+MAX_OPTIONS = 9
 #: how many levels of pieces the generator cuts inside a checkpointed segment (`solve_spans`):
 #: a checkpointed piece of level d is cut again, by the same model, down to this level
 PIECE_DEPTH = 2
