@@ -187,6 +187,26 @@ def _is_view(n: fx.Node) -> bool:
                 and any(r.alias_info is not None for r in schema.returns))
 
 
+def may_alias(n: fx.Node) -> bool:
+    """Whether `n` may return memory of one of its inputs: a view, an in-place op, or a call
+    that is not an aten op (unknown: assumed so)."""
+    schema = getattr(n.target, "_schema", None)
+    if n.op != "call_function" or schema is None:
+        return True
+    return any(r.alias_info is not None for r in schema.returns)
+
+
+def _view_bases(nodes: list[fx.Node]) -> dict:
+    """Each call node of `nodes` (in graph order) -> the node owning its storage: itself, or
+    for a view (`_is_view`) the base of the node it views. A placeholder is its own base
+    (`base.get(a, a)`)."""
+    base: dict = {}
+    for n in nodes:
+        first = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
+        base[n] = base.get(first, first) if _is_view(n) and first is not None else n
+    return base
+
+
 def _nbytes(n) -> int:
     val = n.meta.get("val") if isinstance(n, fx.Node) else None
     return val.untyped_storage().nbytes() if isinstance(val, torch.Tensor) else 0
@@ -203,10 +223,7 @@ def hoist_copies(gm: fx.GraphModule) -> int:
     for _ in range(len(gm.graph.nodes)):
         nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
         pos = {n: k for k, n in enumerate(nodes)}
-        base: dict = {}
-        for n in nodes:
-            first = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
-            base[n] = base.get(first, first) if _is_view(n) and first is not None else n
+        base = _view_bases(nodes)
         readers: dict = {}
         for n in nodes:
             if not _is_view(n):
@@ -445,19 +462,15 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
     names = [names[ks[0]] for ks in members]
     # each trainable parameter's gradient appears in the backward of its last reader (through
     # views: `t(weight)` is read by the matmul)
-    view_base: dict = {}
-    for n in calls:
-        a0 = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
-        if a0 is not None and _is_view(n):
-            view_base[n] = view_base.get(a0, a0)
+    base = _view_bases(calls)
     trainable = {placeholders[i]: p.numel() * p.element_size()
                  for i, p in enumerate(params) if p.requires_grad}
     last_reader: dict = {}
     for n in calls:
-        if n in view_base:
+        if base[n] is not n:  # a view: its readers read the parameter
             continue
         for a in n.all_input_nodes:
-            b = view_base.get(a, a)
+            b = base.get(a, a)
             if b in trainable:
                 last_reader[b] = max(last_reader.get(b, -1), unit_of[n.name])
     param_grad_bytes = [0] * G

@@ -39,7 +39,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..errors import Loc, SchedError
 from .memory import MemoryTracker, storage_key
-from .opgraph import OpGraph, graph_outputs, record_ops
+from .opgraph import OpGraph, graph_outputs, may_alias, record_ops
 
 __all__ = ["SegmentedLayer", "GeneratedOption", "generate_options", "add_generated_options",
            "OPS_PREFIX", "CACHE", "DEFAULT_FRACTIONS", "normal_spans",
@@ -358,7 +358,7 @@ def _boxed_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs: 
     if empty_inputs:
         order = {n: k for k, n in enumerate(g.nodes)}
         for x in taken:
-            if not x.users or any(_aliases(u) for u in x.users):
+            if not x.users or any(may_alias(u) for u in x.users):
                 continue  # a view of it may be read later: the memory is the view's too
             last = max(x.users, key=lambda u: order[u])
             if last.op == "output":
@@ -367,14 +367,6 @@ def _boxed_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs: 
                 g.call_function(_empty, (x,))
     mod.recompile()
     return mod, used
-
-
-def _aliases(node: fx.Node) -> bool:
-    """Whether `node` (an aten call) may return a view of an input (or is not an aten op)."""
-    schema = getattr(node.target, "_schema", None)
-    if node.op != "call_function" or schema is None:
-        return True
-    return any(r.alias_info is not None for r in schema.returns)
 
 
 def _empty(t: torch.Tensor) -> None:
