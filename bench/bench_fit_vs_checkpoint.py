@@ -227,51 +227,18 @@ class Sequential(nn.Module):
 
 # --- a baseline's schedule in fit's plan space ------------------------------------------------------
 def sequential_schedule(graph, blocks: list[str], segments: int):
-    """checkpoint_sequential(`segments`) over the layers `blocks` of fit's layered graph (fx
-    front end) as a plan: the layers before and after the stack run plainly; each segment but
-    the last runs without saving (`fast_forward`) and keeps only its input; in the backward a
-    checkpointed segment runs its forward again saving (`autograd`), then its backwards. Data
-    are deleted right after their last read before they are created again; the data the loss
-    reads stay (the caller holds them). None when the graph has not these layers."""
-    from schedlang.plan import Op, Plan
+    """checkpoint_sequential(`segments`) over the layers `blocks` of fit's layered graph as a
+    plan (`planners.baselines.plan_checkpoint_groups`): the layers before and after the stack,
+    and the last segment, run plainly; every other segment is a checkpointed group. None when
+    the graph has not these layers."""
+    from schedlang.planners.baselines import plan_checkpoint_groups
 
-    names = [lay.name for lay in graph.layers]
+    names = {lay.name for lay in graph.layers}
     if not all(b in names for b in blocks):
         return None
-    first, last = names.index(blocks[0]), names.index(blocks[-1])
-    pre, post = names[:first], names[last + 1:]
     size = len(blocks) // segments
-    segs = [blocks[i * size:(i + 1) * size] for i in range(segments - 1)]
-    segs.append(blocks[(segments - 1) * size:])
-    ha = graph.layered_index()
-    if any("fast_forward" not in ha.opt_names[ha.index[f"{b}.fwd"]] for b in blocks):
-        return None
-    seq = [(f"{n}.fwd", "autograd") for n in pre]
-    for k, seg in enumerate(segs):
-        seq += [(f"{b}.fwd", "autograd" if k == len(segs) - 1 else "fast_forward") for b in seg]
-    seq += [(f"{n}.fwd", "autograd") for n in post] + [("loss", None)]
-    seq += [(f"{n}.bwd", "autograd") for n in reversed(post)]
-    for k in reversed(range(len(segs))):
-        if k < len(segs) - 1:
-            seq += [(f"{b}.fwd", "autograd") for b in segs[k]]
-        seq += [(f"{b}.bwd", "autograd") for b in reversed(segs[k])]
-    seq += [(f"{n}.bwd", "autograd") for n in reversed(pre)]
-    touched = []  # per step: (data read, data created)
-    for node, option in seq:
-        i = ha.index[node]
-        o = ha.opt_index[i].get(option, 0)
-        extra = ha.opt_uses[i][o] if ha.kind[i] == "bwd" else ()
-        touched.append((set(ha.uses[i]) | set(extra), {d for d, _ in ha.creates[i]}))
-    keep = set(ha.outputs) | {ha.data_index[d] for d in graph.loss.inputs}
-    ops = []
-    for k, (node, option) in enumerate(seq):
-        ops.append(Op("compute", node=node, option=option))
-        for d in sorted(set().union(*touched[k]) - keep):
-            later = next(("read" if d in r else "made" for r, c in touched[k + 1:]
-                          if d in r or d in c), None)
-            if later != "read":
-                ops.append(Op("delete", data=ha.data[d]))
-    return Plan(graph=graph.name, ops=ops, meta={"planner": f"checkpoint_sequential({segments})"})
+    groups = [blocks[i * size:(i + 1) * size] for i in range(segments - 1)]
+    return plan_checkpoint_groups(graph, groups, name=f"checkpoint_sequential({segments})")
 
 
 def priced(prep, plan) -> tuple[int, float]:

@@ -617,6 +617,79 @@ def plan_checkpoint_sequential(graph: Graph, budget: int | None = None) -> Plan:
     return _pick(list(seen.values())).plan
 
 
+def plan_checkpoint_groups(graph: Graph, groups: list[list[str]],
+                           options: dict[str, str] | None = None, name: str = "") -> Plan:
+    """The plan that `torch.utils.checkpoint` runs around each group of consecutive layers
+    (`groups`: lists of layer names of a layered graph; checkpoint_sequential's segments, or
+    the hook front end's grouped blocks): in the forward a group's layers run ``fast_forward``
+    (nothing saved) and only the group's input stays; in the backward, when the group's last
+    layer's backward comes, all its layers run forward again saving (the first option, or
+    `options`' choice), then their backwards in reverse; what the group's layers read from
+    outside it stays until the group's backward ends (the checkpoint holds it). Every other
+    layer runs once with its first option (or `options`' choice). Data are deleted right after
+    their last read before they are made again; what the loss reads stays (the caller holds
+    it)."""
+    options = options or {}
+    ha = graph.layered_index()
+    names = [lay.name for lay in graph.layers]
+    position = {n: k for k, n in enumerate(names)}
+    group_of: dict[str, int] = {}
+    for g, members in enumerate(groups):
+        at = [position.get(m) for m in members]
+        if None in at or at != list(range(at[0], at[0] + len(at))):
+            raise ValueError(f"group {members}: not consecutive layers of '{graph.name}'")
+        group_of.update((m, g) for m in members)
+        for m in members:
+            if FAST_FORWARD not in ha.opt_names[ha.index[f"{m}.fwd"]]:
+                raise ValueError(f"layer '{m}' has no fast_forward option to run in a group")
+
+    def option(n: str) -> str:
+        return options.get(n) or graph.layers[position[n]].options[0].name
+
+    seq = [(f"{n}.fwd", FAST_FORWARD if n in group_of else option(n)) for n in names]
+    seq.append(("loss", None))
+    for n in reversed(names):
+        g = group_of.get(n)
+        if g is not None and n == groups[g][-1]:  # the group's recomputation
+            seq += [(f"{m}.fwd", option(m)) for m in groups[g]]
+        seq.append((f"{n}.bwd", option(n)))
+    # the checkpoint holds what a group's layers read from outside it (their recomputation's
+    # inputs) until the group's backward ends, its first layer's
+    held: dict[str, set[int]] = {}
+    for members in groups:
+        made = {d for m in members for d in graph.layers[position[m]].outputs}
+        held[f"{members[0]}.bwd"] = {ha.data_index[d] for m in members
+                                     for d in graph.layers[position[m]].inputs if d not in made}
+    # a gradient several backwards add to stays from its first part on: adding is reading
+    makers: dict[str, int] = {}
+    for lay in graph.layers:
+        for d in (*lay.outputs, *lay.grad_outputs):
+            makers[d] = makers.get(d, 0) + 1
+    for d in graph.loss.outputs:
+        makers[d] = makers.get(d, 0) + 1
+    summed = {ha.data_index[d] for d, n in makers.items() if n > 1}
+    touched = []  # per step: (data read, data made)
+    for node, opt in seq:
+        i = ha.index[node]
+        o = ha.opt_index[i].get(opt, 0)
+        extra = ha.opt_uses[i][o] if ha.kind[i] == "bwd" else ()
+        made = {d for d, _ in ha.creates[i]}
+        touched.append((set(ha.uses[i]) | set(extra) | held.get(node, set()) | (made & summed),
+                        made - summed))
+    keep = set(ha.outputs) | {ha.data_index[d] for d in graph.loss.inputs}
+    ops = []
+    for k, (node, opt) in enumerate(seq):
+        ops.append(Op("compute", node=node, option=opt))
+        for d in sorted(set().union(*touched[k]) - keep):
+            later = next(("read" if d in r else "made" for r, c in touched[k + 1:]
+                          if d in r or d in c), None)
+            if later != "read":
+                ops.append(Op("delete", data=ha.data[d]))
+    return Plan(graph=graph.name, ops=ops,
+                meta={"planner": name or "checkpoint_groups",
+                      "groups": [list(m) for m in groups]})
+
+
 # --- knapsack -----------------------------------------------------------------------------------
 def knapsack_choose(groups: list[list[tuple[int, float]]], capacity: int,
                     resolution: int = 1024) -> list[int]:

@@ -156,6 +156,9 @@ class Prepared:
     plain_measured: int | None = None
     # [(graph, plan)] the plans `fit` took with this preparation (`_as_before`)
     solved: list = field(default_factory=list)
+    # the hook front end's group plans, (what they were priced for, graph, [(activation bytes
+    # needed, plan)]): `_group_plans_priced`
+    grouped: tuple | None = None
 
 
 def loss_moment(plan: Plan, graph: Graph) -> int:
@@ -916,6 +919,10 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         plan.predicted_peak = max(sim.peak_bytes,
                                   loss_moment(plan, prep.graph) + prep.loss_overhead)
         plan.predicted_time = sim.time
+        if prep.frontend == "blocks":  # a group's reruns, priced as recomputations
+            from .hooked import rerun_savings
+
+            plan.predicted_time -= rerun_savings(plan, prep.graph)
         want = None if budget is None else resolve_fit_budget(budget, prep.plain_peak)
         return FitModule(model, prep, plan, want, measure, **calib)
     want = resolve_fit_budget(budget, prep.plain_peak)
@@ -1029,7 +1036,8 @@ def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, 
     from . import distributed
 
     t0 = time.perf_counter()
-    found = solve_plan(prep.graph, activation, solver, time_limit, backend, **extra) \
+    found = _or_group_plan(prep, activation, solve_plan(prep.graph, activation, solver,
+                                                        time_limit, backend, **extra)) \
         if distributed.solves_here() else None
     found = distributed.agree_plan(found, prep.graph)  # rank 0's plan; a no-op on one process
     found = _as_before(prep, found, activation, solver)
@@ -1040,6 +1048,9 @@ def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, 
         high = prep.plain_peak - prep.resident_bytes + prep.output_bytes + 1024
         best = smallest_feasible(prep.graph, activation, high, solver, time_limit, backend,
                                  **extra)
+        grouped = min((need for need, _ in _group_plans_priced(prep)), default=None)
+        if grouped is not None and (best is None or grouped < best):
+            best = grouped
         fixed = prep.resident_bytes + margin
         smallest = "unknown" if best is None else \
             f"{format_size(best + fixed)} ({best + fixed} B)"
@@ -1051,6 +1062,52 @@ def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, 
                        f"{format_size(prep.plain_peak)}, of which "
                        f"{format_size(prep.resident_bytes)} resident)")
     return found, solve_s
+
+
+def _group_plans_priced(prep: Prepared) -> list[tuple[int, Plan]]:
+    """Hook front end: the plans with checkpointed groups of blocks (`hooked.group_plans`),
+    each with the activation budget it needs (its peak, and its loss phase with the loss
+    function's memory and the outputs the graph does not count), predicted peak and time set
+    as `solve_plan` sets them. Cached on `prep`. None with FSDP: a group's recomputation runs
+    its first blocks when their parameters may be resharded (their backward has not begun)."""
+    from . import distributed
+
+    if prep.frontend != "blocks" or prep.fsdp is not None or distributed.active():
+        return []
+    key = (id(prep.graph), prep.loss_overhead, prep.output_bytes)
+    if prep.grouped is None or prep.grouped[0] != key or prep.grouped[1] is not prep.graph:
+        from .hooked import group_plans, rerun_savings
+
+        blocks = [b.name for b in prep.partitioned.found.blocks]
+        uncounted = uncounted_outputs(prep.graph, prep.output_bytes)
+        priced = []
+        for plan in group_plans(prep.graph, blocks):
+            sim = simulate(plan, prep.graph)
+            if not sim.valid:
+                continue
+            at_loss = loss_moment(plan, prep.graph) + prep.loss_overhead
+            plan.predicted_peak = max(sim.peak_bytes, at_loss)
+            plan.predicted_time = sim.time - rerun_savings(plan, prep.graph)
+            plan.meta["status"] = "feasible"
+            priced.append((max(sim.peak_bytes, at_loss + uncounted), plan))
+        prep.grouped = (key, prep.graph, priced)
+    return prep.grouped[2]
+
+
+def _or_group_plan(prep: Prepared, activation: int, found: Plan | None) -> Plan | None:
+    """`found` (the solver's per-block plan, or None), or a faster plan with checkpointed
+    groups of blocks that meets `activation` (`_group_plans_priced`): the solver's space
+    cannot express a group (models/extensions/per_block.sched), checkpoint_sequential's
+    schedule among them."""
+    fits = [plan for need, plan in _group_plans_priced(prep) if need <= activation]
+    best = min(fits, key=lambda p: (p.predicted_time, p.predicted_peak), default=None)
+    if best is not None and (found is None or
+                             best.predicted_time < found.predicted_time * (1 - 1e-9)):
+        log.info("schedlang fit: %s (predicted %.4g s) is faster than the per-block plan (%s)",
+                 best.meta["planner"], best.predicted_time,
+                 "none found" if found is None else f"{found.predicted_time:.4g} s")
+        return best
+    return found
 
 
 def _as_before(prep: Prepared, found: Plan | None, activation: int, solver: str) -> Plan | None:

@@ -11,13 +11,21 @@ per-block wrappers, with no whole-model trace.
 * The plans are rockmate's (or offload's) restricted by `models/extensions/per_block.sched`:
   every forward runs once, with the option its backward uses (no recomputation of a layer's
   outputs, no `fast_forward`): exactly what a wrapper can do by itself.
+* Beside them, the plans with *checkpointed groups* (`group_plans`): consecutive blocks, each
+  feeding the next alone (`block_chains`), under one checkpoint, as `checkpoint_sequential`
+  runs a segment — only the group's input is kept, and the backward runs the group's forwards
+  again before its backwards (`planners.baselines.plan_checkpoint_groups`). A per-block plan
+  cannot express that (a block after the first keeps nothing, not even its input); `fit`
+  takes the fastest group plan within the budget when it is faster than the solver's plan.
 * `BlockWrappers(found)` wraps each block *in place* — the block's class is swapped for a
   subclass whose ``forward`` applies the plan's choice (as ``fully_shard`` does), so parameter
   names, ``state_dict`` keys, hooks, ``train()/eval()`` and the model's own ``forward`` with its
   keyword arguments and outputs stay as they are. Choices: ``autograd`` (plain),
   ``recompute`` (``torch.utils.checkpoint``, non-reentrant, RNG state restored),
   ``selective`` (the same with the profiler's selective policy); ``offload`` of a block's
-  saved tensors to host memory (saved-tensor hooks). A recomputed forward leaves BatchNorm
+  saved tensors to host memory (saved-tensor hooks); a group (`_Group`: torch's non-reentrant
+  checkpoint opened by the first block's call and closed by the last's). A recomputed forward
+  leaves BatchNorm
   running statistics as the first forward left them (they are updated once, as in eager).
   `unwrap()` restores the original classes.
 """
@@ -33,6 +41,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..errors import Loc, SchedError
 from ..graph import DataNode, Graph, Layer, Loss, Option
+from ..hgraph import FAST_FORWARD
 from ..plan import Plan
 from .blocks import (BlockCall, BlockError, FoundBlocks, find_blocks, own_checkpointing,
                      training_call)
@@ -247,8 +256,11 @@ def _to_graph(found: FoundBlocks, profiled, name: str) -> tuple[Graph, list[str]
             opts = [Option(o.name, _t(o.fwd_time), int(o.fwd_overhead), _t(o.bwd_time),
                            int(o.bwd_overhead), int(o.phantom), list(o.needs))
                     for o in lp.options]
+        ff = None if isinstance(x, GlueSegment) or blocks[n].fast_forward is None else \
+            Option(FAST_FORWARD, _t(blocks[n].fast_forward.fwd_time),
+                   int(blocks[n].fast_forward.fwd_overhead), 0.0, 0, 0)
         g.layers.append(Layer(n, ins(x), outs(x), [f"{d}.grad" for d in grad_in[n]], gouts,
-                              opts))
+                              opts, fast_forward=ff))
     g.loss = Loss(list(found.outputs), loss_outputs, LOSS_TIME)
     return g, glue
 
@@ -258,28 +270,152 @@ def _t(s: float) -> float:
 
 
 # --- plans -> choices ----------------------------------------------------------------------------
+#: the choice of a block in a checkpointed group: GROUP + the members' names, joined by "|"
+GROUP = "group:"
+
+
+def block_chains(graph: Graph, blocks: list[str]) -> list[list[str]]:
+    """Runs of consecutive blocks that one checkpoint can hold as a group (`_Group`): adjacent
+    layers of `graph` (the glue between them runs no op), each block's outputs read by the next
+    block alone (no glue, no later layer, not the loss, not returned)."""
+    readers: dict[str, set[str]] = {}
+    for lay in graph.layers:
+        for d in lay.inputs:
+            readers.setdefault(d, set()).add(lay.name)
+    for d in graph.loss.inputs if graph.loss is not None else ():
+        readers.setdefault(d, set()).add("loss")
+    returned = {d.name for d in graph.data if d.role == "output"}
+    is_block = set(blocks)
+    chains: list[list[str]] = []
+    prev = None
+    for lay in graph.layers:
+        if lay.name not in is_block:
+            prev = None
+            continue
+        linked = prev is not None and prev.outputs and all(
+            readers.get(d) == {lay.name} and d not in returned for d in prev.outputs) \
+            and any(d in prev.outputs for d in lay.inputs)
+        if linked:
+            chains[-1].append(lay.name)
+        else:
+            chains.append([lay.name])
+        prev = lay
+    return chains
+
+
+def group_plans(graph: Graph, blocks: list[str]):
+    """Plans with checkpointed groups of blocks (`planners.baselines.plan_checkpoint_groups`),
+    the family `checkpoint_sequential` belongs to: in each chain (`block_chains`), c groups of
+    L >= 2 consecutive blocks from its start, the blocks after them plain (the last blocks' backward
+    comes first, so keeping them costs the least); and, with several chains, the same L in
+    every chain. Per-block plans (the solver's space) cannot express a group: a group's blocks
+    after the first keep nothing, not even their input."""
+    from ..planners.baselines import plan_checkpoint_groups
+
+    chains = block_chains(graph, blocks)
+    seen: set = set()
+
+    def plan(groups, name):
+        key = tuple(map(tuple, groups))
+        if groups and key not in seen:
+            seen.add(key)
+            return plan_checkpoint_groups(graph, groups, name=name)
+        return None
+
+    for chain in chains:
+        for size in range(2, len(chain) + 1):  # a group of one: the option `recompute`
+            for count in range(1, len(chain) // size + 1):
+                p = plan([chain[k * size:(k + 1) * size] for k in range(count)],
+                         f"groups of {size} block(s) x{count} from {chain[0]}")
+                if p is not None:
+                    yield p
+    if len(chains) > 1:
+        for size in range(2, max(map(len, chains)) + 1):
+            groups = [c[k * size:(k + 1) * size] for c in chains for k in range(len(c) // size)]
+            p = plan(groups, f"groups of {size} block(s) in every chain")
+            if p is not None:
+                yield p
+
+
+def rerun_savings(plan: Plan, graph: Graph) -> float:
+    """Seconds the simulator's time for a group plan overstates: it prices a block's forward
+    run again in the backward as the block's first ``autograd`` forward, but that rerun is the
+    recomputation a ``recompute`` block runs inside its backward, which the profile measured
+    apart (its backward's time over autograd's): on the CPU a first forward writes fresh
+    memory and costs up to three times as much (bench/README.md). Priced so, a group of one
+    block costs what the option ``recompute`` costs."""
+    layers = {lay.name: lay for lay in graph.layers}
+    saved, backward = 0.0, False
+    for op in plan.ops:
+        if op.op != "compute" or not op.node:
+            continue
+        layer, _, side = op.node.rpartition(".")
+        backward = backward or op.node == "loss"
+        if backward and side == "fwd" and op.option == "autograd" and layer in layers:
+            opts = {o.name: o for o in layers[layer].options}
+            auto, rec = opts["autograd"], opts.get("recompute")
+            if rec is not None:
+                saved += max(0.0, auto.fwd_time - max(0.0, rec.bwd_time - auto.bwd_time))
+    return saved
+
+
 def plan_choices(plan: Plan, graph: Graph, blocks: list[str]) -> dict[str, str]:
     """block -> the option its forward runs with in `plan` (a per-block plan: each forward
-    once, the same option as its backward); offloaded phantoms add ``+offload``."""
+    once, the same option as its backward); offloaded phantoms add ``+offload``; a block of a
+    checkpointed group (forward ``fast_forward``, again ``autograd`` with the group's other
+    blocks right before the last one's backward, `plan_checkpoint_groups`): `GROUP` + the
+    group's blocks."""
     fwd: dict[str, list[str]] = {}
     bwd: dict[str, list[str]] = {}
     offloaded: set[str] = set()
+    rerun: list[list[str]] = []  # the runs of forwards after the loss, in order
+    backward = False
     for op in plan.ops:
-        if op.op == "compute" and op.node and op.node != "loss":
+        if op.op == "compute" and op.node == "loss":
+            backward = True
+        elif op.op == "compute" and op.node:
             layer, _, side = op.node.rpartition(".")
             (fwd if side == "fwd" else bwd).setdefault(layer, []).append(op.option or "autograd")
+            if backward and side == "fwd" and len(fwd[layer]) > 1:  # run again
+                if not rerun or rerun[-1][-1] is None:
+                    rerun.append([])
+                rerun[-1].append(layer)
+            elif backward and rerun and rerun[-1][-1] is not None:
+                rerun[-1].append(None)
+                if layer != rerun[-1][-2]:
+                    raise BlockError(f"the plan runs layers {rerun[-1][:-1]} forward again in "
+                                     f"the backward, then '{op.node}': a checkpointed group's "
+                                     "last block's backward comes right after them", WHERE)
         elif op.op == "offload" and op.layer:
             offloaded.add(op.layer)
         elif op.op == "offload" and op.data:
             raise BlockError(f"the plan offloads datum '{op.data}': per-block wrappers offload "
                              "only what a block saves (the plan is not a per-block plan)", WHERE)
+    next_block = {a: b for chain in block_chains(graph, blocks) for a, b in zip(chain, chain[1:])}
+    grouped: dict[str, str] = {}
+    for run in rerun:
+        members = [m for m in run if m is not None]
+        if any(next_block.get(a) != b for a, b in zip(members, members[1:])) \
+                or any(m not in blocks for m in members):
+            raise BlockError(f"the plan runs {members} forward again in the backward: only "
+                             "consecutive blocks, each feeding the next alone, run as a "
+                             "checkpointed group", WHERE)
+        for m in members:
+            if fwd.get(m) != [FAST_FORWARD, "autograd"] or bwd.get(m) != ["autograd"]:
+                raise BlockError(f"the plan runs block '{m}' forward {fwd.get(m)} and backward "
+                                 f"{bwd.get(m)}: a checkpointed group's block runs fast_forward, "
+                                 "then autograd and its backward", WHERE)
+            grouped[m] = GROUP + "|".join(members)
     out = {}
     for layer in [lay.name for lay in graph.layers]:
+        if layer in grouped:
+            out[layer] = grouped[layer]
+            continue
         f, b = fwd.get(layer, []), bwd.get(layer, [])
         if len(f) != 1 or (b and b != f):
             raise BlockError(f"the plan runs layer '{layer}' forward {f} and backward {b}: "
                              "per-block wrappers run each forward once, with its backward's "
-                             "option", WHERE)
+                             "option (or as part of a checkpointed group)", WHERE)
         if layer in blocks:
             out[layer] = f[0] + ("+offload" if layer in offloaded else "")
         elif f[0] != "autograd" or layer in offloaded:
@@ -304,6 +440,8 @@ class _BlockMixin:
         if state is None:
             return fwd(*args, **kwargs)
         choice, offload = state
+        if choice == "group":
+            return offload.forward(self, fwd, args, kwargs)  # `offload`: the `_Group`
         with (_offloading(self) if offload and choice == "autograd"
               else contextlib.nullcontext()):
             if choice in ("recompute", "selective"):
@@ -317,6 +455,113 @@ class _BlockMixin:
                 return checkpoint(once_stats(self, fwd), *args, use_reentrant=False,
                                   preserve_rng_state=True, **kw, **kwargs)
             return fwd(*args, **kwargs)
+
+
+class _Chained:
+    """In a group's recorded call of a block: "output `index` of the block before" (the first
+    block's call: -1, "the next of the checkpoint's inputs")."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def _tensor_leaves(out) -> list:
+    return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+
+
+class _Group:
+    """Consecutive blocks under one non-reentrant `torch.utils.checkpoint`, as
+    `checkpoint_sequential` runs a segment, though the model's own code calls each block: the
+    first block's call opens the checkpoint (its inputs are what the group keeps), the last
+    one's return closes it, and nothing the blocks between save is kept. Each later block's
+    call is recorded with the tensors that come from the block before as references to its
+    outputs, so the backward's recomputation replays the blocks in order from the group's
+    input, RNG state restored (the glue between them runs no op: `block_chains`). BatchNorm
+    running statistics are left as the first forward left them."""
+
+    def __init__(self, names: list[str], modules: list[nn.Module]):
+        self.names = names
+        self.position = {id(m): k for k, m in enumerate(modules)}
+        self.modules = modules
+        self._open = None  # (checkpoint generator, recorded calls, outputs of the last block)
+
+    def close(self) -> None:
+        """End a group a failed forward left open (its saved-tensor hooks off the stack)."""
+        if self._open is not None:
+            gen, self._open = self._open[0], None
+            gen.close()
+
+    def forward(self, module: nn.Module, fwd, args: tuple, kwargs: dict):
+        from torch.utils.checkpoint import _checkpoint_without_reentrant_generator, \
+            noop_context_fn
+
+        k = self.position[id(module)]
+        if k == 0:
+            self.close()
+            # the group's input: the first call's tensors, passed to the checkpoint as its
+            # positional inputs (it saves those, and takes their devices' RNG states)
+            flat, spec = tree_flatten((args, kwargs))
+            tensors = [x for x in flat if isinstance(x, torch.Tensor)]
+            calls: list = [(fwd, spec, [_Chained(-1) if isinstance(x, torch.Tensor) else x
+                                        for x in flat])]
+            # torch's own non-reentrant checkpoint, opened here and closed by the last block
+            # (`checkpoint` itself runs one function between the two)
+            gen = _checkpoint_without_reentrant_generator(
+                self._replay(calls), True, noop_context_fn, "default", False, True, *tensors)
+            next(gen)
+            self._open = [gen, calls, None]
+        else:
+            if self._open is None or len(self._open[1]) != k:
+                self.close()
+                raise BlockError(f"block '{self.names[k]}' ran without the blocks before it in "
+                                 f"its checkpointed group ({', '.join(self.names)}): the model "
+                                 "called its blocks in another order than the recorded run",
+                                 WHERE)
+            before = {id(t): i for i, t in enumerate(self._open[2])}
+            flat, spec = tree_flatten((args, kwargs))
+            leaves = [_Chained(before[id(x)]) if isinstance(x, torch.Tensor) and id(x) in before
+                      else x for x in flat]
+            if not any(isinstance(x, _Chained) for x in leaves):
+                self.close()
+                raise BlockError(f"block '{self.names[k]}' does not take the outputs of "
+                                 f"'{self.names[k - 1]}': they cannot run as a group", WHERE)
+            self._open[1].append((fwd, spec, leaves))
+        try:
+            out = fwd(*args, **kwargs)
+        except BaseException:
+            self.close()
+            raise
+        if k < len(self.modules) - 1:
+            self._open[2] = _tensor_leaves(out)  # until the next block takes them
+            return out
+        gen, self._open = self._open[0], None
+        try:
+            next(gen)
+        except StopIteration:
+            return out
+        raise RuntimeError("torch.utils.checkpoint's generator did not end")  # pragma: no cover
+
+    def _replay(self, calls: list):
+        modules = self.modules
+
+        def replay(*tensors):
+            with contextlib.ExitStack() as stack:
+                for m in modules:
+                    stack.enter_context(running_stats_kept(m))
+                fwd, spec, leaves = calls[0]
+                given = iter(tensors)
+                a, kw = tree_unflatten([next(given) if isinstance(x, _Chained) else x
+                                        for x in leaves], spec)
+                out = fwd(*a, **kw)
+                for fwd, spec, leaves in calls[1:]:
+                    prev = _tensor_leaves(out)
+                    a, kw = tree_unflatten([prev[x.index] if isinstance(x, _Chained) else x
+                                            for x in leaves], spec)
+                    out = fwd(*a, **kw)
+
+        return replay
 
 
 def _wrapped_class(cls: type) -> type:
@@ -432,6 +677,7 @@ class BlockWrappers:
                 cls = cls.__mro__[2]
             self._classes[name] = cls
         self._choices: dict[str, tuple | None] = {name: None for name in self.blocks}
+        self._groups: list[_Group] = []
         self._apply()
 
     def _apply(self) -> None:
@@ -443,8 +689,22 @@ class BlockWrappers:
         _OWNER[self.found.model] = self
 
     def set(self, choices: dict[str, str] | None) -> None:
+        for g in self._groups:
+            g.close()
+        self._groups = []
+        groups: dict[str, _Group] = {}
         for name in self.blocks:
             c = (choices or {}).get(name, "autograd")
+            if c.startswith(GROUP):
+                members = c[len(GROUP):].split("|")
+                if c not in groups:
+                    if any(m not in self.blocks for m in members):
+                        raise BlockError(f"block '{name}': group {members} names a module "
+                                         "that is not a block", WHERE)
+                    groups[c] = _Group(members, [self.blocks[m] for m in members])
+                    self._groups.append(groups[c])
+                self._choices[name] = ("group", groups[c])
+                continue
             base, _, extra = c.partition("+")
             kind = next((k for k in ("recompute", "selective", "autograd") if base.startswith(k)),
                         None)
@@ -476,6 +736,8 @@ class BlockWrappers:
             owner._apply()
 
     def unwrap(self) -> None:
+        for g in self._groups:
+            g.close()
         for name, m in self.blocks.items():
             m.__class__ = self._classes[name]
             m.__dict__.pop("_schedlang_choice", None)
