@@ -89,7 +89,7 @@ def test_groups_reach_below_every_per_block_plan_on_a_chain_of_small_blocks():
     model, args, kwargs, loss_fn = _plain("dropout_mlp")()
     ref = _step(model, model, args, kwargs, loss_fn)
     prep = _prepared(model, args, kwargs, loss_fn)
-    need, lowest = min(_group_plans_priced(prep), key=lambda x: x[0])
+    need = min(need for need, _ in _group_plans_priced(prep))
     budget = need + prep.resident_bytes
     fm = fit(model, args, budget, loss_fn=loss_fn, prepared=prep, sample_kwargs=kwargs)
     assert fm.plan.meta.get("groups"), fm.plan.meta  # no per-block plan meets this budget
@@ -179,3 +179,22 @@ def test_every_transformers_model_runs_its_lowest_group_plan(name):
     got, rep = _run_plan(model, args, kwargs, loss_fn, prep, plan)
     _assert_same(ref, got)
     assert rep.measured_peak_bytes <= rep.predicted_peak_bytes, plan.meta["groups"]
+
+
+def test_a_group_of_one_block_is_priced_as_the_option_recompute():
+    """A group's rerun of a block in the backward is the recomputation a `recompute` block runs
+    inside its backward: priced alike (`rerun_correction`), the two plans differ only by the
+    forwards that keep nothing (`fast_forward` against `recompute`'s forward)."""
+    from schedlang.pytorch.hooked import rerun_correction
+
+    model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)
+    prep = _prepared(model, args, kwargs, loss_fn)
+    block = _blocks(prep)[1]
+    layer = next(lay for lay in prep.graph.layers if lay.name == block)
+    group = plan_checkpoint_groups(prep.graph, [[block]])
+    recompute = plan_checkpoint_groups(prep.graph, [], options={block: "recompute"})
+    t_group = simulate(group, prep.graph).time + rerun_correction(group, prep.graph)
+    t_recompute = simulate(recompute, prep.graph).time + rerun_correction(recompute, prep.graph)
+    rec = next(o for o in layer.options if o.name == "recompute")
+    assert t_group - t_recompute == pytest.approx(layer.fast_forward.fwd_time - rec.fwd_time,
+                                                  abs=1e-12)

@@ -920,9 +920,9 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
                                   loss_moment(plan, prep.graph) + prep.loss_overhead)
         plan.predicted_time = sim.time
         if prep.frontend == "blocks":  # a group's reruns, priced as recomputations
-            from .hooked import rerun_savings
+            from .hooked import rerun_correction
 
-            plan.predicted_time -= rerun_savings(plan, prep.graph)
+            plan.predicted_time += rerun_correction(plan, prep.graph)
         want = None if budget is None else resolve_fit_budget(budget, prep.plain_peak)
         return FitModule(model, prep, plan, want, measure, **calib)
     want = resolve_fit_budget(budget, prep.plain_peak)
@@ -1074,9 +1074,9 @@ def _group_plans_priced(prep: Prepared) -> list[tuple[int, Plan]]:
 
     if prep.frontend != "blocks" or prep.fsdp is not None or distributed.active():
         return []
-    key = (id(prep.graph), prep.loss_overhead, prep.output_bytes)
+    key = (prep.loss_overhead, prep.output_bytes)
     if prep.grouped is None or prep.grouped[0] != key or prep.grouped[1] is not prep.graph:
-        from .hooked import group_plans, rerun_savings
+        from .hooked import group_plans, rerun_correction
 
         blocks = [b.name for b in prep.partitioned.found.blocks]
         uncounted = uncounted_outputs(prep.graph, prep.output_bytes)
@@ -1087,7 +1087,7 @@ def _group_plans_priced(prep: Prepared) -> list[tuple[int, Plan]]:
                 continue
             at_loss = loss_moment(plan, prep.graph) + prep.loss_overhead
             plan.predicted_peak = max(sim.peak_bytes, at_loss)
-            plan.predicted_time = sim.time - rerun_savings(plan, prep.graph)
+            plan.predicted_time = sim.time + rerun_correction(plan, prep.graph)
             plan.meta["status"] = "feasible"
             priced.append((max(sim.peak_bytes, at_loss + uncounted), plan))
         prep.grouped = (key, prep.graph, priced)

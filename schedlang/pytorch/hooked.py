@@ -25,13 +25,15 @@ per-block wrappers, with no whole-model trace.
   ``selective`` (the same with the profiler's selective policy); ``offload`` of a block's
   saved tensors to host memory (saved-tensor hooks); a group (`_Group`: torch's non-reentrant
   checkpoint opened by the first block's call and closed by the last's). A recomputed forward
-  leaves BatchNorm
-  running statistics as the first forward left them (they are updated once, as in eager).
+  leaves BatchNorm running statistics as the first forward left them (they are updated once,
+  as in eager).
   `unwrap()` restores the original classes.
 """
 from __future__ import annotations
 
 import contextlib
+import itertools
+import math
 import weakref
 from dataclasses import dataclass, field
 
@@ -303,49 +305,59 @@ def block_chains(graph: Graph, blocks: list[str]) -> list[list[str]]:
     return chains
 
 
-def group_plans(graph: Graph, blocks: list[str]):
+#: at most this many group plans are priced per model (`group_plans`; about 1 ms each)
+MAX_GROUP_PLANS = 3000
+
+
+def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
     """Plans with checkpointed groups of blocks (`planners.baselines.plan_checkpoint_groups`),
     the family `checkpoint_sequential` belongs to: in each chain (`block_chains`), c groups of
-    L >= 2 consecutive blocks from its start, the blocks after them plain (the last blocks' backward
-    comes first, so keeping them costs the least); and, with several chains, the same L in
-    every chain. Per-block plans (the solver's space) cannot express a group: a group's blocks
-    after the first keep nothing, not even their input."""
+    L >= 2 consecutive blocks from its start; the r blocks after them recompute
+    (``recompute``), the s after those keep selectively (``selective``), the rest keep all
+    (the last blocks' backward comes first, so keeping them costs the least), for every r, s
+    (on a coarser grid when there are more than `limit` plans); and, with several chains, the
+    same L in every chain, the other blocks plain. Per-block plans (the solver's space) cannot
+    express a group: a group's blocks after the first keep nothing, not even their input."""
     from ..planners.baselines import plan_checkpoint_groups
 
     chains = block_chains(graph, blocks)
-    seen: set = set()
-
-    def plan(groups, name):
-        key = tuple(map(tuple, groups))
-        if groups and key not in seen:
-            seen.add(key)
-            return plan_checkpoint_groups(graph, groups, name=name)
-        return None
-
-    for chain in chains:
-        for size in range(2, len(chain) + 1):  # a group of one: the option `recompute`
-            for count in range(1, len(chain) // size + 1):
-                p = plan([chain[k * size:(k + 1) * size] for k in range(count)],
-                         f"groups of {size} block(s) x{count} from {chain[0]}")
-                if p is not None:
-                    yield p
+    has = {lay.name: {o.name for o in lay.options} for lay in graph.layers}
+    arrangements = [(chain, size, count) for chain in chains
+                    for size in range(2, len(chain) + 1)  # a group of one: `recompute`
+                    for count in range(1, len(chain) // size + 1)]
+    total = sum((m + 1) * (m + 2) // 2 for m in (len(c) - s * n for c, s, n in arrangements))
+    stride = max(1, math.ceil(math.sqrt(total / max(1, limit))))
+    for chain, size, count in arrangements:
+        groups = [chain[k * size:(k + 1) * size] for k in range(count)]
+        rest = chain[size * count:]
+        steps = sorted({*range(0, len(rest) + 1, stride), len(rest)})
+        for r in steps:
+            for s in (x for x in steps if r + x <= len(rest)):
+                options = {b: "recompute" for b in rest[:r]}
+                options.update((b, "selective") for b in rest[r:r + s])
+                if any(o not in has[b] for b, o in options.items()):
+                    continue
+                name = f"groups of {size} block(s) x{count} from {chain[0]}"
+                if r or s:
+                    name += f", then {r} recompute, {s} selective"
+                yield plan_checkpoint_groups(graph, groups, options, name=name)
     if len(chains) > 1:
         for size in range(2, max(map(len, chains)) + 1):
             groups = [c[k * size:(k + 1) * size] for c in chains for k in range(len(c) // size)]
-            p = plan(groups, f"groups of {size} block(s) in every chain")
-            if p is not None:
-                yield p
+            if groups:
+                yield plan_checkpoint_groups(graph, groups,
+                                             name=f"groups of {size} block(s) in every chain")
 
 
-def rerun_savings(plan: Plan, graph: Graph) -> float:
-    """Seconds the simulator's time for a group plan overstates: it prices a block's forward
-    run again in the backward as the block's first ``autograd`` forward, but that rerun is the
+def rerun_correction(plan: Plan, graph: Graph) -> float:
+    """Seconds to add to the simulator's time of a group plan: it prices a block's forward run
+    again in the backward as the block's first ``autograd`` forward, but that rerun is the
     recomputation a ``recompute`` block runs inside its backward, which the profile measured
-    apart (its backward's time over autograd's): on the CPU a first forward writes fresh
-    memory and costs up to three times as much (bench/README.md). Priced so, a group of one
-    block costs what the option ``recompute`` costs."""
+    apart (that backward's time over autograd's). They differ on the CPU, where a first
+    forward writes fresh memory (bench/README.md). Priced so, a group of one block costs what
+    the option ``recompute`` costs."""
     layers = {lay.name: lay for lay in graph.layers}
-    saved, backward = 0.0, False
+    extra, backward = 0.0, False
     for op in plan.ops:
         if op.op != "compute" or not op.node:
             continue
@@ -353,10 +365,10 @@ def rerun_savings(plan: Plan, graph: Graph) -> float:
         backward = backward or op.node == "loss"
         if backward and side == "fwd" and op.option == "autograd" and layer in layers:
             opts = {o.name: o for o in layers[layer].options}
-            auto, rec = opts["autograd"], opts.get("recompute")
-            if rec is not None:
-                saved += max(0.0, auto.fwd_time - max(0.0, rec.bwd_time - auto.bwd_time))
-    return saved
+            auto, rec = opts.get("autograd"), opts.get("recompute")
+            if auto is not None and rec is not None:
+                extra += max(0.0, rec.bwd_time - auto.bwd_time) - auto.fwd_time
+    return extra
 
 
 def plan_choices(plan: Plan, graph: Graph, blocks: list[str]) -> dict[str, str]:
@@ -391,11 +403,12 @@ def plan_choices(plan: Plan, graph: Graph, blocks: list[str]) -> dict[str, str]:
         elif op.op == "offload" and op.data:
             raise BlockError(f"the plan offloads datum '{op.data}': per-block wrappers offload "
                              "only what a block saves (the plan is not a per-block plan)", WHERE)
-    next_block = {a: b for chain in block_chains(graph, blocks) for a, b in zip(chain, chain[1:])}
+    next_block = {a: b for chain in block_chains(graph, blocks)
+                  for a, b in itertools.pairwise(chain)}
     grouped: dict[str, str] = {}
     for run in rerun:
         members = [m for m in run if m is not None]
-        if any(next_block.get(a) != b for a, b in zip(members, members[1:])) \
+        if any(next_block.get(a) != b for a, b in itertools.pairwise(members)) \
                 or any(m not in blocks for m in members):
             raise BlockError(f"the plan runs {members} forward again in the backward: only "
                              "consecutive blocks, each feeding the next alone, run as a "
