@@ -198,3 +198,44 @@ def test_a_group_of_one_block_is_priced_as_the_option_recompute():
     rec = next(o for o in layer.options if o.name == "recompute")
     assert t_group - t_recompute == pytest.approx(layer.fast_forward.fwd_time - rec.fwd_time,
                                                   abs=1e-12)
+
+
+class _Shortcut(nn.Module):
+    """A stack whose forward may stop early (`depth`): another path than the recorded run."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(32, 32), nn.Tanh(),
+                                                  nn.Linear(32, 32), nn.Tanh())
+                                    for _ in range(4))
+        self.depth = None
+
+    def forward(self, x):
+        for layer in self.layers[:self.depth]:
+            x = layer(x)
+        return x
+
+
+def test_a_forward_that_skips_part_of_a_group_is_an_error_and_leaves_autograd_clean():
+    torch.manual_seed(0)
+    model = _Shortcut()
+    x = torch.randn(64, 32)
+
+    def loss_fn(out):
+        return out.pow(2).mean()
+
+    ref = _step(model, model, (x,), {}, loss_fn)
+    prep = _prepared(model, (x,), {}, loss_fn)
+    blocks = _blocks(prep)
+    plan = plan_checkpoint_groups(prep.graph, [blocks[:3]])
+    fm = fit(model, (x,), None, loss_fn=loss_fn, prepared=prep, plan=plan)
+    model.depth = 2
+    with pytest.raises(BlockError, match=f"without calling block '{blocks[2]}'"):
+        fm(x)
+    # the group's checkpoint is closed: no saved-tensor hooks left on autograd's stack, and
+    # the next fitted step is eager PyTorch's
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    model.depth = None
+    _assert_same(ref, _step(fm, model, (x,), {}, loss_fn))
+    fm.unwrap()
+    _assert_same(ref, _step(model, model, (x,), {}, loss_fn))

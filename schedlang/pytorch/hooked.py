@@ -691,7 +691,28 @@ class BlockWrappers:
             self._classes[name] = cls
         self._choices: dict[str, tuple | None] = {name: None for name in self.blocks}
         self._groups: list[_Group] = []
+        # a forward that skips a group's last blocks must not leave its checkpoint open (a
+        # function, not a bound method: a deepcopy of the model must not copy these wrappers)
+        me = weakref.ref(self)
+
+        def groups_closed(module, args, output):
+            wrappers = me()
+            if wrappers is not None:
+                wrappers._groups_closed(output)
+
+        self._end_hook = found.model.register_forward_hook(groups_closed, always_call=True)
         self._apply()
+
+    def _groups_closed(self, output) -> None:
+        left = [(g, g.names[len(g._open[1])]) for g in self._groups if g._open is not None]
+        for g, _ in left:
+            g.close()
+        if left and output is not None:  # (None: the forward raised; its error stands)
+            g, missing = left[0]
+            raise BlockError(f"the model's forward ended without calling block '{missing}' of "
+                             f"its checkpointed group ({', '.join(g.names)}): the model took "
+                             "another path than the recorded run; fit it again on inputs "
+                             "that take this path", WHERE)
 
     def _apply(self) -> None:
         for m in self.own_checkpointing:
@@ -751,6 +772,7 @@ class BlockWrappers:
     def unwrap(self) -> None:
         for g in self._groups:
             g.close()
+        self._end_hook.remove()
         for name, m in self.blocks.items():
             m.__class__ = self._classes[name]
             m.__dict__.pop("_schedlang_choice", None)
