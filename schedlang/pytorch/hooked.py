@@ -318,8 +318,12 @@ def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
     (on a coarser grid when there are more than `limit` plans); and, with several chains, the
     same L in every chain, the other blocks plain. Per-block plans (the solver's space) cannot
     express a group: a group's blocks after the first keep nothing, not even their input."""
+    from torch.utils import checkpoint as torch_checkpoint
+
     from ..planners.baselines import plan_checkpoint_groups
 
+    if not hasattr(torch_checkpoint, "_checkpoint_without_reentrant_generator"):
+        return  # a torch without the checkpoint `_Group` opens across calls: no group plans
     chains = block_chains(graph, blocks)
     has = {lay.name: {o.name for o in lay.options} for lay in graph.layers}
     arrangements = [(chain, size, count) for chain in chains
