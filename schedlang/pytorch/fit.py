@@ -1048,17 +1048,18 @@ def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, 
         high = prep.plain_peak - prep.resident_bytes + prep.output_bytes + 1024
         best = smallest_feasible(prep.graph, activation, high, solver, time_limit, backend,
                                  **extra)
+        how = f"bisection with the solver {solver}"
         grouped = min((need for need, _ in _group_plans_priced(prep)), default=None)
         if grouped is not None and (best is None or grouped < best):
-            best = grouped
+            best, how = grouped, "a plan with checkpointed groups of blocks"
         fixed = prep.resident_bytes + margin
         smallest = "unknown" if best is None else \
             f"{format_size(best + fixed)} ({best + fixed} B)"
         gen = (f", with {prep.generated['options']} generated layer options"
                if prep.generated else "")
         raise FitError(f"no plan fits the budget {format_size(want)} ({want} B){why}: the "
-                       f"smallest feasible budget found is {smallest} (bisection with the "
-                       f"solver {solver}{gen}; plain execution needs "
+                       f"smallest feasible budget found is {smallest} ({how}{gen}; plain "
+                       f"execution needs "
                        f"{format_size(prep.plain_peak)}, of which "
                        f"{format_size(prep.resident_bytes)} resident)")
     return found, solve_s
