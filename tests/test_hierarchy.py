@@ -371,16 +371,9 @@ def test_a_nested_option_gives_eager_gradients():
     spans = [(names[0], names[half - 1], True), (names[half], names[-1], False)]
     run = SegmentedLayer(og, layer, _segments(og, spans), nested=True)
 
-    def grads(fn):
-        torch.manual_seed(1)
-        xi = x.clone().requires_grad_(True)
-        layer.zero_grad()
-        out = fn(xi)
-        out = out[0] if isinstance(out, (tuple, list)) else out
-        out.pow(2).sum().backward()
-        return [out.detach(), xi.grad] + [p.grad.clone() for p in layer.parameters()]
+    from .test_option_pieces import _grads
 
-    for want, got in zip(grads(layer), grads(run)):
+    for want, got in zip(_grads(layer, x, layer, 1), _grads(layer, x, run, 1)):
         torch.testing.assert_close(got, want)
 
 
