@@ -2,7 +2,7 @@
 torch.utils.checkpoint, checkpoint_sequential; at equal or lower measured peak.
 
     python bench/bench_fit_vs_checkpoint.py [--models gpt unet gpt2 gpt2-hf]
-        [--budgets 90 75 60 50 40] [--steps 7] [--warmup 2] [--threads 1] [--repeats 3]
+        [--budgets 90 75 60 50 40] [--steps 31] [--warmup 2] [--threads 1] [--repeats 3]
         [--retime] [--json OUT]
 
 Models: the GPT-like transformer with dropout and the U-Net-like CNN with skip connections of
@@ -488,7 +488,8 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--budgets", nargs="+", type=float, default=[90, 75, 60, 50, 40],
                     help="percent of plain execution's predicted peak")
-    ap.add_argument("--steps", type=int, default=7, help="timed steps per method (median)")
+    ap.add_argument("--steps", type=int, default=31, help="timed steps per method (median; "
+                    "ratios near 1 need this many)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps per method first")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     ap.add_argument("--repeats", type=int, default=3, help="profiling runs per layer")
