@@ -305,8 +305,9 @@ def block_chains(graph: Graph, blocks: list[str]) -> list[list[str]]:
     return chains
 
 
-#: at most this many group plans are priced per model (`group_plans`; about 1 ms each)
-MAX_GROUP_PLANS = 3000
+#: about this many group plans at most are priced per model (`group_plans`: 1–3 ms each;
+#: a 48-block GPT-2 prices about 1,600 in 4 s)
+MAX_GROUP_PLANS = 1000
 
 
 def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
