@@ -21,7 +21,8 @@
   is the step's measured peak. Times: `time.perf_counter` around each op on CPU (the CPU
   tracker's dispatch mode slows every kernel: the times are relative), CUDA events on the
   compute stream and on the transfer channel's side stream on CUDA. Plain execution (no plan)
-  runs the module as it is: only the step's peak is measured, not per op.
+  and the hook front end (the model's own forward, its blocks wrapped) run the module as it
+  is: only the step's peak is measured, not per op.
 
 `Timeline.plot(path)` draws both series over the ops with the budget as a line (matplotlib,
 PNG); `Timeline.chrome_trace()` / `write_trace(path)` give a Chrome/Perfetto trace
@@ -210,7 +211,7 @@ class Timeline:
                     f"), peak {format_size(max(self.measured_peak))}", zorder=4)
         elif self.measured_step_peak is not None:
             ax.axhline(self.measured_step_peak / scale, color="tab:orange", linestyle="--",
-                       linewidth=1.2, label="measured step peak (plain execution, not per op) "
+                       linewidth=1.2, label="measured step peak (the model's own forward ran: not per op) "
                        f"{format_size(self.measured_step_peak)}")
         if self.budget_bytes is not None:
             ax.axhline(self.budget_bytes / scale, color="tab:red", linewidth=1.4,
