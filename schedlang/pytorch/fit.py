@@ -838,7 +838,8 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     `frontend`: how the model is cut into layers (`prepare`): ``"auto"`` (default: torch.fx
     when the model traces and takes positional tensors, else the hook front end),
     ``"fx"``, or ``"blocks"`` (no trace: the model's blocks are wrapped in place and its own
-    forward runs). `fit` then runs one probe step on the samples (`probe`: default with the
+    forward runs; each block keeps, recomputes or keeps selectively, or consecutive blocks
+    run as one checkpointed group, as `checkpoint_sequential` runs a segment). `fit` then runs one probe step on the samples (`probe`: default with the
     hook front end and with plans that run generated options, ``probe=True`` for every fx
     plan; gradients, buffers and RNG state restored afterwards) and, if it measures over the
     budget,
