@@ -8,8 +8,9 @@
 (`schedlang.pytorch.trace`, run by `schedlang.pytorch.runtime`) or, with no trace, from its
 blocks found by hooks on one run (`schedlang.pytorch.blocks`, run by the in-place wrappers of
 `schedlang.pytorch.hooked`; `frontend=`, see `prepare`) —, solves `models/rockmate.sched` on the
-layered graph data at the budget, and returns a `FitModule` whose parameters are the original
-module's and whose forward/backward execute the plan.
+layered graph data at the budget (with the hook front end, a plan with checkpointed groups of
+blocks is taken instead where faster: `hooked.group_plans`), and returns a `FitModule` whose
+parameters are the original module's and whose forward/backward execute the plan.
 
 The budget is the peak of all tensor memory on the compute device during a training step
 (parameters, gradients, activations, temporaries, and the loss computed on the outputs: what
@@ -31,7 +32,7 @@ front end, `op_options="auto"`, the default) generate more options for each laye
 solves (`schedlang.pytorch.options`: segments recomputed in rounds, whose backward frees
 inside the node) and plan once more, and says so in the log and in `memory_report()`; a budget
 it still cannot meet raises `FitError` with the smallest feasible budget found by bisection
-with the solver (with the generated options, when they were tried).
+with the solver (with the generated options, when they were tried), or by a group plan.
 """
 from __future__ import annotations
 
