@@ -457,9 +457,10 @@ class _BlockMixin:
         args, kwargs, _ = training_call(args, kwargs)  # as recorded and profiled
         if state is None:
             return fwd(*args, **kwargs)
-        choice, offload = state
+        choice, extra = state  # extra: offload (a bool), or the block's `_Group`
         if choice == "group":
-            return offload.forward(self, fwd, args, kwargs)  # `offload`: the `_Group`
+            return extra.forward(self, fwd, args, kwargs)
+        offload = extra
         with (_offloading(self) if offload and choice == "autograd"
               else contextlib.nullcontext()):
             if choice in ("recompute", "selective"):
