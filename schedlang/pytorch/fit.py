@@ -840,11 +840,11 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     when the model traces and takes positional tensors, else the hook front end),
     ``"fx"``, or ``"blocks"`` (no trace: the model's blocks are wrapped in place and its own
     forward runs; each block keeps, recomputes or keeps selectively, or consecutive blocks
-    run as one checkpointed group, as `checkpoint_sequential` runs a segment). `fit` then runs one probe step on the samples (`probe`: default with the
-    hook front end and with plans that run generated options, ``probe=True`` for every fx
-    plan; gradients, buffers and RNG state restored afterwards) and, if it measures over the
-    budget,
-    plans again with the excess over the prediction as a margin until the measured peak is
+    run as one checkpointed group, as `checkpoint_sequential` runs a segment). `fit` then
+    runs one probe step on the samples (`probe`: default with the hook front end and with
+    plans that run generated options, ``probe=True`` for every fx plan; gradients, buffers
+    and RNG state restored afterwards) and, if it measures over the budget, plans again with
+    the excess over the prediction as a margin until the measured peak is
     within the budget (a step measured above the prediction but within the budget raises the
     prediction to it). `fallback`: when the model cannot
     be planned (no blocks found, a block that fails under a wrapper, a failed trace), return

@@ -385,7 +385,8 @@ def plan_choices(plan: Plan, graph: Graph, blocks: list[str]) -> dict[str, str]:
     fwd: dict[str, list[str]] = {}
     bwd: dict[str, list[str]] = {}
     offloaded: set[str] = set()
-    rerun: list[list[str]] = []  # the runs of forwards after the loss, in order
+    reruns: list[list[str]] = []  # the runs of forwards run again after the loss, in order
+    pending: list[str] = []  # the current run
     backward = False
     for op in plan.ops:
         if op.op == "compute" and op.node == "loss":
@@ -394,15 +395,14 @@ def plan_choices(plan: Plan, graph: Graph, blocks: list[str]) -> dict[str, str]:
             layer, _, side = op.node.rpartition(".")
             (fwd if side == "fwd" else bwd).setdefault(layer, []).append(op.option or "autograd")
             if backward and side == "fwd" and len(fwd[layer]) > 1:  # run again
-                if not rerun or rerun[-1][-1] is None:
-                    rerun.append([])
-                rerun[-1].append(layer)
-            elif backward and rerun and rerun[-1][-1] is not None:
-                rerun[-1].append(None)
-                if layer != rerun[-1][-2]:
-                    raise BlockError(f"the plan runs layers {rerun[-1][:-1]} forward again in "
-                                     f"the backward, then '{op.node}': a checkpointed group's "
+                pending.append(layer)
+            elif pending:
+                if layer != pending[-1]:
+                    raise BlockError(f"the plan runs layers {pending} forward again in the "
+                                     f"backward, then '{op.node}': a checkpointed group's "
                                      "last block's backward comes right after them", WHERE)
+                reruns.append(pending)
+                pending = []
         elif op.op == "offload" and op.layer:
             offloaded.add(op.layer)
         elif op.op == "offload" and op.data:
@@ -411,8 +411,7 @@ def plan_choices(plan: Plan, graph: Graph, blocks: list[str]) -> dict[str, str]:
     next_block = {a: b for chain in block_chains(graph, blocks)
                   for a, b in itertools.pairwise(chain)}
     grouped: dict[str, str] = {}
-    for run in rerun:
-        members = [m for m in run if m is not None]
+    for members in reruns + ([pending] if pending else []):
         if any(next_block.get(a) != b for a, b in itertools.pairwise(members)) \
                 or any(m not in blocks for m in members):
             raise BlockError(f"the plan runs {members} forward again in the backward: only "
@@ -490,6 +489,15 @@ def _tensor_leaves(out) -> list:
     return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
 
 
+@dataclass
+class _OpenGroup:
+    """A group between its first block's call and its last block's return."""
+
+    checkpoint: object  # torch's checkpoint generator, suspended inside its saved-tensor hooks
+    calls: list  # per block called so far: (forward, argument spec, leaves)
+    last_outputs: list = field(default_factory=list)  # the tensors the last block returned
+
+
 class _Group:
     """Consecutive blocks under one non-reentrant `torch.utils.checkpoint`, as
     `checkpoint_sequential` runs a segment, though the model's own code calls each block: the
@@ -504,12 +512,12 @@ class _Group:
         self.names = names
         self.position = {id(m): k for k, m in enumerate(modules)}
         self.modules = modules
-        self._open = None  # (checkpoint generator, recorded calls, outputs of the last block)
+        self._open: _OpenGroup | None = None
 
     def close(self) -> None:
         """End a group a failed forward left open (its saved-tensor hooks off the stack)."""
         if self._open is not None:
-            gen, self._open = self._open[0], None
+            gen, self._open = self._open.checkpoint, None
             gen.close()
 
     def forward(self, module: nn.Module, fwd, args: tuple, kwargs: dict):
@@ -530,15 +538,15 @@ class _Group:
             gen = _checkpoint_without_reentrant_generator(
                 self._replay(calls), True, noop_context_fn, "default", False, True, *tensors)
             next(gen)
-            self._open = [gen, calls, None]
+            self._open = _OpenGroup(gen, calls)
         else:
-            if self._open is None or len(self._open[1]) != k:
+            if self._open is None or len(self._open.calls) != k:
                 self.close()
                 raise BlockError(f"block '{self.names[k]}' ran without the blocks before it in "
                                  f"its checkpointed group ({', '.join(self.names)}): the model "
                                  "called its blocks in another order than the recorded run",
                                  WHERE)
-            before = {id(t): i for i, t in enumerate(self._open[2])}
+            before = {id(t): i for i, t in enumerate(self._open.last_outputs)}
             flat, spec = tree_flatten((args, kwargs))
             leaves = [_Chained(before[id(x)]) if isinstance(x, torch.Tensor) and id(x) in before
                       else x for x in flat]
@@ -546,16 +554,16 @@ class _Group:
                 self.close()
                 raise BlockError(f"block '{self.names[k]}' does not take the outputs of "
                                  f"'{self.names[k - 1]}': they cannot run as a group", WHERE)
-            self._open[1].append((fwd, spec, leaves))
+            self._open.calls.append((fwd, spec, leaves))
         try:
             out = fwd(*args, **kwargs)
         except BaseException:
             self.close()
             raise
         if k < len(self.modules) - 1:
-            self._open[2] = _tensor_leaves(out)  # until the next block takes them
+            self._open.last_outputs = _tensor_leaves(out)  # until the next block takes them
             return out
-        gen, self._open = self._open[0], None
+        gen, self._open = self._open.checkpoint, None
         try:
             next(gen)
         except StopIteration:
@@ -710,7 +718,7 @@ class BlockWrappers:
         self._apply()
 
     def _groups_closed(self, output) -> None:
-        left = [(g, g.names[len(g._open[1])]) for g in self._groups if g._open is not None]
+        left = [(g, g.names[len(g._open.calls)]) for g in self._groups if g._open is not None]
         for g, _ in left:
             g.close()
         if left and output is not None:  # (None: the forward raised; its error stands)

@@ -211,8 +211,8 @@ class Timeline:
                     f"), peak {format_size(max(self.measured_peak))}", zorder=4)
         elif self.measured_step_peak is not None:
             ax.axhline(self.measured_step_peak / scale, color="tab:orange", linestyle="--",
-                       linewidth=1.2, label="measured step peak (the model's own forward ran: not per op) "
-                       f"{format_size(self.measured_step_peak)}")
+                       linewidth=1.2, label="measured step peak (the model's own forward "
+                       f"ran: not per op) {format_size(self.measured_step_peak)}")
         if self.budget_bytes is not None:
             ax.axhline(self.budget_bytes / scale, color="tab:red", linewidth=1.4,
                        label=f"budget {format_size(self.budget_bytes)}", zorder=2)
