@@ -20,6 +20,7 @@ EXPECTED = {  # file stem -> (nodes, edges, backward nodes)
     "resnet50_train": (353, 751, 177),
     "vgg16_test": (22, 21, 0),
     "random_layered_n100": (100, 236, 0),
+    "random_layered_n1000": (1000, 5875, 0),
 }
 
 
