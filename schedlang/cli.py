@@ -8,12 +8,12 @@ invalid plan for `simulate`), 4 no solution within the limit, 5 solver unavailab
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
-from .errors import SchedError
+from . import output
+from .errors import Loc, SchedError
 from .solution import EXIT_CODES
 
 
@@ -37,9 +37,22 @@ def _max_elements_argument(p) -> None:
                    f"it) gets more than N elements (default {DEFAULT_MAX_ELEMENTS:,})")
 
 
+class UsageError(SchedError):
+    """Arguments argparse refuses (an unknown flag, a missing one, a bad number)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose errors are raised (`UsageError`, exit 2) rather than exiting, so that
+    `main` reports them as every other error (one JSON object with --json)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        raise UsageError(message, Loc(self.prog))
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="schedlang", description="Declarative memory scheduling for "
-                                 "neural-network training.")
+    ap = _Parser(prog="schedlang", description="Declarative memory scheduling for "
+                 "neural-network training.")
     sub = ap.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("check", help="parse and check .sched files (and instantiate them on "
@@ -76,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="one JSON object on stdout")
     s.add_argument("--verbose", action="store_true", help="show the solver's log")
     s.add_argument("--quiet", action="store_true",
-                   help="no live progress line (incumbent, bound, gap) on stderr")
+                   help="no progress on stderr (the solver's incumbent, bound and gap)")
     _max_elements_argument(s)
 
     m = sub.add_parser("simulate", help="replay a plan on its graph")
@@ -173,18 +186,49 @@ def _process_start() -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code. Errors are printed located on stderr (and, with
+    --json, as one JSON object on stdout: `schedlang.output`)."""
+    from . import progress
+
     _STARTED[:] = [_process_start()] if argv is None else []
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    output.reset()
+    wants_json = "--json" in argv
     try:
-        return {"check": cmd_check, "solve": cmd_solve, "simulate": cmd_simulate,
-                "import": cmd_import, "sweep": cmd_sweep,
-                "plan": cmd_plan, "trace": cmd_trace, "run": cmd_run}[args.command](args)
+        args = _parser().parse_args(argv)
+        wants_json = bool(getattr(args, "json", False))
+        with progress.session(_progress_mode(args)):
+            return {"check": cmd_check, "solve": cmd_solve, "simulate": cmd_simulate,
+                    "import": cmd_import, "sweep": cmd_sweep,
+                    "plan": cmd_plan, "trace": cmd_trace, "run": cmd_run}[args.command](args)
     except SchedError as e:
         print(str(e), file=sys.stderr)
+        if wants_json:
+            output.print_error(e, e.exit_code)
         return e.exit_code
     except KeyboardInterrupt:
         print("schedlang: interrupted", file=sys.stderr)
+        if wants_json:
+            output.print_error(SchedError("interrupted", Loc("schedlang")), 130)
         return 130
+    except Exception as e:  # a bug: its traceback on stderr, and still one JSON object
+        if not wants_json:
+            raise
+        import traceback
+
+        traceback.print_exc()
+        output.print_error(e, 1)
+        return 1
+
+
+def _progress_mode(args) -> str:
+    """The progress display of a command (`schedlang.progress`): off with --quiet, with
+    --verbose (the solver's own log) and for sweep (its own line per budget), else auto
+    (a live line on a terminal, plain lines otherwise; $SCHEDLANG_PROGRESS)."""
+    if getattr(args, "quiet", False) or getattr(args, "verbose", False) \
+            or args.command == "sweep":
+        return "off"
+    return "auto"
 
 
 def cmd_trace(args) -> int:
@@ -227,22 +271,22 @@ def cmd_check(args) -> int:
 
 def cmd_solve(args) -> int:
     from .problem import load
+    from .solvers import resolve
 
+    resolve(args.solver, args.backend)  # an unknown or missing solver: before any work
     prob = load(args.file, model=args.model, budget=args.budget, max_elements=args.max_elements)
     prob.check()
     _print_warnings(prob.program)
     prob.lower()
-    with _progress_line(args) as progress:
-        result = prob.solve(backend=args.backend, solver=args.solver,
-                            time_limit=args.time_limit, gap=args.gap, threads=args.threads,
-                            presolve=not args.no_presolve, warm_start=args.warm_start,
-                            verbose=args.verbose, progress=progress,
-                            since=min([prob.started, *_STARTED]))
+    result = prob.solve(backend=args.backend, solver=args.solver,
+                        time_limit=args.time_limit, gap=args.gap, threads=args.threads,
+                        presolve=not args.no_presolve, warm_start=args.warm_start,
+                        verbose=args.verbose, since=min([prob.started, *_STARTED]))
     if args.plan_out and result.plan is not None:
         result.plan.save(args.plan_out)
         result.plan_path = args.plan_out
     if args.json:
-        print(json.dumps(result.to_json()))
+        output.print_json(result.to_json())
     else:
         _print_result(prob, result)
     code = EXIT_CODES[result.status]
@@ -257,18 +301,6 @@ def _print_warnings(program) -> None:
     """The checker's lint findings (path:line:col: warning: ...), on stderr."""
     for w in program.warnings:
         print(str(w), file=sys.stderr)
-
-
-def _progress_line(args):
-    """The live progress line of a long solve (`schedlang.solvers.progress`): on a terminal,
-    unless --quiet or --verbose (the solver's own log); stdout (--json) is not touched."""
-    import contextlib
-
-    from .solvers.progress import LiveLine
-
-    if args.quiet or args.verbose or not sys.stderr.isatty():
-        return contextlib.nullcontext(None)
-    return LiveLine()
 
 
 def _print_result(prob, r) -> None:
@@ -355,7 +387,7 @@ def cmd_simulate(args) -> int:
         out = res.to_json()
         if alloc is not None:
             out["allocator"] = alloc
-        print(json.dumps(out))
+        output.print_json(out)
     else:
         from .units import format_size
 
@@ -392,6 +424,9 @@ def cmd_sweep(args) -> int:
     from .errors import Loc
     from .sweep import PointLog, check_plot_target, prepare
 
+    from .solvers import resolve
+
+    resolve(args.solver, args.backend)  # an unknown or missing solver: before any work
     if args.resume and not args.out:
         raise SchedError("--resume needs --out FILE.jsonl (the points to resume from)",
                          Loc("--resume"))
@@ -470,10 +505,10 @@ def _sweep(args, files, problems, log) -> int:
             return 5
     if args.json:
         if len(files) == 1:
-            print(json.dumps([p.to_json() for p in curves[args.file]]))
+            output.print_json([p.to_json() for p in curves[args.file]])
         else:
-            print(json.dumps({"curves": [{"file": f, "points": [p.to_json() for p in pts]}
-                                         for f, pts in curves.items()]}))
+            output.print_json({"curves": [{"file": f, "points": [p.to_json() for p in pts]}
+                                          for f, pts in curves.items()]})
     elif len(files) > 1:
         print(f"total     {len(files)} sweeps in {time.perf_counter() - t0:.2f} s")
     if args.plot:
@@ -543,7 +578,7 @@ def cmd_plan(args) -> int:
         rows = [{"name": p.name, "views": list(p.views), "description": p.description}
                 for p in table.values()]
         if args.json:
-            print(json.dumps(rows))
+            output.print_json(rows)
         else:
             width = max(len(r["name"]) for r in rows)
             vwidth = max(len(", ".join(r["views"])) for r in rows)
@@ -566,7 +601,7 @@ def cmd_plan(args) -> int:
         report.plan.save(args.plan_out)
         report.plan_path = args.plan_out
     if args.json:
-        print(json.dumps(report.to_json(), default=str))
+        output.print_json(report.to_json(), default=str)
     else:
         _print_plan(report)
     if not report.simulated.valid:

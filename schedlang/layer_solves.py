@@ -90,14 +90,22 @@ def solve_series(graph, series: list[list[dict]], model: str, solver: str = "hig
     flat = [series[i][j] for j, i in order]
     position = {(i, j): k for k, (j, i) in enumerate(order)}
 
+    from . import progress
+
+    solved = [0]
+
     def series_end(k, budgets, spans):
+        solved[0] += 1
+        progress.step(solved[0], f"{'a' if spans is not None else 'no'} solution",
+                      total=len(flat))
         if spans is not None:
             return ()
         j, i = order[k]
         return [position[i, m] for m in range(j + 1, len(series[i]))]
 
-    done = run_jobs(solve_segments, flat, args=args, jobs=jobs, ray=ray, on_result=series_end,
-                    preload=("schedlang.backends.pyomo_backend",))
+    with progress.phase("budgets solved", len(flat)):
+        done = run_jobs(solve_segments, flat, args=args, jobs=jobs, ray=ray,
+                        on_result=series_end, preload=("schedlang.backends.pyomo_backend",))
     results = iter(done[position[i, j]] for i, budgets in enumerate(series)
                    for j in range(len(budgets)))
     for budgets in series:

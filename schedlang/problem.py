@@ -176,7 +176,8 @@ class Problem:
         encoded in the model's variables (`decoders.encode`). Only a start that satisfies the
         model is passed to the solver; otherwise the solve runs cold, and `Result.warm_start`
         and `Result.message` say why. `progress`: called with a
-        `schedlang.solvers.progress.Progress` while the solver runs, where it reports one.
+        `schedlang.solvers.progress.Progress` while the solver runs, where it reports one
+        (default: into the active `schedlang.progress` session, if any).
 
         `time_limit` bounds the whole call, from `since` (a `time.monotonic()` instant; by
         default this call's start; the CLI passes `started`, so that parsing and lowering
@@ -207,10 +208,15 @@ class Problem:
                 if at_bound(self, ws):  # optimal among all plans: no solver run
                     return outside_result(self, ir, ws, {**self.timings, "warm_start": ws_time},
                                           backend, solver, "it meets the bound: no solver run")
+        from . import progress as reporting
+
         args = dict(backend=backend, solver=solver, time_limit=time_limit, gap=gap,
-                    threads=threads, presolve=presolve, verbose=verbose, progress=progress,
-                    deadline=deadline)
-        sol = solve_ir(ir, warm_start=x0, **args)
+                    threads=threads, presolve=presolve, verbose=verbose,
+                    progress=reporting.solver_callback(progress), deadline=deadline)
+        with reporting.phase("solving"):  # the solver's incumbent and bound, where it has them
+            reporting.step(None, f"{solver}, {ir.size_summary().get('variables', '?')} "
+                                 "variables")
+            sol = solve_ir(ir, warm_start=x0, **args)
         if ws is not None and ws.passed:
             ignored = sol.warm_start_ignored
             ws.accepted = (supports_warm_start(sol.solver, sol.backend) and not ignored

@@ -6,7 +6,14 @@ graphs of both views), `bruteforce*` (exhaustive oracles), `irmodels`, `torch_mo
 plans and texts are under `data/` (see tests/README.md)."""
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Progress lines (schedlang.progress) appear once a command has run a second: on a loaded
+# machine a test's stderr would depend on timing. Off for the suite (and the commands it
+# starts); tests/test_progress.py drives the display with a fake clock.
+os.environ.setdefault("SCHEDLANG_PROGRESS", "off")
 
 
 def _cuda_available() -> bool:

@@ -131,11 +131,12 @@ def test_wheel_ships_grammar_and_models(tmp_path):
     (["--threads", "x"], "'x' is not a number"),
 ])
 def test_bad_options_exit_2_with_the_flag_named(capsys, argv, needle):
-    with pytest.raises(SystemExit) as exc:
-        main(["solve", CHAIN, *argv])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert needle in err and argv[0] in err
+    assert main(["solve", CHAIN, *argv]) == 2
+    captured = capsys.readouterr()
+    assert needle in captured.err and argv[0] in captured.err and captured.out == ""
+    assert main(["solve", CHAIN, *argv, "--json"]) == 2  # --json: one object on stdout
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["status"] == "error" and obj["exit_code"] == 2 and needle in obj["message"]
 
 
 def test_model_without_graph_data_says_so(capsys):

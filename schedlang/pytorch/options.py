@@ -914,8 +914,11 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
     if cache_key is not None and cache_key in CACHE:
         og, spans_list, measures = CACHE[cache_key]
     else:
-        og = record_ops(module, values, requires, repeats=repeats)
+        from .. import progress
         from ..layer_solves import cache_path, read_cached, write_cached
+
+        with progress.phase("recording ops"):
+            og = record_ops(module, values, requires, repeats=repeats)
 
         disk = None if key is None else cache_path(key, model, (tuple(fractions), PIECE_DEPTH),
                                                    solver, cache_dir)
@@ -925,7 +928,7 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
             write_cached(disk, spans_list)
         measures = []
         params = list(module.parameters()) if hasattr(module, "parameters") else []
-        for spans in spans_list:
+        for spans in progress.counted("measuring solutions", spans_list):
             if len(spans) == 1:  # the whole layer kept or checkpointed: autograd, recompute
                 continue
             # each cut as it is, and inside one more checkpoint when it recomputes something
@@ -997,7 +1000,7 @@ def add_generated_options(profiled, *, model: str = "layer_options",
     """Add generated options to every layer of `profiled` (a `ProfiledGraph`) that has a
     backward, and register their callables on `profiled.part.op_options`. Returns
     {layer: [GeneratedOption]}. `jobs`, `ray`, `cache_dir`: see `generate_options`."""
-    from .profile import OptionProfile
+    from .. import progress
 
     part = profiled.part
     repeats = repeats or getattr(profiled, "repeats", 3)
@@ -1009,35 +1012,43 @@ def add_generated_options(profiled, *, model: str = "layer_options",
     values_of = layer_inputs(part)
     result = {}
     gen = torch.Generator().manual_seed(0)
-    for lp in profiled.layers:
-        if not lp.grad_inputs:
-            continue
-        layer = part.layer(lp.name)
-        values = values_of[lp.name]
-        requires = [d in lp.grad_outputs for d in layer.inputs]
-        with torch.no_grad():
-            outs = layer.module(*values)
-        outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
-        out_grads = [torch.randn(o.shape, generator=gen).to(o) if d in lp.grad_inputs else None
-                     for d, o in zip(layer.outputs, outs)]
-        owned = [named[p] for p in lp.param_grads]
-        fixed = [Measured(o.fwd_time, o.bwd_time, o.fwd_overhead, o.bwd_overhead, o.phantom, [])
-                 for o in lp.options]
-        key = (layer.signature, tuple(tuple(v.shape) for v in values), tuple(requires))
-        gens = generate_options(layer.module, values, requires, out_grads, owned, resident,
-                                model=model, fractions=fractions, repeats=repeats,
-                                solver=solver, time_limit=time_limit, fixed=fixed, key=key,
-                                name=lp.name, max_options=max_options, jobs=jobs, ray=ray,
-                                cache_dir=cache_dir)
-        for g in gens:
-            m = g.measured
-            ins = range(len(layer.inputs)) if m.needs_in is None else m.needs_in
-            needs = [layer.inputs[i] for i in ins] + [layer.outputs[i] for i in m.needs_out]
-            lp.options.append(OptionProfile(g.name, m.fwd_time, m.bwd_time, m.fwd_overhead,
-                                            m.bwd_overhead, m.phantom, needs, m.fwd_delta,
-                                            _step_names(m.bwd_steps, layer, lp, needs),
-                                            [(int(x), [], list(layer.outputs))
-                                             for x in m.fwd_steps or []]))
-            registry.setdefault(lp.name, {})[g.name] = g.layer
-        result[lp.name] = gens
+    todo = [lp for lp in profiled.layers if lp.grad_inputs]
+    with progress.phase("generating options", len(todo)):
+        for k, lp in enumerate(todo, 1):
+            progress.step(k, lp.name)
+            result[lp.name] = _add_layer_options(
+                lp, part, named, resident, registry, values_of, gen, model=model,
+                fractions=fractions, solver=solver, time_limit=time_limit, repeats=repeats,
+                max_options=max_options, jobs=jobs, ray=ray, cache_dir=cache_dir)
     return result
+
+
+def _add_layer_options(lp, part, named, resident, registry, values_of, gen, **generate) -> list:
+    """`add_generated_options` for one layer profile `lp`: its generated options."""
+    from .profile import OptionProfile
+
+    layer = part.layer(lp.name)
+    values = values_of[lp.name]
+    requires = [d in lp.grad_outputs for d in layer.inputs]
+    with torch.no_grad():
+        outs = layer.module(*values)
+    outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
+    out_grads = [torch.randn(o.shape, generator=gen).to(o) if d in lp.grad_inputs else None
+                 for d, o in zip(layer.outputs, outs)]
+    owned = [named[p] for p in lp.param_grads]
+    fixed = [Measured(o.fwd_time, o.bwd_time, o.fwd_overhead, o.bwd_overhead, o.phantom, [])
+             for o in lp.options]
+    key = (layer.signature, tuple(tuple(v.shape) for v in values), tuple(requires))
+    gens = generate_options(layer.module, values, requires, out_grads, owned, resident,
+                            fixed=fixed, key=key, name=lp.name, **generate)
+    for g in gens:
+        m = g.measured
+        ins = range(len(layer.inputs)) if m.needs_in is None else m.needs_in
+        needs = [layer.inputs[i] for i in ins] + [layer.outputs[i] for i in m.needs_out]
+        lp.options.append(OptionProfile(g.name, m.fwd_time, m.bwd_time, m.fwd_overhead,
+                                        m.bwd_overhead, m.phantom, needs, m.fwd_delta,
+                                        _step_names(m.bwd_steps, layer, lp, needs),
+                                        [(int(x), [], list(layer.outputs))
+                                         for x in m.fwd_steps or []]))
+        registry.setdefault(lp.name, {})[g.name] = g.layer
+    return gens

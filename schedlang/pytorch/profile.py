@@ -462,9 +462,12 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
     env = dict(zip(part.inputs, inputs))
     cache: dict[tuple, tuple[str, dict[str, _Measured], dict[str, str]]] = {}
     results: list[LayerProfile] = []
+    from .. import progress
+
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), \
-            _param_grads_cleared(params_all):
-        for layer in part.layers:
+            _param_grads_cleared(params_all), progress.phase("profiling", len(part.layers)):
+        for k, layer in enumerate(part.layers, 1):
+            progress.step(k, layer.name)
             values = [env[d] for d in layer.inputs]
             requires = [d in has_grad and part.data[d].requires_grad for d in layer.inputs]
             lparams = [named[p] for p in layer.params]

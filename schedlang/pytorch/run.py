@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import statistics
 import sys
 import time
@@ -84,6 +83,8 @@ def add_run_arguments(p) -> None:
                    "step as a Chrome/Perfetto trace: ops on compute, offload and prefetch "
                    "tracks, memory counters")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr (profiling, "
+                   "solves, bisection, probe and training steps)")
 
 
 def _load_factory(target: str):
@@ -169,9 +170,11 @@ def _build(args):
 def _train(module, inputs, loss_fn, steps: int, device):
     import torch
 
+    from .. import progress
+
     opt = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=1e-3)
     times, peaks = [], []
-    for _ in range(steps):
+    for _ in progress.counted("training step", range(steps)):
         opt.zero_grad(set_to_none=True)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -288,7 +291,9 @@ def run_main(args) -> int:
         "plot": args.plot, "trace": args.trace,
     }
     if args.json:
-        print(json.dumps(out))
+        from ..output import print_json
+
+        print_json(out)
     else:
         def fmt(n):
             return "-" if n is None else f"{format_size(n)} ({n} B)"

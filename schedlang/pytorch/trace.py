@@ -153,7 +153,10 @@ def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, 
     from .partition import partition
     from .profile import OPTIONS, profile
 
-    part = partition(model, sample_inputs, layers)
+    from .. import progress
+
+    with progress.phase("tracing"):
+        part = partition(model, sample_inputs, layers)
     profiled = profile(part, repeats=repeats, options=options or OPTIONS, device=device)
     if op_options:
         from .options import add_generated_options
@@ -255,6 +258,8 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", help="also write `budget peak` (a size, or a percent of the "
                    "no-recomputation peak)")
     p.add_argument("-o", "--output", required=True, help="the .sched file to write")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr (profiling, "
+                   "option generation)")
 
 
 def _load_factory(spec: str):

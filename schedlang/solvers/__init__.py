@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from ..errors import SolverUnavailable, did_you_mean
+from ..errors import Loc, SolverUnavailable, did_you_mean
 from . import cbc, cpsat, glpk, gurobi, highs, scip
 from .base import CvxpyAnswer, NativeOptions, SolverAdapter
 
@@ -36,6 +36,8 @@ ADAPTERS: tuple[SolverAdapter, ...] = (
 SOLVERS: dict[str, SolverAdapter] = {a.name: a for a in ADAPTERS}
 SOLVER_NAMES = tuple(SOLVERS)
 DEFAULT_SOLVER = "highs"
+#: where an unknown or unavailable solver is reported: the command line's option
+SOLVER_LOC = Loc("--solver")
 
 # Pyomo interface names that live in `pyomo.contrib.solver` (the new solver API); the
 # others are Pyomo's classic `SolverFactory` plugins, appsi_highs (its own API) and the
@@ -121,12 +123,14 @@ def resolve(solver: str, backend: str) -> SolverAdapter:
             f"unknown solver '{solver}'{did_you_mean(name, SOLVER_NAMES)}; "
             f"solvers: {', '.join(SOLVER_NAMES)} "
             f"(available with the {backend} backend: "
-            f"{', '.join(available_solvers(backend)) or 'none'})")
+            f"{', '.join(available_solvers(backend)) or 'none'})", SOLVER_LOC)
     if not is_available(name, backend):
         available = available_solvers(backend)
+        hint = SOLVERS[name].install_hint(backend)
         raise SolverUnavailable(
-            f"solver '{name}' is not available with the {backend} backend; "
-            f"available: {', '.join(available) or 'none'}")
+            f"solver '{name}' is not available with the {backend} backend"
+            + (f": install it with `{hint}`" if hint else "")
+            + f"; available: {', '.join(available) or 'none'}", SOLVER_LOC)
     return SOLVERS[name]
 
 

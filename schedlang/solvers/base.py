@@ -70,6 +70,13 @@ class SolverAdapter:
     cvxpy: str  # the cvxpy solver constant (as `cvxpy.installed_solvers()` lists it)
     warm_start: frozenset = frozenset()  # backends that can pass it a MIP start
     doc: str = ""
+    #: how to install it, per backend: (("pyomo", "pip install pyscipopt"), ...); "*": any
+    install: tuple = ()
+
+    def install_hint(self, backend: str) -> str:
+        """The command that makes this solver available with `backend` ('' if unknown)."""
+        table = dict(self.install)
+        return table.get(backend) or table.get("*", "")
 
     # ---------------------------------------------------------------- options
     def options(self, backend: str, time_limit: float | None, gap: float | None,

@@ -42,4 +42,6 @@ def _bound(bound: float, incumbent: float | None, sense_min: bool) -> float | No
 
 
 ADAPTER = Cbc("cbc", 0.0, ("cbc",), "CBC", warm_start=frozenset({"pyomo"}),
-              doc="COIN-OR CBC (the `cbc` binary for Pyomo, cylp for CVXPY)")
+              doc="COIN-OR CBC (the `cbc` binary for Pyomo, cylp for CVXPY)",
+              install=(("pyomo", "apt-get install coinor-cbc (or conda install -c conda-forge coincbc)"),
+                       ("cvxpy", "pip install cylp")))

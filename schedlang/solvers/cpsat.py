@@ -77,7 +77,9 @@ class CpSat(SolverAdapter):
 
 
 ADAPTER = CpSat("cpsat", 1e-4, (INTERFACE,), "CPSAT", warm_start=frozenset({"pyomo"}),
-                doc="CP-SAT (OR-Tools), from the IR; integer models (exact scaling)")
+                doc="CP-SAT (OR-Tools), from the IR; integer models (exact scaling)",
+                install=(("pyomo", 'pip install "schedlang[cpsat]" (OR-Tools)'),
+                         ("cvxpy", 'pip install "schedlang[cpsat]" (OR-Tools)')))
 
 
 # --------------------------------------------------------------------------- exact scaling

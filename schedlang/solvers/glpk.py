@@ -72,4 +72,6 @@ def _verdict(log: str, is_mip: bool) -> str:
 
 
 ADAPTER = Glpk("glpk", 0.0, ("glpk",), "GLPK_MI",
-               doc="GLPK (the `glpsol` binary for Pyomo, cvxopt for CVXPY)")
+               doc="GLPK (the `glpsol` binary for Pyomo, cvxopt for CVXPY)",
+               install=(("pyomo", "apt-get install glpk-utils (or conda install -c conda-forge glpk)"),
+                        ("cvxpy", "pip install cvxopt")))

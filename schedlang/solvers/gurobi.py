@@ -59,4 +59,6 @@ class Gurobi(SolverAdapter):
 ADAPTER = Gurobi("gurobi", 1e-4, ("gurobi_direct",), "GUROBI",
                  warm_start=frozenset({"pyomo", "cvxpy"}),
                  doc=f"Gurobi (gurobipy); a size-limited licence caps models at {SIZE_LIMIT} "
-                     "variables/rows")
+                     "variables/rows",
+                 install=(("*", "pip install gurobipy (a size-limited licence comes with it; "
+                                "larger models need a Gurobi licence)"),))

@@ -136,7 +136,8 @@ class Highs(SolverAdapter):
 
 ADAPTER = Highs("highs", 1e-4, (IR_INTERFACE, "stdform_highs", "appsi_highs", "highs"), "HIGHS",
                 warm_start=frozenset({"pyomo", "cvxpy"}),
-                doc="HiGHS (highspy), embedded, the default")
+                doc="HiGHS (highspy), embedded, the default",
+                install=(("*", "pip install highspy"),))
 
 
 @cache

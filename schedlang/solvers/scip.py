@@ -45,4 +45,4 @@ class Scip(SolverAdapter):
 
 
 ADAPTER = Scip("scip", 0.0, ("scip_direct",), "SCIP", warm_start=frozenset({"pyomo"}),
-               doc="SCIP (pyscipopt)")
+               doc="SCIP (pyscipopt)", install=(("*", "pip install pyscipopt"),))
