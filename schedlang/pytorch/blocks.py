@@ -328,6 +328,8 @@ class _Run:
         self.saved_keys: dict[int, tuple[GlueSegment, int]] = {}
         self.repeated: list[BlockCall] = []
         self.cache_dropped: list[str] = []  # blocks called with a key/value cache
+        self.made_in_run: set = set()  # storages made by an op of the run
+        self.made_in_blocks: set = set()  # ... by an op inside a block
 
     # datum bookkeeping
     def datum(self, t: torch.Tensor, name: str) -> str:
@@ -357,7 +359,10 @@ class _Run:
 
     # glue ops
     def op(self, func, args, kwargs, out) -> None:
+        made = {_key(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)}
+        self.made_in_run |= made
         if self.inside is not None:
+            self.made_in_blocks |= made
             return
         seg = self.seg
         seg.ops += 1
@@ -418,6 +423,7 @@ class _Run:
         if dropped:
             self.cache_dropped.append(call.name)
         call.args, call.kwargs = args, kwargs
+        _check_block_arguments(call, args, kwargs)
         leaves, views = [], []
         for t in tree_flatten((args, kwargs))[0]:
             if not isinstance(t, torch.Tensor):
@@ -425,7 +431,16 @@ class _Run:
             d = self.read(t)
             if d is None:
                 k = _key(t)
-                if k is None or k in self.params or k in self.buffers:
+                if k in self.made_in_blocks:  # another block's internal tensor, not returned
+                    raise BlockError(
+                        f"block '{call.name}' ({type(call.module).__name__}) reads a tensor "
+                        f"(argument {_argument_of(t, args, kwargs)}) that a block made but did "
+                        "not return: the blocks exchange it outside their outputs, which a "
+                        "plan cannot follow; return it, or name other submodules with "
+                        "layers=[...]", WHERE)
+                if k is None or k in self.params or k in self.buffers \
+                        or k not in self.made_in_run:
+                    # made before the forward (a tensor attribute, a global): a constant
                     leaves.append(None)
                     views.append(None)
                     continue
@@ -465,6 +480,29 @@ class _Run:
         return None
 
 
+def _argument_of(t: torch.Tensor, args: tuple, kwargs: dict) -> str:
+    """The path of tensor `t` among a call's arguments (``input1``, ``mask``, ``input0[2]``)."""
+    from .inputs import tensor_leaves
+
+    return next((p for p, x in tensor_leaves(args, kwargs) if x is t), "?")
+
+
+def _check_block_arguments(call: BlockCall, args: tuple, kwargs: dict) -> None:
+    """A `BlockError` naming the argument when a block is handed tensors inside an object the
+    wrappers cannot look into (a dataclass, a custom class): the plan would not know them."""
+    from .inputs import tensor_leaves, unsupported
+
+    seen = {id(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+    hidden = [p for p, t in tensor_leaves(args, kwargs) if id(t) not in seen]
+    path = hidden[0] if hidden else unsupported(args, kwargs)
+    if path:
+        raise BlockError(f"block '{call.name}' ({type(call.module).__name__}) takes tensors "
+                         f"inside argument {path.split('.')[0].split('[')[0]} ({path}), an "
+                         "object the block wrappers cannot look into (they follow tensors in "
+                         "tuples, lists and dicts): pass its tensors as arguments, or name "
+                         "other submodules with layers=[...]", WHERE)
+
+
 def _signature(call: BlockCall, meta: dict[str, TensorMeta]) -> str:
     spec = tree_flatten((call.args, call.kwargs))[1]
     shapes = [None if d is None else (meta[d].shape, str(meta[d].dtype), meta[d].requires_grad)
@@ -496,20 +534,19 @@ def _record(model, cands, sample_inputs, sample_kwargs):
         params = list(dict.fromkeys(pname[id(p)] for p in m.parameters()))
         calls[id(m)] = BlockCall(n, m, parent, attr, params=params)
     run = _Run(model, calls)
-    for i, x in enumerate(sample_inputs):
-        if isinstance(x, torch.Tensor) and _key(x) is not None:
-            run.datum(x, f"input{i}")
-    for k, x in sample_kwargs.items():
-        if isinstance(x, torch.Tensor) and _key(x) is not None:
-            run.datum(x, _sanitize(k))
+    from .inputs import tensor_leaves
+
+    given = tensor_leaves(sample_inputs, sample_kwargs)  # nested too: a dict batch's tensors
+    for path, x in given:
+        if _key(x) is not None:
+            run.datum(x, _sanitize(path))
     run.inputs = list(run.values)
     handles = []
     try:
         for call in calls.values():
             handles.append(call.module.register_forward_pre_hook(run.pre, with_kwargs=True))
             handles.append(call.module.register_forward_hook(run.post, with_kwargs=True))
-        with _preserved(model), MemoryTracker(resident=[model, *sample_inputs,
-                                                        *sample_kwargs.values()]) as mt:
+        with _preserved(model), MemoryTracker(resident=[model, *(t for _, t in given)]) as mt:
             run.tracker = mt
             run.start_segment(0)
             with torch.enable_grad(), _Recorder(run), \

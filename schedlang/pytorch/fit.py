@@ -51,6 +51,8 @@ from ..errors import SchedError
 from ..graph import Graph
 from ..plan import Plan
 from ..planners.no_recompute import no_recompute_plan
+from .. import progress
+from ..progress import reporting
 from ..simulate import simulate
 from ..units import format_size
 from .guards import check_call, guarded_fit
@@ -494,20 +496,24 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
     the smallest budget found feasible (within `rel`, at most `max_solves` solves), or None
     if `high` is not. The budget, not the plan's peak: a plan also needs the save budget that
     its budget implies (the loss phase), so a budget of its peak may admit no plan."""
-    plan = solve_plan(graph, high, solver, time_limit, backend, **kw)
-    if plan is None:
-        return None
-    best = high
-    solves = 1
-    while best - low > max(rel * best, 1024) and solves < max_solves:
-        solves += 1
-        mid = (low + best) // 2
-        # feasibility only: the fastest plan's peak is within `mid` (no least-peak solve)
-        plan = solve_plan(graph, mid, solver, time_limit, backend, least_peak=False, **kw)
+    with progress.phase("bisection", total=max_solves):
+        progress.step(1, f"activations {format_size(high)}")
+        plan = solve_plan(graph, high, solver, time_limit, backend, **kw)
         if plan is None:
-            low = mid
-        else:
-            best = mid
+            return None
+        best = high
+        solves = 1
+        while best - low > max(rel * best, 1024) and solves < max_solves:
+            solves += 1
+            mid = (low + best) // 2
+            progress.step(solves, f"activations {format_size(mid)}, between "
+                                  f"{format_size(low)} (no plan) and {format_size(best)} (a plan)")
+            # feasibility only: the fastest plan's peak is within `mid` (no least-peak solve)
+            plan = solve_plan(graph, mid, solver, time_limit, backend, least_peak=False, **kw)
+            if plan is None:
+                low = mid
+            else:
+                best = mid
     return best
 
 
@@ -808,7 +814,8 @@ def _extensions(prep: Prepared) -> tuple:
 
 
 def _fallback(model: nn.Module, exc: Exception, measure: bool) -> FitModule:
-    msg = f"schedlang fit: the model cannot be planned ({exc}); fallback=True: plain PyTorch"
+    why = str(exc) if isinstance(exc, SchedError) else f"{type(exc).__name__}: {exc}"
+    msg = f"schedlang fit: the model cannot be planned ({why}); fallback=True: plain PyTorch"
     log.warning(msg)
     warnings.warn(msg, RuntimeWarning, stacklevel=3)
     prep = Prepared(None, Graph("fallback"), 0, 0, 0.0, frontend="none", note=str(exc))
@@ -817,6 +824,7 @@ def _fallback(model: nn.Module, exc: Exception, measure: bool) -> FitModule:
     return fm
 
 
+@reporting("fit")
 @guarded_fit
 def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs",
         time_limit: float | None = 60.0, layers=None, backend: str = "pyomo",
@@ -870,7 +878,13 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     meets the budget, then plans again once (seconds to tens of seconds for a small model: one
     op-level solve series per distinct layer, cached for the process); ``True``, or a dict of
     `add_generated_options` arguments (``{"jobs": 2}``, ``{"model": "my.sched"}``), always
-    (before the first solve); ``False`` never."""
+    (before the first solve); ``False`` never.
+
+    `progress`: what `fit` is doing (profiling block i of n, generating options, each solve,
+    the bisection towards the smallest budget, probe steps) on stderr, as `schedlang.progress`
+    shows it (True, the default: a live line on a terminal, plain lines otherwise, after the
+    first second; False: nothing; or a mode). The same lines are INFO records of the
+    ``schedlang.progress`` logger."""
     from . import distributed
 
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
@@ -893,7 +907,7 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
                                frontend=frontend, sample_kwargs=kwargs, **trace_kwargs)
         except FitError:
             raise
-        except SchedError as exc:
+        except Exception as exc:  # fallback=True: whatever stops planning, plain PyTorch
             if not fallback:
                 raise
             return _fallback(model, exc, measure)
@@ -944,9 +958,11 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
                 **(op_options if isinstance(op_options, dict) else {}))
         elif can_generate:  # generated options only when the fixed ones cannot meet the budget
             t0 = time.perf_counter()
-            found = _as_before(prep, solve_plan(prep.graph, want - prep.resident_bytes,
-                                                solver, time_limit, backend, **extra),
-                               want - prep.resident_bytes, solver)
+            with progress.phase("planning"):
+                progress.step(None, f"budget {format_size(want)} with the fixed options")
+                found = _as_before(prep, solve_plan(prep.graph, want - prep.resident_bytes,
+                                                    solver, time_limit, backend, **extra),
+                                   want - prep.resident_bytes, solver)
             solve_s = time.perf_counter() - t0
             if found is None:
                 prep = with_generated_options(
@@ -964,8 +980,16 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
             op.op == "compute" and (op.option or "").startswith(OPS_PREFIX)
             for op in fm.plan.ops))
     if probe and prep.frontend in ("blocks", "fx") and measure:
-        _probe_until_within(fm, args, kwargs, loss_fn, want, solver, time_limit, backend,
-                            extra)
+        try:
+            _probe_until_within(fm, args, kwargs, loss_fn, want, solver, time_limit, backend,
+                                extra)
+        except FitError:
+            raise
+        except Exception as exc:  # a block failing under its wrapper
+            if not fallback:
+                raise
+            fm.unwrap()
+            return _fallback(model, exc, measure)
     return fm
 
 
@@ -983,6 +1007,7 @@ def plain_measured_peak(model: nn.Module, prep: Prepared, args: tuple, kwargs: d
         if distributed.active() or prep.fsdp is not None or prep.partitioned is None:
             return prep.plain_peak
         reserve = prep.loss_overhead if prep.loss_assumed else 0
+        progress.note("measuring", "one step of plain execution")
         with BlockWrappers.plain(model):  # blocks an earlier fit wrapped: plain autograd
             measured = probe_step(model, args, kwargs, loss_fn, reserve, prep.output_bytes)
         prep.plain_measured = min(prep.plain_peak, measured)
@@ -1038,9 +1063,11 @@ def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, 
     from . import distributed
 
     t0 = time.perf_counter()
-    found = _or_group_plan(prep, activation, solve_plan(prep.graph, activation, solver,
-                                                        time_limit, backend, **extra)) \
-        if distributed.solves_here() else None
+    with progress.phase("planning"):
+        progress.step(None, f"budget {format_size(want)}, activations {format_size(activation)}")
+        found = _or_group_plan(prep, activation, solve_plan(prep.graph, activation, solver,
+                                                            time_limit, backend, **extra)) \
+            if distributed.solves_here() else None
     found = distributed.agree_plan(found, prep.graph)  # rank 0's plan; a no-op on one process
     found = _as_before(prep, found, activation, solver)
     solve_s = time.perf_counter() - t0
@@ -1193,6 +1220,9 @@ def _probe_until_within(fm: FitModule, args, kwargs, loss_fn, want: int, solver,
         predicted = fm.predicted_peak()
         fm._probes.append({"measured": measured, "predicted": predicted,
                            "plan": fm.plan is not None})
+        progress.note("probe step", f"{len(fm._probes)} measured {format_size(measured)}, "
+                                    f"predicted {format_size(predicted)}, budget "
+                                    f"{format_size(want)}")
         if measured <= want:
             if measured > predicted and prep.frontend == "blocks":
                 fm._margin += measured - predicted  # the prediction is the measurement

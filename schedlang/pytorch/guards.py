@@ -44,10 +44,19 @@ class GraphChanged(SchedError):
 
 def signature(args, kwargs=None) -> tuple:
     """Per positional argument, then per keyword argument in name order: (shape, dtype,
-    device) of a tensor, the type name otherwise."""
+    device) of a tensor; the type name otherwise, followed by those of the tensors it holds
+    (a dict batch, a dataclass: `inputs.tensor_leaves`)."""
+    from .inputs import tensor_leaves
+
     values = list(args) + [kwargs[k] for k in sorted(kwargs or {})]
-    return tuple((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor)
-                 else type(a).__name__ for a in values)
+    out: list = []
+    for a in values:
+        if isinstance(a, torch.Tensor):
+            out.append((tuple(a.shape), a.dtype, a.device))
+            continue
+        out.append(type(a).__name__)
+        out += [(tuple(t.shape), t.dtype, t.device) for _, t in tensor_leaves((a,))]
+    return tuple(out)
 
 
 def shape_key(sig: tuple) -> tuple:

@@ -151,7 +151,10 @@ def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats:
                  options=None, name: str | None = None, whole=()) -> BlockTrace:
     """Find, profile and describe the blocks of `model` (see the module docstring); `whole`:
     submodules the automatic block choice must not split (`find_blocks`)."""
-    found = find_blocks(model, args, kwargs, names, whole)
+    from .. import progress
+
+    with progress.phase("finding blocks"):
+        found = find_blocks(model, args, kwargs, names, whole)
     profiled = _profile_blocks(found, repeats, options)
     graph, glue = _to_graph(found, profiled, name or type(model).__name__)
     return BlockTrace(found, graph, profiled, glue)
