@@ -27,6 +27,7 @@ class T:
     binary_literal: bool = False  # a binary variable, or `not` of one
     arity: int | None = None  # of a set: the length of its tuples, when known statically
     loc: Loc | None = None  # of an index name: where it is bound (for the lint)
+    bare: bool = False  # a number written without a unit (not 0): no quantity
 
 
 BOOL, ELEM, SET = T("bool"), T("elem"), T("set")
@@ -254,7 +255,11 @@ class Checker:
             raise CheckError(f"binding {n} name{'s' if n > 1 else ''} to a set of {_tuples(t.arity)}; "
                              f"write {example} in {_set_text(item.set)}", el.loc)
         for n, loc in names:
-            if n in self.p.decls or n in BUILTIN_SETS or n in BUILTIN_SCALARS:
+            decl = self.p.decls.get(n)
+            # only a declaration the index's author could see: a user's name never makes an
+            # error in the shipped model it uses
+            if (decl is not None and self.p.sees(loc.path, decl.loc.path)) \
+                    or n in BUILTIN_SETS or n in BUILTIN_SCALARS:
                 raise CheckError(f"index name '{n}' hides the declaration of '{n}'; pick another name", loc)
         return names, t
 
@@ -291,7 +296,7 @@ class Checker:
     def e_Num(self, e, s):
         from .units import dimension
 
-        return T("num", dimension(e.unit))
+        return T("num", dimension(e.unit), bare=not e.unit and e.value != 0)
 
     def e_Str(self, e, s):
         return ELEM
@@ -428,7 +433,13 @@ class Checker:
             if a.dim and b.dim and a.dim != b.dim:
                 raise CheckError(f"unit mismatch: '{op}' between a {a.dim} (left) and a {b.dim} (right); "
                                  "divide by a unit (e.g. / 1MiB, / 1ms) to get a plain number", _op_loc(e))
-            return T("lin" if "lin" in (a.kind, b.kind) else "num", a.dim or b.dim)
+            for x, y, side in ((a, b, "left"), (b, a, "right")):
+                if x.bare and y.dim:  # 1 + rec[j]: which unit is the 1 in?
+                    raise CheckError(f"unit mismatch: '{op}' between a number without a unit "
+                                     f"({side}) and a {y.dim}; write its unit (e.g. 1ms, "
+                                     "1MiB)", _op_loc(e))
+            return T("lin" if "lin" in (a.kind, b.kind) else "num", a.dim or b.dim,
+                     bare=a.bare and b.bare)
         if op == "*":
             if a.kind == "lin" and b.kind == "lin":
                 raise CheckError("non-linear product of variables: one side of '*' must be a constant "

@@ -27,7 +27,7 @@ from .builtins import (
     SCALARS,
     GraphData,
 )
-from .errors import CheckError, DataError, Loc
+from .errors import CheckError, DataError, Loc, did_you_mean
 from .graph import Graph
 from .ir import ConstraintBlock, IRModel, Objective, Observed, VarFamily
 from .logic import TOL, Formulas, NeedsLowering, Rows, flatten
@@ -486,10 +486,33 @@ class Lowering:
         if isinstance(d, ast.ParamDecl):
             return self._param_lookup(d, args, t, e.loc)
         if isinstance(d, ast.VarDecl):
-            return self._var_lookup(d.name, args, t)
-        if isinstance(d, ast.ExprDecl):
-            return self._expr_lookup(d, args, t)
-        raise CheckError(f"'{e.name}' cannot be used as a number here", e.loc)
+            out = self._var_lookup(d.name, args, t)
+        elif isinstance(d, ast.ExprDecl):
+            out = self._expr_lookup(d, args, t)
+        else:
+            raise CheckError(f"'{e.name}' cannot be used as a number here", e.loc)
+        self._check_literals(d, e)
+        return out
+
+    def _check_literals(self, d, e: ast.Subscript) -> None:
+        """An element written as text (`R[t, "f3"]`) must occur at its place in the
+        declaration's domain: a reference outside the domain is 0 by design (`S[t-1, v]`),
+        but a misspelt name would make a term vanish silently."""
+        lits = [(i, a) for i, a in enumerate(e.args) if isinstance(a, ast.Str)]
+        if not lits:
+            return
+        fam = self.vars[d.name][0] if d.name in self.vars else self.exprs[d.name][0]
+        if len(fam.keys) == 0 or fam.keys.shape[1] != len(e.args):
+            return
+        for i, a in lits:
+            column = fam.keys[:, i]
+            if np.any(column == self.u.code(a.value)):
+                continue
+            names = [str(self.u.value(c)) for c in np.unique(column).tolist()]
+            shown = ", ".join(f"'{n}'" for n in names[:6]) + (", ..." if len(names) > 6 else "")
+            raise DataError(f"'{a.value}' is not an element of {d.name}'s index {i + 1} "
+                            f"(its elements: {shown}){did_you_mean(a.value, names)}; "
+                            f"{d.name}[...] with it would be 0 everywhere", a.loc)
 
     # --- params
     @_lowering

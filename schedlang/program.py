@@ -50,6 +50,20 @@ class Program:
     bandwidths: dict[str, float] = field(default_factory=dict)  # "offload"/"prefetch" -> B/s
     files: list[str] = field(default_factory=list)
     modules: list[ast.Module] = field(default_factory=list)
+    uses: dict[str, list[str]] = field(default_factory=dict)  # file -> the files it uses
+
+    def sees(self, file: str, other: str) -> bool:
+        """Whether the author of `file` saw what `other` declares: the same file, or one it
+        uses (directly or not). A shipped model does not see the user's file that uses it."""
+        todo, seen = [file], set()
+        while todo:
+            f = todo.pop()
+            if f == other:
+                return True
+            if f not in seen:
+                seen.add(f)
+                todo += self.uses.get(f, [])
+        return False
 
     @property
     def name(self) -> str:
@@ -103,10 +117,13 @@ class _Merger:
         p = self.program
         p.files.append(module.path)
         p.modules.append(module)
+        used = p.uses.setdefault(module.path, [])
         for item in module.items:  # uses first, wherever they are written
             if isinstance(item, ast.UseDecl):
                 loc = name_loc(item.target, item.loc)
-                self.add_path(resolve_model(item.target, base, loc, item.is_path), loc)
+                target = resolve_model(item.target, base, loc, item.is_path)
+                used.append(str(target))
+                self.add_path(target, loc)
         local: dict = {}  # name (or ("budget", kind), ("objective",)) -> where it is declared
         for item in module.items:
             if isinstance(item, ast.UseDecl):
