@@ -9,7 +9,9 @@ Importing this module needs torch.
 """
 from __future__ import annotations
 
-import math
+import importlib.util
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -48,63 +50,15 @@ def make_dropout_mlp(batch: int = 256, width: int = 32, hidden: int = 64, seed: 
 
 
 # --- GPT-like transformer ----------------------------------------------------------------------
-class CausalSelfAttention(nn.Module):
-    def __init__(self, dim: int, heads: int, context: int, dropout: float):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.attn_drop = nn.Dropout(dropout)
-        self.resid_drop = nn.Dropout(dropout)
-        self.register_buffer("mask", torch.tril(torch.ones(context, context, dtype=torch.bool)),
-                             persistent=False)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        h = self.heads
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q = q.view(b, t, h, c // h).transpose(1, 2)
-        k = k.view(b, t, h, c // h).transpose(1, 2)
-        v = v.view(b, t, h, c // h).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // h))
-        att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
-        att = self.attn_drop(F.softmax(att, dim=-1))
-        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
-        return self.resid_drop(self.proj(y))
-
-
-class Block(nn.Module):
-    def __init__(self, dim: int, heads: int, context: int, dropout: float):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(dim)
-        self.attn = CausalSelfAttention(dim, heads, context, dropout)
-        self.ln2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim),
-                                 nn.Dropout(dropout))
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, vocab: int = 64, context: int = 16, dim: int = 32, heads: int = 4,
-                 layers: int = 3, dropout: float = 0.1):
-        super().__init__()
-        self.tok_emb = nn.Embedding(vocab, dim)
-        self.pos_emb = nn.Embedding(context, dim)
-        self.drop = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(Block(dim, heads, context, dropout) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, vocab, bias=False)
-
-    def forward(self, idx):
-        t = idx.size(1)
-        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln_f(x))
+# the model's home is the README's example module (examples/mymodels.py), loaded by path so
+# that this file also runs as `schedlang run tests/torch_models.py:make_gpt`
+_spec = importlib.util.spec_from_file_location(
+    "mymodels", Path(__file__).resolve().parent.parent / "examples" / "mymodels.py")
+mymodels = sys.modules.get("mymodels") or importlib.util.module_from_spec(_spec)
+if "mymodels" not in sys.modules:
+    sys.modules["mymodels"] = mymodels
+    _spec.loader.exec_module(mymodels)
+CausalSelfAttention, Block, GPT = mymodels.CausalSelfAttention, mymodels.Block, mymodels.GPT
 
 
 def make_gpt(batch: int = 2, context: int = 16, vocab: int = 64, dim: int = 32, heads: int = 4,
