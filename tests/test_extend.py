@@ -166,3 +166,22 @@ def test_shipped_models_have_no_lint_warnings(model):
     program = load_program([models_dir() / f"{model}.sched"])
     schedlang.check.check_program(program)
     assert program.warnings == []
+
+
+@pytest.mark.parametrize("example,name", [("chain.sched", "u"), ("tiny_transformer.sched", "c")])
+def test_a_users_name_never_makes_errors_in_the_shipped_model(tmp_path, capsys, example, name):
+    """`u` (checkmate) and `c` (rockmate) are index names in the shipped models: a user's
+    declaration of that name is the user's, and the model still means its index (issue 26:
+    8 errors located in models/checkmate.sched)."""
+    from .paths import EXAMPLES
+
+    user = tmp_path / "user.sched"
+    node = "f3" if example == "chain.sched" else "block2.fwd"
+    counted = "R[t, \"f3\"]" if example == "chain.sched" else "computed[t, \"block2.fwd\"]"
+    user.write_text(f'use "{EXAMPLES / example}"\n'
+                    f'constraint {name}[t in K where t != "{node}"]:\n    {counted} <= 1\n'
+                    .replace("K where", "V where" if example == "chain.sched" else "K where"))
+    assert cli.main(["check", str(user)]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().err == ""
+    plain = schedlang.load(str(EXAMPLES / example)).solve(time_limit=60).objective
+    assert schedlang.load(str(user)).solve(time_limit=60).objective == pytest.approx(plain)
