@@ -90,7 +90,8 @@ class Session:
     # --- what work reports -----------------------------------------------------------------
     def begin(self, name: str, total: int | None = None, detail: str = "") -> None:
         with self._lock:
-            self.phases.append(_Phase(name, self.clock(), total, detail=detail))
+            # a counted phase reads 0/12 from its start
+            self.phases.append(_Phase(name, self.clock(), total, 0 if total else None, detail))
             self._changed(force=True)
 
     def end(self, name: str) -> None:
