@@ -274,6 +274,7 @@ def cmd_solve(args) -> int:
     from .solvers import resolve
 
     resolve(args.solver, args.backend)  # an unknown or missing solver: before any work
+    _writable(args, ("--plan-out", "plan_out", "plan"))
     prob = load(args.file, model=args.model, budget=args.budget, max_elements=args.max_elements)
     prob.check()
     _print_warnings(prob.program)
@@ -295,6 +296,17 @@ def cmd_solve(args) -> int:
               "schedlang or in the model's decoder declaration", file=sys.stderr)
         return 5
     return code
+
+
+def _writable(args, *outputs) -> None:
+    """Fail before any work when an output file given as (flag, attribute, what) cannot be
+    written (`schedlang.paths.writable_file`)."""
+    from .paths import writable_file
+
+    for flag, attr, what in outputs:
+        path = getattr(args, attr, None)
+        if path is not None:
+            writable_file(path, Loc(flag), what)
 
 
 def _print_warnings(program) -> None:
@@ -409,6 +421,7 @@ def cmd_import(args) -> int:
     from .importers.checkmate_nx import load_checkmate_nx
     from .writer import write_graph
 
+    _writable(args, ("-o", "output", "graph data"))
     graph = load_checkmate_nx(args.file)
     if args.budget:
         graph.budgets["peak"] = for_graph(args.budget, graph)
@@ -430,8 +443,9 @@ def cmd_sweep(args) -> int:
     if args.resume and not args.out:
         raise SchedError("--resume needs --out FILE.jsonl (the points to resume from)",
                          Loc("--resume"))
-    if args.plot:
+    if args.plot is not None:
         check_plot_target(args.plot)  # before a long sweep, not after it
+    _writable(args, ("--out", "out", "stream of points"))
     if args.ray is not None:
         from .parallel import import_ray
 
@@ -595,6 +609,7 @@ def cmd_plan(args) -> int:
         raise SchedError(f"unknown planner '{args.planner}'{did_you_mean(args.planner, table)}; "
                          f"planners: {', '.join(table)} (schedlang plan --list)", where)
 
+    _writable(args, ("--plan-out", "plan_out", "plan"))
     prob = load_problem(args.file)
     report = prob.plan(args.planner, budget=args.budget or None)
     if args.plan_out:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -22,6 +23,14 @@ def atomic_open(path, mode: str = "w", encoding: str = "utf-8"):
     An `OSError` (no such folder, disk full, no permission) becomes a located `DataError`."""
     path = Path(path)
     binary = "b" in mode
+    try:  # a FIFO, a device or a folder is not replaced by a file
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            from .paths import writable_file
+
+            writable_file(path)  # says what it is
+    except (OSError, ValueError):
+        pass  # no such file (yet): written below; a bad name fails below, located
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:

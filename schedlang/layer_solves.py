@@ -141,14 +141,20 @@ def cache_path(key, model: str, series, solver: str, cache_dir=None) -> Path | N
     if not folder:
         return None
     from . import __version__
+    from .errors import Loc
+    from .paths import writable_folder
 
+    # a folder that cannot hold the cache is the user's to fix: said once, located
+    writable_folder(folder, Loc(CACHE_ENV if not cache_dir else "cache_dir"), "cache folder")
     digest = hashlib.sha256(repr((key, _model_text(model), series, solver, __version__))
                             .encode()).hexdigest()[:32]
     return Path(folder) / f"layer-{digest}.json"
 
 
 def read_cached(path: Path | None) -> list[list] | None:
-    if path is None or not path.exists():
+    from .paths import exists
+
+    if path is None or not exists(path):
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -510,17 +510,22 @@ def parse_text(text: str, path: str = "<input>") -> ast.Module:
     return _Builder(path).transform(tree)
 
 
-def parse_file(path) -> ast.Module:
-    from pathlib import Path
+def parse_file(path, loc: Loc | None = None) -> ast.Module:
+    """The AST of a `.sched` file; a file that cannot be read (missing, a folder, a FIFO, a
+    name too long, not UTF-8) is a `SyntaxProblem` located at `loc` (a `use` statement), else
+    at the path."""
+    from .errors import DataError
+    from .paths import readable_file
 
-    p = Path(path)
     try:
+        p = readable_file(path, loc, "model file")
         stat = p.stat()
         return _parse_file_cached(str(path), stat.st_mtime_ns, stat.st_size)
-    except FileNotFoundError:
-        raise SyntaxProblem("no such file", Loc(str(path))) from None
+    except DataError as exc:
+        raise SyntaxProblem(exc.message, exc.loc) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SyntaxProblem(f"cannot read file: {exc}", Loc(str(path))) from None
+        why = exc.reason if isinstance(exc, UnicodeDecodeError) else (exc.strerror or exc)
+        raise SyntaxProblem(f"cannot read file: {why}", loc or Loc(str(path))) from None
 
 
 @functools.lru_cache(maxsize=64)

@@ -182,13 +182,13 @@ class Plan:
 
     @classmethod
     def load(cls, path: str | Path) -> "Plan":
+        from .paths import read_text
+
         source = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise DataError(f"plan file is not UTF-8 text ({exc.reason})", Loc(source)) from None
-        except OSError as exc:
-            raise DataError(f"cannot read plan file: {exc.strerror or exc}", Loc(source)) from None
+            text = read_text(path, what="plan file")
+        except DataError as exc:
+            raise DataError(f"cannot read plan file: {exc.message}", exc.loc) from None
         return cls.loads(text, source)
 
     @classmethod

@@ -79,14 +79,18 @@ class Program:
 
 def resolve_model(target: str, relative_to: Path | None, loc: Loc, is_path: bool = False) -> Path:
     """A model name (shipped) or a path -> the file to read."""
+    from .paths import exists, readable_file
+
     if is_path or target.endswith(".sched") or "/" in target:
         p = Path(target)
-        if not p.is_absolute() and relative_to is not None and not p.exists():
+        if not p.is_absolute() and relative_to is not None and not exists(p):
             p = relative_to / p
-        if not p.exists():
+        if not exists(p):
+            if len(target) > 200 or any(len(part) > 255 for part in Path(target).parts):
+                readable_file(p, loc, "model file")  # says why: the name is too long
             raise CheckError(f"model file '{target}' not found", loc)
         return p
-    if relative_to is not None and (relative_to / f"{target}.sched").exists():
+    if relative_to is not None and exists(relative_to / f"{target}.sched"):
         return relative_to / f"{target}.sched"
     shipped = models_dir() / f"{target}.sched"
     if shipped.exists():
@@ -103,14 +107,17 @@ class _Merger:
         self.stack: list[Path] = []
 
     def add_path(self, path: Path, loc: Loc | None = None):
-        real = path.resolve()
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError, ValueError):  # a name too long, a symlink loop
+            real = path.absolute()
         if real in self.stack:
             raise CheckError(f"'use' cycle: {' -> '.join(p.name for p in self.stack + [real])}", loc)
         if real in self.loaded:
             return
         self.loaded.add(real)
         self.stack.append(real)
-        self.add_module(parse_file(path), path.parent)
+        self.add_module(parse_file(path, loc), path.parent)
         self.stack.pop()
 
     def add_module(self, module: ast.Module, base: Path | None):

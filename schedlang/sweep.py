@@ -538,8 +538,9 @@ def _figure(loc: Loc = Loc("--plot")):
 
 
 def check_plot_target(out, loc: Loc = Loc("--plot")) -> None:
-    """Fail early (before a long sweep) when matplotlib is missing or `out` has no folder."""
+    """Fail early (before a long sweep) when matplotlib is missing or `out` cannot be
+    written (`schedlang.paths.writable_file`)."""
+    from .paths import writable_file
+
     _figure(loc)
-    parent = Path(out).resolve().parent
-    if not parent.is_dir():
-        raise DataError(f"cannot write the plot to {out}: folder {parent} does not exist", loc)
+    writable_file(out, loc, "plot")

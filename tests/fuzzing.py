@@ -37,7 +37,52 @@ EDGE_TOKENS = [
     "V", "E", "F", "B", "succ", "pred", "peak", "[", "]", "(", ")", "{", "}", ",", ":", "=",
     "==", "<=", ">=", "<", ">", "!=", "+", "-", "*", "/", "..", "->", "+=", "union", "inter",
     "diff", "for", "#", "\n", "lhs", "rhs", "decode", "model",
+    # paths, for `use "..."`: too long, a folder, a device, nothing
+    '"' + "x" * 300 + '"', '"' + "d/" * 40 + "x" * 260 + '.sched"', '"."', '"/"', '"/dev/null"',
+    '"/proc/self/fd/0"', '"no/such/folder/m.sched"',
 ]
+
+#: the kinds of path `weird_path` makes: what a user may give where a file is read or written
+PATH_KINDS = ("long", "long_part", "folder", "fifo", "missing", "missing_parent", "file_parent",
+              "empty", "nul", "device", "dot")
+
+
+def weird_path(root, kind: str, suffix: str = ".sched") -> str:
+    """A path of `kind` under `root` (made on disk as needed): a name too long (300
+    characters; or one part of 300 inside a folder), a folder, a FIFO, nothing there, a
+    missing parent, a file as parent, the empty name, a NUL character, a device, '.'."""
+    import os
+    from pathlib import Path
+
+    root = Path(root)
+    if kind == "long":
+        return str(root / ("x" * 300 + suffix))
+    if kind == "long_part":
+        return str(root / "x" / ("y" * 300) / f"m{suffix}")
+    if kind == "folder":
+        (root / f"folder{suffix}").mkdir(exist_ok=True)
+        return str(root / f"folder{suffix}")
+    if kind == "fifo":
+        fifo = root / f"fifo{suffix}"
+        if not fifo.exists():
+            os.mkfifo(fifo)
+        return str(fifo)
+    if kind == "missing":
+        return str(root / f"missing{suffix}")
+    if kind == "missing_parent":
+        return str(root / "no" / "such" / f"folder{suffix}")
+    if kind == "file_parent":
+        (root / "a_file").write_text("x")
+        return str(root / "a_file" / f"inside{suffix}")
+    if kind == "empty":
+        return ""
+    if kind == "nul":
+        return str(root / f"nul\0{suffix}")
+    if kind == "device":
+        return "/dev/null"
+    if kind == "dot":
+        return "."
+    raise ValueError(kind)
 
 
 def tokens(text: str) -> list[tuple[int, int]]:

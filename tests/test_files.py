@@ -78,7 +78,9 @@ def test_plan_out_failure_keeps_the_old_plan(tmp_path, monkeypatch, capsys):
 def test_bad_output_folder_is_a_located_error(tmp_path, capsys):
     out = tmp_path / "no" / "such" / "plan.json"
     assert main(["solve", CHAIN, "--plan-out", str(out), "--json"]) == 2
-    assert f"cannot write {out}: No such file or directory" in capsys.readouterr().err
+    err = capsys.readouterr().err  # before the solve: the folder is checked first
+    assert err.startswith(f"--plan-out: error: cannot write the plan to {out}: folder does not "
+                          "exist"), err
 
 
 @pytest.mark.skipif(not (GRAPHS / "vgg16_train.json").exists(), reason="shared graphs absent")
@@ -98,3 +100,40 @@ def test_import_writes_atomically(tmp_path, monkeypatch, capsys):
                  "-o", str(out)]) == 0
     assert main(["check", str(out)]) == 0  # the new file is whole
     capsys.readouterr()
+
+
+def test_a_fifo_is_never_replaced_nor_opened(tmp_path):
+    from schedlang.errors import DataError
+    from schedlang.files import write_file
+    from schedlang.paths import read_text
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match="it is a FIFO"):
+        write_file(fifo, "text")
+    with pytest.raises(DataError, match="it is a FIFO"):  # reading one would block
+        read_text(fifo)
+    assert fifo.is_fifo()
+
+
+@pytest.mark.parametrize("kind,message", [
+    ("file", "it is a file, not a folder"),
+    ("long", "the name is too long"),
+    ("under_file", "a part of the path is a file"),
+])
+def test_the_cache_folder_is_checked_once_and_located(tmp_path, monkeypatch, kind, message):
+    """SCHEDLANG_CACHE_DIR that cannot hold the cache of the hierarchy's sub-solves: a
+    located error naming the variable (it used to be skipped silently, or a traceback)."""
+    from schedlang.errors import DataError
+    from schedlang.layer_solves import CACHE_ENV, cache_path
+
+    (tmp_path / "f").write_text("x")
+    folder = {"file": tmp_path / "f", "long": tmp_path / ("c" * 300),
+              "under_file": tmp_path / "f" / "cache"}[kind]
+    monkeypatch.setenv(CACHE_ENV, str(folder))
+    with pytest.raises(DataError, match=message) as info:
+        cache_path(("key",), "layer_options", (), "highs")
+    assert str(info.value).startswith(f"{CACHE_ENV}: error: cannot use ")
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "new" / "cache"))  # made when missing
+    path = cache_path(("key",), "layer_options", (), "highs")
+    assert path.parent.is_dir() and path.parent == tmp_path / "new" / "cache"

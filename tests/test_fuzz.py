@@ -21,7 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .fuzzing import dump_json, mutate, mutate_json, peak_rss_bytes, run_cli
+from .fuzzing import (PATH_KINDS, dump_json, mutate, mutate_json, peak_rss_bytes, run_cli,
+                      weird_path)
 from .paths import EXAMPLES, ROOT
 from .sched_strategies import node_link_json, plan_json, sched_program
 
@@ -31,8 +32,8 @@ MAX_ELEMENTS = "200000"
 SOLVE = ["--time-limit", "1", "--max-elements", MAX_ELEMENTS, "--quiet"]
 
 # default run / slow run: cases per test (the slow ones add up to more than 10,000)
-DEFAULT = {"mutation": 120, "program": 120, "plan": 80, "graph": 80}
-SLOW = {"mutation": 4500, "program": 3000, "plan": 1500, "graph": 1500}
+DEFAULT = {"mutation": 120, "program": 120, "plan": 80, "graph": 80, "path": 60}
+SLOW = {"mutation": 4500, "program": 3000, "plan": 1500, "graph": 1500, "path": 400}
 FUZZ_SLOW_CASES = sum(SLOW.values())
 SCALES = [pytest.param(DEFAULT, id="default"),
           pytest.param(SLOW, id="slow", marks=pytest.mark.slow)]
@@ -218,3 +219,69 @@ def _graph_test(n: int, name: str):
 def test_fuzz_graph_json(workdir, scale):
     drive(_graph_test, scale["graph"], "graph JSON", workdir)
 
+
+
+# --------------------------------------------------------------------------- paths
+
+#: every place the CLI takes a path: (argv with PATH where the path goes, the path's suffix);
+#: the other paths are good ones (the chain example, a plan of it)
+PATH_SLOTS = [
+    (["check", "PATH"], ".sched"),
+    (["solve", "PATH", *SOLVE], ".sched"),
+    (["solve", "{chain}", "--model", "PATH", *SOLVE], ".sched"),
+    (["solve", "{chain}", "--plan-out", "PATH", *SOLVE, "--json"], ".json"),
+    (["plan", "PATH", "--planner", "best"], ".json"),
+    (["plan", "{chain}", "--planner", "best", "--plan-out", "PATH"], ".json"),
+    (["simulate", "PATH", "--graph", "{chain}"], ".json"),
+    (["simulate", "{plan}", "--graph", "PATH", "--json"], ".sched"),
+    (["import", "PATH", "--format", "checkmate-nx", "-o", "{out}"], ".json"),
+    (["import", "{graph_json}", "--format", "checkmate-nx", "-o", "PATH"], ".sched"),
+    (["sweep", "{chain}", "--budgets", "90%", "--out", "PATH", "--jobs", "1"], ".jsonl"),
+    (["sweep", "{chain}", "--budgets", "90%", "--plot", "PATH", "--jobs", "1"], ".png"),
+    (["sweep", "{chain}", "--budgets", "90%", "--compare", "PATH", "--jobs", "1"], ".sched"),
+    (["run", "PATH:make", "--budget", "90%"], ".py"),
+    (["trace", "PATH:make", "-o", "{out}"], ".py"),
+]
+
+
+def _path_test(n: int, name: str):
+    tally = Tally(name)
+
+    @fuzz_settings(n)
+    @given(slot=st.integers(0, len(PATH_SLOTS) - 1), kind=st.sampled_from(PATH_KINDS),
+           use=st.booleans())
+    def run(workdir, plan, slot, kind, use):
+        argv, suffix = PATH_SLOTS[slot]
+        path = weird_path(workdir / "paths", kind, suffix)
+        if use and suffix == ".sched" and kind != "nul":  # the path inside a `use`
+            holder = workdir / "examples" / "uses_weird.sched"
+            holder.write_text(f'use "{path}"\n')
+            path = str(holder)
+        good = {"chain": workdir / "examples" / "chain.sched", "plan": plan,
+                "out": workdir / "paths_out.sched", "graph_json": workdir / "graph.json"}
+        args = [path if a == "PATH" else a.replace("PATH", path) if "PATH" in a
+                else a.format(**{k: str(v) for k, v in good.items()}) for a in argv]
+        result = run_cli(args)
+        tally.check(result, f"path kind {kind}")  # an exit code, located, no traceback
+        if kind not in ("missing", "dot", "device") and not use:
+            assert result.code != 0, result.describe(f"path kind {kind}")
+        if "--json" in args:  # one JSON object, whatever happened
+            json.loads(result.out)
+    return run, tally
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_fuzz_paths(workdir, scale):
+    """Every path a user gives — too long, a folder, a FIFO, missing, under a file, empty, a
+    NUL, a device — in every place the CLI takes one (and inside a `use`): an exit code and
+    a located message, never a traceback or a hang (a FIFO is never opened)."""
+    (workdir / "paths").mkdir(exist_ok=True)
+    plan = workdir / "chain_plan.json"
+    assert run_cli(["plan", workdir / "examples" / "chain.sched", "--planner", "best",
+                    "--plan-out", plan]).code == 0
+    (workdir / "graph.json").write_text(json.dumps(
+        {"directed": True, "multigraph": False, "graph": {},
+         "nodes": [{"id": 0, "name": "a", "cost_cpu": 1, "cost_ram": 8, "backward": False},
+                   {"id": 1, "name": "b", "cost_cpu": 1, "cost_ram": 8, "backward": True}],
+         "links": [{"source": 0, "target": 1}]}))
+    drive(_path_test, scale["path"], "paths", workdir, plan)

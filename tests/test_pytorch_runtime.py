@@ -433,7 +433,7 @@ def test_run_command(tmp_path, capsys):
     assert run(f"{factory}:model_only", "--input-shape", "512,64", "--steps", "1",
                "--repeats", "1", "--budget", "150%") == 0
     assert "plain execution" in capsys.readouterr().out
-    for argv, message in [((f"{factory}:nope",), "has no 'nope'"),
+    for argv, message in [((f"{factory}:nope",), "has no attribute 'nope'"),
                           ((f"{factory}:model_only",), "--input-shape"),
                           (("nomodule_xyz:f",), "cannot import"),
                           ((f"{factory}:model_only", "--input-shape", "a,b"), "not a shape"),

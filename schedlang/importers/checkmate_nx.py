@@ -37,12 +37,12 @@ def load_checkmate_nx(path: str | Path) -> Graph:
     """Read a networkx node-link JSON graph; problems raise `DataError` located at `path`."""
     source = str(path)
     loc = Loc(source)
+    from ..paths import read_text
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"not UTF-8 text ({exc.reason})", loc) from None
-    except OSError as exc:
-        raise DataError(f"cannot read graph file: {exc.strerror or exc}", loc) from None
+        text = read_text(path, what="graph file")
+    except DataError as exc:
+        raise DataError(f"cannot read graph file: {exc.message}", exc.loc) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

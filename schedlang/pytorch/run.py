@@ -31,10 +31,7 @@ went over it).
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -87,42 +84,6 @@ def add_run_arguments(p) -> None:
                    "solves, bisection, probe and training steps)")
 
 
-def _load_factory(target: str):
-    if ":" not in target:
-        raise RunError(f"'{target}' is not MODULE:FACTORY (e.g. mymodels:make_gpt)")
-    mod_name, _, attr = target.rpartition(":")
-    if not mod_name or not attr:
-        raise RunError(f"'{target}' is not MODULE:FACTORY (e.g. mymodels:make_gpt)")
-    path = Path(mod_name)
-    try:
-        if mod_name.endswith(".py") or path.is_file():
-            if not path.is_file():
-                raise RunError(f"no such file: {mod_name}")
-            spec = importlib.util.spec_from_file_location(path.stem, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules.setdefault(path.stem, module)
-            spec.loader.exec_module(module)
-        else:
-            if str(Path.cwd()) not in sys.path:
-                sys.path.insert(0, str(Path.cwd()))
-            module = importlib.import_module(mod_name)
-    except RunError:
-        raise
-    except ModuleNotFoundError as exc:
-        raise RunError(f"cannot import '{mod_name}': {exc}") from None
-    except Exception as exc:  # the user's module failed while importing
-        raise RunError(f"importing '{mod_name}' failed: {type(exc).__name__}: {exc}") from None
-    factory = getattr(module, attr, None)
-    if factory is None:
-        from ..errors import did_you_mean
-
-        names = [n for n in dir(module) if not n.startswith("_")]
-        raise RunError(f"'{mod_name}' has no '{attr}'{did_you_mean(attr, names)}")
-    if not callable(factory):
-        raise RunError(f"'{target}' is not callable")
-    return factory
-
-
 def _parse_shape(text: str) -> tuple:
     try:
         shape = tuple(int(s) for s in text.replace("x", ",").split(",") if s.strip())
@@ -136,7 +97,9 @@ def _parse_shape(text: str) -> tuple:
 def _build(args):
     import torch
 
-    factory = _load_factory(args.target)
+    from .factory import load_factory
+
+    factory = load_factory(args.target, RunError)
     try:
         made = factory()
     except Exception as exc:
@@ -328,26 +291,21 @@ def run_main(args) -> int:
 
 
 def _check_outputs(args) -> None:
-    """Fail before profiling and training when --plot/--trace cannot be written."""
-    from ..errors import DataError, Loc
+    """Fail before profiling and training when an output cannot be written."""
+    from ..errors import Loc
+    from ..paths import writable_file
 
     if args.plot and args.trace and Path(args.plot).resolve() == Path(args.trace).resolve():
         raise RunError("--plot and --trace name the same file", Loc("--trace"))
-    if args.plot:
+    if args.plot is not None:
         from ..sweep import check_plot_target
 
         check_plot_target(args.plot, Loc("--plot"))
-    if args.trace:
-        target = Path(args.trace)
-        if target.is_dir():
-            raise DataError(f"cannot write the trace to {args.trace}: it is a folder",
-                            Loc("--trace"))
-        parent = target.resolve().parent
-        if not parent.is_dir():
-            raise DataError(f"cannot write the trace to {args.trace}: folder {parent} does "
-                            "not exist", Loc("--trace"))
-    if args.plot and Path(args.plot).is_dir():
-        raise DataError(f"cannot write the plot to {args.plot}: it is a folder", Loc("--plot"))
+    for flag, path, what in (("--trace", args.trace, "trace"),
+                             ("--plan-out", args.plan_out, "plan"),
+                             ("--graph-out", args.graph_out, "graph data")):
+        if path is not None:
+            writable_file(path, Loc(flag), what)
 
 
 def _read_graph(path: str):

@@ -194,10 +194,9 @@ def write_trace(graph: Graph, path, info: TraceInfo | None = None, model: str = 
 
 def read_trace_info(path) -> TraceInfo | None:
     """The `TraceInfo` comment of a traced `.sched` file (None when it has none)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise SchedError(f"cannot read {path}: {exc.strerror or exc}", Loc(str(path))) from None
+    from ..paths import read_text
+
+    text = read_text(path, what="graph file")
     info = None
     calls: dict[str, list[str]] = {}
     for line in text.splitlines():
@@ -262,41 +261,6 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
                    "option generation)")
 
 
-def _load_factory(spec: str):
-    where = Loc(spec)
-    module_name, sep, attr = spec.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise SchedError(f"expected MODULE:FACTORY, got '{spec}'", where)
-    try:
-        if module_name.endswith(".py") or "/" in module_name or Path(module_name).is_file():
-            path = Path(module_name)
-            if not path.is_file():
-                raise SchedError(f"no such file: {module_name}", where)
-            mspec = importlib.util.spec_from_file_location(_graph_name(path.stem), path)
-            module = importlib.util.module_from_spec(mspec)
-            sys.modules[mspec.name] = module
-            mspec.loader.exec_module(module)
-        else:
-            if "" not in sys.path and str(Path.cwd()) not in sys.path:
-                sys.path.insert(0, str(Path.cwd()))
-            module = importlib.import_module(module_name)
-    except SchedError:
-        raise
-    except ImportError as exc:
-        raise SchedError(f"cannot import '{module_name}': {exc}", where) from None
-    except Exception as exc:  # the user's module failed while loading
-        raise SchedError(f"importing '{module_name}' failed: {type(exc).__name__}: {exc}",
-                         where) from None
-    obj = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise SchedError(f"'{module_name}' has no attribute '{attr}'", where)
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise SchedError(f"'{spec}' is not callable", where)
-    return obj
-
-
 def _make_inputs(shapes: list[str], dtypes: list[str]):
     import torch
 
@@ -351,7 +315,12 @@ def trace_main(args) -> int:
 
         resolve_model(op_model, Path.cwd(), Loc("--op-model"))
     options = [o.strip() for o in args.options.split(",") if o.strip()]
-    factory = _load_factory(args.factory)
+    from ..paths import writable_file
+    from .factory import load_factory
+
+    writable_file(args.output, Loc("-o"), "graph data")  # before tracing, not after
+
+    factory = load_factory(args.factory)
     try:
         made = factory()
     except Exception as exc:
