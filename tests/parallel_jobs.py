@@ -32,8 +32,14 @@ def sleep_and_note(item: int, folder: str) -> int:
     return item
 
 
-def after(item: int, delay: float) -> int:
-    time.sleep(delay)
+def after_gate(item: int, gate: str) -> int:
+    """`item`, once the file `gate` exists (item 0 at once): the test opens the gate when
+    the parent has handled item 0's result (no sleep decides the order of events)."""
+    deadline = time.monotonic() + 120
+    while item != 0 and not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the gate {gate} never opened")
+        time.sleep(0.005)  # waiting on the file, not timing the test
     return item
 
 

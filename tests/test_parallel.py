@@ -32,14 +32,32 @@ def test_workers_give_the_serial_results_in_the_items_order():
 
 
 @pytest.mark.parametrize("n", [1, 2])
-def test_jobs_no_longer_needed_are_not_started(n):
+def test_jobs_no_longer_needed_are_not_started(n, tmp_path, monkeypatch):
+    """Item 0 drops items 6..9. Items 1.. wait behind a gate that opens only once the parent
+    has handled item 0's result (its next wait for results), so the dropped items are
+    still queued, not started, whatever the machine's load: no sleep orders the events."""
+    import schedlang.parallel as parallel
+
+    gate = tmp_path / "gate"
+    if n == 1:
+        gate.write_text("open")  # in this process: item 0 runs first anyway
+    real_wait = parallel.wait
+    waits = []
+
+    def wait(*args, **kwargs):
+        waits.append(1)
+        if len(waits) == 2:  # item 0 handled and its drops cancelled
+            gate.write_text("open")
+        return real_wait(*args, **kwargs)
+
+    monkeypatch.setattr(parallel, "wait", wait)
     ran = []
 
     def drop_the_rest(k, item, result):
         ran.append(item)
         return range(6, 10) if k == 0 else ()
 
-    out = run_jobs(jobs.after, range(10), args=(0.3 if n > 1 else 0.0,), jobs=n,
+    out = run_jobs(jobs.after_gate, range(10), args=(str(gate),), jobs=n,
                    on_result=drop_the_rest)
     assert out == [0, 1, 2, 3, 4, 5, None, None, None, None]
     assert sorted(ran) == [0, 1, 2, 3, 4, 5]
@@ -124,7 +142,9 @@ def test_ctrl_c_stops_the_workers(tmp_path):
             proc.kill()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    time.sleep(0.5)
+    deadline = time.monotonic() + 60  # the workers were told to stop: wait until they have
+    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.05)
     for pid in pids:  # no worker left running
         try:
             os.kill(pid, 0)
@@ -132,6 +152,15 @@ def test_ctrl_c_stops_the_workers(tmp_path):
             continue
         with open(f"/proc/{pid}/stat") as f:  # only a zombie awaiting its parent may remain
             assert f.read().split()[2] == "Z", f"worker {pid} still runs"
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie awaiting its parent."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 @pytest.mark.slow  # a local Ray instance takes 10-30 s to start

@@ -161,12 +161,16 @@ FALLING = {"bart": [100, 90, 80, 70, 60, 50], "vit": [100, 90, 80, 70, 60, 50],
 def test_transformers_models_with_their_key_value_cache_on(name, caplog):
     """`use_cache=True`, the configs' default: each block is handed a cache it writes into.
     Fitted, the blocks run without it in training (as transformers' own checkpointing does)
-    and fit says so; gradients equal eager's (which built the cache) and the budget holds."""
+    and fit says so; gradients equal eager's (which built the cache) and the budget holds.
+    Equal to rounding, not bit for bit: a block the plan wraps runs without the cache, eager
+    with it (attention on the cache's concatenated keys sums in another order: 2.8e-9 apart
+    on GPT-2), and which blocks a plan wraps depends on the timing profile."""
     sizes = dict(HF_SIZES[name], use_cache=True)
     with caplog.at_level(logging.WARNING, logger="schedlang.pytorch"):
         # no probe step: the prediction itself must hold (the profile ran without the cache,
         # so must every planned step, plain execution's included)
-        _, rows = _fit_at(_hf(name), sizes, [100, DEFAULT_BUDGET[name]], probe=False)
+        _, rows = _fit_at(_hf(name), sizes, [100, DEFAULT_BUDGET[name]], probe=False,
+                          exact=False)
     assert "key/value cache" in caplog.text and "use_cache=False" in caplog.text
     assert [pct for pct, rep in rows if isinstance(rep, int)] == [], rows
     for pct, rep in rows:

@@ -19,30 +19,37 @@ from .paths import GRAPHS, ROOT, needs_graphs
 
 
 class NoCallbacks:
-    """A stand-in for `highspy.Highs` in a phase that calls no interrupt callback."""
+    """A stand-in for `highspy.Highs` in a phase that calls no interrupt callback: `run`
+    returns when `release` is set (or after `seconds`)."""
 
     def __init__(self, seconds: float):
         self.seconds = seconds
+        self.release = threading.Event()
+        self.finished = False
 
     def run(self) -> None:
-        time.sleep(self.seconds)
+        self.release.wait(self.seconds)
+        self.finished = True
 
 
 def test_the_watchdog_stops_waiting_for_a_run_that_ignores_it():
+    stuck = NoCallbacks(600.0)  # released by the test, not by a clock
     watch = Interrupts(deadline=time.monotonic() + 0.2, grace=0.2)
-    t0 = time.monotonic()
-    watch.run(NoCallbacks(3.0))
-    assert time.monotonic() - t0 < 2.0
+    watch.run(stuck)
+    assert not stuck.finished  # it came back while the run was still going
     assert watch.expired and watch.abandoned
+    stuck.release.set()
     for t in threading.enumerate():
         if t.name == "highs":
             t.join()
 
 
 def test_a_run_that_ends_in_time_is_not_abandoned():
-    watch = Interrupts(deadline=time.monotonic() + 5.0)
-    watch.run(NoCallbacks(0.1))
-    assert not watch.expired and not watch.abandoned
+    quick = NoCallbacks(600.0)
+    quick.release.set()  # ends at once, long before its deadline
+    watch = Interrupts(deadline=time.monotonic() + 600.0)
+    watch.run(quick)
+    assert quick.finished and not watch.expired and not watch.abandoned
 
 
 @needs_graphs
