@@ -2,7 +2,8 @@
 
 A budget is given as
 
-* bytes: an int (or a float, truncated), e.g. ``3221225472``;
+* bytes: an int (or a float with a whole value: ``1.5`` is an error that suggests ``"150%"``,
+  never 1 B), e.g. ``3221225472``;
 * a size: ``"14GiB"``, ``"900MiB"``, ``"1.5e9"`` (`schedlang.units.parse_size`);
 * a percentage ``"P%"`` of a *reference*: for a graph, the peak of its no-recomputation plan
   (`schedlang.planners.no_recompute.no_recompute_peak`); for `schedlang.pytorch.fit`, the predicted peak
@@ -67,6 +68,13 @@ def parse(value, reference: Reference, loc: Loc = Loc("--budget"),
     if isinstance(value, (int, float)):
         if not value > 0:
             raise DataError(f"budget {value} must be positive", loc)
+        if not math.isfinite(value):
+            raise DataError(f"budget {value!r} is not a number of bytes", loc)
+        if value != int(value):
+            hint = (f"; for a share of {reference_name} write '{100 * value:g}%'"
+                    if value < 10 else "")
+            raise DataError(f"budget {value!r} is a number of bytes, and not a whole one"
+                            f"{hint} (or a size: '{value:g}GiB')", loc)
         return int(value)
     text = str(value).strip()
     if text.endswith("%"):

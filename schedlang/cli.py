@@ -29,6 +29,28 @@ def _nonnegative(kind):
     return parse
 
 
+def _param_argument(p) -> None:
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="give a `param NAME ... default` of the model a value (a number; "
+                   "repeatable), as a later file's `param NAME = VALUE` would")
+
+
+def _params(args) -> dict:
+    """--param NAME=VALUE options as {name: number}; a malformed one is a located error."""
+    out = {}
+    for item in getattr(args, "param", None) or []:
+        name, sep, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if not sep or not name.strip() or number is None or number != number:
+            raise UsageError(f"'{item}' is not NAME=VALUE with a number (e.g. "
+                             "--param allow_offload=0)", Loc("--param"))
+        out[name.strip()] = number
+    return out
+
+
 def _max_elements_argument(p) -> None:
     from .sizes import DEFAULT_MAX_ELEMENTS
 
@@ -61,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--model", help="a shipped model name or a .sched path to check the files against")
     c.add_argument("--stats", action="store_true", help="print each indexed declaration's size: "
                    "elements, and the constraint rows and nonzeros it makes")
+    _param_argument(c)
     _max_elements_argument(c)
 
     from .solvers import DEFAULT_SOLVER, SOLVERS
@@ -90,6 +113,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--verbose", action="store_true", help="show the solver's log")
     s.add_argument("--quiet", action="store_true",
                    help="no progress on stderr (the solver's incumbent, bound and gap)")
+    s.add_argument("--no-explain", dest="explain", action="store_false",
+                   help="at an infeasible budget, do not look for the smallest feasible one "
+                   "(by default: bisection with the solver, each solve stopping at its first "
+                   "plan)")
+    _param_argument(s)
     _max_elements_argument(s)
 
     m = sub.add_parser("simulate", help="replay a plan on its graph")
@@ -137,6 +165,7 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="solve the budgets as "
                    "Ray tasks, on the cluster at ADDRESS, else on a local Ray instance (needs "
                    "pip install \"schedlang[ray]\")")
+    _param_argument(w)
     _max_elements_argument(w)
 
     i = sub.add_parser("import", help="convert graph data from other tools to .sched")
@@ -249,9 +278,14 @@ def cmd_check(args) -> int:
     from .sizes import declaration_sizes, format_sizes
 
     failed = 0
+    params = _params(args)
     for f in args.files:
         try:
             program = load_program([Path(f)], [args.model] if args.model else None)
+            if params:
+                from .program import set_params
+
+                set_params(program, params, Loc("--param"))
             check_program(program)
             _print_warnings(program)
             if program.has_formulation:
@@ -275,7 +309,8 @@ def cmd_solve(args) -> int:
 
     resolve(args.solver, args.backend)  # an unknown or missing solver: before any work
     _writable(args, ("--plan-out", "plan_out", "plan"))
-    prob = load(args.file, model=args.model, budget=args.budget, max_elements=args.max_elements)
+    prob = load(args.file, model=args.model, budget=args.budget, max_elements=args.max_elements,
+                params=_params(args))
     prob.check()
     _print_warnings(prob.program)
     prob.lower()
@@ -286,16 +321,53 @@ def cmd_solve(args) -> int:
     if args.plan_out and result.plan is not None:
         result.plan.save(args.plan_out)
         result.plan_path = args.plan_out
+    smallest = _explain(prob, result, args)
     if args.json:
-        output.print_json(result.to_json())
+        out = result.to_json()
+        if smallest is not None:
+            out["smallest_feasible_budget"] = smallest
+        output.print_json(out)
     else:
         _print_result(prob, result)
+        if smallest is not None:
+            _print_smallest(smallest)
     code = EXIT_CODES[result.status]
     if code == 0 and result.simulated is not None and not result.simulated.valid:
         print("error: the decoded plan does not replay in the simulator; this is a bug in "
               "schedlang or in the model's decoder declaration", file=sys.stderr)
         return 5
     return code
+
+
+def _explain(prob, result, args) -> dict | None:
+    """At an infeasible budget (exit 3), the smallest feasible one by bisection
+    (`schedlang.bisection`), as `fit` says it: {"bytes", "percent", "reference_bytes"}, or
+    None (feasible, --no-explain, no graph data)."""
+    from .solution import Status
+
+    if result.status != Status.INFEASIBLE or not getattr(args, "explain", True) \
+            or prob.graph is None or result.budget_bytes is None:
+        return None
+    from .bisection import explain_infeasible
+
+    best, ref = explain_infeasible(prob, result.budget_bytes, args.backend, args.solver,
+                                   args.time_limit)
+    return {"bytes": best, "reference_bytes": ref,
+            "percent": None if best is None or not ref else round(100.0 * best / ref, 3)}
+
+
+def _print_smallest(smallest: dict) -> None:
+    from .units import format_size
+
+    best, ref = smallest["bytes"], smallest["reference_bytes"]
+    if best is None:
+        print("smallest  none up to the no-recomputation peak"
+              + (f" ({format_size(ref)}): another constraint than the peak budget binds"
+                 if ref else ""))
+    else:
+        print(f"smallest  feasible budget found: {format_size(best)} ({best} B, "
+              f"{smallest['percent']:.4g}% of the no-recomputation peak), by bisection with "
+              "the solver")
 
 
 def _writable(args, *outputs) -> None:
@@ -405,15 +477,24 @@ def cmd_simulate(args) -> int:
 
         print(f"{'valid' if res.valid else 'invalid'}: peak {format_size(res.peak_bytes)} "
               f"({res.peak_bytes} B), time {res.time:.6g}, {res.computes} computes")
-        for e in res.errors:
-            print(f"  error: {e}")
+        # the warnings first: "the plan was made for graph 'chain', not 'unet'" explains the
+        # errors that follow it
         for w in res.warnings:
             print(f"  warning: {w}")
+        for e in res.errors[:SHOWN_ERRORS]:
+            print(f"  error: {e}")
+        if len(res.errors) > SHOWN_ERRORS:
+            print(f"  ... and {len(res.errors) - SHOWN_ERRORS} more errors (--json lists "
+                  "them all)")
         if alloc is not None:
             from .allocator import format_summary
 
             print(format_summary(alloc))
     return 0 if res.valid else 3
+
+
+#: errors `simulate` prints (--json gives them all)
+SHOWN_ERRORS = 20
 
 
 def cmd_import(args) -> int:
@@ -451,7 +532,9 @@ def cmd_sweep(args) -> int:
 
         import_ray()  # a clear error before any work when Ray is missing
     files = [args.file] + args.compare
-    problems = [prepare(f, args.model, args.max_elements) for f in files]  # every file checked before any solve
+    params = _params(args)
+    problems = [prepare(f, args.model, args.max_elements, params)  # every file checked
+                for f in files]                                    # before any solve
     log = PointLog(args.out, resume=args.resume) if args.out else None
     try:
         return _sweep(args, files, problems, log)
@@ -510,7 +593,8 @@ def _sweep(args, files, problems, log) -> int:
                                if log is not None else None)
         curves[path] = points
         if not args.json:
-            _print_sweep(prob, args, points, ref_peak, ref_time, time.perf_counter() - t1)
+            _print_sweep(prob, args, points, ref_peak, ref_time, time.perf_counter() - t1,
+                         path if len(files) > 1 else None)
         bad = [p for p in points if p.solved and p.simulated_valid is False]
         if bad:
             print(f"error: the decoded plan of {path} at budget {where(bad[0].budget_bytes)} does "
@@ -542,12 +626,14 @@ def _sweep(args, files, problems, log) -> int:
     return max(exit_code(pts) for pts in curves.values()) if len(files) > 1 else exit_code(curves[args.file])
 
 
-def _print_sweep(prob, args, points, ref_peak, ref_time, total) -> None:
+def _print_sweep(prob, args, points, ref_peak, ref_time, total, path=None) -> None:
+    """One sweep's table; `path`: its file, named in the title when several are compared
+    (they often share their model and graph: offload.sched on transformer6)."""
     from .units import format_size
 
     g = prob.graph
-    print(f"sweep     {prob.program.name} on graph {g.name if g else '-'}, {len(points)} "
-          f"budgets, {args.solver} via {args.backend}")
+    print(f"sweep     {path + ': ' if path else ''}{prob.program.name} on graph "
+          f"{g.name if g else '-'}, {len(points)} budgets, {args.solver} via {args.backend}")
     if ref_peak:
         print(f"reference no recomputation: peak {format_size(ref_peak)}, time {ref_time:.6g}")
     header = ["budget", "%", "status", "objective", "pred. peak", "overhead", "gap", "solve s"]
@@ -669,7 +755,12 @@ def entry() -> None:
     watchdog left a solver running on its thread (`solvers.highs.threads_left_running`),
     the process ends with os._exit once the output is flushed: a normal interpreter shutdown
     would wait on, or abort in, that thread."""
-    code = main()
+    try:
+        code = main()
+    except BrokenPipeError:  # `schedlang ... | head`: the reader left; no traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = 141  # as a shell reports SIGPIPE
     from .solvers.highs import threads_left_running
 
     if threads_left_running():

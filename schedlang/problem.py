@@ -161,6 +161,15 @@ class Problem:
 
         if "check" not in self.timings:
             self.check()
+        if not self.program.has_formulation:  # an empty file is not a problem solved
+            from .errors import Loc
+
+            g = self.program.graph
+            hint = ("; layered graph data is solved by `use rockmate`" if g is not None
+                    and g.layers else "; write a model, or `use` one (e.g. `use checkmate`)")
+            raise CheckError(f"nothing to solve: no variable and no objective is declared"
+                             f"{hint}", Loc(self.program.files[0] if self.program.files
+                                             else "<input>"))
         t0 = time.perf_counter()
         self.ir = lower_program(self.program, self.graph, self.budgets, self.max_elements)
         self.timings["lower"] = time.perf_counter() - t0

@@ -303,7 +303,7 @@ def _share_machine_data(program: Program) -> None:
         program.graph.budgets["host"] = program.budgets["host"]
 
 
-def set_params(program: Program, values: dict, loc: Loc = Loc("params")) -> None:
+def set_params(program: Program, values: dict, loc: Loc = Loc("params (--param)")) -> None:
     """Give values to scalar params declared with `default` (as a later file's
     ``param NAME = value`` would)."""
     import dataclasses

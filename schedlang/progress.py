@@ -12,8 +12,8 @@ Work reports what it does (`phase`, `step`, `note`; a solver's incumbent and bou
 `solver_callback`) and never decides how it is shown. A `session` decides, by its mode:
 
 * ``"live"``: one line on a terminal (rich), redrawn as the work moves and removed at the end;
-* ``"lines"``: plain lines, one per change (at most one a second per phase; every phase
-  start), for logs and pipes;
+* ``"lines"``: plain lines, one per change (at most one a second per phase: a phase not
+  shown yet at once), for logs and pipes;
 * ``"off"``: nothing on stderr;
 * ``"auto"`` (the default): ``$SCHEDLANG_PROGRESS`` when set (one of the three), else live on
   a terminal and lines otherwise.
@@ -92,7 +92,7 @@ class Session:
         with self._lock:
             # a counted phase reads 0/12 from its start
             self.phases.append(_Phase(name, self.clock(), total, 0 if total else None, detail))
-            self._changed(force=True)
+            self._changed()
 
     def end(self, name: str) -> None:
         with self._lock:
@@ -111,7 +111,7 @@ class Session:
             if total is not None:
                 ph.total = total
             ph.detail = detail
-            self._changed(force=False)
+            self._changed()
 
     # --- what is shown ---------------------------------------------------------------------
     def line(self) -> str:
@@ -140,13 +140,15 @@ class Session:
             if (self._pending and due) or now - self._last_line >= self.heartbeat:
                 self._emit(now)
 
-    def _changed(self, force: bool) -> None:
+    def _changed(self) -> None:
         now = self.clock()
         self._pending = True
         if now - self.started < self.delay:
             return
+        # a phase not shown yet is shown at once; one shown less than `interval` ago (a
+        # step, or the same phase begun again: each solve of a bisection) waits for the tick
         name = self.phases[-1].name
-        if force or now - self._last_of.get(name, -1.0e18) >= self.interval:
+        if now - self._last_of.get(name, -1.0e18) >= self.interval:
             self._emit(now)
 
     def _emit(self, now: float) -> None:

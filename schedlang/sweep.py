@@ -173,10 +173,12 @@ def neighbour_start(points: list[SweepPoint]):
     return None
 
 
-def prepare(path_or_paths, model: str | None = None, max_elements: int | None = None) -> Problem:
-    """Parse and check the files once: the `Problem` every budget of a sweep starts from."""
+def prepare(path_or_paths, model: str | None = None, max_elements: int | None = None,
+            params: dict | None = None) -> Problem:
+    """Parse and check the files once: the `Problem` every budget of a sweep starts from
+    (`params`: values of `param ... default` declarations, as `load`'s)."""
     paths = [path_or_paths] if isinstance(path_or_paths, (str, Path)) else list(path_or_paths)
-    prob = load(*paths, model=model, max_elements=max_elements)
+    prob = load(*paths, model=model, max_elements=max_elements, params=params)
     prob.check()
     return prob
 
@@ -444,6 +446,19 @@ def plot_sweep(points, out, title: str = "", ref_peak: int | None = None,
     without a solution are marked on the x axis at their budget. Raises `SchedError` (exit 2)
     when matplotlib is missing or `out` cannot be written.
     """
+    fig = sweep_figure(points, title, ref_peak, loc)
+    from .files import atomic_open
+
+    try:
+        with atomic_open(out, "wb") as f:
+            fig.savefig(f, format="png")
+    except DataError as exc:
+        raise DataError(exc.message.replace("cannot write ", "cannot write the plot to ", 1), loc) from None
+
+
+def sweep_figure(points, title: str = "", ref_peak: int | None = None,
+                 loc: Loc = Loc("--plot")):
+    """The matplotlib `Figure` `plot_sweep` writes (see there)."""
     curves = points if isinstance(points, dict) else {"": points}
     fig = _figure(loc)
     every = [p for pts in curves.values() for p in pts]
@@ -465,14 +480,12 @@ def plot_sweep(points, out, title: str = "", ref_peak: int | None = None,
     ax.legend(fontsize=8, loc="best")
     if ys_all and min(ys_all) >= 0:
         ax.set_ylim(bottom=min(-0.05 * max(max(ys_all), 1.0), 0))
+    elif not ys_all:  # nothing solved: an axis of overheads, not one around 0 +- 0.04%
+        ax.set_ylim(0, 100)
+        ax.text(0.5, 0.5, "no budget was solved", transform=ax.transAxes, ha="center",
+                va="center", fontsize=12, color="tab:red")
     fig.tight_layout()
-    from .files import atomic_open
-
-    try:
-        with atomic_open(out, "wb") as f:
-            fig.savefig(f, format="png")
-    except DataError as exc:
-        raise DataError(exc.message.replace("cannot write ", "cannot write the plot to ", 1), loc) from None
+    return fig
 
 
 def _plot_curve(ax, points: list[SweepPoint], label: str, color: str, unit: str, scale: int,

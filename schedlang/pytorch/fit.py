@@ -496,25 +496,13 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
     the smallest budget found feasible (within `rel`, at most `max_solves` solves), or None
     if `high` is not. The budget, not the plan's peak: a plan also needs the save budget that
     its budget implies (the loss phase), so a budget of its peak may admit no plan."""
-    with progress.phase("bisection", total=max_solves):
-        progress.step(1, f"activations {format_size(high)}")
-        plan = solve_plan(graph, high, solver, time_limit, backend, **kw)
-        if plan is None:
-            return None
-        best = high
-        solves = 1
-        while best - low > max(rel * best, 1024) and solves < max_solves:
-            solves += 1
-            mid = (low + best) // 2
-            progress.step(solves, f"activations {format_size(mid)}, between "
-                                  f"{format_size(low)} (no plan) and {format_size(best)} (a plan)")
-            # feasibility only: the fastest plan's peak is within `mid` (no least-peak solve)
-            plan = solve_plan(graph, mid, solver, time_limit, backend, least_peak=False, **kw)
-            if plan is None:
-                low = mid
-            else:
-                best = mid
-    return best
+    from ..bisection import smallest_feasible as bisect
+
+    return bisect(  # feasibility only after the first: no least-peak solve
+        lambda b: solve_plan(graph, b, solver, time_limit, backend, least_peak=False,
+                             **kw) is not None,
+        low, high, rel=rel, max_steps=max_solves,
+        first=lambda b: solve_plan(graph, b, solver, time_limit, backend, **kw) is not None)
 
 
 # --- the module ----------------------------------------------------------------------------------

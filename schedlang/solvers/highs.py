@@ -466,7 +466,27 @@ def run_highs(lp, is_int: np.ndarray, run) -> RawResult:
         raw.detail = f"stopped by the time limit's watchdog, {raw.detail}"
     if not is_int.any():  # an LP optimum: the bound is the objective
         raw.bound = info.objective_function_value if raw.termination == OPTIMAL else None
+    elif _tree_exhausted(h, info, raw):
+        raw.bound = raw.objective
+        raw.notes.append(f"HiGHS searched the whole tree (its last dual bound "
+                         f"{info.mip_dual_bound:.6g} was not raised to the incumbent): optimal")
     return raw
+
+
+def _tree_exhausted(h, info, raw: RawResult) -> bool:
+    """HiGHS says Optimal on a MIP either at the requested gap or when its search tree is
+    exhausted; in the second case it may leave the dual bound where it was when the last
+    nodes were pruned against the incumbent (or the warm start's cutoff), a gap above the
+    requested one that the search has in fact closed."""
+    if raw.termination != OPTIMAL or raw.objective is None or raw.x is None:
+        return False
+    gap = getattr(info, "mip_gap", None)
+    try:
+        asked = h.getOptionValue("mip_rel_gap")
+        asked = float(asked[1] if isinstance(asked, tuple) else asked)  # (status, value)
+    except Exception:  # an old highspy: keep the reported bound
+        return False
+    return gap is not None and np.isfinite(gap) and gap > asked * (1 + 1e-3) + 1e-12
 
 
 def _watchdog_result(run, interrupts: Interrupts, why: str, n: int) -> RawResult:
