@@ -121,13 +121,15 @@ class Session:
             if not self.phases:
                 return ""
             now = self.clock()
-            names = " > ".join(p.name for p in self.phases)
+
+            def count(p: _Phase) -> str:
+                if p.done is None:
+                    return ""
+                return f" {p.done}/{p.total}" if p.total else f" {p.done}"
+            names = " > ".join(p.name + count(p) for p in self.phases)
             ph = self.phases[-1]
-            count = ""
-            if ph.done is not None:
-                count = f" {ph.done}/{ph.total}" if ph.total else f" {ph.done}"
             detail = f": {ph.detail}" if ph.detail else ""
-            return f"{names}{count}{detail} ({now - self.phases[0].started:.1f} s)"
+            return f"{names}{detail} ({now - self.phases[0].started:.1f} s)"
 
     def tick(self) -> None:
         """Give out what is pending once the delay has passed, and the current line again
