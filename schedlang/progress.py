@@ -292,12 +292,14 @@ def note(name: str, detail: str) -> None:
 def solver_callback(given=None):
     """The `progress` callable a backend calls with each `solvers.progress.Progress`:
     `given` when there is one, else one that reports into the active session (None when
-    there is none)."""
-    if given is not None or _active.get() is None:
+    there is none). The session is taken now: the solver may call back from its own thread,
+    which does not see this thread's active session."""
+    s = _active.get()
+    if given is not None or s is None:
         return given
 
     def report(p) -> None:
-        step(None, p.line().removeprefix("solving").strip())
+        s.update(None, p.line().removeprefix("solving").strip())
     return report
 
 
