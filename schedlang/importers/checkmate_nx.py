@@ -35,10 +35,9 @@ _CONVENTIONS = {
 
 def load_checkmate_nx(path: str | Path) -> Graph:
     """Read a networkx node-link JSON graph; problems raise `DataError` located at `path`."""
-    source = str(path)
-    loc = Loc(source)
     from ..paths import read_text
 
+    source = str(path)
     try:
         text = read_text(path, what="graph file")
     except DataError as exc:
