@@ -495,24 +495,40 @@ class Lowering:
         return out
 
     def _check_literals(self, d, e: ast.Subscript) -> None:
-        """An element written as text (`R[t, "f3"]`) must occur at its place in the
-        declaration's domain: a reference outside the domain is 0 by design (`S[t-1, v]`),
-        but a misspelt name would make a term vanish silently."""
+        """An element written as text (`R[t, "f3"]`) must be an element of the set its
+        position ranges over: a reference outside the domain is 0 by design (`S[t-1, v]`,
+        `POfl["L1.bwd", ...]` where a filter leaves that phase out), but a misspelt name
+        would make a term vanish silently."""
         lits = [(i, a) for i, a in enumerate(e.args) if isinstance(a, ast.Str)]
-        if not lits:
-            return
-        fam = self.vars[d.name][0] if d.name in self.vars else self.exprs[d.name][0]
-        if len(fam.keys) == 0 or fam.keys.shape[1] != len(e.args):
+        if not lits or d.index is None or len(_index_names(d.index)) != len(e.args):
             return
         for i, a in lits:
-            column = fam.keys[:, i]
-            if np.any(column == self.u.code(a.value)):
+            column = self._position_set(d.index, i)
+            if column is None or len(column) == 0 \
+                    or np.any(column == self.u.code(a.value)):
                 continue
-            names = [str(self.u.value(c)) for c in np.unique(column).tolist()]
+            names = [str(self.u.value(c)) for c in dict.fromkeys(column.tolist())]
             shown = ", ".join(f"'{n}'" for n in names[:6]) + (", ..." if len(names) > 6 else "")
             raise DataError(f"'{a.value}' is not an element of {d.name}'s index {i + 1} "
                             f"(its elements: {shown}){did_you_mean(a.value, names)}; "
                             f"{d.name}[...] with it would be 0 everywhere", a.loc)
+
+    def _position_set(self, index: ast.Index, i: int) -> np.ndarray | None:
+        """The element codes the `i`-th name of `index` ranges over (its binding's set,
+        without the `where` filter), or None when that set depends on names bound before."""
+        bound: set[str] = set()
+        names = _index_names(index)
+        for item in index.items:
+            pattern = _pattern(item.element)
+            if names[i] in pattern:
+                if _free_names(item.set) & bound:
+                    return None
+                sv = self.set_value(item.set, Table.unit())
+                if isinstance(sv, SetRel):
+                    return None
+                return sv.cols[:, pattern.index(names[i])]
+            bound |= set(pattern)
+        return None
 
     # --- params
     @_lowering

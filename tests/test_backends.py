@@ -332,8 +332,10 @@ def test_uninstalled_solver_lists_installed_ones(monkeypatch):
     monkeypatch.setattr(solvers, "_cvxpy_installed", lambda: frozenset({"HIGHS", "CBC"}))
     with pytest.raises(SolverUnavailable) as err:
         solve_ir(KNAPSACK, backend="cvxpy", solver="gurobi")
-    assert err.value.message == ("solver 'gurobi' is not available with the cvxpy backend; "
-                                 "available: highs, cbc")
+    assert err.value.message == ("solver 'gurobi' is not available with the cvxpy backend: "
+                                 "install it with `pip install gurobipy (a size-limited "
+                                 "licence comes with it; larger models need a Gurobi "
+                                 "licence)`; available: highs, cbc")
     monkeypatch.setattr(solvers, "pyomo_interface",
                         lambda s: "stdform_highs" if s == "highs" else None)
     with pytest.raises(SolverUnavailable, match="available: highs$"):

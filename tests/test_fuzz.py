@@ -33,7 +33,8 @@ SOLVE = ["--time-limit", "1", "--max-elements", MAX_ELEMENTS, "--quiet"]
 
 # default run / slow run: cases per test (the slow ones add up to more than 10,000)
 DEFAULT = {"mutation": 120, "program": 120, "plan": 80, "graph": 80, "path": 60}
-SLOW = {"mutation": 4500, "program": 3000, "plan": 1500, "graph": 1500, "path": 400}
+# paths: 330 distinct cases exist (15 places x 11 kinds x inside a `use` or not)
+SLOW = {"mutation": 4500, "program": 3000, "plan": 1500, "graph": 1500, "path": 300}
 FUZZ_SLOW_CASES = sum(SLOW.values())
 SCALES = [pytest.param(DEFAULT, id="default"),
           pytest.param(SLOW, id="slow", marks=pytest.mark.slow)]

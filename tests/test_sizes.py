@@ -60,6 +60,8 @@ def test_max_elements_moves_the_limit(tmp_path, capsys):
     assert main(["check", str(f), "--max-elements", "600"]) == 0
     capsys.readouterr()
     assert main(["solve", str(f), "--max-elements", "599", "--json"]) == 2
+    refused = json.loads(capsys.readouterr().out)  # --json: the error is one object too
+    assert refused["status"] == "error" and "limit of 599" in refused["message"]
     assert main(["solve", str(f), "--max-elements", "600", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["objective"] == pytest.approx(20)
 
