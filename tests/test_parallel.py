@@ -90,7 +90,10 @@ def test_bad_input_in_a_job_keeps_its_own_location(n):
 
 
 SCRIPT = """
-import sys
+import signal, sys
+# Ctrl-C raises KeyboardInterrupt here even when the suite was started in the background of a
+# script, whose children inherit SIGINT ignored (POSIX), as Python then leaves it
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from schedlang.parallel import run_jobs
 from tests import parallel_jobs
 print("ready", flush=True)
