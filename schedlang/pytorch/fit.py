@@ -22,7 +22,7 @@ keeps no reference to them once returned, `runtime.PlanExecutor.handed_over`); w
 it, `fit` reserves `LOSS_RESERVE` times the bytes of the floating-point outputs for it (what a
 cross-entropy on logits takes: their log-softmax and one temporary) plus `LOSS_SCALAR_BYTES`
 for its scalars, and `memory_report()` says
-so. After the first measured step, if the measured peak is over the prediction (or the budget),
+so. After the first measured step whose peak is over the prediction (or the budget),
 the module re-plans once with the excess as a margin (calibration) and logs it. What the plan does not move —
 parameters and buffers, and the step's inputs, which the caller keeps alive for the whole
 step — is *resident*: the graph's activation budget is the budget minus the resident bytes.
