@@ -247,7 +247,8 @@ def sequential_schedule(graph, blocks: list[str], segments: int):
 
 def priced(prep, plan) -> tuple[int, float]:
     """(predicted peak in bytes, predicted time / plain - 1) of `plan` on fit's graph, as fit
-    predicts its own plans (the loss function's memory at the loss, the resident bytes)."""
+    predicts its own plans (the loss function's memory at the loss, the resident bytes but
+    fit's plan executor's own constants: a baseline runs without it)."""
     from schedlang.pytorch.fit import loss_moment
     from schedlang.simulate import simulate
 
@@ -255,7 +256,7 @@ def priced(prep, plan) -> tuple[int, float]:
     if not sim.valid:
         raise ValueError(sim.errors[0])
     peak = max(sim.peak_bytes, loss_moment(plan, prep.graph) + prep.loss_overhead)
-    return peak + prep.resident_bytes, sim.time / prep.plain_time - 1
+    return peak + prep.resident_bytes - prep.executor_bytes, sim.time / prep.plain_time - 1
 
 
 # --- re-timing -------------------------------------------------------------------------------------

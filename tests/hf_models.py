@@ -35,25 +35,30 @@ def _lm_loss(out):
                            _lm_loss.targets[:, 1:].reshape(-1))
 
 
-def llama(batch=2, seq=16, layers=4, dim=32, seed=0, use_cache=False):
+def llama(batch=2, seq=16, layers=4, dim=32, seed=0, use_cache=False, device="cpu",
+          dtype=torch.float32, dropout=0.1):
     tf = _tf()
     _seed(seed)
     cfg = tf.LlamaConfig(vocab_size=128, hidden_size=dim, intermediate_size=2 * dim,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=64, use_cache=use_cache, attention_dropout=0.1)
-    model = tf.LlamaForCausalLM(cfg).train()
-    ids = _tokens(batch, seq, 128)
-    mask = torch.ones(batch, seq, dtype=torch.long)
+                         max_position_embeddings=max(64, seq), use_cache=use_cache,
+                         attention_dropout=dropout)
+    model = tf.LlamaForCausalLM(cfg).train().to(device, dtype)
+    ids = _tokens(batch, seq, 128).to(device)
+    mask = torch.ones(batch, seq, dtype=torch.long, device=device)
     return model, (), {"input_ids": ids, "attention_mask": mask}, _ce(ids)
 
 
-def gpt2(batch=2, seq=16, layers=4, dim=32, seed=0, use_cache=False):
+def gpt2(batch=2, seq=16, layers=4, dim=32, seed=0, use_cache=False, device="cpu",
+         dtype=torch.float32, dropout=0.1):
+    """GPT2LMHeadModel; `dropout`: the config's three dropout rates (transformers' default)."""
     tf = _tf()
     _seed(seed)
-    cfg = tf.GPT2Config(vocab_size=128, n_positions=64, n_embd=dim, n_layer=layers, n_head=4,
-                        use_cache=use_cache)
-    model = tf.GPT2LMHeadModel(cfg).train()
-    ids = _tokens(batch, seq, 128)
+    cfg = tf.GPT2Config(vocab_size=128, n_positions=max(64, seq), n_embd=dim, n_layer=layers,
+                        n_head=4, use_cache=use_cache, resid_pdrop=dropout, embd_pdrop=dropout,
+                        attn_pdrop=dropout)
+    model = tf.GPT2LMHeadModel(cfg).train().to(device, dtype)
+    ids = _tokens(batch, seq, 128).to(device)
     return model, (ids,), {}, _ce(ids)
 
 
@@ -133,8 +138,8 @@ def convnext(batch=2, size=32, seed=0):
 
 def _ce(ids):
     def loss_fn(out):
-        logits = out.logits
-        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
+        logits = out.logits  # (a float32 loss of bf16 logits, as mixed-precision training does)
+        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(),
                                ids[:, 1:].reshape(-1))
 
     return loss_fn

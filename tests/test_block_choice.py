@@ -115,3 +115,19 @@ def test_an_fsdp_unit_is_not_split(tmp_path):
         assert rep.measured_peak_bytes <= rep.budget_bytes
     finally:
         dist.destroy_process_group()
+        _drop_dtensor_caches()
+
+
+def _drop_dtensor_caches() -> None:
+    """torch's DTensor caches keep the device meshes, and their mesh tensors, for the process:
+    memory every later measured step in this test process would count (a few bytes on the
+    CPU, what a GPU's allocator would not see there)."""
+    from torch.distributed.tensor import DTensor, _redistribute
+
+    for clear in (getattr(_redistribute, "clear_redistribute_planner_cache", None),
+                  getattr(getattr(_redistribute, "_gen_transform_infos", None), "cache_clear",
+                          None),
+                  getattr(getattr(getattr(DTensor._op_dispatcher, "sharding_propagator", None),
+                                  "propagate_op_sharding", None), "cache_clear", None)):
+        if clear is not None:
+            clear()

@@ -46,11 +46,13 @@ def _init(rank: int, port: int) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
 
 
-def _step(row: dict, fitted, run, ref, model, plain, loss_fn, inputs) -> None:
-    """One training step of `run` (the fitted model, maybe wrapped) and of `ref` (the same
-    distributed run without a plan) with the same dropout masks; `row` gets the budget, the
-    predicted and measured peaks, the plan's digest and the largest gradient difference (each
-    rank's own part: the all-reduced gradients under DDP, the shards under FSDP2)."""
+def _step(row: dict, fitted, run, make_ref, model, loss_fn, inputs) -> None:
+    """One training step of `run` (the fitted model, maybe wrapped) and of the same
+    distributed run without a plan, `make_ref() -> (ref, plain model)`, made after the fitted
+    step (the measured step counts every tensor alive, a reference model's included), with
+    the same dropout masks; `row` gets the budget, the predicted and measured peaks, the
+    plan's digest and the largest gradient difference (each rank's own part: the all-reduced
+    gradients under DDP, the shards under FSDP2)."""
     from schedlang.pytorch.distributed import plan_digest
 
     rank = dist.get_rank()
@@ -61,7 +63,8 @@ def _step(row: dict, fitted, run, ref, model, plain, loss_fn, inputs) -> None:
         gathers[-1] += 1
         return orig(*a, **k)
 
-    for m in (run, ref):
+    for k in range(2):
+        m = run if k == 0 else make_ref()[0]
         torch.manual_seed(100 + rank)
         gathers.append(0)
         dist.all_gather_single = counting
@@ -76,6 +79,7 @@ def _step(row: dict, fitted, run, ref, model, plain, loss_fn, inputs) -> None:
         row["recomputed"] = sorted(b for b, c in plan_choices(fitted.plan, fitted.graph,
                                                                 blocks).items()
                                    if not c.startswith("autograd"))
+    plain = make_ref()[1]
     row["all_gathers"] = gathers
     missing = sum(p.grad is None for p in model.parameters())
 
@@ -102,22 +106,35 @@ def _ddp_worker(rank: int, port: int, case: str, budgets: list, out: str) -> Non
         name, sizes = CASES[case]
         rows = []
         for pct in budgets:
-            model, sample, loss_fn = ALL[name](**sizes)  # the same weights on every rank
-            plain, _, _ = ALL[name](**sizes)
+            model, _, loss_fn = ALL[name](**sizes)  # the same weights on every rank
             _, step_inputs, _ = ALL[name](**sizes, seed=11 + rank)  # each rank its own batch
             row = {"rank": rank, "budget_percent": pct}
-            try:
-                fitted = fit(model, sample, budget=f"{pct}%", loss_fn=loss_fn, repeats=1)
+            try:  # fitted on its own batch: the sample is the step's (shapes agree)
+                fitted = fit(model, step_inputs, budget=f"{pct}%", loss_fn=loss_fn, repeats=1)
             except FitError as exc:
                 row["error"] = str(exc)
                 rows.append(row)
                 continue
-            _step(row, fitted, DDP(fitted), DDP(plain), model, plain, loss_fn, step_inputs)
+            _step(row, fitted, DDP(fitted), _reference(lambda: ALL[name](**sizes)[0], DDP),
+                  model, loss_fn, step_inputs)
             rows.append(row)
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
             json.dump(rows, f)
     finally:
         dist.destroy_process_group()
+
+
+def _reference(make, wrap):
+    """`make_ref` of `_step`: the plain model (made once, when first asked) and `wrap(model)`."""
+    made: list = []
+
+    def make_ref():
+        if not made:
+            plain = make()
+            made.extend([wrap(plain), plain])
+        return made[0], made[1]
+
+    return make_ref
 
 
 def _exit_after(rank: int, fn, *args) -> None:
@@ -199,10 +216,13 @@ def _fsdp_worker(rank: int, port: int, case: str, budgets: list, out: str,
         if case == "gpt_small":
             rows.append({"orders": _wrong_orders(name, sizes)})
         for pct in budgets:
-            model, sample, loss_fn = ALL[name](**sizes)  # the same weights on every rank
-            plain, _, _ = ALL[name](**sizes)
-            _, step_inputs, _ = ALL[name](**sizes, seed=11 + rank)  # each rank its own batch
-            shard_blocks(plain, sample, **(shard_kw or {}))  # plain FSDP2, the same units
+            model, _, loss_fn = ALL[name](**sizes)  # the same weights on every rank
+            # each rank its own batch, also its sample (the shapes agree)
+            _, sample, _ = ALL[name](**sizes, seed=11 + rank)
+
+            def plain_fsdp(sample=sample):  # plain FSDP2, the same units
+                return shard_blocks(ALL[name](**sizes)[0], sample, **(shard_kw or {}))
+
             row = {"rank": rank, "budget_percent": pct}
             try:
                 layers = [m for n, m in model.named_modules() if n.startswith("blocks.")
@@ -219,7 +239,8 @@ def _fsdp_worker(rank: int, port: int, case: str, budgets: list, out: str,
                 row["error"] = str(exc)
                 rows.append(row)
                 continue
-            _step(row, fitted, fitted, plain, model, plain, loss_fn, step_inputs)
+            _step(row, fitted, fitted, _reference(plain_fsdp, lambda m: m), model, loss_fn,
+                  sample)
             row["sharded"] = all(type(p.grad).__name__ == "DTensor" for p in model.parameters())
             rows.append(row)
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:

@@ -69,13 +69,17 @@ def loss(out):
     return out.pow(2).mean()
 
 
-@pytest.mark.parametrize("model, inputs, match", [
-    (nn.Sequential(nn.Linear(16, 16), Raises()), (sample(),), "ValueError: boom in forward"),
-    (blocks(4), (sample().double(),), "must have the same dtype"),
-    (Branches(), (sample(),), "control flow"),
-])
-def test_fit_names_what_failed(model, inputs, match):
+# factories, not models: a parameter's value lives as long as the test process, and a tensor
+# alive there is memory every measured step of every later test counts
+@pytest.mark.parametrize("make, match", [
+    (lambda: (nn.Sequential(nn.Linear(16, 16), Raises()), (sample(),)),
+     "ValueError: boom in forward"),
+    (lambda: (blocks(4), (sample().double(),)), "must have the same dtype"),
+    (lambda: (Branches(), (sample(),)), "control flow"),
+], ids=["raises", "dtype", "branches"])
+def test_fit_names_what_failed(make, match):
     # the fx front end names the data-dependent branch (the hook front end runs it eagerly)
+    model, inputs = make()
     with pytest.raises(SchedError, match=match):
         fit(model, inputs, budget="80%", repeats=1, frontend="fx")
     if match != "control flow":

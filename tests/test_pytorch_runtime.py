@@ -17,6 +17,7 @@ from schedlang.plan import Op, Plan  # noqa: E402
 from schedlang.planners.no_recompute import no_recompute_plan  # noqa: E402
 from schedlang.simulate import simulate  # noqa: E402
 
+from .leaks import host_copy, new_bytes, snapshot  # noqa: E402
 from .torch_models import ALL, make_dropout_mlp, make_mlp  # noqa: E402
 
 MODELS = ["mlp", "dropout_mlp", "gpt", "unet"]
@@ -79,14 +80,9 @@ def stress_plan(g: Graph, option: str, drop: bool = False) -> Plan:
 
 
 def eager_grads(model, inputs, loss_fn, seed=123):
-    model.zero_grad(set_to_none=True)
-    ins = [x.detach().requires_grad_(x.requires_grad) for x in inputs]
-    torch.manual_seed(seed)
-    loss = loss_fn(model(*ins))
-    loss.backward()
-    after = torch.get_rng_state()
-    return ([None if p.grad is None else p.grad.clone() for p in model.parameters()],
-            [x.grad for x in ins], loss.detach(), after)
+    """Parameter and input gradients, loss and RNG state after one eager step, as host copies
+    (`leaks.host_copy`: no tensor memory a later measured step would count)."""
+    return module_grads(model, model, inputs, loss_fn, seed)
 
 
 def module_grads(module, model, inputs, loss_fn, seed=123):
@@ -96,11 +92,12 @@ def module_grads(module, model, inputs, loss_fn, seed=123):
     loss = loss_fn(module(*ins))
     loss.backward()
     after = torch.get_rng_state()
-    return ([None if p.grad is None else p.grad.clone() for p in model.parameters()],
-            [x.grad for x in ins], loss.detach(), after)
+    return host_copy(([p.grad for p in model.parameters()], [x.grad for x in ins],
+                      loss.detach(), after))
 
 
 def assert_same(ref, got, exact=True):
+    """`got` as `ref` (both from `eager_grads` / `module_grads` / `fit_step`: host copies)."""
     kw = {"rtol": 0, "atol": 0} if exact else {}
     assert len(got[0]) == len(ref[0]) and len(got[1]) == len(ref[1])
     for a, b in zip(ref[0], got[0]):
@@ -114,7 +111,7 @@ def assert_same(ref, got, exact=True):
         else:
             torch.testing.assert_close(b, a, **kw)
     torch.testing.assert_close(got[2], ref[2], **kw)
-    assert torch.equal(ref[3], got[3]), "the global RNG stream differs from eager PyTorch"
+    assert (ref[3] == got[3]).all(), "the global RNG stream differs from eager PyTorch"
 
 
 def executor(part, plan, graph):
@@ -261,24 +258,31 @@ def fit_step(fm, model, inputs, loss_fn, seed=123, hold_output=True):
     if not hold_output:
         del out
     loss.backward()
-    return ([None if p.grad is None else p.grad.clone() for p in model.parameters()],
-            [x.grad for x in ins], loss.detach(), torch.get_rng_state())
+    return host_copy(([p.grad for p in model.parameters()], [x.grad for x in ins],
+                      loss.detach(), torch.get_rng_state()))
 
 
 @pytest.mark.parametrize("name", list(FIT_CASES))
 def test_fit_gradients_and_measured_peaks(name):
     """At five budgets: gradients equal eager PyTorch (dropout masks included), the measured
     peak (CPU tracker, forward + backward) is within the budget and within 5% of the
-    prediction, and it does not grow as the budget falls."""
+    prediction, and it does not grow as the budget falls. The first fit keeps at most 1% of
+    plain execution's peak alive beyond the model and the inputs, and nothing of the test
+    is alive once the fitted modules, the model and the inputs are gone (issue 25)."""
     from schedlang.pytorch.fit import fit, prepare
 
+    before = snapshot()
     sizes, budgets = FIT_CASES[name]
     model, inputs, loss_fn = ALL[name](**sizes)
     ref = eager_grads(model, inputs, loss_fn)
+    made = snapshot()
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
     measured = []
     for pct in budgets:
         fm = fit(model, inputs, f"{pct}%", loss_fn=loss_fn, prepared=prep)
+        if made is not None:
+            assert new_bytes(made) <= 0.01 * prep.plain_peak
+            made = None
         assert not fm.plain and fm.plan is not None
         got = fit_step(fm, model, inputs, loss_fn)
         assert_same(ref, got, exact=False)
@@ -292,6 +296,8 @@ def test_fit_gradients_and_measured_peaks(name):
         measured.append(meas)
     for hi, lo in zip(measured, measured[1:]):
         assert lo <= hi, measured
+    del fm, model, inputs, loss_fn, ref, prep, got
+    assert new_bytes(before) == 0
 
 
 @pytest.mark.parametrize("bandwidth", ["inf", 1e9])
@@ -471,24 +477,31 @@ def test_run_command_frontend(tmp_path, capsys, frontend):
         ap.parse_args([f"{factory}:small", "--frontend", "trace"])
 
 
-@pytest.mark.gpu  # skipped without CUDA (conftest.py)
-@pytest.mark.parametrize("bandwidth", [None, "16GB/s"])
-def test_cuda_fit_matches_eager_and_its_prediction(bandwidth):
+@pytest.mark.parametrize("device,bandwidth", [
+    pytest.param("cuda", None, marks=pytest.mark.gpu),  # skipped without CUDA (conftest.py)
+    pytest.param("cuda", "16GB/s", marks=pytest.mark.gpu),
+    pytest.param("cpu", "16GB/s", marks=pytest.mark.slow)])
+def test_cuda_fit_matches_eager_and_its_prediction(device, bandwidth):
     """On CUDA (side streams and pinned host buffers for offload): gradients equal eager
     PyTorch, and the step's torch.cuda.max_memory_allocated is within the budget and within
-    2% of the prediction."""
+    2% of the prediction. The model, its inputs and the loss's targets on the device (the
+    targets on the CPU once failed every CUDA run); sized so that activations, not the
+    allocator's fixed buffers (cuBLAS workspaces, counted from the first matmul), make the
+    peak; probe steps carry what the profile cannot see into the prediction."""
     from schedlang.pytorch.fit import fit, prepare
 
-    model, inputs, loss_fn = ALL["gpt"](batch=16, context=128, layers=4)
-    model = model.cuda()
-    inputs = tuple(x.cuda() for x in inputs)
+    sizes = (dict(batch=16, context=256, dim=256, heads=8, layers=4, vocab=4096)
+             if device == "cuda" else dict(batch=16, context=128, layers=4))
+    model, inputs, loss_fn = ALL["gpt"](**sizes, device=device)
     ref = eager_grads(model, inputs, loss_fn)
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=3)
     for pct in (80, 60, 45):
-        fm = fit(model, inputs, f"{pct}%", loss_fn=loss_fn, prepared=prep, bandwidth=bandwidth)
+        fm = fit(model, inputs, f"{pct}%", loss_fn=loss_fn, prepared=prep, bandwidth=bandwidth,
+                 probe=True, op_options=False)
         got = fit_step(fm, model, inputs, loss_fn)
         assert_same(ref, got, exact=False)
         rep = fm.memory_report()
         assert rep.measured_peak_bytes <= rep.budget_bytes
-        assert abs(rep.measured_peak_bytes - rep.predicted_peak_bytes) <= 0.02 * rep.predicted_peak_bytes
+        assert abs(rep.measured_peak_bytes - rep.predicted_peak_bytes) \
+            <= 0.02 * rep.predicted_peak_bytes
 

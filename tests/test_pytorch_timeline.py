@@ -67,7 +67,7 @@ def test_tracker_mark_gives_the_peak_of_each_window():
 
 
 # --- a fitted module's timeline ----------------------------------------------------------------
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test: a model kept for the module would be memory later steps count
 def gpt():
     from schedlang.pytorch.fit import prepare
 
@@ -212,13 +212,13 @@ def test_run_plot_and_trace(tmp_path, capsys):
 @pytest.mark.gpu  # skipped without CUDA (conftest.py)
 def test_timeline_on_cuda_shows_the_transfer_channels(tmp_path):
     """On CUDA: op times from CUDA events (transfers on their side streams), memory from the
-    allocator; the per-op peaks' largest is the step's max_memory_allocated."""
+    allocator; the per-op peaks' largest is the step's max_memory_allocated. (The model, its
+    inputs and the loss's targets on the device.)"""
     from schedlang.pytorch.fit import fit
 
-    model, inputs, loss_fn = ALL["gpt"](batch=16, context=128, layers=4)
-    model = model.cuda()
-    inputs = tuple(x.cuda() for x in inputs)
-    fm = fit(model, inputs, "50%", loss_fn=loss_fn, bandwidth="16GB/s", calibrate=False)
+    model, inputs, loss_fn = ALL["gpt"](batch=16, context=128, layers=4, device="cuda")
+    fm = fit(model, inputs, "50%", loss_fn=loss_fn, bandwidth="16GB/s", calibrate=False,
+             op_options=False)
     fm.record_timeline()
     fit_step(fm, model, inputs, loss_fn)
     tl = fm.timeline()

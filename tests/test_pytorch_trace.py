@@ -217,7 +217,7 @@ def test_partition_merges_views_and_inplace_layers():
 # --- memory tracker ------------------------------------------------------------------------
 def test_tracker_temporary_and_peak():
     x = torch.randn(1000)  # 4000 B
-    with MemoryTracker(resident=[x]) as mt:
+    with MemoryTracker(resident=[x], existing=False) as mt:  # x alone is there before
         assert mt.baseline == mt.current == 4000
         t = x * 2
         del t
@@ -241,7 +241,7 @@ def test_tracker_temporary_and_peak():
 def test_tracker_backward_and_resident_resize():
     w = torch.randn(100, 100, requires_grad=True)  # 40000 B
     inp = torch.randn(10, 100)
-    with MemoryTracker(resident=[w, inp]) as mt:
+    with MemoryTracker(resident=[w, inp], existing=False) as mt:
         assert mt.baseline == 40000 + 4000
         y = (inp @ w).relu().sum()  # saves relu's output (4000 B)
         y.backward()
@@ -253,6 +253,35 @@ def test_tracker_backward_and_resident_resize():
         assert mt.current == mt.baseline
         inp.untyped_storage().resize_(0)  # a resident tensor freed
         assert mt.current == 40000
+
+
+def test_tracker_counts_what_was_alive_before_the_step():
+    """By default the CPU tracker counts what CUDA's allocator would: every storage alive at
+    entry, declared or not (a gradient of an earlier step, a tensor an autograd graph saved,
+    one only C++ holds), and sees them freed."""
+    import gc
+
+    from schedlang.pytorch.live import live_bytes
+
+    x = torch.randn(1000)  # 4000 B, declared
+    held = torch.randn(2000)  # 8000 B, not declared: another model's, a leak's...
+    w = torch.randn(500, requires_grad=True)
+    (w * w).sum().backward()  # w.grad: 2000 B, only C++ holds its tensor
+    graph = (w.exp() * 2).sum()  # a graph alive: exp's result (2000 B) saved for backward
+    gc.collect()  # (the tracker does: what only unreachable cycles hold is not counted)
+    alive = live_bytes()
+    with MemoryTracker(resident=[x]) as mt:
+        assert mt.baseline == alive  # all of it, as memory_allocated() gives on CUDA
+        assert mt.baseline >= 4000 + 8000 + 2000 + 2000 + 2000
+        t = x * 2
+        assert mt.current == alive + 4000 and mt.peak == alive + 4000
+        del t, held  # freeing what was there before entry is seen
+        assert mt.current == alive - 8000
+        w.grad = None
+        del graph
+        assert mt.current == live_bytes() <= alive - 8000 - 2000 - 2000
+    with MemoryTracker(resident=[x], existing=False) as only:  # the declared ones alone
+        assert only.baseline == 4000
 
 
 def test_storage_bytes_counts_storages_once():
@@ -363,17 +392,13 @@ def test_profile_tied_weights_owner():
 
 
 # --- traced graph data ---------------------------------------------------------------------
-_TRACED: dict = {}
-
-
 def _traced(name):
-    """The traced graph of a test model (traced once per test process)."""
+    """A test model and its traced graph (not kept between tests: a model alive in the
+    process is memory every later measured step counts, as a GPU's allocator would)."""
     from schedlang.pytorch.trace import trace
 
-    if name not in _TRACED:
-        model, inputs, _ = ALL[name]()
-        _TRACED[name] = (model, trace(model, inputs, repeats=1))
-    return _TRACED[name]
+    model, inputs, _ = ALL[name]()
+    return model, trace(model, inputs, repeats=1)
 
 
 def _solve_and_replay(text, budget):

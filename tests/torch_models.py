@@ -62,14 +62,67 @@ CausalSelfAttention, Block, GPT = mymodels.CausalSelfAttention, mymodels.Block, 
 
 
 def make_gpt(batch: int = 2, context: int = 16, vocab: int = 64, dim: int = 32, heads: int = 4,
-             layers: int = 3, dropout: float = 0.1, seed: int = 0):
+             layers: int = 3, dropout: float = 0.1, seed: int = 0, device="cpu",
+             dtype=torch.float32):
     """GPT-like: token + position embeddings, `blocks` (ModuleList), final LayerNorm, head.
-    Loss: cross-entropy against the next token."""
+    Loss: cross-entropy against the next token. `device`, `dtype`: where the model, its inputs
+    and the loss's targets live, and the parameters' type (the same model on every device:
+    made on the CPU, then moved)."""
     _seed(seed)
     model = GPT(vocab, context, dim, heads, layers, dropout)
     model.train()
     idx = torch.randint(0, vocab, (batch, context))
-    targets = torch.roll(idx, -1, dims=1)
+    targets = torch.roll(idx, -1, dims=1).to(device)
+    model, idx = model.to(device, dtype), idx.to(device)
+
+    def loss_fn(logits):
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+
+    return model, (idx,), loss_fn
+
+
+# --- blocks called with keyword tensors only ---------------------------------------------------
+class KeywordBlock(nn.Module):
+    """A residual MLP block with dropout that takes its tensors as keywords only, as model
+    code may call a layer (``layer(hidden_states=h, gate=g)``)."""
+
+    def __init__(self, dim: int, dropout: float):
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, 4 * dim)
+        self.down = nn.Linear(4 * dim, dim)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, *, hidden_states, gate):
+        h = self.drop(F.gelu(self.up(self.ln(hidden_states))))
+        return hidden_states + self.drop(self.down(h)) * gate
+
+
+class KeywordModel(nn.Module):
+    def __init__(self, vocab: int, dim: int, layers: int, dropout: float):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(KeywordBlock(dim, dropout) for _ in range(layers))
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, idx):
+        h = self.emb(idx)
+        gate = torch.sigmoid(h.mean(-1, keepdim=True))  # glue read by every block
+        for block in self.blocks:
+            h = block(hidden_states=h, gate=gate)
+        return self.head(h)
+
+
+def make_keyword_blocks(batch: int = 4, context: int = 16, vocab: int = 64, dim: int = 32,
+                        layers: int = 4, dropout: float = 0.2, seed: int = 0, device="cpu"):
+    """`KeywordModel`: blocks with dropout called with keyword tensors only (the hook front
+    end's case where torch's checkpoint alone would not see the tensors' devices). Loss:
+    cross-entropy against the next token."""
+    _seed(seed)
+    model = KeywordModel(vocab, dim, layers, dropout).train()
+    idx = torch.randint(0, vocab, (batch, context))
+    targets = torch.roll(idx, -1, dims=1).to(device)
+    model, idx = model.to(device), idx.to(device)
 
     def loss_fn(logits):
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))

@@ -65,12 +65,13 @@ from __future__ import annotations
 
 import re
 import sys
+import weakref
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..errors import Loc, SchedError, did_you_mean
 from .memory import MemoryTracker
@@ -129,11 +130,18 @@ class FoundBlocks:
     blocks: list[BlockCall]  # in call order
     segments: list[GlueSegment]  # glue0 .. glueN (N = len(blocks)), some possibly empty
     data: dict[str, TensorMeta]
-    values: dict[str, torch.Tensor]  # sample value of every datum (from the run)
+    # sample value of every datum (from the run, detached: no autograd graph), until
+    # `release_samples()` (once profiled)
+    values: dict[str, torch.Tensor]
     inputs: list[str]  # the model's input data
     outputs: list[str]  # data the model returns (tensor leaves, each once)
     mode: str  # "blocks" (repeated blocks), "sequential", "children", "user"
     cache_dropped: list[str] = field(default_factory=list)  # blocks called with a cache
+
+    def release_samples(self) -> None:
+        """Drop the sample values (the profile has run on them): what the plan needs of the
+        recorded run is its metadata, and the values are a forward pass's activations."""
+        self.values = {}
 
     def block(self, name: str) -> BlockCall:
         for b in self.blocks:
@@ -388,13 +396,13 @@ class _Run:
                     self.created_t[k] = t
                     self.keep.append(t)
 
-    def pack(self, t: torch.Tensor):
+    def pack(self, t: torch.Tensor) -> None:
+        """A tensor autograd saves (`_record`'s saved-tensor hook): glue's, noted."""
         if self.inside is None:
             k = _key(t)
             if k is not None and k not in self.params and k not in self.buffers \
                     and k not in self.saved_keys:
                 self.saved_keys[k] = (self.seg, t.untyped_storage().nbytes())
-        return t
 
     def end_segment(self) -> None:
         seg = self.seg
@@ -503,6 +511,30 @@ def _check_block_arguments(call: BlockCall, args: tuple, kwargs: dict) -> None:
                          "other submodules with layers=[...]", WHERE)
 
 
+def _unpacked(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _stand_in(t: torch.Tensor) -> torch.Tensor:
+    """A tensor of `t`'s shape, strides and dtype on the meta device (no bytes)."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+def _without_samples(call: BlockCall) -> None:
+    """`call`'s recorded arguments with each datum's tensor replaced by a stand-in: the
+    callers of a recorded call read the data from elsewhere (`hooked._BlockFn`), and the
+    sample tensors carry the recording run's autograd graph (a forward pass)."""
+    flat, spec = tree_flatten((call.args, call.kwargs))
+    leaves, k = [], 0
+    for x in flat:
+        if isinstance(x, torch.Tensor):
+            if call.leaves[k] is not None:
+                x = _stand_in(x)
+            k += 1
+        leaves.append(x)
+    call.args, call.kwargs = tree_unflatten(leaves, spec)
+
+
 def _signature(call: BlockCall, meta: dict[str, TensorMeta]) -> str:
     spec = tree_flatten((call.args, call.kwargs))[1]
     shapes = [None if d is None else (meta[d].shape, str(meta[d].dtype), meta[d].requires_grad)
@@ -541,16 +573,30 @@ def _record(model, cands, sample_inputs, sample_kwargs):
         if _key(x) is not None:
             run.datum(x, _sanitize(path))
     run.inputs = list(run.values)
+    # what autograd saves keeps its hooks and what they packed, in C++, where Python's
+    # collector cannot follow: a pack hook that holds the run (which keeps every tensor it
+    # saw) or returns the live tensor (an output saved by its own grad_fn) closes a cycle
+    # that outlives the process when no backward runs (the recording's forward pass did)
+    ref = weakref.ref(run)
+
+    def pack(t):
+        rec = ref()
+        if rec is not None:
+            rec.pack(t)
+        return t.detach()
+
     handles = []
     try:
         for call in calls.values():
             handles.append(call.module.register_forward_pre_hook(run.pre, with_kwargs=True))
             handles.append(call.module.register_forward_hook(run.post, with_kwargs=True))
-        with _preserved(model), MemoryTracker(resident=[model, *(t for _, t in given)]) as mt:
+        # what the segments and blocks add (deltas): the resident storages suffice
+        with _preserved(model), MemoryTracker(resident=[model, *(t for _, t in given)],
+                                              existing=False) as mt:
             run.tracker = mt
             run.start_segment(0)
             with torch.enable_grad(), _Recorder(run), \
-                    torch.autograd.graph.saved_tensors_hooks(run.pack, lambda t: t):
+                    torch.autograd.graph.saved_tensors_hooks(pack, _unpacked):
                 try:
                     out = model(*sample_inputs, **sample_kwargs)
                 except SchedError:
@@ -637,8 +683,9 @@ def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None =
             seg.saved += nbytes
     for call in blocks:
         call.signature = _signature(call, run.meta)
-    # glue data read by later blocks but only named when read: keep creation order per segment
-    return FoundBlocks(model, blocks, run.segments, dict(run.meta), dict(run.values), inputs,
+        _without_samples(call)
+    values = {d: t.detach() for d, t in run.values.items()}  # no recorded graph
+    return FoundBlocks(model, blocks, run.segments, dict(run.meta), values, inputs,
                        outputs, mode, list(run.cache_dropped))
 
 
@@ -648,14 +695,18 @@ def own_checkpointing(model: nn.Module) -> list[nn.Module]:
 
 
 class _preserved:
-    """Parameters' gradients, buffers (BatchNorm running statistics) and the RNG state (CPU and
-    CUDA) as they were on entry, restored on exit; the model's own checkpointing off inside."""
+    """Parameters' gradients, buffers (BatchNorm running statistics) and the RNG state (the
+    CPU's and that of every device of the parameters and buffers) as they were on entry,
+    restored on exit; the model's own checkpointing off inside. `held()`: the tensors it keeps
+    to restore, which a measurement inside it does not count (`MemoryTracker(ignore=...)`)."""
 
     def __init__(self, model: nn.Module):
         self.model = model
 
     def __enter__(self):
         from torch.utils._python_dispatch import _disable_current_modes
+
+        from .recompute import rng_devices
 
         self.checkpointing = own_checkpointing(self.model)
         for m in self.checkpointing:
@@ -664,13 +715,21 @@ class _preserved:
         with _disable_current_modes(), torch.no_grad():
             self.grads = [(p, p.grad) for p in self.model.parameters()]
             self.buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
-        devs = [p.device for p in self.model.parameters() if p.device.type == "cuda"][:1]
-        self.fork = torch.random.fork_rng(devices=devs)
-        self.fork.__enter__()
+            self.devices = rng_devices(list(self.model.parameters()),
+                                       list(self.model.buffers()))
+            self.rng = [torch.get_rng_state()] + [
+                getattr(torch, d.type).get_rng_state(d) for d in self.devices]
         return self
 
+    def held(self) -> list:
+        """The copies and set-aside gradients this context keeps until it restores them."""
+        return [g for _, g in self.grads if g is not None] + [v for _, v in self.buffers] \
+            + self.rng
+
     def __exit__(self, *exc):
-        self.fork.__exit__(*exc)
+        torch.set_rng_state(self.rng[0])
+        for d, state in zip(self.devices, self.rng[1:]):
+            getattr(torch, d.type).set_rng_state(state, d)
         with torch.no_grad():
             for b, v in self.buffers:
                 b.copy_(v)

@@ -113,9 +113,17 @@ def agree_graph(graph: Graph, plain_time: float, group=None) -> tuple[Graph, flo
     if not active(group):
         return graph, plain_time
     _check_digests(graph, group)
-    box = [(graph, plain_time)]
+    # the graph data only: its trace info holds rank 0's profiled model and samples, which
+    # every other rank would unpickle and keep (a copy of the model on its device); each rank
+    # keeps its own
+    info = getattr(graph, "trace_info", None)
+    sent = copy.copy(graph)
+    sent.trace_info = None
+    box = [(sent, plain_time)]
     _dist().broadcast_object_list(box, src=_global_rank(group, 0), group=group)
-    return box[0]
+    agreed, time = box[0]
+    agreed.trace_info = info
+    return agreed, time
 
 
 def solves_here(group=None) -> bool:

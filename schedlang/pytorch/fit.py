@@ -22,7 +22,7 @@ keeps no reference to them once returned, `runtime.PlanExecutor.handed_over`); w
 it, `fit` reserves `LOSS_RESERVE` times the bytes of the floating-point outputs for it (what a
 cross-entropy on logits takes: their log-softmax and one temporary) plus `LOSS_SCALAR_BYTES`
 for its scalars, and `memory_report()` says
-so. After the first measured step, if the measured peak is over the prediction (or the budget),
+so. After the first measured step whose peak is over the prediction (or the budget),
 the module re-plans once with the excess as a margin (calibration) and logs it. What the plan does not move —
 parameters and buffers, and the step's inputs, which the caller keeps alive for the whole
 step — is *resident*: the graph's activation budget is the budget minus the resident bytes.
@@ -162,6 +162,9 @@ class Prepared:
     # the hook front end's group plans, (what they were priced for, graph, [(activation bytes
     # needed, plan)]): `_group_plans_priced`
     grouped: tuple | None = None
+    # fx: the plan executor's constants (`runtime.constant_bytes`), in `resident_bytes`; plain
+    # execution runs no executor
+    executor_bytes: int = 0
 
 
 def loss_moment(plan: Plan, graph: Graph) -> int:
@@ -193,7 +196,7 @@ def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn,
                    if isinstance(t, torch.Tensor) and t.is_floating_point() else t, out)
     leaves = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
     out_bytes = sum(t.numel() * t.element_size() for t in leaves)
-    with MemoryTracker(resident=leaves, device=dev) as mt:
+    with MemoryTracker(resident=leaves, device=dev, existing=False) as mt:
         loss = loss_fn(out)
         loss.backward()
         extra = mt.peak - mt.baseline
@@ -204,6 +207,21 @@ def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn,
     # seed gradient is gone by the loss's peak: subtracting the value alone, 4 B, predicted
     # checkpoint_sequential's own schedule 4 B above what it measures.)
     return max(0, extra - grads - LOSS_VALUE_BYTES), out_bytes
+
+
+def loss_tensor_bytes(model: nn.Module, args: tuple, kwargs: dict, loss_fn, known) -> int:
+    """Bytes of the tensors `loss_fn` reads of its own on the model's device (targets, class
+    weights: alive through every step, memory the device holds as it holds the inputs), not
+    counting the model's outputs nor the `known` storages (parameters, buffers, inputs)."""
+    from .blocks import preserved
+    from .live import read_before
+
+    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    with preserved(model), torch.no_grad():
+        out = model(*args, **kwargs)
+        outs = {t.untyped_storage().data_ptr() for t in _flat(out) if isinstance(t, torch.Tensor)}
+        _, read = read_before(lambda: loss_fn(out), dev)
+    return sum(s.nbytes() for key, s in read.items() if key not in known and key not in outs)
 
 
 FRONTENDS = ("auto", "fx", "blocks")
@@ -303,6 +321,12 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     # plan deletes; their data count 0 bytes in the graph the plan is solved on
     names = set(part.inputs)
     resident += sum(part.data[d].nbytes for d in part.inputs if d in part.data)
+    executor_bytes = 0
+    if frontend == "fx":  # the plan executor's scalars, alive through every step
+        from .runtime import constant_bytes
+
+        executor_bytes = constant_bytes(model)
+        resident += executor_bytes
     for d in graph.data:
         if d.name in names:
             d.size = 0
@@ -310,6 +334,10 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     loss_overhead = out_bytes = 0
     if loss_fn is not None:
         loss_overhead, out_bytes = measure_loss_overhead(model, args, loss_fn, kwargs)
+        # the loss's own tensors (targets) stay alive through every step, as the inputs do
+        inputs = [t for t in _flat((args, kwargs)) if isinstance(t, torch.Tensor)]
+        known = set(params) | {t.untyped_storage().data_ptr() for t in inputs}
+        resident += loss_tensor_bytes(model, args, kwargs, loss_fn, known)
     else:  # the loss outside the module still takes memory: reserve a safe default
         out_bytes = sum(part.data[d].nbytes for d in part.outputs
                         if d in part.data and part.data[d].dtype.is_floating_point)
@@ -318,7 +346,7 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     sim = simulate(base, graph)
     peak = max(sim.peak_bytes, loss_moment(base, graph) + loss_overhead)
     return Prepared(part, graph, resident, peak + resident, sim.time, info, loss_overhead,
-                    out_bytes, loss_fn is None, frontend, note)
+                    out_bytes, loss_fn is None, frontend, note, executor_bytes=executor_bytes)
 
 
 def _offloadable(layer):
@@ -556,8 +584,10 @@ class FitModule(nn.Module):
 
             self._executor = PlanExecutor(self._prep.partitioned, plan, self._prep.graph)
             # a backward that raises (GraphChanged, a PlanError) ends the measured step: its
-            # tracker must not stay on the dispatch stack counting later ops
-            self._executor.on_error = self._close_tracker
+            # tracker must not stay on the dispatch stack counting later ops (a weak method:
+            # a cycle would keep the module and its model alive after `del` until a collection)
+            closing = weakref.WeakMethod(self._close_tracker)
+            self._executor.on_error = lambda: (closing() or _nothing)()
             self._runner = [self._executor.module()]
 
     @property
@@ -574,7 +604,8 @@ class FitModule(nn.Module):
 
     def predicted_peak(self) -> int:
         if self._plan is None:  # measured where fit measured it (`plain_measured_peak`)
-            return (self._prep.plain_measured or self._prep.plain_peak) + self._margin
+            return (self._prep.plain_measured or
+                    self._prep.plain_peak - self._prep.executor_bytes) + self._margin
         return int(self._plan.predicted_peak) + self._prep.resident_bytes + self._margin
 
     def memory_report(self) -> MemoryReport:
@@ -742,6 +773,10 @@ class FitModule(nn.Module):
         if self._executor is None:
             return self.module(*args, **kwargs)
         return self._runner[0](*args, **kwargs)
+
+
+def _nothing() -> None:
+    pass
 
 
 def _flat(out) -> list:
@@ -1166,7 +1201,7 @@ def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserv
     from .memory import MemoryTracker
 
     run = model if run is None else run
-    with preserved(model):
+    with preserved(model) as kept:
         for p in model.parameters():
             p.grad = None
         # fresh leaves: the samples' own .grad stays as it is
@@ -1176,7 +1211,8 @@ def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserv
         from .distributed import fsdp_storages, is_fsdp
 
         watch = fsdp_storages(model) if is_fsdp(model) else ()
-        with MemoryTracker(resident=[model, *inputs], watch=watch) as mt:
+        # everything alive counts, as on CUDA, but for what the probe keeps to restore
+        with MemoryTracker(resident=[model, *inputs], watch=watch, ignore=kept.held()) as mt:
             out = run(*args, **kwargs)
             after = mt.current
             if loss_fn is not None:

@@ -22,9 +22,9 @@ changes gives a clear error, or a new plan, and never a silently wrong gradient 
 """
 from __future__ import annotations
 
-import math
-
 import functools
+import math
+import weakref
 
 import torch
 
@@ -82,6 +82,10 @@ def guarded_fit(fit):
         refit_kwargs = {k: v for k, v in kwargs.items()
                         if k not in ("graph", "plan", "prepared", "sample_kwargs")}
 
+        # the budget in bytes, not the module: a closure the module holds that held the module
+        # would keep it, and its model, alive after `del` until a garbage collection
+        again_at = fm._budget if fm._budget is not None else budget
+
         def refit(new_inputs, new_kwargs=None):
             if fixed:
                 raise InputMismatch(
@@ -89,8 +93,8 @@ def guarded_fit(fit):
                     f"{_shape_list(sig)}, and is called with "
                     f"{_shape_list(signature(new_inputs, new_kwargs))}: "
                     f"fit it again with a sample of the new shape")
-            again = fit(model, new_inputs, fm._budget if fm._budget is not None else budget,
-                        sample_kwargs=new_kwargs or None, **refit_kwargs)
+            again = fit(model, new_inputs, again_at, sample_kwargs=new_kwargs or None,
+                        **refit_kwargs)
             return again._prep, again._plan
 
         fm._guard = _Shapes(sig, refit, (fm._prep, fm._plan))
@@ -149,13 +153,14 @@ def check_call(fm, args, kwargs=None) -> None:
     guard.current = key
 
 
-_SUMS: dict = {}
+#: weak: the plan executors hold theirs, so that nothing of a fitted module outlives it
+_SUMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def checksum_buffer(device) -> torch.Tensor:
-    """The float32 scalar a checksum is summed into on `device`, made once: a step's
-    checksums allocate nothing (4 B each would sit above the prediction during the op).
-    The plan executor makes it before its first step."""
+    """The float32 scalar a checksum is summed into on `device`, made once while held: a
+    step's checksums allocate nothing (4 B each would sit above the prediction during the
+    op). The plan executor makes it, and holds it, before its first step."""
     key = str(device)
     buf = _SUMS.get(key)
     if buf is None:

@@ -21,9 +21,10 @@ per-block wrappers, with no whole-model trace.
   subclass whose ``forward`` applies the plan's choice (as ``fully_shard`` does), so parameter
   names, ``state_dict`` keys, hooks, ``train()/eval()`` and the model's own ``forward`` with its
   keyword arguments and outputs stay as they are. Choices: ``autograd`` (plain),
-  ``recompute`` (``torch.utils.checkpoint``, non-reentrant, RNG state restored),
-  ``selective`` (the same with the profiler's selective policy); ``offload`` of a block's
-  saved tensors to host memory (saved-tensor hooks); a group (`_Group`: torch's non-reentrant
+  ``recompute`` (``torch.utils.checkpoint``, non-reentrant, RNG state restored on the CPU and
+  on every device of a tensor argument: `schedlang.pytorch.recompute`), ``selective`` (the
+  same with the profiler's selective policy); ``offload`` of a block's saved tensors to host
+  memory (saved-tensor hooks); a group (`_Group`: torch's non-reentrant
   checkpoint opened by the first block's call and closed by the last's). A recomputed forward
   leaves BatchNorm running statistics as the first forward left them (they are updated once,
   as in eager).
@@ -157,6 +158,9 @@ def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats:
         found = find_blocks(model, args, kwargs, names, whole)
     profiled = _profile_blocks(found, repeats, options)
     graph, glue = _to_graph(found, profiled, name or type(model).__name__)
+    # the sample values served the profile: a fitted model keeps no activations of them
+    found.release_samples()
+    profiled.part.sample_inputs = ()
     return BlockTrace(found, graph, profiled, glue)
 
 
@@ -466,15 +470,12 @@ class _BlockMixin:
         with (_offloading(self) if offload and choice == "autograd"
               else contextlib.nullcontext()):
             if choice in ("recompute", "selective"):
-                from torch.utils.checkpoint import checkpoint
+                from .profile import selective_context
+                from .recompute import checkpoint_call
 
-                kw = {}
-                if choice == "selective":
-                    from .profile import selective_context
-
-                    kw["context_fn"] = selective_context
-                return checkpoint(once_stats(self, fwd), *args, use_reentrant=False,
-                                  preserve_rng_state=True, **kw, **kwargs)
+                # the RNG of every device of a positional *or keyword* tensor is replayed
+                return checkpoint_call(once_stats(self, fwd), args, kwargs,
+                                       selective_context if choice == "selective" else None)
             return fwd(*args, **kwargs)
 
 
@@ -514,7 +515,9 @@ class _Group:
     def __init__(self, names: list[str], modules: list[nn.Module]):
         self.names = names
         self.position = {id(m): k for k, m in enumerate(modules)}
-        self.modules = modules
+        # weak: each block holds its group (its choice), and a group holding its blocks would
+        # make the model a reference cycle, kept after `del` until a garbage collection
+        self.modules = [weakref.ref(m) for m in modules]
         self._open: _OpenGroup | None = None
 
     def close(self) -> None:
@@ -524,24 +527,20 @@ class _Group:
             gen.close()
 
     def forward(self, module: nn.Module, fwd, args: tuple, kwargs: dict):
-        from torch.utils.checkpoint import _checkpoint_without_reentrant_generator, \
-            noop_context_fn
+        from .recompute import open_checkpoint
 
         k = self.position[id(module)]
         if k == 0:
             self.close()
-            # the group's input: the first call's tensors, passed to the checkpoint as its
-            # positional inputs (it saves those, and takes their devices' RNG states)
+            # the group's input: the first call's tensors (keyword ones too), passed to the
+            # checkpoint as its positional inputs (it saves those, and their devices' RNG)
             flat, spec = tree_flatten((args, kwargs))
             tensors = [x for x in flat if isinstance(x, torch.Tensor)]
             calls: list = [(fwd, spec, [_Chained(-1) if isinstance(x, torch.Tensor) else x
                                         for x in flat])]
             # torch's own non-reentrant checkpoint, opened here and closed by the last block
             # (`checkpoint` itself runs one function between the two)
-            gen = _checkpoint_without_reentrant_generator(
-                self._replay(calls), True, noop_context_fn, "default", False, True, *tensors)
-            next(gen)
-            self._open = _OpenGroup(gen, calls)
+            self._open = _OpenGroup(open_checkpoint(self._replay(calls), tensors), calls)
         else:
             if self._open is None or len(self._open.calls) != k:
                 self.close()
@@ -578,8 +577,8 @@ class _Group:
 
         def replay(*tensors):
             with contextlib.ExitStack() as stack:
-                for m in modules:
-                    stack.enter_context(running_stats_kept(m))
+                for ref in modules:
+                    stack.enter_context(running_stats_kept(ref()))
                 fwd, spec, leaves = calls[0]
                 given = iter(tensors)
                 a, kw = tree_unflatten([next(given) if isinstance(x, _Chained) else x
@@ -684,8 +683,14 @@ def _offloading(module: nn.Module):
         yield
 
 
-#: model -> the `BlockWrappers` whose choices its blocks carry (`BlockWrappers.ensure`)
+#: model -> a weak reference to the `BlockWrappers` whose choices its blocks carry (`ensure`):
+#: the wrappers hold the model, and a value holding its key would keep the entry for good
 _OWNER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _owner(model: nn.Module):
+    ref = _OWNER.get(model)
+    return None if ref is None else ref()
 
 
 class BlockWrappers:
@@ -737,7 +742,7 @@ class BlockWrappers:
         for name, m in self.blocks.items():
             m.__class__ = _wrapped_class(self._classes[name])
             m.__dict__["_schedlang_choice"] = self._choices[name]
-        _OWNER[self.found.model] = self
+        _OWNER[self.found.model] = weakref.ref(self)
 
     def set(self, choices: dict[str, str] | None) -> None:
         for g in self._groups:
@@ -767,7 +772,7 @@ class BlockWrappers:
 
     def ensure(self) -> None:
         """This set's wrappers and choices on the blocks again, if another set took them."""
-        if _OWNER.get(self.found.model) is not self:
+        if _owner(self.found.model) is not self:
             self._apply()
 
     @staticmethod
@@ -775,7 +780,7 @@ class BlockWrappers:
     def plain(model: nn.Module):
         """Within the context, `model`'s blocks run as plain autograd, whichever fit wrapped
         them (its choices come back on exit): to measure plain execution of a fitted model."""
-        owner = _OWNER.get(model)
+        owner = _owner(model)
         if owner is None:
             yield
             return

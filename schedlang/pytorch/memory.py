@@ -9,7 +9,16 @@ as it is.
 * On CUDA it reads the caching allocator's counters: `torch.cuda.memory_allocated` and
   `torch.cuda.max_memory_allocated` after `torch.cuda.reset_peak_memory_stats` at entry. Every
   tensor on the device counts, whoever made it; the baseline is what was allocated at entry.
-* On CPU there is no allocator counter, so the tracker watches tensor storages itself: a
+* On CPU there is no allocator counter, so the tracker counts tensor storages itself, and by
+  default it counts what CUDA's allocator would: at entry it finds every live storage on the
+  device (`schedlang.pytorch.live.live_storages`: the model, the inputs, gradients, optimizer
+  state, whatever else the process holds — a leak included) and tracks each from there, so
+  `.baseline` is all the tensor memory alive at entry and `.peak` the peak of all of it
+  (after a garbage collection: memory held only by unreachable cycles, which CUDA also counts
+  until the collector runs, is not, so that a reading does not depend on when it last ran).
+  ``existing=False`` skips that scan (a fraction of a second in a large process) and tracks
+  only the `resident` storages the caller declares: for measuring what a piece of code adds
+  (``peak - baseline``), which the profiler does many times per fit. Then: a
   `TorchDispatchMode` sees the outputs of every aten op run inside the context (forward ops,
   factory functions, and the backward's ops: the autograd engine carries the mode to the
   thread that runs the backward), and counts each new storage once, keyed by the storage (views
@@ -19,9 +28,10 @@ as it is.
   object per storage for as long as the storage lives, checked on torch 2.13). Storages can
   also change size without an op the mode sees (`untyped_storage().resize_(0)`), so the live
   total is the sum of the tracked storages' *current* sizes, re-read after every op.
-  Tensors that existed before the context are invisible to the mode: the caller declares the
-  resident ones (`resident=[parameters, inputs, ...]`); their storages are tracked from entry
-  (their bytes are the baseline; resizing them is seen) but never counted twice. A `DTensor`
+  Tensors that existed before the context are invisible to the mode: they are the ones found
+  at entry (or, with ``existing=False``, the `resident` ones the caller declares:
+  `resident=[parameters, inputs, ...]`); their storages are tracked from entry (their bytes
+  are the baseline; freeing or resizing them is seen) but never counted twice. A `DTensor`
   (FSDP2's sharded parameters and gradients) counts as its local tensor. `watch=[...]`: tensors
   whose storages may be empty at entry and grow later by a resize (FSDP2 frees its unsharded
   parameters that way and allocates them again in the next step): tracked by identity.
@@ -36,6 +46,7 @@ events were the alternative; they cost more and report allocator events, not sto
 """
 from __future__ import annotations
 
+import gc
 import threading
 import weakref
 from typing import Iterable
@@ -153,17 +164,31 @@ class MemoryTracker:
 
     ``with MemoryTracker(resident=[model, x]) as mt: ...`` then ``mt.peak``, ``mt.current``,
     ``mt.baseline`` (bytes) and ``mt.peak - mt.baseline`` (the code's extra peak).
-    `device` defaults to the device of the first resident tensor, else CPU.
+    `device` defaults to the device of the first resident tensor, else CPU. `existing`
+    (CPU): count every storage alive at entry, as CUDA does (default), or only `resident`.
+    `ignore`: tensors the measuring code itself holds for the whole window (a probe step's
+    copies of what it restores): never counted (CUDA: their bytes are taken off every
+    reading).
     """
 
-    def __init__(self, resident: Iterable = (), device=None, watch: Iterable = ()):
+    def __init__(self, resident: Iterable = (), device=None, watch: Iterable = (),
+                 existing: bool = True, ignore: Iterable = ()):
+        self.existing = existing
         self._resident = _tensors(resident)
+        # what the measuring code itself holds for the whole window (a probe step's copies of
+        # the buffers, the gradients it set aside): not the measured code's memory
+        self._ignore = _tensors(ignore)
         # storages that may be empty now and allocated later by resizing them (FSDP2's
         # unsharded parameters): tracked by identity from entry, whatever their size
         self._watch = [t.untyped_storage() for t in _tensors(watch)]
         self._watched: set[int] = set()
         self.device = _device_of(device, self._resident)
         self.cuda = self.device.type == "cuda"
+        self._ignored = {t.untyped_storage().data_ptr() for t in self._ignore
+                         if t.device.type == self.device.type}
+        self._ignored_bytes = storage_bytes(
+            t for t in self._ignore if t.device.type == "cuda"
+            and self.device.index in (None, t.device.index)) if self.cuda else 0
         self.baseline = 0
         self._peak = 0
         self._current = 0
@@ -180,7 +205,7 @@ class MemoryTracker:
         self._open = True
         if self.cuda:
             torch.cuda.synchronize(self.device)
-            self.baseline = torch.cuda.memory_allocated(self.device)
+            self.baseline = self._cuda_now()
             torch.cuda.reset_peak_memory_stats(self.device)
             self._current = self._peak = self._window = self.baseline
             return self
@@ -189,6 +214,16 @@ class MemoryTracker:
             if s.device.type == self.device.type and id(s) not in self._watched:
                 self._watched.add(id(s))
                 self._entries[-len(self._watched)] = (weakref.ref(s), _Detached())
+        if self.existing:
+            from .live import live_storages
+
+            # unreachable cycles (torch.fx's graph modules hold the submodules they call)
+            # would count until the collector's next pass, whose time depends on what ran
+            # before: collected first, so that a reading does not depend on it
+            gc.collect()
+            for key, s in live_storages(self.device).items():
+                if key not in self._ignored:
+                    self._track(s)
         for t in self._resident:
             if t.device.type == self.device.type:
                 self._register(t)
@@ -202,8 +237,8 @@ class MemoryTracker:
     def __exit__(self, *exc) -> None:
         if self.cuda:
             torch.cuda.synchronize(self.device)
-            self._current = torch.cuda.memory_allocated(self.device)
-            self._peak = max(self._peak, torch.cuda.max_memory_allocated(self.device))
+            self._current = self._cuda_now()
+            self._peak = max(self._peak, self._cuda_max())
         else:
             mode, self._mode = self._mode, None
             mode.tracker = None  # inert from now on, wherever a copy of the stack keeps it
@@ -221,7 +256,7 @@ class MemoryTracker:
         if self._open:
             if self.cuda:
                 torch.cuda.synchronize(self.device)
-                self._current = torch.cuda.memory_allocated(self.device)
+                self._current = self._cuda_now()
             else:
                 self._refresh()
         return self._current
@@ -231,7 +266,7 @@ class MemoryTracker:
         if self._open:
             if self.cuda:
                 torch.cuda.synchronize(self.device)
-                self._peak = max(self._peak, torch.cuda.max_memory_allocated(self.device))
+                self._peak = max(self._peak, self._cuda_max())
             else:
                 self._refresh()
         return self._peak
@@ -250,10 +285,10 @@ class MemoryTracker:
             return self._window, self._current
         if self.cuda:  # the allocator's counters are the host's: no synchronization (which
             # would also serialize the transfer streams with the compute stream)
-            window = max(self._window, torch.cuda.max_memory_allocated(self.device))
+            window = max(self._window, self._cuda_max())
             self._peak = max(self._peak, window)
             torch.cuda.reset_peak_memory_stats(self.device)  # the next window starts here
-            self._current = torch.cuda.memory_allocated(self.device)
+            self._current = self._cuda_now()
             self._window = self._current
             return window, self._current
         with self._lock:
@@ -263,12 +298,20 @@ class MemoryTracker:
 
     # --- CPU bookkeeping -----------------------------------------------------------------
     def _register(self, t: torch.Tensor) -> None:
-        if t.device.type != self.device.type or t.is_meta:
-            return
-        try:
-            s = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):  # tensors without storage (sparse, ...)
-            return
+        from .live import storage_of
+
+        s = storage_of(t, self.device.type)
+        if s is not None and s.data_ptr() not in self._ignored:
+            self._track(s)
+
+    # --- CUDA readings -------------------------------------------------------------------
+    def _cuda_now(self) -> int:
+        return torch.cuda.memory_allocated(self.device) - self._ignored_bytes
+
+    def _cuda_max(self) -> int:
+        return torch.cuda.max_memory_allocated(self.device) - self._ignored_bytes
+
+    def _track(self, s) -> None:
         key = s.data_ptr()
         if s.nbytes() == 0 or key == 0 or id(s) in self._watched:
             return

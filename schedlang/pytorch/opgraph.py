@@ -386,7 +386,7 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
     def pack(t):
         if first[0] and current[0] is not None:
             saved[current[0]].add(storage_key(t))
-        return t
+        return t.detach()  # the live tensor would tie its grad_fn to itself (a C++ cycle)
 
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
         for r in range(repeats + 1):

@@ -518,14 +518,15 @@ def measure(fn, values, requires, out_grads, params, owned, resident, repeats: i
 
     def pack(t):
         packed.add(storage_key(t))
-        return t
+        return t.detach()  # the live tensor would tie its grad_fn to itself (a C++ cycle)
 
     grads = [g for g in out_grads if g is not None]
     held = getattr(fn, "held", None)
     if isinstance(fn, SegmentedLayer):
         fn.held = []
     try:
-        with MemoryTracker(resident=list(resident) + xs + grads, device=device) as mt:
+        with MemoryTracker(resident=list(resident) + xs + grads, device=device,
+                           existing=False) as mt:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 outs = fn(*xs)
             fwd_peak = mt.peak
@@ -647,7 +648,7 @@ def measure_steps(layer: SegmentedLayer, values, requires, out_grads, owned=(), 
 
     try:
         with MemoryTracker(resident=list(resident) + xs + [g for g in grads if g is not None],
-                           device=device) as mt:
+                           device=device, existing=False) as mt:
             # what autograd saves is held as the runtime's phantom holds it: its own tensor
             # object on the memory (an input or output's object is emptied below)
             fwd_before = mt.current

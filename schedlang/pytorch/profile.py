@@ -13,11 +13,13 @@ measures, per option, what the runtime will execute:
   forward again with grad, then the backward: its time is both; it needs the layer's inputs.
   Dropout must see the same random numbers in both forwards: the runtime restores the RNG state.
 * ``selective``: ``torch.utils.checkpoint.checkpoint(module, *xs, use_reentrant=False,
-  context_fn=selective_context)``: the outputs of matmul and convolution ops (`SAVE_OPS`) are
-  kept, the rest is recomputed in the backward. Its phantom is what the policy keeps (an outer
-  hook cannot see it: the tensors stay in the checkpoint's frame), recorded by a dispatch mode
-  inside the checkpoint's forward context, leaving out the layer's outputs; it needs the layer's
-  inputs (the checkpoint keeps them) and the outputs it kept. Offered only for layers that run
+  context_fn=selective_context)``: the outputs of matmul, convolution and attention ops
+  (`SAVE_OPS`) are kept, the rest is recomputed in the backward (a kept op that draws random
+  numbers, attention with dropout on CUDA, is recomputed too: `selective_policy`). Its
+  phantom is what the policy keeps (an outer hook cannot see it: the tensors stay in the
+  checkpoint's frame), recorded by a dispatch mode inside the checkpoint's forward context,
+  leaving out the layer's outputs; it needs the layer's inputs (the checkpoint keeps them) and
+  the outputs it kept. Offered only for layers that run
   such an op and where it keeps less than ``autograd``.
 * ``fast_forward`` (every layer, measured on its own): the forward under ``torch.no_grad()``,
   what the runtime runs for the H-graph's `fast_forward` option: time and overhead (the graph
@@ -73,9 +75,33 @@ def _is_save_op(func) -> bool:
     return getattr(func, "overloadpacket", func) in SAVE_OPS
 
 
+def draws_random_numbers(func, args, kwargs) -> bool:
+    """Whether this call of `func` advances the RNG: an op tagged ``nondeterministic_seeded``
+    (dropout, the attention kernels), unless its ``dropout_p`` argument is 0 (attention without
+    dropout draws nothing)."""
+    if torch.Tag.nondeterministic_seeded not in getattr(func, "tags", ()):
+        return False
+    schema = getattr(func, "_schema", None)
+    for k, arg in enumerate(schema.arguments if schema is not None else ()):
+        if arg.name == "dropout_p":
+            p = kwargs.get("dropout_p", args[k] if k < len(args) else arg.default_value)
+            return bool(p)
+    return True
+
+
 def selective_policy(ctx, func, *args, **kwargs):
-    """Keep the outputs of `SAVE_OPS`; recompute everything else."""
-    return CheckpointPolicy.MUST_SAVE if _is_save_op(func) else CheckpointPolicy.PREFER_RECOMPUTE
+    """Keep the outputs of `SAVE_OPS`; recompute everything else. A kept op is not run again
+    in the recomputation, so one that draws random numbers (CUDA's attention kernels with
+    dropout) would leave the generator behind where the first run had advanced it, and every
+    later random op of the block (its residual dropouts) would draw other masks: such a call
+    is recomputed too, from the restored state."""
+    return CheckpointPolicy.MUST_SAVE if _kept(func, args, kwargs) \
+        else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _kept(func, args, kwargs) -> bool:
+    """Whether the selective option keeps this call's outputs (`selective_policy`)."""
+    return _is_save_op(func) and not draws_random_numbers(func, args, kwargs)
 
 
 def selective_context():
@@ -187,7 +213,7 @@ class _SaveRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if _is_save_op(func):
+        if _kept(func, args, kwargs or {}):
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes():
                     self.saved.setdefault(storage_key(t), t.untyped_storage().nbytes())
@@ -311,11 +337,11 @@ def _measure(runner: _Runner, option: str, resident: list[torch.Tensor], residen
         s = t.untyped_storage()
         if s.nbytes():
             packed.setdefault(s.data_ptr(), s.nbytes())
-        return t
+        return t.detach()  # the live tensor would tie its grad_fn to itself (a C++ cycle)
 
     recorder = _SaveRecorder() if option == "selective" else None
     grads = [g for g in runner.out_grads if g is not None]
-    with MemoryTracker(resident=resident + xs + grads, device=device) as mt:
+    with MemoryTracker(resident=resident + xs + grads, device=device, existing=False) as mt:
         if option == "autograd":
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 outs = runner.forward(option, xs)
@@ -373,7 +399,7 @@ def _measure_fast_forward(runner: _Runner, resident: list[torch.Tensor], device:
             times.append(tf)
     xs = runner.leaves()
     in_keys = {storage_key(x) for x in xs} | {storage_key(t) for t in resident}
-    with MemoryTracker(resident=resident + xs, device=device) as mt:
+    with MemoryTracker(resident=resident + xs, device=device, existing=False) as mt:
         with torch.no_grad():
             outs = _outputs(runner.layer.module(*xs))
         peak = mt.peak - mt.baseline

@@ -26,9 +26,11 @@ graph of a partitioned module (see `schedlang.simulate._LayeredReplay` for the s
   - ``recompute``: a forward under ``no_grad``; the phantom is only the RNG state;
   - ``fast_forward``: a forward under ``no_grad``, no phantom.
 
-  The RNG state (CPU and the device's CUDA generator) is recorded before the *first* forward
-  of each layer in a training step, and every later run of that layer (forward or the
-  ``recompute`` backward) runs from it inside ``torch.random.fork_rng``: dropout masks, hence
+  The RNG state (the CPU's generator and those of the devices of the layer's inputs and of
+  the parameters) and the autocast state (`schedlang.pytorch.recompute.FirstRun`) are
+  recorded before the *first* forward of each layer in a training step, and every later run
+  of that layer (forward or the ``recompute`` backward) runs from it inside
+  ``torch.random.fork_rng`` and that autocast state: dropout masks and precision, hence
   outputs and gradients, are those of the first run, and the global RNG stream advances as in
   eager PyTorch.
 * ``compute(L.bwd, option)``: ``torch.autograd.backward`` from the layer's outputs with the
@@ -56,6 +58,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +70,7 @@ from ..graph import Graph
 from ..hgraph import FAST_FORWARD
 from ..plan import Op, Plan
 from .guards import check_layer_outputs, checksum_buffer
+from .recompute import FirstRun, rng_devices
 
 __all__ = ["PlanExecutor", "PlanError", "PlanModule"]
 
@@ -86,16 +90,34 @@ def _is_params_grad(name: str) -> bool:
     return name.endswith(".params.grad")
 
 
-_SCALARS: dict = {}
+#: weak: the executors that made them hold them (`PlanExecutor.constants`), so that nothing of
+#: a fitted module outlives it
+_SCALARS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def _scalar(dtype, device) -> torch.Tensor:
-    """One zero scalar per dtype and device, made once (a step allocates nothing for it)."""
+    """One zero scalar per dtype and device, made once while an executor holds it (a step
+    allocates nothing for it)."""
     key = (dtype, str(device))
     z = _SCALARS.get(key)
     if z is None:
         z = _SCALARS[key] = torch.zeros((), dtype=dtype, device=device)
     return z
+
+
+def _constant_dtypes(root: nn.Module) -> list:
+    """The dtypes of the executor's zero scalars: the floating types a placeholder may take
+    (float32, the half types autocast gives, the parameters')."""
+    return sorted({torch.float32, torch.float16, torch.bfloat16,
+                   *(p.dtype for p in root.parameters())}, key=str)
+
+
+def constant_bytes(root: nn.Module) -> int:
+    """Bytes of a plan executor's constants (`PlanExecutor.constants`), alive from its making
+    through every step: memory `fit` counts as resident (fx front end)."""
+    sizes = [torch.empty((), dtype=dt, device="meta").element_size()
+             for dt in _constant_dtypes(root)]
+    return sum(sizes) + torch.empty((), dtype=torch.float32, device="meta").element_size()
 
 
 def _placeholder(t: torch.Tensor) -> torch.Tensor:
@@ -185,7 +207,7 @@ class _Run:
     def __init__(self) -> None:
         self.values: dict[str, torch.Tensor] = {}
         self.phantoms: dict[str, _Phantom] = {}
-        self.rng: dict[str, tuple] = {}
+        self.rng: dict = {}  # layer -> the `recompute.FirstRun` of its first forward
         self.offloaded: dict[str, _Transfer] = {}  # datum -> host copy
         self.fetching: dict[str, _Transfer] = {}
         self.phantom_host: dict[str, _Phantom] = {}  # dropped phantoms with a host copy
@@ -227,10 +249,10 @@ class PlanExecutor:
         self.model_inputs = list(partitioned.inputs)
         self.device = self._find_device()
         # the placeholders' scalars and the checksums' buffer, made now rather than inside
-        # the first measured step
-        for dtype in {torch.float32, *(p.dtype for p in self.part.root.parameters())}:
-            _scalar(dtype, self.device)
-        checksum_buffer(self.device)
+        # the first measured step (`constant_bytes`: counted as resident)
+        self.constants = [_scalar(dtype, self.device)
+                          for dtype in _constant_dtypes(self.part.root)]
+        self.constants.append(checksum_buffer(self.device))
         self._check_plan()
         loss_at = [k for k, op in enumerate(plan.ops) if op.op == "compute" and op.node == "loss"]
         if len(loss_at) != 1:
@@ -242,6 +264,7 @@ class PlanExecutor:
         self.deleted_after = _deleted_after(plan)
         self.handed_over = self._handed_over()
         self._grad_inputs_of: dict[str, list[bool]] = {}
+        self._rng_devices_of: dict[str, list[torch.device]] = {}
         self.streams = None
         self.last_stats: dict = {}
         # called around every op when set (`schedlang.pytorch.timeline.Recorder`)
@@ -441,20 +464,25 @@ class PlanExecutor:
             xs.append(run.values[d])
         return xs
 
-    def _rng_get(self) -> tuple:
-        cuda = (torch.cuda.get_rng_state(self.device)
-                if self.device.type == "cuda" else None)
-        return torch.get_rng_state(), cuda
+    def _rng_devices(self, layer: str) -> list[torch.device]:
+        """The generators a run of `layer` draws from: the CPU's, and those of the devices
+        of its inputs and of the parameters (`recompute.rng_devices`)."""
+        got = self._rng_devices_of.get(layer)
+        if got is None:
+            metas = [self.part.data[d] for d in self.layers[layer].inputs if d in self.part.data]
+            got = self._rng_devices_of[layer] = rng_devices(
+                [torch.device(m.device) for m in metas], self.device)
+        return got
 
     def _replaying(self, run: _Run, layer: str):
-        """A context for a run of `layer` from the RNG state of its first forward."""
+        """A context for a run of `layer` from the RNG and autocast state of its first
+        forward (`recompute.FirstRun`)."""
         state = run.rng.get(layer)
         if state is None:
-            run.rng[layer] = self._rng_get()
+            run.rng[layer] = FirstRun(self._rng_devices(layer))
             return contextlib.nullcontext()
-        devices = [self.device] if self.device.type == "cuda" else []
         stack = contextlib.ExitStack()
-        stack.enter_context(_ForkedRng(devices, state, self.device))
+        stack.enter_context(state.again())
         # a run after the first: BatchNorm running statistics are updated once per step
         from .hooked import running_stats_kept
 
@@ -500,13 +528,21 @@ class PlanExecutor:
         if kind in ("autograd", "ops"):
             fn = lp.module if kind == "autograd" else self._op_layer(layer, option)
 
+            # what autograd saves keeps these hooks, in C++, where Python's collector cannot
+            # follow: held strongly, the step's state (whose phantoms hold the graph's roots)
+            # and a saved output held live (tied to its own grad_fn) would close cycles that
+            # outlive a forward whose backward never runs (an evaluation pass with gradients on)
+            phantom, state = weakref.ref(ph), weakref.ref(run)
+
             def pack(t):
-                rec = _Saved(t)
-                ph.saved.append(rec)
+                rec = _Saved(t.detach())
+                held = phantom()
+                if held is not None:
+                    held.saved.append(rec)
                 return rec
 
             def unpack(rec):
-                return self._unpack(run, rec, layer)
+                return self._unpack(_alive(state), rec, layer)
 
             with self._replaying(run, layer), torch.enable_grad(), \
                     torch.autograd.graph.saved_tensors_hooks(pack, unpack):
@@ -1141,23 +1177,12 @@ def _as_tuple(outs) -> tuple:
     return tuple(outs)
 
 
-class _ForkedRng:
-    """fork_rng set to a recorded state: the global RNG is untouched afterwards."""
-
-    def __init__(self, devices, state, device):
-        self.fork = torch.random.fork_rng(devices=devices)
-        self.state = state
-        self.device = device
-
-    def __enter__(self):
-        self.fork.__enter__()
-        torch.set_rng_state(self.state[0])
-        if self.state[1] is not None:
-            torch.cuda.set_rng_state(self.state[1], self.device)
-        return self
-
-    def __exit__(self, *exc):
-        return self.fork.__exit__(*exc)
+def _alive(state) -> _Run:
+    """The step a backward's saved tensor belongs to (`_forward`'s weak reference)."""
+    run = state()
+    if run is None:
+        raise PlanError("a backward ran after its training step's state was freed")
+    return run
 
 
 def _selective_context_fn():

@@ -373,7 +373,7 @@ class Recorder:
             from ..planners.no_recompute import no_recompute_plan
 
             plan = no_recompute_plan(prep.graph)
-            offset = prep.resident_bytes
+            offset = prep.resident_bytes - prep.executor_bytes  # no executor runs
         else:
             offset = prep.resident_bytes + fm._margin
         cached = self._cache

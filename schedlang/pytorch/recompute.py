@@ -1,0 +1,137 @@
+"""How a recomputation replays its first run: the RNG state of every device its inputs live on.
+
+A recomputed forward must draw the random numbers its first run drew (dropout masks, stochastic
+depth), or its outputs and the gradients through them are not eager PyTorch's. Every path that
+runs a forward twice goes through here:
+
+* `checkpoint_call(fn, args, kwargs)`: torch's non-reentrant `torch.utils.checkpoint` with
+  ``preserve_rng_state=True`` (the hook front end's ``recompute`` and ``selective`` blocks).
+  Torch stashes the CPU generator and the generators of the devices of the *positional*
+  tensor arguments only (`get_device_states` walks ``args``, not ``kwargs``): a block called
+  with keyword tensors alone (``layer(hidden_states=h, position_embeddings=(cos, sin))``)
+  would recompute with the CUDA generator as the backward finds it. So every tensor of
+  (args, kwargs) is handed to the checkpoint positionally, and `fn` is called with them put
+  back in place.
+* `open_checkpoint(fn, tensors)`: the generator torch's checkpoint runs, opened and closed by
+  the caller (a checkpointed group of blocks, `hooked._Group`), with the group's tensors
+  positional; its private signature is bound by name, so that another torch release's
+  parameter list does not shift the tensors into its flags.
+* `FirstRun`: for the plan executor (fx, `runtime.PlanExecutor`), which runs a layer's
+  forward again itself: the CPU generator's state and that of each device the layer's inputs
+  and parameters live on, taken before the first run and restored, inside `fork_rng`, for
+  every later one (the global streams advance as in eager PyTorch) — and the autocast state
+  of the CPU and of those devices' types, as torch's checkpoint restores it: a layer first
+  run under ``torch.autocast`` and recomputed in the backward (outside it) runs in the same
+  precision again.
+
+`rng_devices(*trees)` is the one rule for "the devices of these inputs": every device of a
+tensor leaf that is neither the CPU (always restored) nor meta.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+__all__ = ["rng_devices", "checkpoint_call", "open_checkpoint", "FirstRun"]
+
+
+def rng_devices(*trees) -> list[torch.device]:
+    """The devices (other than the CPU and meta) of the tensors in `trees` (or of the
+    `torch.device` leaves), in first-seen order: the generators a recomputation of a function
+    of them must replay."""
+    out: list[torch.device] = []
+    for leaf in tree_flatten(list(trees))[0]:
+        device = leaf.device if isinstance(leaf, torch.Tensor) else leaf
+        if isinstance(device, torch.device) and device.type not in ("cpu", "meta") \
+                and device not in out:
+            out.append(device)
+    return out
+
+
+def _positional(args: tuple, kwargs: dict):
+    """(every tensor of (args, kwargs) in order, a function that puts tensors back in place)."""
+    flat, spec = tree_flatten((args, kwargs))
+    where = [isinstance(x, torch.Tensor) for x in flat]
+    tensors = [x for x, t in zip(flat, where) if t]
+
+    def rebuild(given) -> tuple[tuple, dict]:
+        it = iter(given)
+        return tree_unflatten([next(it) if t else x for x, t in zip(flat, where)], spec)
+
+    return tensors, rebuild
+
+
+def checkpoint_call(fn, args: tuple, kwargs: dict, context_fn=None):
+    """``fn(*args, **kwargs)`` under torch's non-reentrant checkpoint, RNG state preserved on
+    the CPU and on every device of a tensor in `args` *or* `kwargs` (see the module
+    docstring); `context_fn`: a selective-checkpoint context, as `checkpoint` takes it."""
+    from torch.utils.checkpoint import checkpoint
+
+    tensors, rebuild = _positional(args, kwargs)
+
+    def run(*given):
+        a, kw = rebuild(given)
+        return fn(*a, **kw)
+
+    extra = {} if context_fn is None else {"context_fn": context_fn}
+    return checkpoint(run, *tensors, use_reentrant=False, preserve_rng_state=True, **extra)
+
+
+def open_checkpoint(fn, tensors: list):
+    """torch's non-reentrant checkpoint generator for ``fn(*tensors)``, advanced into its
+    saved-tensor hooks: ``next(gen)`` again (StopIteration) closes it after the checkpointed
+    code ran; ``gen.close()`` abandons it. RNG state preserved on the CPU and the tensors'
+    devices; every private parameter but the function and the tensors is passed by name."""
+    from torch.utils import checkpoint as ck
+
+    gen_fn = ck._checkpoint_without_reentrant_generator
+    wanted = {"fn": fn, "preserve_rng_state": True, "context_fn": ck.noop_context_fn,
+              "determinism_check": "default", "debug": False}
+    head = []
+    for p in inspect.signature(gen_fn).parameters.values():
+        if p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
+            break
+        head.append(wanted.get(p.name, p.default))
+    gen = gen_fn(*head, *tensors)
+    next(gen)
+    return gen
+
+
+class FirstRun:
+    """What a first run drew on, taken now: the CPU generator's state and that of each of
+    `devices`, and the autocast state of the CPU and of those devices' types. `again()` runs
+    a block from it: the generators inside `torch.random.fork_rng` (the global state is as
+    before afterwards), under the autocast state of the first run."""
+
+    def __init__(self, devices):
+        self.devices = list(devices)
+        self.cpu = torch.get_rng_state()
+        self.states = [_device_module(d).get_rng_state(d) for d in self.devices]
+        kinds = dict.fromkeys(["cpu", *(d.type for d in self.devices)])
+        self.autocast = {k: (torch.is_autocast_enabled(k), torch.get_autocast_dtype(k))
+                         for k in kinds}
+        self.autocast_cache = torch.is_autocast_cache_enabled()
+
+    @contextlib.contextmanager
+    def again(self):
+        by_type: dict[str, list] = {}
+        for d in self.devices:
+            by_type.setdefault(d.type, []).append(d)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.random.fork_rng(devices=[]))  # the CPU's
+            for kind, devs in by_type.items():
+                stack.enter_context(torch.random.fork_rng(devices=devs, device_type=kind))
+            torch.set_rng_state(self.cpu)
+            for d, s in zip(self.devices, self.states):
+                _device_module(d).set_rng_state(s, d)
+            for kind, (enabled, dtype) in self.autocast.items():
+                stack.enter_context(torch.autocast(kind, dtype=dtype, enabled=enabled,
+                                                   cache_enabled=self.autocast_cache))
+            yield
+
+
+def _device_module(device: torch.device):
+    return getattr(torch, device.type)
