@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -30,12 +31,12 @@ from tests.hf_models import HF  # noqa: E402
 from tests.torch_models import ALL  # noqa: E402
 
 #: the sizes of the test suite's models where activations outweigh parameters
-SIZES = {"mlp": dict(batch=512, width=64, depth=4), "dropout_mlp": dict(batch=512),
+SIZES = {"mlp": dict(batch=512, width=64, depth=12), "dropout_mlp": dict(batch=512),
          "gpt": dict(batch=4, context=64, dim=32, heads=4, layers=6, vocab=128),
          "unet": dict(batch=2, size=32, base=8),
          "llama": dict(batch=4, seq=64), "gpt2": dict(batch=4, seq=64),
          "bert": dict(batch=4, seq=64), "bart": dict(batch=2, seq=64),
-         "vit": dict(batch=4, size=64), "resnet": dict(batch=4, size=64),
+         "vit": dict(batch=4, size=64), "resnet": dict(batch=8, size=64),
          "convnext": dict(batch=4, size=64)}
 
 
@@ -47,7 +48,8 @@ def make(name: str):
     return model, args, {}, loss_fn
 
 
-def first_step(name: str, pct: int, bandwidth, outputs_held: bool, device: str) -> dict:
+def first_step(name: str, pct: int, bandwidth, outputs_held: bool, device: str,
+               repeats: int = 1) -> dict:
     from schedlang.pytorch.fit import FitError, fit
 
     model, args, kwargs, loss_fn = make(name)
@@ -59,9 +61,13 @@ def first_step(name: str, pct: int, bandwidth, outputs_held: bool, device: str) 
     try:
         extra = {} if outputs_held else {"outputs_held": False}
         fm = fit(model, args, f"{pct}%", loss_fn=loss_fn, sample_kwargs=kwargs,
-                 bandwidth=bandwidth, **extra)
+                 bandwidth=bandwidth, repeats=repeats, **extra)
     except FitError as exc:
-        row["error"] = str(exc)[:200]
+        row["error"] = str(exc)
+        found = re.search(r"smallest feasible budget found is .*?\((\d+) B\)", str(exc))
+        plain = re.search(r"plain execution needs ([\d.]+ \w+)", str(exc))
+        row["smallest"] = int(found.group(1)) if found else None
+        row["plain_text"] = plain.group(1) if plain else None
         return row
     row["fit_s"] = time.perf_counter() - t0
     if outputs_held:
@@ -94,6 +100,9 @@ def main() -> int:
     ap.add_argument("--outputs-dropped", action="store_true")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--profile-repeats", type=int, default=1,
+                    help="profiling runs per layer (fit's repeats=; 1: more timer noise, so "
+                    "more plans vary between fits)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--sizes", default=None, help="JSON of factory keyword arguments per model")
     a = ap.parse_args()
@@ -106,11 +115,14 @@ def main() -> int:
     for name in a.models:
         for pct in a.budgets:
             for rep in range(a.repeats):
-                row = first_step(name, pct, a.bandwidth, not a.outputs_dropped, a.device)
+                row = first_step(name, pct, a.bandwidth, not a.outputs_dropped, a.device,
+                                 a.profile_repeats)
                 row["repeat"] = rep
                 rows.append(row)
                 if "error" in row:
-                    print(f"{name:<12}{pct:>6}%{rep:>4}  FitError: {row['error'][:90]}", flush=True)
+                    print(f"{name:<12}{pct:>6}%{rep:>4}  no plan: the smallest feasible budget "
+                          f"found is {row['smallest']} B (plain execution: "
+                          f"{row['plain_text']})", flush=True)
                     continue
                 print(f"{name:<12}{pct:>6}%{rep:>4}{row['frontend']:>7}{row['budget']:>12}"
                       f"{row['predicted']:>12}{row['measured']:>12}{row['diff']:>10}"

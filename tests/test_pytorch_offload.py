@@ -296,3 +296,76 @@ def test_offload_plans_measure_their_prediction_on_every_model(name, pct):
         return
     assert row["measured"] <= row["budget"], row
     assert abs(row["diff"]) <= 0.01 * row["predicted"], row
+
+
+def test_run_command_loop_and_link(tmp_path, capsys):
+    """`schedlang run --no-outputs-held --bandwidth RATE|auto`: the steps run the loop the
+    plan is for, and the report gives the link."""
+    import argparse
+    import json
+
+    from schedlang.errors import SchedError
+    from schedlang.pytorch.run import add_run_arguments, run_main
+
+    factory = tmp_path / "wide_gpt.py"
+    factory.write_text("from tests.torch_models import make_gpt\n"
+                       "def wide():\n    return make_gpt(batch=4, context=64, layers=4, "
+                       "vocab=1024)\n")
+    ap = argparse.ArgumentParser()
+    add_run_arguments(ap)
+
+    def run(*argv):
+        return run_main(ap.parse_args([f"{factory}:wide", "--steps", "2", "--repeats", "1",
+                                       "--no-plain", *argv]))
+
+    assert run("--budget", "55%", "--no-outputs-held", "--bandwidth", "16GB/s", "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["outputs_held"] is False and out["fits_budget"] is True
+    assert abs(out["prediction_error"]) <= 0.01
+    assert out["host_link"]["offload"] == 16e9 and out["host_link"]["kept"]
+    assert run("--budget", "55%", "--bandwidth", "auto") == 0
+    text = capsys.readouterr().out
+    assert "RAM to RAM" in text and "outputs    released" not in text
+    with pytest.raises(SchedError, match="bandwidth"):
+        run("--budget", "55%", "--bandwidth", "fast")
+
+
+@pytest.mark.parametrize("faster", ["with the link", "recompute only"])
+def test_where_fit_probes_on_cuda_the_measured_step_decides(faster):
+    """`_faster_measured` (what `fit` runs on CUDA after probing an offloading plan) with the
+    step timer mocked: the plan that measures the faster step is kept, the other unwrapped,
+    both times reported; the kept module trains with eager's gradients."""
+    pytest.importorskip("transformers")
+    import importlib
+
+    from .hf_models import HF
+
+    fitmod = importlib.import_module("schedlang.pytorch.fit")
+    model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(5)
+    loss_fn(model(*args, **kwargs)).backward()
+    ref = [p.grad.clone() for p in model.parameters()]
+    fm = fitmod.fit(model, args, "50%", loss_fn=loss_fn, sample_kwargs=kwargs,
+                    bandwidth="16GB/s", calibrate=False)
+    link = fm.memory_report().extra["host_link"]
+    if link["kept"] != "with the link":
+        pytest.skip("the solver found no faster plan with the link here")
+    base = fitmod.prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, repeats=1)
+    alone = fitmod.solve_plan(base.graph, fm._budget - base.resident_bytes,
+                              **fitmod.solve_extra(base))
+    base.host_link = dict(link)
+    seconds = {fm: 1.0 if faster == "with the link" else 2.0}
+    kept = fitmod._faster_measured(fm, (base, alone), args, kwargs, loss_fn, fm._budget,
+                                   step_seconds=lambda f: seconds.get(f, 1.5), solver="highs",
+                                   time_limit=60, backend="pyomo",
+                                   extra=fitmod.solve_extra(base))
+    info = kept.memory_report().extra["host_link"]
+    assert info["kept"] == f"{faster} (measured)"
+    assert set(info["measured_s"]) == {"with the link", "recompute only"}
+    assert (kept is fm) == (faster == "with the link")
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(5)
+    loss_fn(kept(*args, **kwargs)).backward()
+    assert all(torch.equal(a, p.grad) for a, p in zip(ref, model.parameters()))
+    kept.unwrap()

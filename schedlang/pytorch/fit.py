@@ -601,9 +601,9 @@ class FitModule(nn.Module):
         t0 = time.perf_counter()
         if activation > 0:
             args = self._solve_args
-            found = solve_plan(self._prep.graph, activation, args.get("solver", "highs"),
-                               args.get("time_limit"), args.get("backend", "pyomo"),
-                               **solve_extra(self._prep))
+            found = _solve(self._prep, activation, args.get("solver", "highs"),
+                           args.get("time_limit"), args.get("backend", "pyomo"),
+                           solve_extra(self._prep), groups=False)
         self._calibrated = {"measured": measured, "predicted": predicted, "margin": margin,
                             "replanned": found is not None,
                             "solve_s": time.perf_counter() - t0}
@@ -821,8 +821,12 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     `plan` (made for that graph) skips solving. `measure`: track the peak of every training
     step (CPU: a dispatch mode, which slows the step; CUDA: the allocator's counters).
     `bandwidth`: the host link, bytes per second each way (a number, or text such as
-    "16GB/s" or "inf"): data and phantoms may then be offloaded to host memory as well as
-    recomputed (`models/offload.sched`); None: recomputation only. `calibrate`: after the first
+    "16GB/s" or "inf"), or "auto" (measured on CUDA; on the CPU no link: `hostlink`): data and
+    phantoms may then be offloaded to host memory as well as recomputed (fx:
+    `models/offload.sched`; blocks: the option ``offload``, `block_offload`). The plan that
+    recomputes only is solved too, and the offloading plan kept only where it is predicted
+    faster (and, on CUDA where `fit` probes, measured faster: `_faster_measured`); None:
+    recomputation only. `calibrate`: after the first
     measured step, if its peak is over the prediction (or the budget), re-plan once with the
     excess as a margin (logged on the ``schedlang.pytorch`` logger; see `memory_report()`).
 
@@ -879,7 +883,7 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         agreed, plain_time = distributed.agree_graph(prep.graph, prep.plain_time)
         prep = dataclasses.replace(prep, graph=agreed, plain_time=plain_time)
         calibrate = probe = False  # a re-plan would be one rank's alone
-    base = None  # with a host link: the recompute-only preparation it is compared with
+    base = other = None  # with a host link: the recompute-only preparation and plan
     if bandwidth is not None:
         prep, base = _with_link(model, prep, bandwidth, args, kwargs)
     extra = solve_extra(prep)
@@ -920,7 +924,8 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
                     f"no plan with the fixed options meets {format_size(want)}")
         extra = solve_extra(prep)
         if found is None and base is not None:
-            prep, found, solve_s = _solve_linked(base, prep, want, solver, time_limit, backend)
+            prep, found, solve_s, other = _solve_linked(base, prep, want, solver, time_limit,
+                                                        backend)
             extra = solve_extra(prep)
         elif found is None:
             found, solve_s = _solve_or_raise(prep, want, 0, solver, time_limit, backend, extra)
@@ -935,6 +940,10 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     if probe and prep.frontend in ("blocks", "fx") and measure:
         _probe_until_within(fm, args, kwargs, loss_fn, want, solver, time_limit, backend,
                             extra)
+        if other is not None and any(p.device.type == "cuda" for p in model.parameters()):
+            fm = _faster_measured(fm, other, args, kwargs, loss_fn, want, solver=solver,
+                                  time_limit=time_limit, backend=backend,
+                                  extra=solve_extra(other[0]))
     return fm
 
 
@@ -1083,12 +1092,13 @@ def _with_link(model: nn.Module, prep: Prepared, bandwidth, args, kwargs) -> tup
 
 
 def _solve_linked(base: Prepared, linked: Prepared, want: int, solver, time_limit,
-                  backend) -> tuple[Prepared, Plan, float]:
-    """(preparation, plan, seconds) with a host link: the recompute-only plan of `base` and
-    the plan of `linked`, which may also move data to host memory, warm-started from the first
-    (its model contains every plan it can express), at the same budget; the offloading plan is
-    kept only when it is predicted faster by more than the solver's relative gap. Raises
-    FitError when neither meets the budget."""
+                  backend) -> tuple[Prepared, Plan, float, tuple | None]:
+    """(preparation, plan, seconds, the recompute-only (preparation, plan) it was preferred
+    to or None) with a host link: the recompute-only plan of `base` and the plan of `linked`,
+    which may also move data to host memory, warm-started from the first (its model contains
+    every plan it can express), at the same budget; the offloading plan is kept only when it
+    is predicted faster by more than the solver's relative gap. Raises FitError when neither
+    meets the budget."""
     from ..solvers import requested_gap
 
     t0 = time.perf_counter()
@@ -1102,7 +1112,7 @@ def _solve_linked(base: Prepared, linked: Prepared, want: int, solver, time_limi
     if alone is None and moved is None:
         found, _ = _solve_or_raise(linked, want, 0, solver, time_limit, backend,
                                    solve_extra(linked))
-        return linked, found, solve_s
+        return linked, found, solve_s, None
     slack = 1 - requested_gap(solver, None)
     faster = moved is not None and (alone is None or
                                     moved.predicted_time < alone.predicted_time * slack)
@@ -1114,7 +1124,62 @@ def _solve_linked(base: Prepared, linked: Prepared, want: int, solver, time_limi
                  "than recomputation alone (%.4g s) at %s: recomputation only",
                  moved.predicted_time, alone.predicted_time, format_size(want))
     chosen, plan = (linked, moved) if faster else (base, alone)
-    return dataclasses.replace(chosen, host_link=info), plan, solve_s
+    other = (dataclasses.replace(base, host_link=info), alone) if faster and alone else None
+    return dataclasses.replace(chosen, host_link=info), plan, solve_s, other
+
+
+#: timed steps (after one warm-up) per plan when `fit` measures an offloading plan against
+#: recomputation alone (CUDA)
+TIMED_STEPS = 3
+
+
+def _faster_measured(fm: FitModule, other: tuple, args, kwargs, loss_fn, want: int,
+                     step_seconds=None, **probe_args) -> FitModule:
+    """`fm` (an offloading plan, predicted faster) or the recompute-only plan `other`
+    (preparation, plan), whichever measures the faster step (`step_seconds(fitted)`, default
+    the median of `TIMED_STEPS` probe steps on CUDA); the recompute-only plan is probed first,
+    and out of the race if it cannot meet the budget. Both times go in the report."""
+    prep, plan = other
+    alt = FitModule(fm.module, prep, plan, want, fm.measure, fm._solve_s,
+                    calibrate=fm._calibrate, solve_args=fm._solve_args)
+    try:
+        _probe_until_within(alt, args, kwargs, loss_fn, want, **probe_args)
+    except FitError:
+        alt.unwrap()
+        if fm._wrappers is not None:
+            fm._wrappers.ensure()
+        return fm
+    step_seconds = step_seconds or (lambda f: _cuda_step_seconds(f, args, kwargs, loss_fn))
+    times = {"with the link": step_seconds(fm), "recompute only": step_seconds(alt)}
+    keep, drop = (fm, alt) if times["with the link"] <= times["recompute only"] else (alt, fm)
+    keep._prep.host_link.update(measured_s=times, kept=("with the link" if keep is fm
+                                                        else "recompute only") + " (measured)")
+    if keep is alt:
+        log.info("schedlang fit: the offloading plan measured %.4g s a step, recomputation "
+                 "alone %.4g s: recomputation only", times["with the link"],
+                 times["recompute only"])
+    drop.unwrap()
+    if keep._wrappers is not None:
+        keep._wrappers.ensure()
+    return keep
+
+
+def _cuda_step_seconds(fm: FitModule, args, kwargs, loss_fn) -> float:
+    """The median time of `TIMED_STEPS` probe steps of `fm` (after a warm-up), on CUDA."""
+    import statistics
+
+    prep = fm._prep
+    times = []
+    for k in range(TIMED_STEPS + 1):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        probe_step(fm.module, args, kwargs, loss_fn,
+                   prep.loss_overhead if prep.loss_assumed else 0, prep.output_bytes,
+                   run=fm._call, outputs_held=prep.outputs_held)
+        torch.cuda.synchronize()
+        if k:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def _group_plans_priced(prep: Prepared) -> list[tuple[int, Plan]]:
