@@ -17,7 +17,9 @@ peak) it solves, with `fit`'s `solve_plan`:
 * offload as `fit` solves it now: `selective` kept as a choice, pinned to the device, and the
   solve warm-started from the recompute-only plan;
 
-and prints each plan's predicted step time, status and solve seconds. What `fit` keeps is the
+and prints each plan's predicted step time, solve seconds (both solves of `solve_plan`: the
+fastest plan, then the least peak among those), the size of the model given to the solver and
+the status. What `fit` keeps is the
 faster of the first and the last (`fit._solve_linked`).
 """
 from __future__ import annotations
@@ -100,7 +102,8 @@ def main() -> int:
     before.layers = [_dropped(lay) for lay in g.layers]
     linked.layers = [offloadable(lay) for lay in g.layers]
     kw = dict(time_limit=a.time_limit, loss_overhead=loss_overhead, output_bytes=out_bytes)
-    print(f"{'budget':>7}  {'plan':<44}{'step ms':>9}{'vs plain':>9}{'solve s':>9}  status")
+    print(f"{'budget':>7}  {'plan':<44}{'step ms':>9}{'vs plain':>9}{'solve s':>9}"
+          f"{'columns':>9}{'rows':>8}  status")
     for pct in a.budgets:
         act = int(peak * pct / 100)
         rows = []
@@ -117,9 +120,11 @@ def main() -> int:
             if plan is None:
                 print(f"{pct:>6g}%  {label:<44}{'-':>9}{'-':>9}{secs:>9.1f}  no plan")
                 continue
+            size = plan.meta.get("model_size") or {}
             print(f"{pct:>6g}%  {label:<44}{plan.predicted_time * 1e3:>9.2f}"
-                  f"{plan.predicted_time / sim.time:>9.3f}{secs:>9.1f}  {plan.meta['status']}",
-                  flush=True)
+                  f"{plan.predicted_time / sim.time:>9.3f}{secs:>9.1f}"
+                  f"{size.get('variables', '-'):>9}{size.get('constraints', '-'):>8}  "
+                  f"{plan.meta['status']}", flush=True)
     return 0
 
 

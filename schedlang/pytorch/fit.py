@@ -384,7 +384,8 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
                time_limit: float | None = None, backend: str = "pyomo",
                loss_overhead: int = 0, output_bytes: int = 0,
                extensions: tuple = (), least_peak: bool = True,
-               outputs_held: bool = True, warm_start: Plan | None = None) -> Plan | None:
+               outputs_held: bool = True, warm_start: Plan | None = None,
+               must_beat: float | None = None) -> Plan | None:
     """The rockmate plan of `graph` within `activation_budget` bytes, or None if none found.
 
     The model's outputs stay in memory from their forward to the step's end, as the caller
@@ -398,11 +399,14 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     outputs (`outputs_held` False) are deleted after the loss, where the save budget samples
     the loss phase's memory, while the loss function's overhead is measured with them
     present: the save budget leaves room for them too. `warm_start`: a plan to start the
-    solver from (`Problem.solve`; one the model cannot express is ignored). A plan whose
-    prediction (the loss phase's included) is over `activation_budget` is not returned."""
+    solver from (`Problem.solve`; one the model cannot express is ignored). `must_beat`:
+    a plan not faster than this many seconds (by more than the solver's relative gap) is not
+    wanted: None, without the second (least-peak) solve. A plan whose prediction (the loss
+    phase's included) is over `activation_budget` is not returned."""
     import schedlang
     from ..resources import extension_path
     from ..solution import Status
+    from ..solvers import requested_gap
 
     g = copy.copy(graph)
     g.budgets = {"peak": int(activation_budget)}
@@ -421,6 +425,9 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     res = prob.solve(backend=backend, solver=solver, time_limit=time_limit,
                      warm_start=warm_start)
     if res.plan is None or res.status not in (Status.OPTIMAL, Status.FEASIBLE):
+        return None
+    if must_beat is not None and \
+            res.objective >= must_beat * (1 - requested_gap(solver, None)):
         return None
     # Among plans as fast as this one, the one with the smallest peak: equally fast plans
     # differ in memory, and this choice makes the peak fall as the budget falls.
@@ -442,6 +449,7 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     res.plan.predicted_time = sim.time
     res.plan.meta.setdefault("planner", model)
     res.plan.meta["status"] = res.status.value
+    res.plan.meta["model_size"] = res.model_size
     return res.plan
 
 
@@ -1041,7 +1049,8 @@ def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, 
 
 
 def _solve(prep: Prepared, activation: int, solver, time_limit, backend, extra: dict,
-           warm_start: Plan | None = None, groups: bool = True) -> Plan | None:
+           warm_start: Plan | None = None, groups: bool = True,
+           must_beat: float | None = None) -> Plan | None:
     """The plan of `prep` within `activation` bytes (the solver's, or a faster group plan
     unless `groups` is False; rank 0's under torch.distributed; an earlier one as fast,
     `_as_before`), or None."""
@@ -1050,7 +1059,7 @@ def _solve(prep: Prepared, activation: int, solver, time_limit, backend, extra: 
     found = None
     if distributed.solves_here():
         found = solve_plan(prep.graph, activation, solver, time_limit, backend,
-                           warm_start=warm_start, **extra)
+                           warm_start=warm_start, must_beat=must_beat, **extra)
         if found is not None and prep.frontend == "blocks":  # as the model frees its data
             found = _priced(earliest_deletes(found, prep.graph), prep)
         if groups:
@@ -1105,9 +1114,12 @@ def _solve_linked(base: Prepared, linked: Prepared, want: int, solver, time_limi
     activation = want - base.resident_bytes
     alone = _solve(base, activation, solver, time_limit, backend, solve_extra(base)) \
         if activation > 0 else None
-    # (group plans, which move nothing, are the recompute-only solve's)
+    # (group plans, which move nothing, are the recompute-only solve's; a plan with the link
+    # that is not faster is dropped before its least-peak solve)
     moved = _solve(linked, activation, solver, time_limit, backend, solve_extra(linked),
-                   warm_start=alone, groups=False) if activation > 0 else None
+                   warm_start=alone, groups=False,
+                   must_beat=None if alone is None else alone.predicted_time) \
+        if activation > 0 else None
     solve_s = time.perf_counter() - t0
     if alone is None and moved is None:
         found, _ = _solve_or_raise(linked, want, 0, solver, time_limit, backend,
@@ -1119,10 +1131,10 @@ def _solve_linked(base: Prepared, linked: Prepared, want: int, solver, time_limi
     info = dict(linked.host_link or {}, kept="with the link" if faster else "recompute only",
                 recompute_only_time=None if alone is None else alone.predicted_time,
                 with_link_time=None if moved is None else moved.predicted_time)
-    if not faster and moved is not None:
-        log.info("schedlang fit: the plan with the host link (predicted %.4g s) is not faster "
-                 "than recomputation alone (%.4g s) at %s: recomputation only",
-                 moved.predicted_time, alone.predicted_time, format_size(want))
+    if not faster:
+        log.info("schedlang fit: no plan with the host link is predicted faster than "
+                 "recomputation alone (%.4g s) at %s: recomputation only",
+                 alone.predicted_time, format_size(want))
     chosen, plan = (linked, moved) if faster else (base, alone)
     other = (dataclasses.replace(base, host_link=info), alone) if faster and alone else None
     return dataclasses.replace(chosen, host_link=info), plan, solve_s, other
