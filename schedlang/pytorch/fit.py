@@ -1060,12 +1060,27 @@ def _solve(prep: Prepared, activation: int, solver, time_limit, backend, extra: 
     if distributed.solves_here():
         found = solve_plan(prep.graph, activation, solver, time_limit, backend,
                            warm_start=warm_start, must_beat=must_beat, **extra)
-        if found is not None and prep.frontend == "blocks":  # as the model frees its data
-            found = _priced(earliest_deletes(found, prep.graph), prep)
         if groups:
             found = _or_group_plan(prep, activation, found)
+        if found is not None:  # data freed where the runtime frees them (`lifetimes`)
+            found = _as_runtime_frees(found, prep)
     found = distributed.agree_plan(found, prep.graph)  # rank 0's plan; a no-op on one process
     return _as_before(prep, found, activation, solver)
+
+
+def _as_runtime_frees(plan: Plan, prep: Prepared) -> Plan:
+    """`plan` with the deletes the runtime does itself right after their last use, repriced:
+    every datum with the hook front end (the model's own code frees it), the outputs of a
+    loop that releases them with fx (handed to the caller, freed once the loss is computed)."""
+    if prep.frontend == "blocks":
+        moved = earliest_deletes(plan, prep.graph)
+    elif not prep.outputs_held and prep.graph.loss is not None:
+        released = {d.name for d in prep.graph.data
+                    if d.name in prep.graph.loss.inputs and d.role != "output"}
+        moved = earliest_deletes(plan, prep.graph, released)
+    else:
+        return plan
+    return plan if moved is plan else _priced(moved, prep)
 
 
 def _priced(plan: Plan, prep: Prepared) -> Plan:

@@ -47,7 +47,8 @@ __all__ = ["released_graph", "measure_released_loss", "measure_loss_overhead", "
 def released_graph(graph: Graph) -> Graph:
     """A copy of `graph` (data nodes copied) in which the model's outputs — the data the loss
     reads — are no longer role ``output``: the plan may delete them once the loss is computed,
-    as a loop that does not hold them frees them."""
+    as a loop that does not hold them frees them (`lifetimes.earliest_deletes` puts the delete
+    there). They are pinned: the caller has them, and moving them to the host frees nothing."""
     read = set(graph.loss.inputs) if graph.loss is not None else set()
     g = copy.copy(graph)
     data = []
@@ -55,6 +56,7 @@ def released_graph(graph: Graph) -> Graph:
         if d.name in read and d.role == "output":
             d = copy.copy(d)
             d.role = ""
+            d.pinned = True
         data.append(d)
     g.data = data
     return g
