@@ -134,3 +134,22 @@ def tiny_random(seed: int) -> Graph:
         rng.choice(g.data).pinned = True
     g.bandwidths = {c: rng.choice([1, 2, 4, INF]) * MiB for c in ("offload", "prefetch")}
     return g
+
+
+def linked_plan(prep, budget, bandwidth):
+    """The solver's plan of `prep` (a `schedlang.pytorch.fit.Prepared`) at `budget` (a size or
+    percent) with a host link of `bandwidth` each way (models/offload.sched for fx layers, the
+    option `offload` for blocks): what `fit` compares with recomputation alone. Tests that
+    run such a plan pass it to ``fit(..., bandwidth=..., plan=...)``, which keeps it whichever
+    plan is faster."""
+    from schedlang.pytorch.fit import resolve_fit_budget, solve_extra, solve_plan
+    from schedlang.pytorch.hostlink import linked, resolve_link
+
+    import torch
+
+    link, _ = resolve_link(bandwidth, torch.device("cpu"))
+    lp = linked(prep, link)
+    activation = resolve_fit_budget(budget, prep.plain_peak) - prep.resident_bytes
+    plan = solve_plan(lp.graph, activation, **solve_extra(lp))
+    assert plan is not None, (budget, bandwidth)
+    return plan

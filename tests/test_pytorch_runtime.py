@@ -302,14 +302,20 @@ def test_fit_gradients_and_measured_peaks(name):
 
 @pytest.mark.parametrize("bandwidth", ["inf", 1e9])
 def test_fit_with_a_host_link_offloads_and_keeps_the_gradients(bandwidth):
-    """With a host link, fit solves models/offload.sched: the plan offloads and prefetches,
+    """With a host link, the solver's plan of models/offload.sched offloads and prefetches,
     replays in the simulator, and the step's gradients equal eager PyTorch."""
     from schedlang.pytorch.fit import fit, prepare
+
+    from .offload_cases import linked_plan
 
     model, inputs, loss_fn = ALL["gpt"](batch=8, context=64, layers=4)
     ref = eager_grads(model, inputs, loss_fn)
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
-    fm = fit(model, inputs, "50%", loss_fn=loss_fn, prepared=prep, bandwidth=bandwidth)
+    # the solver's offloading plan (fit itself keeps it only where it is faster than
+    # recomputation alone: test_pytorch_offload.py)
+    plan = linked_plan(prep, "50%", bandwidth)
+    fm = fit(model, inputs, "50%", loss_fn=loss_fn, prepared=prep, bandwidth=bandwidth,
+             plan=plan)
     kinds = [op.op for op in fm.plan.ops]
     assert "offload" in kinds and "prefetch" in kinds and "wait" in kinds
     assert fm.plan.meta["planner"] == "offload"

@@ -12,6 +12,7 @@ import pytest
 
 from schedlang.simulate import replay, simulate
 
+from .offload_cases import linked_plan
 from .paths import EXAMPLES
 
 torch = pytest.importorskip("torch")
@@ -80,8 +81,11 @@ def test_timeline_of_a_fitted_step(gpt, bandwidth, tmp_path):
     from schedlang.pytorch.fit import fit
 
     model, inputs, loss_fn, prep = gpt
+    # with a link, the solver's offloading plan (fit keeps it only where it is faster than
+    # recomputation alone)
+    plan = None if bandwidth is None else linked_plan(prep, "50%", bandwidth)
     fm = fit(model, inputs, "50%", loss_fn=loss_fn, prepared=prep, bandwidth=bandwidth,
-             calibrate=False)
+             calibrate=False, plan=plan)
     assert fm.timeline() is None
     fm.record_timeline()
     fit_step(fm, model, inputs, loss_fn)
@@ -216,9 +220,12 @@ def test_timeline_on_cuda_shows_the_transfer_channels(tmp_path):
     inputs and the loss's targets on the device.)"""
     from schedlang.pytorch.fit import fit
 
+    from schedlang.pytorch.fit import prepare
+
     model, inputs, loss_fn = ALL["gpt"](batch=16, context=128, layers=4, device="cuda")
-    fm = fit(model, inputs, "50%", loss_fn=loss_fn, bandwidth="16GB/s", calibrate=False,
-             op_options=False)
+    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=3)
+    fm = fit(model, inputs, "50%", loss_fn=loss_fn, prepared=prep, bandwidth="16GB/s",
+             calibrate=False, op_options=False, plan=linked_plan(prep, "50%", "16GB/s"))
     fm.record_timeline()
     fit_step(fm, model, inputs, loss_fn)
     tl = fm.timeline()

@@ -522,7 +522,7 @@ def fsdp_storages(model) -> list:
 
 
 def prepare_sharded(model, args: tuple, kwargs: dict, layers=None, loss_fn=None,
-                    frontend: str = "auto", **trace_kwargs):
+                    frontend: str = "auto", outputs_held: bool = True, **trace_kwargs):
     """`fit.prepare` for a `fully_shard`-ed `model` (`FSDP_ORDER`): the hook front end
     profiles an unsharded copy (`unsharded_copy`: no collectives while profiling), the units
     are checked against the blocks found (`fsdp_model`), the graph data get what FSDP2 adds
@@ -541,7 +541,8 @@ def prepare_sharded(model, args: tuple, kwargs: dict, layers=None, loss_fn=None,
     # the automatic block choice splits no unit (a Sequential unit stays one block)
     units = [n for n, m in model.named_modules() if n and isinstance(m, _fsdp_module_type())]
     prep = prepare(plain, args, layers=layers, loss_fn=loss_fn, frontend="blocks",
-                   sample_kwargs=kwargs, whole=units, **trace_kwargs)
+                   sample_kwargs=kwargs, whole=units, outputs_held=outputs_held,
+                   **trace_kwargs)
     found = prep.partitioned.found
     info = fsdp_model(model, [b.name for b in found.blocks])
     rows = info.layer_memory(prep.graph)

@@ -56,7 +56,8 @@ from ..progress import reporting
 from ..simulate import simulate
 from ..units import format_size
 from .guards import check_call, guarded_fit
-from .trace import LOSS_VALUE_BYTES
+from .lifetimes import earliest_deletes
+from .outputs import loss_moment, measure_loss_overhead, released_bytes, uncounted_outputs
 
 __all__ = ["fit", "FitModule", "FitError", "MemoryReport", "resolve_fit_budget", "prepare",
            "LOSS_RESERVE"]
@@ -123,6 +124,12 @@ class MemoryReport:
         if gen:
             lines.append(f"layer options   {gen['options']} generated from op-level solves in "
                          f"{gen['seconds']:.1f} s ({gen['why']})")
+        link = self.extra.get("host_link")
+        if link:
+            lines.append("host link       " + _link_line(link))
+        if self.extra.get("outputs_held") is False:
+            lines.append("outputs         released once the loss is computed (the plan is for "
+                         "loss_fn(model(x)).backward())")
         if self.extra.get("fallback"):
             lines.append(f"fallback        plain PyTorch: {self.extra['fallback']}")
         if self.calibrated:
@@ -131,6 +138,20 @@ class MemoryReport:
                          f"prediction {_fmt(c['predicted'])}: re-planned with a margin of "
                          f"{_fmt(c['margin'])}" + ("" if c["replanned"] else " (no plan fits)"))
         return "\n".join(lines)
+
+
+def _link_line(link: dict) -> str:
+    """The host link's line of `MemoryReport.__str__`."""
+    if "offload" not in link:
+        return link.get("note", "none")
+    rates = (f"{link['offload'] / 1e9:.3g} GB/s out, {link['prefetch'] / 1e9:.3g} GB/s back"
+             + (" (measured)" if link.get("measured") else ""))
+    if "kept" not in link:
+        return rates
+    times = [f"{k} {link[t]:.4g} s" for k, t in (("recompute only", "recompute_only_time"),
+                                                   ("with it", "with_link_time"))
+             if link.get(t) is not None]
+    return f"{rates}; kept the plan {link['kept']} (predicted {', '.join(times)})"
 
 
 def _fmt(n) -> str:
@@ -166,47 +187,10 @@ class Prepared:
     # execution runs no executor
     executor_bytes: int = 0
 
-
-def loss_moment(plan: Plan, graph: Graph) -> int:
-    """Memory (graph bytes) right after the plan's loss: what the simulator's replay holds
-    then (live data, saved phantoms, and data an offload plan has already prefetched)."""
-    from ..simulate import replay
-
-    steps = replay(plan, graph, record=True).steps or []
-    for op, step in zip(plan.ops, steps):
-        if op.op == "compute" and op.node == "loss":
-            return step.after
-    return 0
-
-
-def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn,
-                          sample_kwargs: dict | None = None) -> tuple[int, int]:
-    """(bytes the loss function's forward and backward use beyond the gradients of the model's
-    outputs and the loss value, bytes of the outputs), measured on one sample output."""
-    from torch.utils._pytree import tree_flatten, tree_map
-
-    from .memory import MemoryTracker
-
-    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
-    from .blocks import preserved
-
-    with preserved(model), torch.no_grad():
-        out = model(*sample_inputs, **(sample_kwargs or {}))
-    out = tree_map(lambda t: t.detach().requires_grad_(True)
-                   if isinstance(t, torch.Tensor) and t.is_floating_point() else t, out)
-    leaves = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-    out_bytes = sum(t.numel() * t.element_size() for t in leaves)
-    with MemoryTracker(resident=leaves, device=dev, existing=False) as mt:
-        loss = loss_fn(out)
-        loss.backward()
-        extra = mt.peak - mt.baseline
-    grads = sum(t.grad.numel() * t.grad.element_size() for t in leaves if t.grad is not None)
-    # what the graph's loss node creates is counted there: the outputs' gradients and the loss
-    # datum (the value and its seed gradient, LOSS_VALUE_BYTES, kept through the backward), so
-    # the loss phase's peak is what was there before the loss plus `extra`, to the byte. (The
-    # seed gradient is gone by the loss's peak: subtracting the value alone, 4 B, predicted
-    # checkpoint_sequential's own schedule 4 B above what it measures.)
-    return max(0, extra - grads - LOSS_VALUE_BYTES), out_bytes
+    # the caller's loop holds the model's outputs through the backward (`outputs.py`)
+    outputs_held: bool = True
+    # fit(bandwidth=...): the host link planned with and which plan was kept (`_solve_linked`)
+    host_link: dict | None = None
 
 
 def loss_tensor_bytes(model: nn.Module, args: tuple, kwargs: dict, loss_fn, known) -> int:
@@ -239,7 +223,7 @@ def split_inputs(sample_inputs, sample_kwargs=None) -> tuple[tuple, dict]:
 
 def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = None,
             loss_fn=None, frontend: str = "auto", sample_kwargs: dict | None = None,
-            **trace_kwargs) -> Prepared:
+            outputs_held: bool = True, **trace_kwargs) -> Prepared:
     """Partition and profile `model` (or take `graph`, e.g. read from a .sched file).
 
     `frontend`: ``"fx"`` cuts the model into layers with a whole-model `torch.fx` trace
@@ -247,7 +231,11 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     any rockmate plan); ``"blocks"`` finds its blocks from the module tree and one run with
     hooks (`schedlang.pytorch.blocks`; no trace: the model's own forward runs, the blocks are
     wrapped in place); ``"auto"`` (the default) uses fx when the model traces and its inputs are
-    positional tensors, else blocks."""
+    positional tensors, else blocks.
+
+    `outputs_held`: the plan is for a loop that holds the model's outputs through the backward
+    (``out = model(x); loss_fn(out).backward()``); False: one that releases them once the
+    loss is computed (``loss_fn(model(x)).backward()``; `schedlang.pytorch.outputs`)."""
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
     if frontend not in FRONTENDS:
         raise SchedError(f"frontend must be one of {', '.join(FRONTENDS)}, got {frontend!r}")
@@ -331,9 +319,14 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
         if d.name in names:
             d.size = 0
     graph.budgets = {}
+    if not outputs_held:  # the plan may delete them after the loss, as the loop frees them
+        from .outputs import released_graph
+
+        graph = released_graph(graph)
     loss_overhead = out_bytes = 0
     if loss_fn is not None:
-        loss_overhead, out_bytes = measure_loss_overhead(model, args, loss_fn, kwargs)
+        loss_overhead, out_bytes = measure_loss_overhead(model, args, loss_fn, kwargs,
+                                                         outputs_held)
         # the loss's own tensors (targets) stay alive through every step, as the inputs do
         inputs = [t for t in _flat((args, kwargs)) if isinstance(t, torch.Tensor)]
         known = set(params) | {t.untyped_storage().data_ptr() for t in inputs}
@@ -346,35 +339,8 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     sim = simulate(base, graph)
     peak = max(sim.peak_bytes, loss_moment(base, graph) + loss_overhead)
     return Prepared(part, graph, resident, peak + resident, sim.time, info, loss_overhead,
-                    out_bytes, loss_fn is None, frontend, note, executor_bytes=executor_bytes)
-
-
-def _offloadable(layer):
-    """`layer` without its ``selective`` and generated (``ops...``) options: their phantoms live inside checkpoints
-    (`torch.utils.checkpoint` keeps what the policy saves), where the runtime cannot move it
-    to the host, while the offload formulation may offload any phantom."""
-    kept = [o for o in layer.options if o.name != "selective" and not o.name.startswith("ops")]
-    if len(kept) == len(layer.options) or not kept:
-        return layer
-    layer = copy.copy(layer)
-    layer.options = kept
-    return layer
-
-
-def _blocks_offloadable(graph: Graph, glue: list[str]) -> Graph:
-    """`graph` with what per-block wrappers cannot move pinned: the data (tensors the model's
-    own code passes between blocks) and the glue's phantoms. A block's wrapper offloads what
-    the block saves (its phantom) through saved-tensor hooks."""
-    graph = copy.copy(graph)
-    graph.data = [dataclasses.replace(d, pinned=True) for d in graph.data]
-    layers = []
-    for lay in graph.layers:
-        if lay.name in glue:
-            lay = copy.copy(lay)
-            lay.options = [dataclasses.replace(o, pinned=True) for o in lay.options]
-        layers.append(lay)
-    graph.layers = layers
-    return graph
+                    out_bytes, loss_fn is None, frontend, note, executor_bytes=executor_bytes,
+                    outputs_held=outputs_held)
 
 
 def _with_accumulation(graph: Graph) -> list:
@@ -437,16 +403,6 @@ def resolve_fit_budget(budget, plain_peak: int) -> int:
     return budgets.parse(budget, plain_peak, Loc("budget"), "the plain execution peak")
 
 
-def parse_bandwidth(value) -> float:
-    """Bytes per second from a number or from text ("16GB/s", "12GiB/s", "inf", "0")."""
-    from ..units import parse_rate
-
-    try:
-        return parse_rate(value)
-    except ValueError as exc:
-        raise SchedError(f"bandwidth: {exc}") from None
-
-
 # --- solving --------------------------------------------------------------------------------------
 # the second solve of `solve_plan`: the least peak among the fastest plans, a .sched extension
 # of the shipped formulations (models/extensions/least_peak.sched)
@@ -456,31 +412,33 @@ LEAST_PEAK = "least_peak"
 HELD_OUTPUTS = "held_outputs"
 
 
-def uncounted_outputs(graph: Graph, output_bytes: int) -> int:
-    """The bytes of the model's outputs (`output_bytes`, measured) that the graph's loss phase
-    does not count: the data the loss reads are held from their forward to the step's end
-    (models/extensions/held_outputs.sched), so their sizes are in its memory already."""
-    reads = set(graph.loss.inputs) if graph.loss is not None else set()
-    counted = sum(d.size for d in graph.data if d.name in reads)
-    return max(0, int(output_bytes) - int(counted))
-
-
 def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
                time_limit: float | None = None, backend: str = "pyomo",
                loss_overhead: int = 0, output_bytes: int = 0,
-               extensions: tuple = (), least_peak: bool = True) -> Plan | None:
+               extensions: tuple = (), least_peak: bool = True,
+               outputs_held: bool = True, warm_start: Plan | None = None,
+               must_beat: float | None = None) -> Plan | None:
     """The rockmate plan of `graph` within `activation_budget` bytes, or None if none found.
 
     The model's outputs stay in memory from their forward to the step's end, as the caller
-    holds them (models/extensions/held_outputs.sched, always); `extensions`: more.
+    holds them (models/extensions/held_outputs.sched; `outputs_held` False: not, for a loop
+    that releases them, on a graph from `outputs.released_graph`); `extensions`: more.
     `loss_overhead`: memory the loss function adds at the loss (the graph's loss node has
     none); the save budget (memory during the loss phase) keeps room for it, and for the part
     of the model's outputs (`output_bytes`) that the graph's data read by the loss do not
     count (those are in the loss phase's memory already: counting them again refused plans
-    that fit, e.g. checkpoint_sequential's own schedule at its measured peak)."""
+    that fit, e.g. checkpoint_sequential's own schedule at its measured peak). Released
+    outputs (`outputs_held` False) are deleted after the loss, where the save budget samples
+    the loss phase's memory, while the loss function's overhead is measured with them
+    present: the save budget leaves room for them too. `warm_start`: a plan to start the
+    solver from (`Problem.solve`; one the model cannot express is ignored). `must_beat`:
+    a plan not faster than this many seconds (by more than the solver's relative gap) is not
+    wanted: None, without the second (least-peak) solve. A plan whose prediction (the loss
+    phase's included) is over `activation_budget` is not returned."""
     import schedlang
     from ..resources import extension_path
     from ..solution import Status
+    from ..solvers import requested_gap
 
     g = copy.copy(graph)
     g.budgets = {"peak": int(activation_budget)}
@@ -488,13 +446,20 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     model = "offload" if g.bandwidths.get("offload") and g.bandwidths.get("prefetch") else "rockmate"
     if loss_overhead:
         save = int(activation_budget) - loss_overhead - uncounted_outputs(graph, output_bytes)
+        if not outputs_held:
+            save -= released_bytes(graph)
         if save <= 0:
             return None
         g.budgets["save"] = save
-    exts = [str(extension_path(e)) for e in (HELD_OUTPUTS, *extensions)]
+    held = (HELD_OUTPUTS,) if outputs_held else ()
+    exts = [str(extension_path(e)) for e in (*held, *extensions)]
     prob = schedlang.load(model=[model, *exts], graph=g)
-    res = prob.solve(backend=backend, solver=solver, time_limit=time_limit)
+    res = prob.solve(backend=backend, solver=solver, time_limit=time_limit,
+                     warm_start=warm_start)
     if res.plan is None or res.status not in (Status.OPTIMAL, Status.FEASIBLE):
+        return None
+    if must_beat is not None and \
+            res.objective >= must_beat * (1 - requested_gap(solver, None)):
         return None
     # Among plans as fast as this one, the one with the smallest peak: equally fast plans
     # differ in memory, and this choice makes the peak fall as the budget falls.
@@ -511,9 +476,12 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     if not sim.valid:
         return None
     res.plan.predicted_peak = max(sim.peak_bytes, loss_moment(res.plan, graph) + loss_overhead)
+    if res.plan.predicted_peak > activation_budget:
+        return None
     res.plan.predicted_time = sim.time
     res.plan.meta.setdefault("planner", model)
     res.plan.meta["status"] = res.status.value
+    res.plan.meta["model_size"] = res.model_size
     return res.plan
 
 
@@ -623,7 +591,10 @@ class FitModule(nn.Module):
                                    "probes": [dict(p) for p in self._probes],
                                    **({"generated": dict(self._prep.generated)}
                                       if self._prep.generated else {}),
-                                   **({"fallback": self._fallback} if self._fallback else {})})
+                                   **({"fallback": self._fallback} if self._fallback else {}),
+                                   **({"host_link": dict(self._prep.host_link)}
+                                      if self._prep.host_link else {}),
+                                   "outputs_held": self._prep.outputs_held})
 
     def record_timeline(self, on: bool = True) -> None:
         """Record memory and time per op of each measured training step (`timeline()`;
@@ -665,11 +636,9 @@ class FitModule(nn.Module):
         t0 = time.perf_counter()
         if activation > 0:
             args = self._solve_args
-            found = solve_plan(self._prep.graph, activation, args.get("solver", "highs"),
-                               args.get("time_limit"), args.get("backend", "pyomo"),
-                               loss_overhead=self._prep.loss_overhead,
-                               output_bytes=self._prep.output_bytes,
-                               extensions=_extensions(self._prep))
+            found = _solve(self._prep, activation, args.get("solver", "highs"),
+                           args.get("time_limit"), args.get("backend", "pyomo"),
+                           solve_extra(self._prep), groups=False)
         self._calibrated = {"measured": measured, "predicted": predicted, "margin": margin,
                             "replanned": found is not None,
                             "solve_s": time.perf_counter() - t0}
@@ -836,6 +805,13 @@ def _extensions(prep: Prepared) -> tuple:
     return (PER_BLOCK,) if prep.frontend == "blocks" else ()
 
 
+def solve_extra(prep: Prepared) -> dict:
+    """`solve_plan`'s keyword arguments for plans of `prep`: the loss's memory, the outputs
+    (held or not) and the front end's extensions."""
+    return {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes,
+            "extensions": _extensions(prep), "outputs_held": prep.outputs_held}
+
+
 def _fallback(model: nn.Module, exc: Exception, measure: bool) -> FitModule:
     why = str(exc) if isinstance(exc, SchedError) else f"{type(exc).__name__}: {exc}"
     msg = f"schedlang fit: the model cannot be planned ({why}); fallback=True: plain PyTorch"
@@ -855,7 +831,7 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         loss_fn=None, prepared: Prepared | None = None, bandwidth=None,
         calibrate: bool = True, frontend: str = "auto", fallback: bool = False,
         probe: bool | None = None, sample_kwargs: dict | None = None, fsdp=False,
-        op_options="auto", **trace_kwargs) -> FitModule:
+        op_options="auto", outputs_held: bool | None = None, **trace_kwargs) -> FitModule:
     """`model` wrapped to train within `budget` (see the module docstring).
 
     `sample_inputs`: a tensor, a tuple of positional inputs, or a dict of keyword inputs
@@ -886,8 +862,12 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     `plan` (made for that graph) skips solving. `measure`: track the peak of every training
     step (CPU: a dispatch mode, which slows the step; CUDA: the allocator's counters).
     `bandwidth`: the host link, bytes per second each way (a number, or text such as
-    "16GB/s" or "inf"): data and phantoms may then be offloaded to host memory as well as
-    recomputed (`models/offload.sched`); None: recomputation only. `calibrate`: after the first
+    "16GB/s" or "inf"), or "auto" (measured on CUDA; on the CPU no link: `hostlink`): data and
+    phantoms may then be offloaded to host memory as well as recomputed (fx:
+    `models/offload.sched`; blocks: the option ``offload``, `block_offload`). The plan that
+    recomputes only is solved too, and the offloading plan kept only where it is predicted
+    faster (and, on CUDA where `fit` probes, measured faster: `_faster_measured`); None:
+    recomputation only. `calibrate`: after the first
     measured step, if its peak is over the prediction (or the budget), re-plan once with the
     excess as a margin (logged on the ``schedlang.pytorch`` logger; see `memory_report()`).
 
@@ -895,6 +875,12 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     (`docs/distributed.md`); `fsdp=True` (or a dict of `fully_shard` keyword arguments)
     shards an unsharded `model` first, on each block found and on the root
     (`distributed.shard_blocks`).
+
+    `outputs_held`: the training loop the plan and its prediction are for. True (the default)
+    or None: the loop holds the model's outputs through the backward, ``out = model(x);
+    loss_fn(out).backward()``; False: it releases them once the loss is computed,
+    ``loss_fn(model(x)).backward()``, which peaks lower by up to the outputs' size
+    (`schedlang.pytorch.outputs`). With `prepared`, None takes the loop it was prepared for.
 
     `op_options`: generated layer options (`schedlang.pytorch.options`; fx front end, without
     `bandwidth`): ``"auto"`` (default) generates them only when no plan with the fixed options
@@ -916,7 +902,12 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
                                  **(fsdp if isinstance(fsdp, dict) else {}))
     if prepared is not None:
         prep = prepared
+        if outputs_held is not None and bool(outputs_held) != prep.outputs_held:
+            raise SchedError(f"fit(outputs_held={bool(outputs_held)}) with a `prepared` made "
+                             f"for outputs_held={prep.outputs_held}: prepare(..., "
+                             f"outputs_held={bool(outputs_held)}) for this loop")
     else:
+        held = True if outputs_held is None else bool(outputs_held)
         try:
             if distributed.is_fsdp(model):  # docs/distributed.md
                 if graph is not None:
@@ -924,10 +915,11 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
                         "graph=... cannot plan a fully_shard-ed model: fit profiles an "
                         "unsharded copy of it to learn its layers (leave graph out)")
                 prep = distributed.prepare_sharded(model, args, kwargs, layers, loss_fn,
-                                                   frontend, **trace_kwargs)
+                                                   frontend, outputs_held=held, **trace_kwargs)
             else:
                 prep = prepare(model, args, layers=layers, graph=graph, loss_fn=loss_fn,
-                               frontend=frontend, sample_kwargs=kwargs, **trace_kwargs)
+                               frontend=frontend, sample_kwargs=kwargs, outputs_held=held,
+                               **trace_kwargs)
         except FitError:
             raise
         except Exception as exc:  # fallback=True: whatever stops planning, plain PyTorch
@@ -938,16 +930,10 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         agreed, plain_time = distributed.agree_graph(prep.graph, prep.plain_time)
         prep = dataclasses.replace(prep, graph=agreed, plain_time=plain_time)
         calibrate = probe = False  # a re-plan would be one rank's alone
+    base = other = None  # with a host link: the recompute-only preparation and plan
     if bandwidth is not None:
-        rate = parse_bandwidth(bandwidth)
-        linked = copy.copy(prep.graph)
-        linked.bandwidths = {"offload": rate, "prefetch": rate}
-        linked.layers = [_offloadable(lay) for lay in linked.layers]
-        if prep.frontend == "blocks":
-            linked = _blocks_offloadable(linked, prep.partitioned.glue_layers)
-        prep = dataclasses.replace(prep, graph=linked)  # the caller's `prepared` stays as it is
-    extra = {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes,
-             "extensions": _extensions(prep)}
+        prep, base = _with_link(model, prep, bandwidth, args, kwargs)
+    extra = solve_extra(prep)
     solve_args = {"solver": solver, "time_limit": time_limit, "backend": backend}
     calib = {"calibrate": calibrate, "solve_args": solve_args}
     if plan is not None:
@@ -955,13 +941,7 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         if not sim.valid:
             raise SchedError(f"the plan does not replay on graph '{prep.graph.name}': "
                              f"{sim.errors[0]}")
-        plan.predicted_peak = max(sim.peak_bytes,
-                                  loss_moment(plan, prep.graph) + prep.loss_overhead)
-        plan.predicted_time = sim.time
-        if prep.frontend == "blocks":  # a group's reruns, priced as recomputations
-            from .hooked import rerun_correction
-
-            plan.predicted_time += rerun_correction(plan, prep.graph)
+        _priced(plan, prep)
         want = None if budget is None else resolve_fit_budget(budget, prep.plain_peak)
         return FitModule(model, prep, plan, want, measure, **calib)
     want = resolve_fit_budget(budget, prep.plain_peak)
@@ -974,7 +954,7 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         fm = FitModule(model, prep, None, want, measure, **calib)
     else:
         found = None
-        can_generate = op_options and bandwidth is None and _can_generate(prep)
+        can_generate = op_options and base is None and _can_generate(prep)
         if can_generate and op_options != "auto":
             prep = with_generated_options(
                 model, prep, args, kwargs, loss_fn, "op_options given",
@@ -991,8 +971,12 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
                 prep = with_generated_options(
                     model, prep, args, kwargs, loss_fn,
                     f"no plan with the fixed options meets {format_size(want)}")
-        extra.update(loss_overhead=prep.loss_overhead, output_bytes=prep.output_bytes)
-        if found is None:
+        extra = solve_extra(prep)
+        if found is None and base is not None:
+            prep, found, solve_s, other = _solve_linked(base, prep, want, solver, time_limit,
+                                                        backend)
+            extra = solve_extra(prep)
+        elif found is None:
             found, solve_s = _solve_or_raise(prep, want, 0, solver, time_limit, backend, extra)
         fm = FitModule(model, prep, found, want, measure, solve_s, **calib)
     if probe is None:  # default: the hook front end, whose glue the profile cannot replay,
@@ -1006,6 +990,10 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         try:
             _probe_until_within(fm, args, kwargs, loss_fn, want, solver, time_limit, backend,
                                 extra)
+            if other is not None and any(p.device.type == "cuda" for p in model.parameters()):
+                fm = _faster_measured(fm, other, args, kwargs, loss_fn, want, solver=solver,
+                                      time_limit=time_limit, backend=backend,
+                                      extra=solve_extra(other[0]))
         except FitError:
             raise
         except Exception as exc:  # a block failing under its wrapper
@@ -1032,7 +1020,8 @@ def plain_measured_peak(model: nn.Module, prep: Prepared, args: tuple, kwargs: d
         reserve = prep.loss_overhead if prep.loss_assumed else 0
         progress.note("measuring", "one step of plain execution")
         with BlockWrappers.plain(model):  # blocks an earlier fit wrapped: plain autograd
-            measured = probe_step(model, args, kwargs, loss_fn, reserve, prep.output_bytes)
+            measured = probe_step(model, args, kwargs, loss_fn, reserve, prep.output_bytes,
+                                  outputs_held=prep.outputs_held)
         prep.plain_measured = min(prep.plain_peak, measured)
     return prep.plain_measured
 
@@ -1065,7 +1054,7 @@ def with_generated_options(model: nn.Module, prep: Prepared, args: tuple, kwargs
         add_generated_options(profiled, **generate)
     graph = to_graph(profiled, name=prep.graph.name, title=getattr(prep.graph, "title", None))
     new = prepare(model, args, graph=graph, loss_fn=loss_fn, frontend="fx",
-                  sample_kwargs=kwargs or None)
+                  sample_kwargs=kwargs or None, outputs_held=prep.outputs_held)
     seconds = time.perf_counter() - t0
     count = sum(1 for lay in new.graph.layers for o in lay.options
                 if o.name.startswith(OPS_PREFIX))
@@ -1083,16 +1072,10 @@ def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, 
                        f"alone ({format_size(prep.resident_bytes)}: parameters, buffers and "
                        "inputs)" + (f" and the measured margin {format_size(margin)}"
                                     if margin else ""))
-    from . import distributed
-
     t0 = time.perf_counter()
     with progress.phase("planning"):
         progress.step(None, f"budget {format_size(want)}, activations {format_size(activation)}")
-        found = _or_group_plan(prep, activation, solve_plan(prep.graph, activation, solver,
-                                                            time_limit, backend, **extra)) \
-            if distributed.solves_here() else None
-    found = distributed.agree_plan(found, prep.graph)  # rank 0's plan; a no-op on one process
-    found = _as_before(prep, found, activation, solver)
+        found = _solve(prep, activation, solver, time_limit, backend, extra)
     solve_s = time.perf_counter() - t0
     if found is None:
         # plain execution's activation peak admits its plan (budgets are exact to the byte);
@@ -1115,6 +1098,167 @@ def _solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, 
                        f"{format_size(prep.plain_peak)}, of which "
                        f"{format_size(prep.resident_bytes)} resident)")
     return found, solve_s
+
+
+def _solve(prep: Prepared, activation: int, solver, time_limit, backend, extra: dict,
+           warm_start: Plan | None = None, groups: bool = True,
+           must_beat: float | None = None) -> Plan | None:
+    """The plan of `prep` within `activation` bytes (the solver's, or a faster group plan
+    unless `groups` is False; rank 0's under torch.distributed; an earlier one as fast,
+    `_as_before`), or None."""
+    from . import distributed
+
+    found = None
+    if distributed.solves_here():
+        found = solve_plan(prep.graph, activation, solver, time_limit, backend,
+                           warm_start=warm_start, must_beat=must_beat, **extra)
+        if groups:
+            found = _or_group_plan(prep, activation, found)
+        if found is not None:  # data freed where the runtime frees them (`lifetimes`)
+            found = _as_runtime_frees(found, prep)
+    found = distributed.agree_plan(found, prep.graph)  # rank 0's plan; a no-op on one process
+    return _as_before(prep, found, activation, solver)
+
+
+def _as_runtime_frees(plan: Plan, prep: Prepared) -> Plan:
+    """`plan` with the deletes the runtime does itself right after their last use, repriced:
+    every datum with the hook front end (the model's own code frees it), the outputs of a
+    loop that releases them with fx (handed to the caller, freed once the loss is computed)."""
+    if prep.frontend == "blocks":
+        moved = earliest_deletes(plan, prep.graph)
+    elif not prep.outputs_held and prep.graph.loss is not None:
+        released = {d.name for d in prep.graph.data
+                    if d.name in prep.graph.loss.inputs and d.role != "output"}
+        moved = earliest_deletes(plan, prep.graph, released)
+    else:
+        return plan
+    return plan if moved is plan else _priced(moved, prep)
+
+
+def _priced(plan: Plan, prep: Prepared) -> Plan:
+    """`plan` with its predicted peak (the loss's memory included) and time on `prep`'s
+    graph."""
+    sim = simulate(plan, prep.graph)
+    plan.predicted_peak = max(sim.peak_bytes,
+                              loss_moment(plan, prep.graph) + prep.loss_overhead)
+    plan.predicted_time = sim.time
+    if prep.frontend == "blocks":  # a group's reruns, priced as recomputations
+        from .hooked import rerun_correction
+
+        plan.predicted_time += rerun_correction(plan, prep.graph)
+    return plan
+
+
+def _with_link(model: nn.Module, prep: Prepared, bandwidth, args, kwargs) -> tuple:
+    """(the preparation to plan with, the recompute-only one to compare it with or None) for
+    `fit(bandwidth=...)` (`hostlink`: a rate, or "auto", measured on CUDA; none on the CPU)."""
+    from .hostlink import linked, resolve_link
+
+    tensors = [*model.parameters(), *_flat((args, kwargs))]
+    device = next((t.device for t in tensors if isinstance(t, torch.Tensor)),
+                  torch.device("cpu"))
+    link, note = resolve_link(bandwidth, device)
+    if link is None or not (link.offload > 0 and link.prefetch > 0):
+        if note:
+            log.info("schedlang fit: %s", note)
+        return dataclasses.replace(prep, host_link={"note": note or "no host link (0 B/s)"}), None
+    info = {**link.to_json(), "note": note}
+    return linked(dataclasses.replace(prep, host_link=info), link), \
+        dataclasses.replace(prep, host_link=info)
+
+
+def _solve_linked(base: Prepared, linked: Prepared, want: int, solver, time_limit,
+                  backend) -> tuple[Prepared, Plan, float, tuple | None]:
+    """(preparation, plan, seconds, the recompute-only (preparation, plan) it was preferred
+    to or None) with a host link: the recompute-only plan of `base` and the plan of `linked`,
+    which may also move data to host memory, warm-started from the first (its model contains
+    every plan it can express), at the same budget; the offloading plan is kept only when it
+    is predicted faster by more than the solver's relative gap. Raises FitError when neither
+    meets the budget."""
+    from ..solvers import requested_gap
+
+    t0 = time.perf_counter()
+    activation = want - base.resident_bytes
+    alone = _solve(base, activation, solver, time_limit, backend, solve_extra(base)) \
+        if activation > 0 else None
+    # (group plans, which move nothing, are the recompute-only solve's; a plan with the link
+    # that is not faster is dropped before its least-peak solve)
+    moved = _solve(linked, activation, solver, time_limit, backend, solve_extra(linked),
+                   warm_start=alone, groups=False,
+                   must_beat=None if alone is None else alone.predicted_time) \
+        if activation > 0 else None
+    solve_s = time.perf_counter() - t0
+    if alone is None and moved is None:
+        found, _ = _solve_or_raise(linked, want, 0, solver, time_limit, backend,
+                                   solve_extra(linked))
+        return linked, found, solve_s, None
+    slack = 1 - requested_gap(solver, None)
+    faster = moved is not None and (alone is None or
+                                    moved.predicted_time < alone.predicted_time * slack)
+    info = dict(linked.host_link or {}, kept="with the link" if faster else "recompute only",
+                recompute_only_time=None if alone is None else alone.predicted_time,
+                with_link_time=None if moved is None else moved.predicted_time)
+    if not faster:
+        log.info("schedlang fit: no plan with the host link is predicted faster than "
+                 "recomputation alone (%.4g s) at %s: recomputation only",
+                 alone.predicted_time, format_size(want))
+    chosen, plan = (linked, moved) if faster else (base, alone)
+    other = (dataclasses.replace(base, host_link=info), alone) if faster and alone else None
+    return dataclasses.replace(chosen, host_link=info), plan, solve_s, other
+
+
+#: timed steps (after one warm-up) per plan when `fit` measures an offloading plan against
+#: recomputation alone (CUDA)
+TIMED_STEPS = 3
+
+
+def _faster_measured(fm: FitModule, other: tuple, args, kwargs, loss_fn, want: int,
+                     step_seconds=None, **probe_args) -> FitModule:
+    """`fm` (an offloading plan, predicted faster) or the recompute-only plan `other`
+    (preparation, plan), whichever measures the faster step (`step_seconds(fitted)`, default
+    the median of `TIMED_STEPS` probe steps on CUDA); the recompute-only plan is probed first,
+    and out of the race if it cannot meet the budget. Both times go in the report."""
+    prep, plan = other
+    alt = FitModule(fm.module, prep, plan, want, fm.measure, fm._solve_s,
+                    calibrate=fm._calibrate, solve_args=fm._solve_args)
+    try:
+        _probe_until_within(alt, args, kwargs, loss_fn, want, **probe_args)
+    except FitError:
+        alt.unwrap()
+        if fm._wrappers is not None:
+            fm._wrappers.ensure()
+        return fm
+    step_seconds = step_seconds or (lambda f: _cuda_step_seconds(f, args, kwargs, loss_fn))
+    times = {"with the link": step_seconds(fm), "recompute only": step_seconds(alt)}
+    keep, drop = (fm, alt) if times["with the link"] <= times["recompute only"] else (alt, fm)
+    keep._prep.host_link.update(measured_s=times, kept=("with the link" if keep is fm
+                                                        else "recompute only") + " (measured)")
+    if keep is alt:
+        log.info("schedlang fit: the offloading plan measured %.4g s a step, recomputation "
+                 "alone %.4g s: recomputation only", times["with the link"],
+                 times["recompute only"])
+    drop.unwrap()
+    if keep._wrappers is not None:
+        keep._wrappers.ensure()
+    return keep
+
+
+def _cuda_step_seconds(fm: FitModule, args, kwargs, loss_fn) -> float:
+    """The median time of `TIMED_STEPS` probe steps of `fm` (after a warm-up), on CUDA."""
+    import statistics
+
+    prep = fm._prep
+    times = []
+    for k in range(TIMED_STEPS + 1):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        probe_step(fm.module, args, kwargs, loss_fn,
+                   prep.loss_overhead if prep.loss_assumed else 0, prep.output_bytes,
+                   run=fm._call, outputs_held=prep.outputs_held)
+        torch.cuda.synchronize()
+        if k:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def _group_plans_priced(prep: Prepared) -> list[tuple[int, Plan]]:
@@ -1190,11 +1334,13 @@ PROBES = 4
 
 
 def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserve: int = 0,
-               output_bytes: int = 0, run=None) -> int:
+               output_bytes: int = 0, run=None, outputs_held: bool = True) -> int:
     """The measured peak (bytes, resident included) of one training step of `model` (called
     through `run`, default the model itself) on the samples: forward, the loss (`loss_fn`,
     else a gradient of ones for each floating output and `loss_reserve` bytes at the loss)
-    and backward. Gradients, buffers and the RNG state are restored afterwards."""
+    and backward, the outputs held through the backward or (`outputs_held` False, with a
+    `loss_fn`) released once the loss is computed. Gradients, buffers and the RNG state are
+    restored afterwards."""
     from torch.utils._pytree import tree_map
 
     from .blocks import preserved
@@ -1217,6 +1363,8 @@ def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserv
             after = mt.current
             if loss_fn is not None:
                 loss = loss_fn(out)
+                if not outputs_held:
+                    del out
                 loss.backward()
                 del loss
             else:
@@ -1224,7 +1372,7 @@ def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserv
                           and t.requires_grad and t.is_floating_point()]
                 torch.autograd.backward(leaves, [torch.ones_like(t) for t in leaves])
                 del leaves
-            del out
+            out = None
             peak = mt.peak
     if loss_fn is None:
         peak = max(peak, after + output_bytes + loss_reserve)
@@ -1240,7 +1388,7 @@ def _probe_until_within(fm: FitModule, args, kwargs, loss_fn, want: int, solver,
     for _ in range(PROBES):
         measured = probe_step(fm.module, args, kwargs, loss_fn,
                               prep.loss_overhead if prep.loss_assumed else 0, prep.output_bytes,
-                              run=fm._call)
+                              run=fm._call, outputs_held=prep.outputs_held)
         predicted = fm.predicted_peak()
         fm._probes.append({"measured": measured, "predicted": predicted,
                            "plan": fm.plan is not None})

@@ -8,7 +8,7 @@ per-block wrappers, with no whole-model trace.
   code between block calls) with the single option ``autograd`` — its time, transient memory
   and what autograd saves for its backward as the recording run measured them. Glue is never
   recomputed: it is fixed memory and time in every plan, and the prediction counts it.
-* The plans are rockmate's (or offload's) restricted by `models/extensions/per_block.sched`:
+* The plans are rockmate's restricted by `models/extensions/per_block.sched`:
   every forward runs once, with the option its backward uses (no recomputation of a layer's
   outputs, no `fast_forward`): exactly what a wrapper can do by itself.
 * Beside them, the plans with *checkpointed groups* (`group_plans`): consecutive blocks, each
@@ -24,8 +24,9 @@ per-block wrappers, with no whole-model trace.
   ``recompute`` (``torch.utils.checkpoint``, non-reentrant, RNG state restored on the CPU and
   on every device of a tensor argument: `schedlang.pytorch.recompute`), ``selective`` (the
   same with the profiler's selective policy); ``offload`` of a block's saved tensors to host
-  memory (saved-tensor hooks); a group (`_Group`: torch's non-reentrant
-  checkpoint opened by the first block's call and closed by the last's). A recomputed forward
+  memory (saved-tensor hooks, `schedlang.pytorch.block_offload`); a group (`_Group`: torch's
+  non-reentrant checkpoint opened by the first block's call and closed by the last's). A
+  recomputed forward
   leaves BatchNorm running statistics as the first forward left them (they are updated once,
   as in eager).
   `unwrap()` restores the original classes.
@@ -46,6 +47,7 @@ from ..errors import Loc, SchedError
 from ..graph import DataNode, Graph, Layer, Loss, Option
 from ..hgraph import FAST_FORWARD
 from ..plan import Plan
+from .block_offload import OFFLOAD
 from .blocks import (BlockCall, BlockError, FoundBlocks, find_blocks, own_checkpointing,
                      training_call)
 from .partition import LayerPart, Partitioned
@@ -98,6 +100,8 @@ class BlockTrace:
     graph: Graph
     profiled: object = None
     glue_layers: list[str] = field(default_factory=list)
+    # block -> its option ``offload`` as measured (`block_offload.offload_profiles`)
+    offload: dict | None = None
 
     # what `fit.prepare` reads from a partitioned model
     @property
@@ -113,7 +117,7 @@ class BlockTrace:
         return self.found.data
 
 
-def _partitioned(found: FoundBlocks) -> Partitioned:
+def block_partition(found: FoundBlocks) -> Partitioned:
     """The blocks as a `Partitioned` whose layers are the blocks (for `profile`)."""
     produced = {d for b in found.blocks for d in b.outputs}
     feeds = []
@@ -134,12 +138,12 @@ def _profile_blocks(found: FoundBlocks, repeats: int, options):
     from .blocks import preserved
     from .profile import OPTIONS, profile
 
-    part = _partitioned(found)
+    part = block_partition(found)
     names = [b.name for b in found.blocks]
     try:
         with preserved(found.model):
             return profile(part, repeats=repeats, options=options or OPTIONS,
-                           recompute_by="checkpoint")
+                           recompute_by="checkpoint", grads_freed=True)
     except SchedError as exc:
         raise BlockError(f"{exc.message if hasattr(exc, 'message') else exc}", WHERE) from None
     except Exception as exc:
@@ -385,13 +389,12 @@ def rerun_correction(plan: Plan, graph: Graph) -> float:
 
 def plan_choices(plan: Plan, graph: Graph, blocks: list[str]) -> dict[str, str]:
     """block -> the option its forward runs with in `plan` (a per-block plan: each forward
-    once, the same option as its backward); offloaded phantoms add ``+offload``; a block of a
-    checkpointed group (forward ``fast_forward``, again ``autograd`` with the group's other
-    blocks right before the last one's backward, `plan_checkpoint_groups`): `GROUP` + the
-    group's blocks."""
+    once, the same option as its backward; the option ``offload``, `block_offload`, runs as
+    ``autograd+offload``); a block of a checkpointed group (forward ``fast_forward``, again
+    ``autograd`` with the group's other blocks right before the last one's backward,
+    `plan_checkpoint_groups`): `GROUP` + the group's blocks. A transfer op is an error."""
     fwd: dict[str, list[str]] = {}
     bwd: dict[str, list[str]] = {}
-    offloaded: set[str] = set()
     reruns: list[list[str]] = []  # the runs of forwards run again after the loss, in order
     pending: list[str] = []  # the current run
     backward = False
@@ -410,11 +413,14 @@ def plan_choices(plan: Plan, graph: Graph, blocks: list[str]) -> dict[str, str]:
                                      "last block's backward comes right after them", WHERE)
                 reruns.append(pending)
                 pending = []
-        elif op.op == "offload" and op.layer:
-            offloaded.add(op.layer)
-        elif op.op == "offload" and op.data:
-            raise BlockError(f"the plan offloads datum '{op.data}': per-block wrappers offload "
-                             "only what a block saves (the plan is not a per-block plan)", WHERE)
+        elif op.op in ("offload", "prefetch", "wait"):
+            what = f"datum '{op.data}'" if op.data else (
+                f"the phantom of '{op.layer}'" if op.layer else f"channel {op.channel}")
+            raise BlockError(f"the plan has a transfer ({op.op} {what}): per-block wrappers "
+                             "cannot time a copy inside the model's forward; a block keeps "
+                             "what it saves in host memory with its option 'offload' "
+                             "(fit(..., bandwidth=...)), and the fx front end runs transfer "
+                             "ops", WHERE)
     next_block = {a: b for chain in block_chains(graph, blocks)
                   for a, b in itertools.pairwise(chain)}
     grouped: dict[str, str] = {}
@@ -441,8 +447,8 @@ def plan_choices(plan: Plan, graph: Graph, blocks: list[str]) -> dict[str, str]:
                              "per-block wrappers run each forward once, with its backward's "
                              "option (or as part of a checkpointed group)", WHERE)
         if layer in blocks:
-            out[layer] = f[0] + ("+offload" if layer in offloaded else "")
-        elif f[0] != "autograd" or layer in offloaded:
+            out[layer] = "autograd+offload" if f[0] == OFFLOAD else f[0]
+        elif f[0] != "autograd":
             raise BlockError(f"the plan runs glue '{layer}' with '{f[0]}': glue runs as the "
                              "model's own code", WHERE)
     return out
@@ -467,8 +473,13 @@ class _BlockMixin:
         if choice == "group":
             return extra.forward(self, fwd, args, kwargs)
         offload = extra
-        with (_offloading(self) if offload and choice == "autograd"
-              else contextlib.nullcontext()):
+        if offload and choice == "autograd":
+            from .block_offload import module_storages, offloading
+
+            hooks = offloading(module_storages(self))
+        else:
+            hooks = contextlib.nullcontext()
+        with hooks:
             if choice in ("recompute", "selective"):
                 from .profile import selective_context
                 from .recompute import checkpoint_call
@@ -642,45 +653,6 @@ def once_stats(module: nn.Module, fwd):
             return fwd(*args, **kwargs)
 
     return run
-
-
-@contextlib.contextmanager
-def _offloading(module: nn.Module):
-    """Saved tensors of the block's forward go to host memory and come back for its backward
-    (parameters and buffers stay)."""
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    keep = {p.untyped_storage().data_ptr() for p in module.parameters()}
-    keep |= {b.untyped_storage().data_ptr() for b in module.buffers()}
-
-    def pack(t):
-        try:
-            key = t.untyped_storage().data_ptr()
-        except (RuntimeError, NotImplementedError):
-            return t
-        if key in keep:
-            return t
-        # the host copy keeps the tensor's strides when it fills its storage (a permuted,
-        # channels-last tensor): the backward then reads the same layout, and computes the
-        # same bits, as from the tensor itself
-        whole = t.storage_offset() == 0 and \
-            t.untyped_storage().nbytes() == t.numel() * t.element_size()
-        with _disable_current_modes():
-            host = torch.empty_strided(t.shape, t.stride() if whole else
-                                       torch.empty(t.shape, device="meta").stride(),
-                                       dtype=t.dtype, device="cpu",
-                                       pin_memory=t.device.type == "cuda")
-            host.copy_(t, non_blocking=t.device.type == "cuda")
-        return (t.device, host)
-
-    def unpack(x):
-        if isinstance(x, torch.Tensor):
-            return x
-        device, host = x
-        return host.to(device, non_blocking=True) if device.type == "cuda" else host.clone()
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-        yield
 
 
 #: model -> a weak reference to the `BlockWrappers` whose choices its blocks carry (`ensure`):

@@ -21,6 +21,12 @@ measures, per option, what the runtime will execute:
   leaving out the layer's outputs; it needs the layer's inputs (the checkpoint keeps them) and
   the outputs it kept. Offered only for layers that run
   such an op and where it keeps less than ``autograd``.
+* ``offload`` (asked for by name; the hook front end's wrappers with a host link,
+  `schedlang.pytorch.block_offload`): the forward under saved-tensor hooks that copy what
+  autograd saves to host memory, the backward copying each back when it reads it. Its phantom
+  is what the forward leaves on the device beyond its outputs (nothing it saved stays there);
+  it needs no datum; `host_bytes` is what the hooks copied (the link's time is added by
+  `block_offload.with_offload_options`, not measured here).
 * ``fast_forward`` (every layer, measured on its own): the forward under ``torch.no_grad()``,
   what the runtime runs for the H-graph's `fast_forward` option: time and overhead (the graph
   data's `option fast_forward fwd T overhead M`). A layer whose outputs need no gradient (a
@@ -60,6 +66,8 @@ __all__ = ["OptionProfile", "LayerProfile", "ProfiledGraph", "profile", "SAVE_OP
 
 WHERE = Loc("profile")
 OPTIONS = ("autograd", "recompute", "selective")
+#: options measured only when asked for by name
+EXTRA_OPTIONS = ("offload",)
 
 _aten = torch.ops.aten
 #: ops whose outputs the `selective` option keeps (the rest is recomputed)
@@ -122,6 +130,7 @@ class OptionProfile:
     # the backward as sub-steps (graph data `bwd_steps`): [(overhead, frees, creates)]
     bwd_steps: list = field(default_factory=list)
     fwd_steps: list = field(default_factory=list)  # the forward's, the same way
+    host_bytes: int = 0  # ``offload``: the bytes its hooks copy to host memory (each way)
 
 
 @dataclass
@@ -257,16 +266,20 @@ class _Runner:
         self.layer = layer
         self.values = values
         self.recompute_by = recompute_by
+        self.grads_freed = False  # the engine frees output gradients as the backward reads them
         self.requires = requires
         self.params = params
         self.out_grads: list | None = None
+        self.resident_keys: set = set()  # storages the `offload` hooks leave on the device
+        self.copied: list[int] = [0]  # bytes the `offload` hooks copied (the last forward)
 
     def leaves(self) -> list[torch.Tensor]:
         return [v.detach().requires_grad_(rg) if rg else v.detach()
                 for v, rg in zip(self.values, self.requires)]
 
-    def grads_for(self, outs) -> tuple[list, list]:
-        pairs = [(o, g) for o, g in zip(outs, self.out_grads) if g is not None and o.requires_grad]
+    def grads_for(self, outs, grads=None) -> tuple[list, list]:
+        grads = self.out_grads if grads is None else grads
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
         return [o for o, _ in pairs], [g for _, g in pairs]
 
     def forward(self, option: str, xs, recorder=None):
@@ -281,14 +294,55 @@ class _Runner:
         if option == "selective":
             ctx = (lambda: _recording_context(recorder)) if recorder is not None else selective_context
             return _outputs(checkpoint(m, *xs, use_reentrant=False, context_fn=ctx))
+        if option == "offload":
+            from .block_offload import offloading
+
+            self.copied[0] = 0
+            with offloading(self.resident_keys, self.copied):
+                return _outputs(m(*xs))
         raise SchedError(f"unknown option '{option}' (options: {', '.join(OPTIONS)})", WHERE)
 
-    def backward(self, option: str, xs, outs) -> None:
+    def fresh_grads(self) -> list | None:
+        """With `grads_freed`: copies of the output gradients for one backward (they count
+        as present before it, as the graph's gradient data are), else None."""
+        if not self.grads_freed:
+            return None
+        return [None if g is None else g.clone() for g in self.out_grads]
+
+    def backward(self, option: str, xs, outs, given: list | None = None) -> None:
         if option == "recompute" and self.recompute_by == "reforward":
             outs = _outputs(self.layer.module(*xs))
         os, gs = self.grads_for(outs)
-        if os:
+        if not os:
+            return
+        if not self.grads_freed:
             torch.autograd.backward(os, gs)
+            return
+        # copies that only autograd's engine holds once the backward starts: it frees each
+        # when the node that reads it has run, as it frees the gradient a block receives from
+        # the block after it
+        given = self.fresh_grads() if given is None else given
+        _, feed = self.grads_for(outs, given)
+        given.clear()
+        del gs
+        torch.autograd.backward(_GradFeed.apply(feed, *os))
+
+
+class _GradFeed(torch.autograd.Function):
+    """A scalar whose backward hands `given` (emptied) to the layer's outputs as their
+    gradients: the engine is then their only holder."""
+
+    @staticmethod
+    def forward(ctx, given, *outs):
+        ctx.given = given
+        return outs[0].new_zeros(())
+
+    @staticmethod
+    def backward(ctx, _grad):
+        grads = tuple(ctx.given)
+        ctx.given.clear()
+        ctx.given = None
+        return (None, *grads)
 
 
 def _median_times(runner: _Runner, option: str, repeats: int, timer: Timer) -> tuple[float, float]:
@@ -322,6 +376,7 @@ class _Measured:
     needs_out: list[int]  # positions in its outputs
     saves_matmul: bool = False
     fwd_delta: int = 0  # memory left after the forward, above the outputs (checks the phantom)
+    host_bytes: int = 0  # ``offload``: bytes copied to the host
 
 
 def _measure(runner: _Runner, option: str, resident: list[torch.Tensor], resident_keys: set[int],
@@ -363,14 +418,17 @@ def _measure(runner: _Runner, option: str, resident: list[torch.Tensor], residen
             kept = {}
         skip = resident_keys | set(in_keys) | set(out_keys)
         phantom = sum(b for k, b in kept.items() if k not in skip)
+        if option == "offload":  # what stays on the device: nothing saved is there
+            phantom = max(0, after_fwd - mt.baseline - out_bytes)
         needs_in = [i for i, k in enumerate(in_keys) if k in kept]
         needs_out = [i for i, k in enumerate(out_keys) if k in kept and k not in in_keys]
         if option in ("recompute", "selective"):
             needs_in = list(range(len(xs)))
         fwd_overhead = max(0, fwd_peak - mt.baseline - out_bytes - phantom)
+        given = runner.fresh_grads()
         mt.reset_peak()
         before_bwd = mt.current
-        runner.backward(option, xs, outs)
+        runner.backward(option, xs, outs, given)
         bwd_peak = mt.peak
         created = sum(x.grad.untyped_storage().nbytes() for x in xs
                       if x.requires_grad and x.grad is not None)
@@ -379,7 +437,8 @@ def _measure(runner: _Runner, option: str, resident: list[torch.Tensor], residen
     del outs
     saves_matmul = bool(recorder.saved) if recorder is not None else False
     return _Measured(option, fwd_time, bwd_time, fwd_overhead, bwd_overhead, phantom,
-                     needs_in, needs_out, saves_matmul, after_fwd - mt.baseline - out_bytes)
+                     needs_in, needs_out, saves_matmul, after_fwd - mt.baseline - out_bytes,
+                     runner.copied[0] if option == "offload" else 0)
 
 
 def _measure_fast_forward(runner: _Runner, resident: list[torch.Tensor], device: torch.device,
@@ -415,7 +474,8 @@ def _measure_fast_forward(runner: _Runner, resident: list[torch.Tensor], device:
 
 # --- the profiler ----------------------------------------------------------------------------
 def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None,
-            sample_inputs: tuple | None = None, recompute_by: str = "reforward") -> ProfiledGraph:
+            sample_inputs: tuple | None = None, recompute_by: str = "reforward",
+            grads_freed: bool = False) -> ProfiledGraph:
     """Measure every layer of `part` (see the module docstring).
 
     `recompute_by`: how the runtime runs the ``recompute`` option, which the profile mirrors:
@@ -423,6 +483,10 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
     the backward) or ``"checkpoint"`` (the hook front end's wrappers:
     `torch.utils.checkpoint`, non-reentrant, which drops each recomputed tensor once the
     backward has used it and keeps no recomputed output: a lower backward peak).
+    `grads_freed`: the backward's output gradients are held by autograd's engine alone, which
+    frees each once the node reading it has run (the hook front end, where a block's gradient
+    comes from the block after it), not by the caller to the node's end (the plan executor,
+    which deletes them at the plan's op): a backward's overhead is then measured so.
 
     The layers run on the tensors of one pass over `sample_inputs` (default: the inputs given to
     `partition`, when it kept them; else pass them here). The module's parameters' `.grad` and
@@ -432,9 +496,10 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
     if recompute_by not in ("reforward", "checkpoint"):
         raise SchedError(f"recompute_by must be 'reforward' or 'checkpoint', got "
                          f"{recompute_by!r}", WHERE)
-    bad = [o for o in options if o not in OPTIONS]
+    bad = [o for o in options if o not in OPTIONS + EXTRA_OPTIONS]
     if bad:
-        raise SchedError(f"unknown option '{bad[0]}' (options: {', '.join(OPTIONS)})", WHERE)
+        raise SchedError(f"unknown option '{bad[0]}' (options: "
+                         f"{', '.join(OPTIONS + EXTRA_OPTIONS)})", WHERE)
     if "autograd" not in options:
         raise SchedError("the options must include 'autograd' (the reference schedule)", WHERE)
     if not isinstance(repeats, int) or repeats < 1:
@@ -499,6 +564,8 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
             lparams = [named[p] for p in layer.params]
             owned = [named[p] for p in layer.params if owner.get(p) == layer.name]
             runner = _Runner(layer, values, requires, lparams, recompute_by)
+            runner.resident_keys = resident_keys
+            runner.grads_freed = grads_freed
             with torch.no_grad():
                 sample_outs = _outputs(layer.module(*values))
             runner.out_grads = [torch.randn_like(o) if d in grad_in[layer.name] else None
@@ -556,7 +623,7 @@ def _layer_profile(layer: LayerPart, measured: dict[str, _Measured], measured_as
         needs = [layer.inputs[i] for i in m.needs_in] + [layer.outputs[i] for i in m.needs_out]
         opts.append(OptionProfile(name, m.fwd_time, m.bwd_time,
                                   m.fwd_overhead, m.bwd_overhead, m.phantom, needs,
-                                  m.fwd_delta))
+                                  m.fwd_delta, host_bytes=m.host_bytes))
     owned = [p for p in layer.params if owner.get(p) == layer.name]
     return LayerProfile(
         layer.name, opts,

@@ -31,6 +31,7 @@ went over it).
 """
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from pathlib import Path
@@ -72,6 +73,16 @@ def add_run_arguments(p) -> None:
                    "instead of solving")
     p.add_argument("--plan-out", default=None, help="write the plan used here")
     p.add_argument("--graph-out", default=None, help="write the profiled graph data here")
+    p.add_argument("--bandwidth", default=None, metavar="RATE", help="the host link, as "
+                   "fit's bandwidth=: a rate each way (16GB/s, inf) or auto (measured on CUDA; "
+                   "none on the CPU): data may then be offloaded to host memory as well as "
+                   "recomputed (default: recomputation only)")
+    p.add_argument("--outputs-held", action=argparse.BooleanOptionalAction, default=True,
+                   help="the training loop holds the model's output through the backward "
+                   "(out = model(x); loss_fn(out).backward(), the default), or, with "
+                   "--no-outputs-held, releases it once the loss is computed "
+                   "(loss_fn(model(x)).backward()): the plan, its prediction and the steps "
+                   "run here are for that loop (fit's outputs_held=)")
     p.add_argument("--no-plain", action="store_true", help="do not also time plain execution")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="draw memory over the last "
                    "training step, predicted and measured per op, with the budget (PNG; needs "
@@ -130,7 +141,9 @@ def _build(args):
     return model, tuple(inputs), loss_fn
 
 
-def _train(module, inputs, loss_fn, steps: int, device):
+def _train(module, inputs, loss_fn, steps: int, device, outputs_held: bool = True):
+    """`steps` SGD steps: (step times, measured peaks). The output is held through the
+    backward, or released once the loss is computed (`outputs_held` False)."""
     import torch
 
     from .. import progress
@@ -142,8 +155,13 @@ def _train(module, inputs, loss_fn, steps: int, device):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        loss = loss_fn(module(*inputs))
+        if outputs_held:
+            out = module(*inputs)
+            loss = loss_fn(out)
+        else:
+            out, loss = None, loss_fn(module(*inputs))
         loss.backward()
+        del out, loss
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
@@ -198,9 +216,10 @@ def run_main(args) -> int:
     kwargs = {} if graph is not None else {"repeats": max(1, args.repeats)}
     if getattr(args, "op_options", False):
         kwargs["op_options"] = True
+    held = getattr(args, "outputs_held", True)
     fm = fit(model, inputs, args.budget, solver=args.solver, time_limit=args.time_limit,
              layers=layers, graph=graph, plan=plan, loss_fn=loss_fn, frontend=frontend,
-             **kwargs)
+             bandwidth=getattr(args, "bandwidth", None), outputs_held=held, **kwargs)
     fit_s = time.perf_counter() - t0
     if args.plan_out and fm.plan is not None:
         fm.plan.save(args.plan_out)
@@ -210,7 +229,7 @@ def run_main(args) -> int:
         write_trace(fm.graph, args.graph_out, None, "rockmate")
     if args.plot or args.trace:
         fm.record_timeline()
-    times, peaks = _train(fm, inputs, loss_fn, args.steps, device)
+    times, peaks = _train(fm, inputs, loss_fn, args.steps, device, held)
     timeline = fm.timeline()
     if timeline is not None:
         if args.plot:
@@ -229,10 +248,10 @@ def run_main(args) -> int:
         # steps again without it (plain execution below is timed without it too)
         fm.measure = False
         fm.record_timeline(False)
-        times, _ = _train(fm, inputs, loss_fn, args.steps, device)
+        times, _ = _train(fm, inputs, loss_fn, args.steps, device, held)
     plain_times = None
     if not args.no_plain:
-        plain_times, _ = _train(model, inputs, loss_fn, args.steps, device)
+        plain_times, _ = _train(model, inputs, loss_fn, args.steps, device, held)
     step = statistics.median(times[1:] or times)
     plain_step = statistics.median(plain_times[1:] or plain_times) if plain_times else None
     pred = rep.predicted_peak_bytes
@@ -250,7 +269,8 @@ def run_main(args) -> int:
         "frontend": fm.frontend,
         "fits_budget": None if measured is None or rep.budget_bytes is None
         else measured <= rep.budget_bytes,
-        "calibrated": rep.calibrated,
+        "calibrated": rep.calibrated, "outputs_held": held,
+        "host_link": rep.extra.get("host_link"),
         "plot": args.plot, "trace": args.trace,
     }
     if args.json:
@@ -276,6 +296,12 @@ def run_main(args) -> int:
         line += f"   predicted overhead {100 * rep.plan_time_overhead:+.1f}%"
         print(line)
         print(f"fit        {fit_s:.2f} s (profile and solve)")
+        if out["host_link"]:
+            from .fit import _link_line
+
+            print(f"host link  {_link_line(out['host_link'])}")
+        if not held:
+            print("outputs    released once the loss is computed: loss_fn(model(x)).backward()")
         if rep.calibrated is not None:
             c = rep.calibrated
             print(f"calibrated the first step measured {fmt(c['measured'])}, over its prediction "

@@ -897,15 +897,19 @@ class PlanExecutor:
             self.streams = (torch.cuda.Stream(self.device), torch.cuda.Stream(self.device))
         return self.streams
 
-    def _copy(self, dst: torch.Tensor, src: torch.Tensor, channel: int):
+    def _copy(self, dst: torch.Tensor, src: torch.Tensor, channel: int, after=None):
         """Copy on the channel's side stream (CUDA: non-blocking, ordered after the compute
-        stream's work so far; returns its event) or now (CPU: returns None)."""
+        stream's work so far and after the event `after`; returns its event) or now (CPU:
+        returns None). A prefetch waits for its offload there, on the side stream: the
+        compute stream waits only at the plan's `wait` ops, as the simulator times it."""
         streams = self._side_streams()
         if streams is None:
             dst.copy_(src)
             return None
         stream = streams[channel]
         stream.wait_stream(torch.cuda.current_stream(self.device))
+        if after is not None:
+            stream.wait_event(after)
         with torch.cuda.stream(stream):
             dst.copy_(src, non_blocking=True)
             event = torch.cuda.Event()
@@ -920,13 +924,9 @@ class PlanExecutor:
             torch.cuda.current_stream(self.device).wait_event(event)
 
     def _host_empty(self, shape, dtype) -> torch.Tensor:
-        # outside any dispatch mode: on CPU, the memory tracker counts the compute device's
-        # tensors, and a host copy is not one of them
-        from torch.utils._python_dispatch import _disable_current_modes
+        from .hostlink import host_buffer
 
-        with _disable_current_modes():
-            return torch.empty(shape, dtype=dtype, device="cpu",
-                               pin_memory=self.device.type == "cuda")
+        return host_buffer(shape, dtype, self.device)
 
     def _offload(self, run: _Run, op: Op) -> None:
         fraction = 1.0 if op.fraction is None else op.fraction
@@ -1019,8 +1019,6 @@ class PlanExecutor:
             blocks = ph.blocks or []
             if ph.fetched_bytes == 0:
                 for b in blocks:  # the round allocates the whole phantom
-                    self._sync_event(b.event)
-                    b.event = None
                     b.device = torch.empty(b.nbytes, dtype=torch.uint8, device=self.device)
                     b.fetched = False
                     b.restore()
@@ -1030,7 +1028,8 @@ class PlanExecutor:
                     break
                 if b.fetched:
                     continue
-                b.event = self._copy(b.device, b.host, 1)
+                # (the offload's event, if not waited yet: the side stream waits for it)
+                b.event = self._copy(b.device, b.host, 1, b.event)
                 b.fetched = True
                 ph.fetched_bytes += b.nbytes
                 run.prefetched_bytes += b.nbytes
@@ -1045,14 +1044,16 @@ class PlanExecutor:
                 run.fetching[name] = tr
             return
         n = tr.host.numel()
+        after = None
         if name not in run.fetching:
-            self._sync_event(tr.event)  # the offload is complete before the host is read
+            after = tr.event  # the offload is complete before the host is read
             tr.buffer = torch.empty(n, dtype=tr.host.dtype, device=self.device)
             tr.fetched = 0
             run.fetching[name] = tr
         stop = min(n, tr.fetched + math.ceil(fraction * n - 1e-9))
         if stop > tr.fetched:
-            tr.event = self._copy(tr.buffer[tr.fetched:stop], tr.host[tr.fetched:stop], 1)
+            tr.event = self._copy(tr.buffer[tr.fetched:stop], tr.host[tr.fetched:stop], 1,
+                                  after)
             run.prefetched_bytes += (stop - tr.fetched) * tr.host.element_size()
             tr.fetched = stop
 
