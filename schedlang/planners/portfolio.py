@@ -1,7 +1,8 @@
 """The portfolio planner: several cheap planners, the fastest plan that fits.
 
-``best`` runs `CANDIDATES` that apply to the graph (knapsack, mutwo, chen_greedy and the shift
-reordering on Checkmate graphs), replays each plan in the simulator against the budget and
+``best`` runs `CANDIDATES` that apply to the graph (knapsack, mutwo, chen_greedy, recompute_gaps
+and the shift reordering on Checkmate graphs; when shift's plan is not the best, recompute_gaps
+in the shift order too, reusing shift's order), replays each plan in the simulator against the budget and
 returns the fastest that fits, else the one with the lowest peak. ``meta["candidates"]`` lists
 each candidate's simulated time, peak, fit and seconds (or its error). With
 ``lp_rounding_below=N`` (default 120 nodes), graphs of at most N nodes also try
@@ -17,7 +18,7 @@ from ..graph import Graph
 from ..plan import Plan
 from . import Planner, graph_view, planners
 
-CANDIDATES = ("knapsack", "mutwo", "chen_greedy", "shift")
+CANDIDATES = ("knapsack", "mutwo", "chen_greedy", "recompute_gaps", "shift")
 
 
 def plan_best(graph: Graph, budget: int | None = None, candidates=CANDIDATES,
@@ -31,26 +32,35 @@ def plan_best(graph: Graph, budget: int | None = None, candidates=CANDIDATES,
 
     start = _time.perf_counter()
 
-    def attempt(name: str, **options) -> None:
+    def attempt(name: str, label: str | None = None, **options) -> Plan | None:
         nonlocal best
         t0 = _time.perf_counter()
+        label = label or name
         try:
             plan = table[name].run(graph, budget, **options)
         except Exception as exc:  # one candidate failing is one row, not the planner's failure
-            rows.append({"planner": name, "error": f"{type(exc).__name__}: {exc}"})
-            return
+            rows.append({"planner": label, "error": f"{type(exc).__name__}: {exc}"})
+            return None
         sim = simulate(plan, graph, budget=budget)
         fits = bool(sim.valid)
-        rows.append({"planner": name, "time": sim.time, "peak_bytes": sim.peak_bytes,
+        rows.append({"planner": label, "time": sim.time, "peak_bytes": sim.peak_bytes,
                      "fits": fits, "seconds": round(_time.perf_counter() - t0, 3)})
         # a fitting plan beats any other; then the faster (fitting) or lower peak
         key = (not fits, *((sim.time, sim.peak_bytes) if fits else (sim.peak_bytes, sim.time)))
         if best is None or key < best[1]:
-            best = (fits, key, plan, name)
+            best = (fits, key, plan, label)
+        return plan
 
+    shifted = None
     for name in candidates:
         if name in table and view in table[name].views:
-            attempt(name)
+            plan = attempt(name)
+            if name == "shift":
+                shifted = plan
+    if shifted is not None and "recompute_gaps" in table and best[3] != "shift":
+        # the shift order with recomputation, from the order shift found (no second reordering)
+        order = list(dict.fromkeys(op.node for op in shifted.ops if op.op == "compute"))
+        attempt("recompute_gaps", "recompute_gaps_shift", order=order)
     for name in ("lp_rounding_shift", "lp_rounding"):
         left = time_limit - (_time.perf_counter() - start)
         if (best is None or not best[0]) and len(graph.nodes) <= lp_rounding_below \
