@@ -1,6 +1,6 @@
 """Write the op graphs of issue 29's benchmarks to `bench/data/opgraphs/` as graph data.
 
-    python bench/export_op_graphs.py [--names gpt2block tiny gpt1 gpt12] [--repeats 5]
+    python bench/export_op_graphs.py [--names gpt2block tiny gpt1 gpt12 mlp3] [--repeats 5]
 
 Each is the Checkmate view that `schedlang trace --ops` writes (`OpGraph.checkmate`: the
 model's aten units, the loss, their backward nodes; parameter gradients held to the step's
@@ -15,7 +15,9 @@ times are measurements: the files are the benchmark's data, committed so that th
 * gpt1: a one-block GPT without dropout, batch 32 x context 32 (`tests/torch_models.py`
   defaults otherwise): 60 nodes, the "one-block GPT op graph of ~50 nodes";
 * gpt12: the 12-block transformer of `bench_hierarchy.py --parts scale` (RMSNorm, tanh GELU):
-  975 nodes (the loss, no parameter-gradient nodes: the count `--parts scale` prints).
+  975 nodes (the loss, no parameter-gradient nodes: the count `--parts scale` prints);
+* mlp3: a 3-layer MLP (`tests/torch_models.make_mlp(depth=3, batch=64, width=32)`): 22 nodes,
+  an op graph small enough for the tests to solve to optimality with every model.
 
 The files carry graph data only (no `use`): `schedlang solve FILE` solves them with the
 default formulation, and `--model` picks another.
@@ -47,6 +49,8 @@ def _models():
                  "tests/torch_models.make_gpt(batch=32, context=32, layers=1, dropout=0.0)"),
         "gpt12": (lambda: scale_model("gpt-rms-gelu"), False,
                   "bench_hierarchy.py --parts scale's 12-block gpt-rms-gelu"),
+        "mlp3": (lambda: ALL["mlp"](depth=3, batch=64, width=32), True,
+                 "tests/torch_models.make_mlp(depth=3, batch=64, width=32)"),
     }
 
 
