@@ -5,8 +5,9 @@ as the shift scheduler's). Each output is alive from its computation to its last
 the memory profile goes over the budget, the planner cuts an output's life between two of its
 reads (or its computation and its first read) that enclose over-budget positions: the output
 is deleted after the earlier read and computed again right before the later one. A node
-computed again needs its inputs there: an input not alive at that point is kept alive until
-then (its life extended), or is itself cut later, which recomputes chains one link at a time.
+computed again needs its inputs there: each cut is tried both ways, the inputs not alive at that
+point kept alive until then (their lives extended), or computed again there with their own
+missing ancestors up to the nearest alive ones (a chain of at most `CHAIN_LIMIT` nodes).
 
 Each step takes the cut that removes the most excess memory (bytes over the budget, summed
 over positions) per unit of recomputation time; when the profile fits, cuts that are no longer
@@ -31,6 +32,8 @@ from . import Planner
 
 #: at most this many cuts (the greedy's steps)
 MAX_CUTS = 20_000
+#: a cut may compute again at most this many missing ancestors of the node it cuts
+CHAIN_LIMIT = 6
 
 
 class _Lives:
@@ -82,21 +85,42 @@ class _Lives:
                     if b - a >= 2 and over_prefix[b] - over_prefix[a + 1] > 0:
                         yield u, a, b
 
-    def cut(self, u: str, a: int, b: int) -> list[str]:
-        """Apply a cut; returns the inputs whose lives were extended to b."""
+    def chain(self, u: str, b: int, limit: int) -> tuple[str, ...] | None:
+        """The ancestors of u not alive at b that computing u at b needs computed there too
+        (up to the nearest alive ones), in the order; None when there are more than `limit`."""
+        need: set[str] = set()
+        todo = [q for q in self.preds[u] if not self.alive_at(q, b)]
+        while todo:
+            q = todo.pop()
+            if q in need:
+                continue
+            need.add(q)
+            if len(need) > limit:
+                return None
+            todo += [r for r in self.preds[q] if r not in need and not self.alive_at(r, b)]
+        return tuple(sorted(need, key=self.pos.__getitem__))
+
+    def cut(self, u: str, a: int, b: int, chain: tuple[str, ...] = ()) -> None:
+        """Apply a cut: u deleted after a and computed again before b, with `chain` (its
+        missing ancestors) computed there first; without a chain, u's missing inputs are kept
+        alive until b."""
         segs = []
         for s, e in self.segments[u]:
             segs += [(s, a), (b, e)] if s <= a and b <= e else [(s, e)]
         self.segments[u] = segs
-        extended = [q for q in self.preds[u] if not self.alive_at(q, b)]
-        for q in extended:
-            end = self.last_end_before(q, b)
-            self.segments[q] = [(s, b if e == end else e) for s, e in self.segments[q]]
-        for q in self.preds[u]:
-            if b not in self.reads[q]:
-                self.reads[q] = sorted(self.reads[q] + [b])
-        self.recomputed.setdefault(b, []).append(u)
-        return extended
+        for q in chain:
+            self.segments[q] = [*self.segments[q], (b, b)]
+        # an input still missing (none when the chain was found on this state; some when cuts
+        # are replayed without one before it) is kept alive until b
+        for q in {q for x in (*chain, u) for q in self.preds[x]}:
+            if not self.alive_at(q, b):
+                end = self.last_end_before(q, b)
+                self.segments[q] = [(s, b if e == end else e) for s, e in self.segments[q]]
+        for x in (*chain, u):
+            for q in self.preds[x]:
+                if b not in self.reads[q]:
+                    self.reads[q] = sorted(self.reads[q] + [b])
+        self.recomputed.setdefault(b, []).extend((*chain, u))
 
     def plan(self, name: str) -> Plan:
         ends: dict[int, list[str]] = {}
@@ -120,29 +144,42 @@ def _excess(profile: np.ndarray, budget: int) -> float:
     return float(np.maximum(profile - budget, 0.0).sum())
 
 
-def _best_cut(lives: _Lives, prof: np.ndarray, budget: int):
-    """The cut with the most excess removed per second of recomputation: (u, a, b) or None."""
+def _best_cut(lives: _Lives, prof: np.ndarray, budget: int, chain_limit: int):
+    """The cut with the most excess removed per second of recomputation, as the arguments of
+    `_Lives.cut`, or None. Each cut is tried both ways: u's missing inputs kept alive until
+    the later read, or computed again there with their missing ancestors (a chain of at most
+    `chain_limit` nodes, alive at that position only)."""
     over = prof > budget
     over_prefix = np.concatenate([[0], np.cumsum(over)])
     best = None
     for u, a, b in lives.cuts(over_prefix):
-        lo = a + 1
-        changes = [(a + 1, b, -lives.size[u])]
-        for q in lives.preds[u]:
-            if not lives.alive_at(q, b):
-                end = lives.last_end_before(q, b)
-                changes.append((end + 1, b + 1, lives.size[q]))
-                lo = min(lo, end + 1)
-        window = prof[lo:b + 1].copy()
-        for x, y, d in changes:
-            window[x - lo:y - lo] += d
-        gain = _excess(prof[lo:b + 1], budget) - _excess(window, budget)
-        if gain <= 0:
-            continue
-        score = (lives.time[u] / gain, -gain)
-        if best is None or score < best[0]:
-            best = (score, u, a, b)
-    return None if best is None else best[1:]
+        missing = [q for q in lives.preds[u] if not lives.alive_at(q, b)]
+        ways = [()]
+        if missing and chain_limit:
+            chain = lives.chain(u, b, chain_limit)
+            if chain is not None:
+                ways.append(chain)
+        for chain in ways:
+            lo = a + 1
+            changes = [(a + 1, b, -lives.size[u])]
+            if chain:
+                changes.append((b, b + 1, sum(lives.size[q] for q in chain)))
+            else:
+                for q in missing:
+                    end = lives.last_end_before(q, b)
+                    changes.append((end + 1, b + 1, lives.size[q]))
+                    lo = min(lo, end + 1)
+            window = prof[lo:b + 1].copy()
+            for x, y, d in changes:
+                window[x - lo:y - lo] += d
+            gain = _excess(prof[lo:b + 1], budget) - _excess(window, budget)
+            if gain <= 0:
+                continue
+            cost = lives.time[u] + sum(lives.time[q] for q in chain)
+            score = (cost / gain, -gain)
+            if best is None or score < best[0]:
+                best = (score, (u, a, b, chain))
+    return None if best is None else best[1]
 
 
 def _with_cuts(graph: Graph, order: list[str], cuts: list) -> _Lives:
@@ -165,7 +202,7 @@ def _undo_unneeded(graph: Graph, order: list[str], budget: int, cuts: list) -> _
 
 
 def plan_recompute_gaps(graph: Graph, budget: int | None = None, order=None,
-                        max_cuts: int = MAX_CUTS) -> Plan:
+                        max_cuts: int = MAX_CUTS, chain_limit: int = CHAIN_LIMIT) -> Plan:
     """The greedy of the module docstring, in `order` (node names; default the graph's)."""
     order = list(order) if order is not None else [x.name for x in graph.nodes]
     lives = _Lives(graph, order)
@@ -173,7 +210,7 @@ def plan_recompute_gaps(graph: Graph, budget: int | None = None, order=None,
     if budget is not None:
         prof = lives.profile()
         while prof.max() > budget and len(cuts) < max_cuts:
-            found = _best_cut(lives, prof, budget)
+            found = _best_cut(lives, prof, budget, chain_limit)
             if found is None:
                 break  # no cut lowers the excess: the plan stays over the budget
             lives.cut(*found)
@@ -187,10 +224,10 @@ def plan_recompute_gaps(graph: Graph, budget: int | None = None, order=None,
 
 
 def _run(graph: Graph, budget: int | None = None, **options) -> Plan:
-    unknown = sorted(set(options) - {"order", "max_cuts"})
+    unknown = sorted(set(options) - {"order", "max_cuts", "chain_limit"})
     if unknown:
         raise DataError(f"planner 'recompute_gaps': unknown option(s) {', '.join(unknown)} "
-                        f"(options: order, max_cuts)")
+                        f"(options: order, max_cuts, chain_limit)")
     return plan_recompute_gaps(graph, budget, **options)
 
 

@@ -3,7 +3,8 @@
 ``best`` runs `CANDIDATES` that apply to the graph (knapsack, mutwo, chen_greedy, recompute_gaps
 and the shift reordering on Checkmate graphs; when shift's plan is not the best, recompute_gaps
 in the shift order too, reusing shift's order), replays each plan in the simulator against the budget and
-returns the fastest that fits, else the one with the lowest peak. ``meta["candidates"]`` lists
+returns the fastest that fits (on Checkmate graphs with the recomputations it does not need
+undone: `planners.prune`), else the one with the lowest peak. ``meta["candidates"]`` lists
 each candidate's simulated time, peak, fit and seconds (or its error). With
 ``lp_rounding_below=N`` (default 120 nodes), graphs of at most N nodes also try
 `lp_rounding_shift` (recomputation in the shift order), then `lp_rounding`, when no cheaper
@@ -73,6 +74,10 @@ def plan_best(graph: Graph, budget: int | None = None, candidates=CANDIDATES,
         plan.meta["candidates"] = rows
         return plan
     plan = best[2]
+    if best[0] and view == "checkmate":  # recomputations the budget lets go, undone
+        from .prune import prune_recomputations
+
+        plan = prune_recomputations(graph, plan, budget)
     plan.meta["chosen"] = best[3]
     plan.meta["candidates"] = rows
     return plan
