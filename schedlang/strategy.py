@@ -44,6 +44,9 @@ CPSAT_SHARE = 0.4
 CPSAT_SECONDS = 60.0
 #: the equivalent reformulation the op-graph route solves
 TIGHT_MODEL = "checkmate_tight"
+#: phase one's extension (the budget as a goal) and its share of the time left
+SOFT_BUDGET = "soft_budget.sched"
+PHASE_ONE_SHARE = 0.5
 
 
 @dataclass
@@ -190,17 +193,17 @@ def _large_graph(problem: Problem, route: Route, time_limit: float | None, since
 
 def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve, verbose,
               progress, since) -> Result:
-    """CP-SAT from the best heuristic plan, then HiGHS from CP-SAT's best plan, on the tight
-    reformulation; the better plan and the better bound."""
-    from . import load
+    """On the tight reformulation: a fitting plan (a heuristic's, else phase one's), CP-SAT
+    from it, then HiGHS from CP-SAT's best plan; the better plan and the better bound."""
     from .solvers import is_available
 
-    tight = load(model=TIGHT_MODEL, graph=problem.graph)
-    tight.program.budgets.update(problem.budgets)
-    tight.started = problem.started
-    tight.lower()
+    tight = _load_like(problem, [TIGHT_MODEL])
     kw = {"gap": gap, "presolve": presolve, "verbose": verbose, "progress": progress}
-    start, start_note = _start_plan(tight, route)
+    start, start_note, lowest = _start_plan(tight, route)
+    if start is None:
+        start, start_note, proof = _phase_one(problem, route, lowest, time_limit, since, kw)
+        if proof is not None:
+            return proof
     results: list[Result] = []
     if is_available("cpsat", "pyomo"):
         left = _left(time_limit, since)
@@ -216,33 +219,91 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
             start, start_note = cp.plan, "from CP-SAT's plan"
     t0 = time.perf_counter()
     hi = tight.solve(solver="highs", time_limit=_left(time_limit, since), threads=threads,
-                     warm_start=start, since=None, **kw)
+                     warm_start=start, **kw)
     route.steps.append(_step("highs", TIGHT_MODEL, t0, hi, start_note))
     results.append(hi)
     return _combine(tight, results, gap)
 
 
+def _load_like(problem: Problem, models: list[str]) -> Problem:
+    """`problem`'s graph and budgets with the formulation `models`, lowered."""
+    from . import load
+
+    other = load(model=models, graph=problem.graph)
+    other.program.budgets.update(problem.budgets)
+    other.started = problem.started
+    other.lower()
+    return other
+
+
 def _start_plan(tight: Problem, route: Route):
-    """The MIP start: the fastest fitting plan of the auto planners and recompute_gaps (a plan
-    in the graph's order, so in the model's stage space), else "auto" (the solver starts cold
-    or from shift's plan as an outside incumbent)."""
-    from .problem import AUTO, AUTO_PLANNERS
+    """(the MIP start, how it is described, the plan with the lowest peak): the fastest
+    fitting plan of the auto planners and recompute_gaps (plans in the graph's order, so in
+    the model's stage space), each with its needless recomputations undone
+    (`planners.prune`), or None when none fits."""
+    from .planners.prune import prune_recomputations
+    from .problem import AUTO_PLANNERS, run_named_planner
 
     t0 = time.perf_counter()
-    best = None
+    budget = tight.budgets.get("peak")
+    tried = []
     for name in (*AUTO_PLANNERS, "recompute_gaps"):
-        ws = tight.prepare_warm_start(name)
-        if ws.feasible and ws.objective is not None and (best is None
-                                                        or ws.objective < best.objective):
-            best = ws
+        try:
+            plan = run_named_planner(name, tight.graph, budget)
+        except Exception:  # noqa: BLE001, S112 (a planner's failure leaves the others)
+            continue
+        plan = prune_recomputations(tight.graph, plan, budget)
+        plan.meta["planner"] = name
+        tried.append(tight.prepare_warm_start(plan))
+    fitting = [ws for ws in tried if ws.feasible and ws.objective is not None]
+    replayed = [ws for ws in tried if ws.valid and ws.plan is not None]
+    lowest = min(replayed, key=lambda ws: ws.peak_bytes).plan if replayed else None
     seconds = time.perf_counter() - t0
-    if best is None:
+    if not fitting:
         route.steps.append(Step("planner", None, seconds, "no_solution",
                                 note="no heuristic plan fits"))
-        return AUTO, "cold"
+        return None, "", lowest
+    best = min(fitting, key=lambda ws: ws.objective)
     route.steps.append(Step("planner", None, seconds, "feasible", best.objective,
                             note=best.planner))
-    return best.plan, f"from {best.planner}'s plan"
+    return best.plan, f"from {best.planner}'s plan", lowest
+
+
+def _phase_one(problem: Problem, route: Route, lowest, time_limit, since, kw):
+    """(start, note, proof): HiGHS lowers the excess memory of the lowest-peak heuristic plan
+    (`models/extensions/soft_budget.sched`) until a plan fits (the start), for `PHASE_ONE_SHARE`
+    of the time left; `proof` is an infeasible `Result` when it proves the least excess above
+    zero. Without a fitting plan the start is "auto" (the solvers start cold)."""
+    from .problem import AUTO
+    from .resources import models_dir
+
+    soft = _load_like(problem, [TIGHT_MODEL, str(models_dir() / "extensions" / SOFT_BUDGET)])
+    left = _left(time_limit, since)
+    t0 = time.perf_counter()
+    res = soft.solve(solver="highs", time_limit=None if left is None else PHASE_ONE_SHARE * left,
+                     warm_start=lowest if lowest is not None else AUTO, **kw)
+    fits = (res.plan is not None and res.simulated is not None and res.simulated.valid
+            and res.objective is not None and res.objective <= 0)
+    note = "excess memory, from the lowest-peak heuristic plan" if lowest is not None else \
+        "excess memory, cold"
+    route.steps.append(_step("highs", SOFT_BUDGET, t0, res, note))
+    if res.status == Status.OPTIMAL and not fits and res.objective is not None:
+        res.status = Status.INFEASIBLE
+        res.message = (f"infeasible: no plan fits the budget (the least excess over it is "
+                       f"{res.objective:.6g} MiB, proven optimal with "
+                       f"models/extensions/{SOFT_BUDGET}); " + res.message)
+        res.plan = res.simulated = None
+        res.objective = res.bound = res.gap = None
+        return None, "", res
+    if res.status == Status.INFEASIBLE:  # (its rows hold for every plan: the graph's own)
+        return None, "", res
+    if fits:
+        from .planners.prune import prune_recomputations
+
+        plan = prune_recomputations(problem.graph, res.plan, problem.budgets.get("peak"))
+        plan.meta["planner"] = "phase one"
+        return plan, "from phase one's plan", None
+    return AUTO, "cold", None
 
 
 def _combine(tight: Problem, results: list[Result], gap: float | None) -> Result:
