@@ -69,6 +69,7 @@ def prune_recomputations(graph: Graph, plan: Plan, budget: int | None) -> Plan:
         return plan  # (a plan that does not replay within the budget: left as it is)
     current, undone = plan, 0
     failed: set[int] = set()  # id() of the compute ops whose undo did not fit
+    waiting: set[int] = set()  # ... whose undo does not apply yet (another may make it apply)
     while True:
         current, dropped = _drop_unread(current, graph)  # never adds memory: stays valid
         undone += dropped
@@ -76,16 +77,19 @@ def prune_recomputations(graph: Graph, plan: Plan, budget: int | None) -> Plan:
         candidates = []
         for k, op in enumerate(current.ops):
             if op.op == "compute":
-                if op.node in seen and id(op) not in failed:
+                if op.node in seen and id(op) not in failed | waiting:
                     candidates.append(k)
                 seen.add(op.node)
         if not candidates:
             break
         k = max(candidates, key=lambda i: times[current.ops[i].node])
         trial = _undo(current, k)
-        if trial is not None and simulate(trial, graph, budget=budget).valid:
+        if trial is None:
+            waiting.add(id(current.ops[k]))
+        elif simulate(trial, graph, budget=budget).valid:
             current = trial
             undone += 1
+            waiting.clear()
         else:
             failed.add(id(current.ops[k]))
     if undone:
