@@ -202,14 +202,20 @@ def _undo_unneeded(graph: Graph, order: list[str], budget: int, cuts: list) -> _
 
 
 def plan_recompute_gaps(graph: Graph, budget: int | None = None, order=None,
-                        max_cuts: int = MAX_CUTS, chain_limit: int = CHAIN_LIMIT) -> Plan:
-    """The greedy of the module docstring, in `order` (node names; default the graph's)."""
+                        max_cuts: int = MAX_CUTS, chain_limit: int = CHAIN_LIMIT,
+                        time_limit: float | None = None) -> Plan:
+    """The greedy of the module docstring, in `order` (node names; default the graph's); it
+    stops cutting after `time_limit` seconds (the plan may then be over the budget)."""
+    import time
+
+    stop = None if time_limit is None else time.monotonic() + time_limit
     order = list(order) if order is not None else [x.name for x in graph.nodes]
     lives = _Lives(graph, order)
     cuts: list = []
     if budget is not None:
         prof = lives.profile()
-        while prof.max() > budget and len(cuts) < max_cuts:
+        while prof.max() > budget and len(cuts) < max_cuts and (
+                stop is None or time.monotonic() < stop):
             found = _best_cut(lives, prof, budget, chain_limit)
             if found is None:
                 break  # no cut lowers the excess: the plan stays over the budget
@@ -224,10 +230,10 @@ def plan_recompute_gaps(graph: Graph, budget: int | None = None, order=None,
 
 
 def _run(graph: Graph, budget: int | None = None, **options) -> Plan:
-    unknown = sorted(set(options) - {"order", "max_cuts", "chain_limit"})
+    unknown = sorted(set(options) - {"order", "max_cuts", "chain_limit", "time_limit"})
     if unknown:
         raise DataError(f"planner 'recompute_gaps': unknown option(s) {', '.join(unknown)} "
-                        f"(options: order, max_cuts, chain_limit)")
+                        f"(options: order, max_cuts, chain_limit, time_limit)")
     return plan_recompute_gaps(graph, budget, **options)
 
 
