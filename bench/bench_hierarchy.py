@@ -12,9 +12,10 @@
   generated options' smallest budget, one training step runs: gradients against eager
   PyTorch, measured peak (CPU tracker) against the budget.
 * flat: a small model (`--flat-model`, default a 2-block GPT of width 128, context 64: ops
-  dominate the executor's overheads) planned flat at op level (its whole op graph,
-  `checkmate.sched`, `--flat-time-limit` a budget: the incumbent and the solver's proven
-  bound) against the hierarchical plan (layered graph with generated options,
+  dominate the executor's overheads; `unet`: the U-Net-like CNN of `lowest`) planned flat at
+  op level (its whole op graph, solved as `schedlang solve` does by default,
+  `schedlang.strategy`: `checkmate_tight` with CP-SAT and HiGHS; `--flat-time-limit` a
+  budget: the incumbent and the proven bound) against the hierarchical plan (layered graph with generated options,
   `rockmate.sched`). Each plan gets the same bytes below its own graph's plain peak (the
   graphs count the step differently: the loss's memory and measured workspaces only in the
   layered one; both hold the parameter gradients from their creation on); times on the same
@@ -276,12 +277,14 @@ def part_flat(args) -> dict:
     """Flat op-level Checkmate vs the hierarchical plan on a small model, at the same
     absolute saving below the plain step's peak, times on the same clock (module docstring)."""
     import schedlang
+    from schedlang import strategy
     from schedlang.planners.no_recompute import no_recompute_plan
     from schedlang.pytorch.opgraph import record_ops
     from schedlang.simulate import simulate
 
-    sizes = FLAT_MODELS[args.flat_model]
-    model, inputs, loss_fn = ALL["gpt"](**sizes)
+    kind, sizes = (("unet", MODELS["unet"][1]) if args.flat_model == "unet"
+                   else ("gpt", FLAT_MODELS[args.flat_model]))
+    model, inputs, loss_fn = ALL[kind](**sizes)
     og = record_ops(model, inputs, repeats=args.op_repeats)
     flat = og.checkmate("flat", loss=True, param_grads=True)
     base = simulate(no_recompute_plan(flat), flat)
@@ -291,7 +294,7 @@ def part_flat(args) -> dict:
     opg = op_clock(prep, args.op_repeats)
     obase = simulate(no_recompute_plan(opg), opg)
     kw = {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes}
-    out = {"model": {"gpt": sizes}, "ops": og.n_ops, "units": len(og.units),
+    out = {"model": {kind: sizes}, "ops": og.n_ops, "units": len(og.units),
            "flat_nodes": len(flat.nodes), "layers": len(prep.graph.layers),
            "flat_plain_peak": base.peak_bytes, "hier_plain_peak": hbase.peak_bytes,
            "flat_time": base.time, "hier_time_measured": hbase.time, "hier_time_op": obase.time,
@@ -309,8 +312,8 @@ def part_flat(args) -> dict:
         fb, hb = base.peak_bytes - cut, hbase.peak_bytes - cut
         flat.budgets = {"peak": fb}
         t0 = time.perf_counter()
-        res = schedlang.load(model="checkmate", graph=flat).solve(
-            time_limit=args.flat_time_limit, warm_start="auto")
+        res = strategy.solve(schedlang.load(model="checkmate", graph=flat),
+                             time_limit=args.flat_time_limit)  # the default solve
         fs = time.perf_counter() - t0
         f_oh = res.objective / base.time - 1 if res.objective else None
         # the solver's proven lower bound on the flat optimum (its time over the plain one)
@@ -342,8 +345,8 @@ def part_flat(args) -> dict:
     for _ in range(args.flat_bisect):
         mid = (lo + hi) / 2
         flat.budgets = {"peak": int(base.peak_bytes * mid)}
-        res = schedlang.load(model="checkmate", graph=flat).solve(
-            time_limit=args.flat_bisect_time_limit, warm_start="auto")
+        res = strategy.solve(schedlang.load(model="checkmate", graph=flat),
+                             time_limit=args.flat_bisect_time_limit)
         if res.status.has_solution:
             hi = mid
         else:
@@ -503,7 +506,7 @@ def main(argv=None) -> int:
     ap.add_argument("--flat-bisect", type=int, default=4)
     ap.add_argument("--op-repeats", type=int, default=5, help="repeats of the op profiles "
                     "of `flat` (the flat graph and the op clock; each op's least time)")
-    ap.add_argument("--flat-model", default="gpt2", choices=sorted(FLAT_MODELS))
+    ap.add_argument("--flat-model", default="gpt2", choices=sorted([*FLAT_MODELS, "unet"]))
     ap.add_argument("--flat-time-limit", type=float, default=600.0,
                     help="time limit of each flat Checkmate solve (s)")
     ap.add_argument("--flat-bisect-time-limit", type=float, default=120.0,

@@ -93,8 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("file")
     s.add_argument("--model", help="shipped model name or .sched path (default: what FILE uses, "
                    "else checkmate)")
-    s.add_argument("--backend", default="pyomo", choices=["pyomo", "cvxpy"], help="pyomo (default) or cvxpy")
-    s.add_argument("--solver", default="highs", help=solver_help)
+    s.add_argument("--backend", choices=["pyomo", "cvxpy"], help="pyomo (default) or cvxpy")
+    s.add_argument("--solver", help=solver_help)
     s.add_argument("--budget", help="peak budget: a size (14GiB) or a percent of the "
                    "no-recomputation peak (90%%); overrides the data's `budget peak`")
     s.add_argument("--time-limit", type=_nonnegative(float), help="seconds")
@@ -313,11 +313,23 @@ def cmd_solve(args) -> int:
                 params=_params(args))
     prob.check()
     _print_warnings(prob.program)
-    prob.lower()
-    result = prob.solve(backend=args.backend, solver=args.solver,
-                        time_limit=args.time_limit, gap=args.gap, threads=args.threads,
-                        presolve=not args.no_presolve, warm_start=args.warm_start,
-                        verbose=args.verbose, since=min([prob.started, *_STARTED]))
+    since = min([prob.started, *_STARTED])
+    # no formulation, solver, backend or warm start named: the default strategy picks them
+    chosen = args.model or args.solver or args.backend or args.warm_start != "auto"
+    if chosen:
+        from .solvers import DEFAULT_SOLVER
+
+        prob.lower()
+        result = prob.solve(backend=args.backend or "pyomo", solver=args.solver or DEFAULT_SOLVER,
+                            time_limit=args.time_limit, gap=args.gap, threads=args.threads,
+                            presolve=not args.no_presolve, warm_start=args.warm_start,
+                            verbose=args.verbose, since=since)
+    else:
+        from . import strategy
+
+        result = strategy.solve(prob, time_limit=args.time_limit, gap=args.gap,
+                                threads=args.threads, presolve=not args.no_presolve,
+                                verbose=args.verbose, since=since)
     if args.plan_out and result.plan is not None:
         result.plan.save(args.plan_out)
         result.plan_path = args.plan_out
@@ -391,10 +403,17 @@ def _print_result(prob, r) -> None:
     from .units import format_size
 
     g = prob.graph
-    print(f"model     {prob.program.name}  on graph {g.name if g else '-'}"
-          f"  ({r.model_size.get('variables')} variables, {r.model_size.get('constraints')} "
-          f"constraints, {r.model_size.get('nonzeros')} nonzeros after presolve)")
-    print(f"solver    {r.solver} via {r.backend}")
+    route = r.strategy
+    model = route.model if route is not None and route.model else prob.program.name
+    if route is not None:
+        print(f"strategy  {route.summary()}")
+    if r.model_size:
+        print(f"model     {model}  on graph {g.name if g else '-'}"
+              f"  ({r.model_size.get('variables')} variables, {r.model_size.get('constraints')} "
+              f"constraints, {r.model_size.get('nonzeros')} nonzeros after presolve)")
+        print(f"solver    {r.solver} via {r.backend}")
+    else:  # the default strategy's large-graph route: a heuristic plan, no model built
+        print(f"model     none (a heuristic plan)  on graph {g.name if g else '-'}")
     if r.budget_bytes is not None:
         print(f"budget    {format_size(r.budget_bytes)} ({r.budget_bytes} B)")
     line = f"status    {r.status.value}"

@@ -51,6 +51,7 @@ class Result:
     budget_bytes: int | None = None
     plan_path: str | None = None
     warm_start: "WarmStart | None" = None
+    strategy: object = None  # the default solve's route (`schedlang.strategy.Route`), if it ran
 
     def to_json(self) -> dict:
         plan_field = self.plan_path if self.plan_path else (
@@ -72,6 +73,7 @@ class Result:
                           if self.simulated else None),
             "message": self.message,
             "warm_start": self.warm_start.to_json() if self.warm_start else None,
+            "strategy": self.strategy.to_json() if self.strategy is not None else None,
             "plan": plan_field,
         }
 

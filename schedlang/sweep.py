@@ -244,8 +244,9 @@ def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str
                    "threads": threads, "ref": ref, "timings": shared,
                    "max_elements": prob.max_elements, "parametric": parametric,
                    "warm_start": warm_start}
-        return _sweep_parallel(prob, values, todo, done or {}, options, jobs, ray, progress,
-                               record)
+        points = _sweep_parallel(prob, values, todo, done or {}, options, jobs, ray,
+                                 progress, record)
+        return monotone_bounds(points) if budget_monotone(prob.program) else points
     points: list[SweepPoint] = []
     lowering = None
     for k, budget in enumerate(values, 1):
@@ -267,6 +268,54 @@ def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str
         points.append(point)
         if progress is not None:
             progress(k, len(values), budget, point)
+    return monotone_bounds(points) if budget_monotone(prob.program) else points
+
+
+#: shipped formulations whose optimal time cannot rise with the peak budget (the budget only
+#: bounds memory from above): a bound proven at one budget holds at every smaller one
+MONOTONE_MODELS = frozenset({"checkmate", "checkmate_tight", "rockmate", "offload",
+                             "offload_windows", "offload_steps"})
+
+
+def budget_monotone(program) -> bool:
+    """Whether `program` is a shipped formulation of `MONOTONE_MODELS` with its own objective."""
+    from pathlib import Path
+
+    from .resources import models_dir
+
+    obj = program.objective
+    if program.model is None or program.model.name not in MONOTONE_MODELS or obj is None \
+            or program.objective_terms or getattr(obj, "loc", None) is None:
+        return False
+    try:
+        return Path(obj.loc.path).resolve().parent == models_dir().resolve()
+    except (OSError, ValueError):
+        return False
+
+
+def monotone_bounds(points: list[SweepPoint]) -> list[SweepPoint]:
+    """Each point's bound raised to the best bound proven at its budget or a larger one (a plan
+    within a smaller budget is within every larger one, so the optimum never rises with the
+    budget: a larger budget's bound bounds the smaller budgets too), its gap recomputed and the
+    source noted in its message; a point whose plan then meets its bound is optimal. The
+    points are returned in their order."""
+    best: tuple[float, int] | None = None  # (bound, the budget that proved it)
+    for point in sorted(points, key=lambda p: p.budget_bytes, reverse=True):
+        r = point.result
+        if r.status in (Status.INFEASIBLE, Status.ERROR, Status.UNBOUNDED):
+            continue
+        if r.bound is not None and (best is None or r.bound >= best[0]):
+            best = (r.bound, point.budget_bytes)
+            continue
+        if best is None:
+            continue
+        r.bound = best[0]
+        note = f"bound from budget {best[1]} B (the optimum never rises with the budget)"
+        r.message = "; ".join(m for m in (r.message, note) if m)
+        if r.objective is not None:
+            r.gap = max(0.0, r.objective - r.bound) / max(abs(r.objective), 1e-10)
+            if r.gap <= 1e-9 and r.status == Status.FEASIBLE:
+                r.status = Status.OPTIMAL
     return points
 
 

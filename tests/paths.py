@@ -16,3 +16,6 @@ GRAPHS = Path(os.environ.get("SCHEDLANG_GRAPHS", ROOT.parent / "shared" / "graph
 
 #: a test that reads shared/graphs skips where the folder is absent (a clone without it beside)
 needs_graphs = pytest.mark.skipif(not GRAPHS.is_dir(), reason=f"{GRAPHS} not present")
+
+#: the op graphs of the benchmarks (`bench/export_op_graphs.py`): graph data, in the repository
+OPGRAPHS = ROOT / "bench" / "data" / "opgraphs"

@@ -44,7 +44,8 @@ def test_best_finds_a_valid_plan_on_random_layered_graphs(n, pct):
     sim = simulate(plan, graph, budget=budget)
     assert sim.valid, sim.errors[:3]
     fitting = [r for r in plan.meta["candidates"] if r.get("fits")]
-    assert sim.time == pytest.approx(min(r["time"] for r in fitting))
+    # the fastest candidate, or faster (its needless recomputations undone: planners.prune)
+    assert sim.time <= min(r["time"] for r in fitting) * (1 + 1e-12)
 
 
 @pytest.mark.parametrize("graph", tiny_graphs(), ids=lambda g: g.name)
@@ -57,6 +58,6 @@ def test_best_is_never_worse_than_its_candidates(graph):
     rows = [r for r in plan.meta["candidates"] if "error" not in r]
     assert rows
     if any(r["fits"] for r in rows):
-        assert sim.valid and sim.time == pytest.approx(min(r["time"] for r in rows if r["fits"]))
+        assert sim.valid and sim.time <= min(r["time"] for r in rows if r["fits"]) * (1 + 1e-12)
     else:
         assert sim.peak_bytes == min(r["peak_bytes"] for r in rows)

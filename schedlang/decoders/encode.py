@@ -23,7 +23,9 @@ the first computation of node t (after the previous stage). Then
 * free[t, u, v] follows from compute and keep as the model forces it: 1 when v is computed in
   stage t, u is not kept into stage t+1 and no later user of u is computed in stage t;
 * memory[t, v] (optional) follows the model's recurrence, in units of `memory_unit`: what is
-  kept into the stage, plus each output computed, minus what is freed after each compute.
+  kept into the stage, plus each output computed, minus what is freed after each compute;
+* variables that play no role are 0, or, when that breaks a row (an extension's own
+  variables), completed by HiGHS with the roles fixed.
 
 Phase models (H-Rockmate, `encode_phases`; offload.sched too, with zero transfers). The plan
 must be in the phase space: phase t ends with the first computation of compute node t, and a
@@ -202,11 +204,31 @@ def encode_stages(decl, ir, plan: Plan, graph) -> np.ndarray:
         _fill(x, fU, lambda key: float(U[index[key[0]], index[key[1]]]))
         filled.add(fU.name)
 
-    # variables that play no role: 0, inside their bounds
-    for fam in ir.variables:
-        if fam.name not in filled:
-            x[fam.offset: fam.offset + fam.size] = np.clip(0.0, fam.lb, fam.ub)
+    # variables that play no role: 0, inside their bounds; where that breaks a row (an
+    # extension's own variables, e.g. the excess of models/extensions/soft_budget.sched),
+    # HiGHS completes them with the role columns fixed
+    others = [fam for fam in ir.variables if fam.name not in filled]
+    for fam in others:
+        x[fam.offset: fam.offset + fam.size] = np.clip(0.0, fam.lb, fam.ub)
+    if others and not check_point(ir, x)[0]:
+        x = _complete(ir, x, [fam for fam in ir.variables if fam.name in filled])
     return x
+
+
+def _complete(ir, x: np.ndarray, fixed, time_limit: float = 30.0) -> np.ndarray:
+    """`x` with the columns of the `fixed` families kept and the others completed by HiGHS
+    (`relaxation.highs_solve`); `NotEncodable` when no completion exists."""
+    from ..relaxation import highs_solve
+
+    lb, ub = (v.copy() for v in ir.column_bounds())
+    for fam in fixed:
+        cols = slice(fam.offset, fam.offset + fam.size)
+        lb[cols] = ub[cols] = x[cols]
+    out = highs_solve(ir, lb, ub, time_limit=time_limit)
+    if out.x is None:
+        raise NotEncodable("the plan's stages satisfy no point of the model: no values of its "
+                           "other variables complete them")
+    return out.x
 
 
 def _fill(x: np.ndarray, fam, value) -> None:

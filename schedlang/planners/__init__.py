@@ -18,7 +18,7 @@ from ..graph import Graph
 from ..plan import Plan
 
 # Modules that define PLANNERS, in the order `schedlang plan --list` shows them.
-MODULES = ["baselines", "mutwo", "shift", "lp_rounding", "portfolio"]
+MODULES = ["baselines", "mutwo", "shift", "gaps", "lp_rounding", "portfolio"]
 
 
 class PlannerNotApplicable(SchedError):
