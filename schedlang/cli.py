@@ -307,7 +307,8 @@ def cmd_solve(args) -> int:
     from .problem import load
     from .solvers import resolve
 
-    resolve(args.solver, args.backend)  # an unknown or missing solver: before any work
+    # an unknown or missing solver, before any work (none named: the default strategy's)
+    resolve(args.solver, args.backend or "pyomo")
     _writable(args, ("--plan-out", "plan_out", "plan"))
     prob = load(args.file, model=args.model, budget=args.budget, max_elements=args.max_elements,
                 params=_params(args))
@@ -361,9 +362,10 @@ def _explain(prob, result, args) -> dict | None:
             or prob.graph is None or result.budget_bytes is None:
         return None
     from .bisection import explain_infeasible
+    from .solvers import DEFAULT_SOLVER
 
-    best, ref = explain_infeasible(prob, result.budget_bytes, args.backend, args.solver,
-                                   args.time_limit)
+    best, ref = explain_infeasible(prob, result.budget_bytes, args.backend or "pyomo",
+                                   args.solver or DEFAULT_SOLVER, args.time_limit)
     return {"bytes": best, "reference_bytes": ref,
             "percent": None if best is None or not ref else round(100.0 * best / ref, 3)}
 

@@ -1,0 +1,1 @@
+"""Plans: what runs them (`interpreter`)."""
