@@ -20,7 +20,7 @@ class Status(str, Enum):
         return self in (Status.OPTIMAL, Status.FEASIBLE)
 
 
-# Exit codes of `schedlang solve` per status (the README's commands table).
+# Exit codes of `schedlang solve` per status (docs/cli.md's commands table).
 EXIT_CODES = {
     Status.OPTIMAL: 0,
     Status.FEASIBLE: 0,

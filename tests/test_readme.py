@@ -1,4 +1,5 @@
-"""Every command of the README runs verbatim from a clone (issue 26), whatever the README holds.
+"""Every command of the README and of the tutorial (`docs/tutorial.md`) runs verbatim from a
+clone (issue 26), whatever they hold.
 
 The commands are read from the README's ``bash`` code blocks (a trailing ``\\`` joins lines;
 ``pip install ... &&`` in front of a command is set-up, done already; the test suite's own
@@ -22,6 +23,8 @@ import pytest
 from .paths import ROOT
 
 README = ROOT / "README.md"
+#: the documents whose commands a new user runs as written, in the order they read them
+DOCUMENTS = (README, ROOT / "docs" / "tutorial.md")
 BLOCK = re.compile(r"```(\w*)\n(.*?)```", re.S)
 
 #: commands that take minutes on a loaded 2-core machine: run with -m slow
@@ -29,7 +32,8 @@ SLOW_WORDS = ("schedlang run ", "schedlang trace ", "--compare", "offload", "tra
 
 
 def readme_blocks() -> list[tuple[str, str]]:
-    return [(lang or "text", body) for lang, body in BLOCK.findall(README.read_text())]
+    return [(lang or "text", body) for doc in DOCUMENTS
+            for lang, body in BLOCK.findall(doc.read_text())]
 
 
 def readme_commands() -> list[str]:
