@@ -84,12 +84,14 @@ def offloading(keep: set[int], copied: list | None = None):
         yield
 
 
-def offload_profiles(trace, part) -> dict:
+def offload_profiles(trace, part=None) -> dict:
     """block name -> the `OptionProfile` of its option ``offload`` (memory and the bytes
     copied), measured on `part` (the blocks as a `Partitioned`, `hooked.block_partition`)
-    once per `trace` (a `hooked.BlockTrace`) and kept on it."""
+    once per `trace` (a `hooked.BlockTrace`) and kept on it (later calls need no `part`)."""
     got = trace.offload
     if got is None:
+        if part is None:
+            raise ValueError("offload_profiles: not measured yet, and no blocks to run")
         from .blocks import preserved
         from .profile import profile
 

@@ -223,7 +223,7 @@ def split_inputs(sample_inputs, sample_kwargs=None) -> tuple[tuple, dict]:
 
 def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = None,
             loss_fn=None, frontend: str = "auto", sample_kwargs: dict | None = None,
-            outputs_held: bool = True, **trace_kwargs) -> Prepared:
+            outputs_held: bool = True, offload: bool = False, **trace_kwargs) -> Prepared:
     """Partition and profile `model` (or take `graph`, e.g. read from a .sched file).
 
     `frontend`: ``"fx"`` cuts the model into layers with a whole-model `torch.fx` trace
@@ -235,7 +235,10 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
 
     `outputs_held`: the plan is for a loop that holds the model's outputs through the backward
     (``out = model(x); loss_fn(out).backward()``); False: one that releases them once the
-    loss is computed (``loss_fn(model(x)).backward()``; `schedlang.pytorch.outputs`)."""
+    loss is computed (``loss_fn(model(x)).backward()``; `schedlang.pytorch.outputs`).
+
+    `offload`: the hook front end measures its blocks' option ``offload`` too (for
+    `fit(bandwidth=...)`), while it holds the sample values."""
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
     if frontend not in FRONTENDS:
         raise SchedError(f"frontend must be one of {', '.join(FRONTENDS)}, got {frontend!r}")
@@ -259,7 +262,7 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
         from .hooked import BlockWrappers, trace_blocks
 
         with BlockWrappers.plain(model):  # a model an earlier fit wrapped: profiled plain
-            tr = trace_blocks(model, args, kwargs, layers, **trace_kwargs)
+            tr = trace_blocks(model, args, kwargs, layers, offload=offload, **trace_kwargs)
         graph, part = tr.graph, tr
         if own_checkpointing(model):
             log.warning("schedlang fit: the model's own gradient checkpointing is on; it is "
@@ -919,7 +922,7 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
             else:
                 prep = prepare(model, args, layers=layers, graph=graph, loss_fn=loss_fn,
                                frontend=frontend, sample_kwargs=kwargs, outputs_held=held,
-                               **trace_kwargs)
+                               offload=bandwidth is not None, **trace_kwargs)
         except FitError:
             raise
         except Exception as exc:  # fallback=True: whatever stops planning, plain PyTorch

@@ -153,19 +153,27 @@ def _profile_blocks(found: FoundBlocks, repeats: int, options):
 
 
 def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats: int = 5,
-                 options=None, name: str | None = None, whole=()) -> BlockTrace:
+                 options=None, name: str | None = None, whole=(),
+                 offload: bool = False) -> BlockTrace:
     """Find, profile and describe the blocks of `model` (see the module docstring); `whole`:
-    submodules the automatic block choice must not split (`find_blocks`)."""
+    submodules the automatic block choice must not split (`find_blocks`). `offload`: measure
+    the blocks' option ``offload`` too (`block_offload.offload_profiles`, for a host link),
+    while the sample values it runs on are at hand."""
     from .. import progress
 
     with progress.phase("finding blocks"):
         found = find_blocks(model, args, kwargs, names, whole)
     profiled = _profile_blocks(found, repeats, options)
     graph, glue = _to_graph(found, profiled, name or type(model).__name__)
-    # the sample values served the profile: a fitted model keeps no activations of them
+    tr = BlockTrace(found, graph, profiled, glue)
+    if offload:
+        from .block_offload import offload_profiles
+
+        offload_profiles(tr, block_partition(found))
+    # the sample values served the profiles: a fitted model keeps no activations of them
     found.release_samples()
     profiled.part.sample_inputs = ()
-    return BlockTrace(found, graph, profiled, glue)
+    return tr
 
 
 def _to_graph(found: FoundBlocks, profiled, name: str) -> tuple[Graph, list[str]]:

@@ -158,8 +158,12 @@ def linked(prep, link: HostLink):
         from .hooked import block_partition
 
         tr = prep.partitioned
-        graph = with_offload_options(prep.graph, offload_profiles(tr, block_partition(tr.found)),
-                                     link)
+        if tr.offload is None:
+            if not tr.found.values:  # the sample values were released after the profile
+                raise SchedError("fit(bandwidth=...) of a hook-front-end model needs its "
+                                 "blocks' option offload measured: prepare(..., offload=True)")
+            offload_profiles(tr, block_partition(tr.found))
+        graph = with_offload_options(prep.graph, offload_profiles(tr), link)
     else:
         graph = copy.copy(prep.graph)
         graph.bandwidths = {"offload": link.offload, "prefetch": link.prefetch}
