@@ -249,7 +249,7 @@ def priced(prep, plan) -> tuple[int, float]:
     """(predicted peak in bytes, predicted time / plain - 1) of `plan` on fit's graph, as fit
     predicts its own plans (the loss function's memory at the loss, the resident bytes but
     fit's plan executor's own constants: a baseline runs without it)."""
-    from schedlang.pytorch.fit import loss_moment
+    from schedlang.pytorch.outputs import loss_moment
     from schedlang.simulate import simulate
 
     sim = simulate(plan, prep.graph)

@@ -20,7 +20,7 @@ peak) it solves, with `fit`'s `solve_plan`:
 and prints each plan's predicted step time, solve seconds (both solves of `solve_plan`: the
 fastest plan, then the least peak among those), the size of the model given to the solver and
 the status. What `fit` keeps is the
-faster of the first and the last (`fit._solve_linked`).
+faster of the first and the last (`fit.solve_linked`).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ import torch  # noqa: E402
 
 from schedlang.planners.no_recompute import no_recompute_plan  # noqa: E402
 from schedlang.pytorch.fit import prepare, solve_plan  # noqa: E402
-from schedlang.pytorch.hostlink import offloadable  # noqa: E402
+from schedlang.pytorch.planning import offloadable  # noqa: E402
 from schedlang.pytorch.outputs import loss_moment  # noqa: E402
 from schedlang.simulate import simulate  # noqa: E402
 from tests.torch_models import GPT  # noqa: E402

@@ -35,7 +35,8 @@ def _make(name):
 
 
 def main() -> int:
-    from schedlang.pytorch.fit import fit, prepare, smallest_feasible, solve_extra
+    from schedlang.pytorch.fit import fit, prepare
+    from schedlang.pytorch.planning import smallest_feasible, solve_extra
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS))

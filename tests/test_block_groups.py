@@ -11,7 +11,8 @@ from torch import nn  # noqa: E402
 
 from schedlang.planners.baselines import plan_checkpoint_groups  # noqa: E402
 from schedlang.pytorch.blocks import BlockError  # noqa: E402
-from schedlang.pytorch.fit import _group_plans_priced, fit, prepare  # noqa: E402
+from schedlang.pytorch.fit import fit, prepare  # noqa: E402
+from schedlang.pytorch.planning import group_plans_priced  # noqa: E402
 from schedlang.pytorch.hooked import GROUP, block_chains, group_plans, plan_choices  # noqa: E402
 from schedlang.simulate import simulate  # noqa: E402
 
@@ -69,7 +70,7 @@ def test_fit_is_as_fast_as_checkpoint_sequential_at_its_peak():
     blocks = _blocks(prep)
     half = [blocks[:len(blocks) // 2]]
     # checkpoint_sequential(2) itself: that group, every other block plain
-    need, seq = next((need, p) for need, p in _group_plans_priced(prep)
+    need, seq = next((need, p) for need, p in group_plans_priced(prep)
                      if p.meta["groups"] == half and "then" not in p.meta["planner"])
     budget = need + prep.resident_bytes
     fm = fit(model, args, budget, loss_fn=loss_fn, prepared=prep, sample_kwargs=kwargs)
@@ -90,11 +91,11 @@ def test_groups_reach_below_every_per_block_plan_on_a_chain_of_small_blocks():
     model, args, kwargs, loss_fn = _plain("dropout_mlp")()
     ref = _step(model, model, args, kwargs, loss_fn)
     prep = _prepared(model, args, kwargs, loss_fn)
-    from schedlang.pytorch.fit import _extensions, solve_plan
+    from schedlang.pytorch.planning import frontend_extensions, solve_plan
 
-    need = min(need for need, _ in _group_plans_priced(prep))
+    need = min(need for need, _ in group_plans_priced(prep))
     assert solve_plan(prep.graph, need, loss_overhead=prep.loss_overhead,
-                      output_bytes=prep.output_bytes, extensions=_extensions(prep)) is None
+                      output_bytes=prep.output_bytes, extensions=frontend_extensions(prep)) is None
     budget = need + prep.resident_bytes
     fm = fit(model, args, budget, loss_fn=loss_fn, prepared=prep, sample_kwargs=kwargs)
     assert fm.plan.meta.get("groups"), fm.plan.meta

@@ -287,7 +287,8 @@ def test_identical_layers_are_solved_once(monkeypatch):
     ("unet", dict(batch=2, size=32, base=8)),
 ])
 def test_generated_options_never_raise_the_smallest_budget(name, sizes):
-    from schedlang.pytorch.fit import prepare, smallest_feasible
+    from schedlang.pytorch.fit import prepare
+    from schedlang.pytorch.planning import smallest_feasible
 
     model, inputs, loss_fn = ALL[name](**sizes)
     fixed = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
@@ -451,7 +452,7 @@ def test_a_round_drops_the_layer_inputs_after_their_last_reader():
 
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from schedlang.pytorch.runtime import _placeholder
+    from schedlang.pytorch.tensors import placeholder
 
     layer, xs, g, run = _skip_layer(lambda og, names: [(names[0], names[-2], True),
                                                         (names[-1], names[-1], False)])
@@ -463,7 +464,7 @@ def test_a_round_drops_the_layer_inputs_after_their_last_reader():
 
     def on_round(s):
         for x in leaves:
-            x.data = _placeholder(x)
+            x.data = placeholder(x)
 
     class AfterCat(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):

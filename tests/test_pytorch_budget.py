@@ -341,7 +341,8 @@ def test_checkpoint_sequential_schedule_is_found_at_its_own_peak():
     that peak. The model's outputs, read by the loss and held by the caller, are counted once
     in the loss phase: counted again (as the save budget did), this budget took a slower plan
     (12 against 11 here; on the bench GPT +38% against checkpoint_sequential(3)'s +30%)."""
-    from schedlang.pytorch.fit import loss_moment, solve_plan
+    from schedlang.pytorch.outputs import loss_moment
+    from schedlang.pytorch.planning import solve_plan
     from schedlang.simulate import simulate
 
     g, seq, outputs = _checkpoint_sequential_instance()
@@ -368,7 +369,8 @@ def test_a_step_whose_peak_is_the_loss_measures_the_prediction_to_the_byte():
     seed gradient, counted twice, had put every such prediction 4 B above the step; against
     a baseline measured to the byte, checkpoint_sequential(3) on the bench GPT, that refused
     its own schedule)."""
-    from schedlang.pytorch.fit import fit, loss_moment, prepare
+    from schedlang.pytorch.fit import fit, prepare
+    from schedlang.pytorch.outputs import loss_moment
     from schedlang.pytorch.memory import MemoryTracker
 
     model, inputs, loss_fn = ALL["gpt"](batch=4, context=32, layers=4, vocab=1024)

@@ -46,7 +46,8 @@ def _exact(rep, rel=0.01):
 
 # --- outputs released once the loss is computed --------------------------------------------------
 def test_released_outputs_fx_plan_measures_its_prediction_and_needs_less():
-    from schedlang.pytorch.fit import fit, prepare, smallest_feasible, solve_extra
+    from schedlang.pytorch.fit import fit, prepare
+    from schedlang.pytorch.planning import smallest_feasible, solve_extra
 
     model, inputs, loss_fn = ALL["gpt"](**GPT_WIDE)
     preps = {held: prepare(model, inputs, loss_fn=loss_fn, repeats=1, outputs_held=held)
@@ -156,7 +157,8 @@ def test_auto_bandwidth_measures_each_direction_on_cuda():
 
 def test_a_measured_link_gives_each_direction_its_rate():
     from schedlang.pytorch.fit import prepare
-    from schedlang.pytorch.hostlink import HostLink, linked
+    from schedlang.pytorch.hostlink import HostLink
+    from schedlang.pytorch.planning import linked
 
     model, inputs, loss_fn = ALL["gpt"](batch=2, context=16, layers=2)
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
@@ -176,17 +178,20 @@ def test_a_bad_bandwidth_is_a_clear_error():
 
 # --- offload never slower than recomputation alone -----------------------------------------------
 def test_the_offloading_plan_is_kept_only_when_faster(monkeypatch):
-    """`_solve_linked` with the two solves replaced: an offloading plan predicted slower (or
+    """`solve_linked` with the two solves replaced: an offloading plan predicted slower (or
     as fast) as recomputation alone loses; a faster one wins."""
     import importlib
 
     from schedlang.plan import Plan
-    from schedlang.pytorch.hostlink import HostLink, linked
+    from schedlang.pytorch.hostlink import HostLink
+    from schedlang.pytorch.planning import linked
 
-    fitmod = importlib.import_module("schedlang.pytorch.fit")
+    from schedlang.pytorch.fit import prepare
+
+    fitmod = importlib.import_module("schedlang.pytorch.planning")
 
     model, inputs, loss_fn = ALL["gpt"](batch=2, context=16, layers=2)
-    base = fitmod.prepare(model, inputs, loss_fn=loss_fn, repeats=1)
+    base = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
     lp = linked(base, HostLink(1e9, 1e9))
 
     def plans(alone_s, moved_s):
@@ -199,8 +204,8 @@ def test_the_offloading_plan_is_kept_only_when_faster(monkeypatch):
 
     for alone_s, moved_s, kept in ((1.0, 1.2, "recompute only"), (1.0, 1.0, "recompute only"),
                                    (1.0, 0.8, "with the link")):
-        monkeypatch.setattr(fitmod, "_solve", plans(alone_s, moved_s))
-        prep, plan, _, other = fitmod._solve_linked(base, lp, base.plain_peak // 2, "highs",
+        monkeypatch.setattr(fitmod, "solve_at", plans(alone_s, moved_s))
+        prep, plan, _, other = fitmod.solve_linked(base, lp, base.plain_peak // 2, "highs",
                                                     10, "pyomo")
         assert prep.host_link["kept"] == kept
         assert plan.predicted_time == min(alone_s, moved_s)
@@ -336,7 +341,7 @@ def test_run_command_loop_and_link(tmp_path, capsys):
 
 @pytest.mark.parametrize("faster", ["with the link", "recompute only"])
 def test_where_fit_probes_on_cuda_the_measured_step_decides(faster):
-    """`_faster_measured` (what `fit` runs on CUDA after probing an offloading plan) with the
+    """`faster_measured` (what `fit` runs on CUDA after probing an offloading plan) with the
     step timer mocked: the plan that measures the faster step is kept, the other unwrapped,
     both times reported; the kept module trains with eager's gradients."""
     pytest.importorskip("transformers")
@@ -345,6 +350,7 @@ def test_where_fit_probes_on_cuda_the_measured_step_decides(faster):
     from .hf_models import HF
 
     fitmod = importlib.import_module("schedlang.pytorch.fit")
+    probing = importlib.import_module("schedlang.pytorch.probing")
     model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)
     model.zero_grad(set_to_none=True)
     torch.manual_seed(5)
@@ -360,7 +366,7 @@ def test_where_fit_probes_on_cuda_the_measured_step_decides(faster):
                               **fitmod.solve_extra(base))
     base.host_link = dict(link)
     seconds = {fm: 1.0 if faster == "with the link" else 2.0}
-    kept = fitmod._faster_measured(fm, (base, alone), args, kwargs, loss_fn, fm._budget,
+    kept = probing.faster_measured(fm, (base, alone), args, kwargs, loss_fn, fm._budget,
                                    step_seconds=lambda f: seconds.get(f, 1.5), solver="highs",
                                    time_limit=60, backend="pyomo",
                                    extra=fitmod.solve_extra(base))

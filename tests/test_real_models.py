@@ -204,7 +204,7 @@ def test_a_model_with_its_own_gradient_checkpointing_on(caplog):
     enable = getattr(model, "activation_checkpointing_enable", None) \
         or model.gradient_checkpointing_enable
     enable({"use_reentrant": False})
-    from schedlang.pytorch.blocks import own_checkpointing
+    from schedlang.pytorch.model_state import own_checkpointing
     from schedlang.pytorch.memory import MemoryTracker
 
     with MemoryTracker(resident=[model, *kwargs.values()]) as checked:

@@ -33,7 +33,7 @@ import torch
 from ..graph import Graph, Option
 from .hostlink import HostLink, host_buffer
 
-__all__ = ["offloading", "module_storages", "offload_profiles", "with_offload_options",
+__all__ = ["offloading", "module_storages", "with_offload_options",
            "OFFLOAD"]
 
 #: the option name of a block whose saved tensors wait in host memory
@@ -82,29 +82,6 @@ def offloading(keep: set[int], copied: list | None = None):
 
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         yield
-
-
-def offload_profiles(trace, part=None) -> dict:
-    """block name -> the `OptionProfile` of its option ``offload`` (memory and the bytes
-    copied), measured on `part` (the blocks as a `Partitioned`, `hooked.block_partition`)
-    once per `trace` (a `hooked.BlockTrace`) and kept on it (later calls need no `part`)."""
-    got = trace.offload
-    if got is None:
-        if part is None:
-            raise ValueError("offload_profiles: not measured yet, and no blocks to run")
-        from .blocks import preserved
-        from .profile import profile
-
-        with preserved(trace.found.model):
-            prof = profile(part, repeats=1, options=("autograd", OFFLOAD),
-                           recompute_by="checkpoint", grads_freed=True)
-        got = {}
-        for lp in prof.layers:
-            opt = next((o for o in lp.options if o.name == OFFLOAD), None)
-            if opt is not None:
-                got[lp.name] = opt
-        trace.offload = got
-    return got
 
 
 def with_offload_options(graph: Graph, profiles: dict, link: HostLink) -> Graph:

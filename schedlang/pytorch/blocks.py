@@ -74,8 +74,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..errors import Loc, SchedError, did_you_mean
+from .inputs import tensor_leaves, unsupported
 from .memory import MemoryTracker
+from .model_state import preserved
 from .partition import TensorMeta, module_key
+from .profile import host_clock
 
 __all__ = ["BlockCall", "GlueSegment", "FoundBlocks", "BlockError", "candidate_blocks",
            "finer_blocks", "find_blocks"]
@@ -328,7 +331,6 @@ class _Run:
         self.created: dict[int, GlueSegment] = {}  # storage made by glue -> segment
         self.created_t: dict[int, torch.Tensor] = {}
         self.tracker: MemoryTracker | None = None
-        from .profile import host_clock
 
         self.clock = host_clock()  # the profile's clock
         self.t0 = self.clock()
@@ -490,7 +492,6 @@ class _Run:
 
 def _argument_of(t: torch.Tensor, args: tuple, kwargs: dict) -> str:
     """The path of tensor `t` among a call's arguments (``input1``, ``mask``, ``input0[2]``)."""
-    from .inputs import tensor_leaves
 
     return next((p for p, x in tensor_leaves(args, kwargs) if x is t), "?")
 
@@ -498,7 +499,6 @@ def _argument_of(t: torch.Tensor, args: tuple, kwargs: dict) -> str:
 def _check_block_arguments(call: BlockCall, args: tuple, kwargs: dict) -> None:
     """A `BlockError` naming the argument when a block is handed tensors inside an object the
     wrappers cannot look into (a dataclass, a custom class): the plan would not know them."""
-    from .inputs import tensor_leaves, unsupported
 
     seen = {id(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
     hidden = [p for p, t in tensor_leaves(args, kwargs) if id(t) not in seen]
@@ -566,7 +566,6 @@ def _record(model, cands, sample_inputs, sample_kwargs):
         params = list(dict.fromkeys(pname[id(p)] for p in m.parameters()))
         calls[id(m)] = BlockCall(n, m, parent, attr, params=params)
     run = _Run(model, calls)
-    from .inputs import tensor_leaves
 
     given = tensor_leaves(sample_inputs, sample_kwargs)  # nested too: a dict batch's tensors
     for path, x in given:
@@ -591,7 +590,7 @@ def _record(model, cands, sample_inputs, sample_kwargs):
             handles.append(call.module.register_forward_pre_hook(run.pre, with_kwargs=True))
             handles.append(call.module.register_forward_hook(run.post, with_kwargs=True))
         # what the segments and blocks add (deltas): the resident storages suffice
-        with _preserved(model), MemoryTracker(resident=[model, *(t for _, t in given)],
+        with preserved(model), MemoryTracker(resident=[model, *(t for _, t in given)],
                                               existing=False) as mt:
             run.tracker = mt
             run.start_segment(0)
@@ -687,63 +686,6 @@ def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None =
     values = {d: t.detach() for d, t in run.values.items()}  # no recorded graph
     return FoundBlocks(model, blocks, run.segments, dict(run.meta), values, inputs,
                        outputs, mode, list(run.cache_dropped))
-
-
-def own_checkpointing(model: nn.Module) -> list[nn.Module]:
-    """The submodules whose own gradient checkpointing is on (see the module docstring)."""
-    return [m for m in model.modules() if getattr(m, "gradient_checkpointing", None) is True]
-
-
-class _preserved:
-    """Parameters' gradients, buffers (BatchNorm running statistics) and the RNG state (the
-    CPU's and that of every device of the parameters and buffers) as they were on entry,
-    restored on exit; the model's own checkpointing off inside. `held()`: the tensors it keeps
-    to restore, which a measurement inside it does not count (`MemoryTracker(ignore=...)`)."""
-
-    def __init__(self, model: nn.Module):
-        self.model = model
-
-    def __enter__(self):
-        from torch.utils._python_dispatch import _disable_current_modes
-
-        from .recompute import rng_devices
-
-        self.checkpointing = own_checkpointing(self.model)
-        for m in self.checkpointing:
-            m.gradient_checkpointing = False
-
-        with _disable_current_modes(), torch.no_grad():
-            self.grads = [(p, p.grad) for p in self.model.parameters()]
-            self.buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
-            self.devices = rng_devices(list(self.model.parameters()),
-                                       list(self.model.buffers()))
-            self.rng = [torch.get_rng_state()] + [
-                getattr(torch, d.type).get_rng_state(d) for d in self.devices]
-        return self
-
-    def held(self) -> list:
-        """The copies and set-aside gradients this context keeps until it restores them."""
-        return [g for _, g in self.grads if g is not None] + [v for _, v in self.buffers] \
-            + self.rng
-
-    def __exit__(self, *exc):
-        torch.set_rng_state(self.rng[0])
-        for d, state in zip(self.devices, self.rng[1:]):
-            getattr(torch, d.type).set_rng_state(state, d)
-        with torch.no_grad():
-            for b, v in self.buffers:
-                b.copy_(v)
-        for p, g in self.grads:
-            p.grad = g
-        for m in self.checkpointing:
-            m.gradient_checkpointing = True
-        return False
-
-
-def preserved(model: nn.Module):
-    """Context manager: `model`'s parameter gradients, buffers and the RNG state are restored
-    on exit (profiling and probe steps leave no trace)."""
-    return _preserved(model)
 
 
 def describe(found: FoundBlocks) -> str:

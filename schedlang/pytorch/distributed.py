@@ -37,6 +37,12 @@ from dataclasses import dataclass
 from ..errors import SchedError
 from ..graph import Graph
 from ..plan import Plan
+from .blocks import find_blocks
+from .hooked import BlockMixin
+from .inputs import split_inputs
+from .model_state import preserved
+from .outputs import loss_moment
+from .prepare import prepare
 
 __all__ = ["active", "agree_graph", "agree_plan", "solves_here", "graph_digest", "plan_digest", "DistributedPlanError",
            "FSDPLayer", "fsdp_layer_memory", "param_bytes_of", "with_fsdp_memory", "FSDP_ORDER",
@@ -460,13 +466,11 @@ def unsharded_copy(model):
     from torch import nn
     from torch.distributed.tensor import DTensor
 
-    from .hooked import _BlockMixin
-
     fsdp_cls = _fsdp_module_type()
 
     def plain_class(cls):
         for c in cls.__mro__:
-            if not issubclass(c, (fsdp_cls, _BlockMixin)):
+            if not issubclass(c, (fsdp_cls, BlockMixin)):
                 return c
         return cls
 
@@ -531,7 +535,6 @@ def prepare_sharded(model, args: tuple, kwargs: dict, layers=None, loss_fn=None,
     the sharded blocks, inside FSDP's hooks). Every rank calls this (it all-gathers)."""
     from ..planners.no_recompute import no_recompute_plan
     from ..simulate import simulate
-    from .fit import loss_moment, prepare
 
     if frontend == "fx":
         raise DistributedPlanError(
@@ -571,9 +574,6 @@ def shard_blocks(model, sample_inputs, layers=None, sample_kwargs=None, **fully_
     then on the root; `fully_shard_kwargs` go to every call (e.g. ``mesh=``,
     ``reshard_after_forward=``). What ``fit(..., fsdp=True)`` does first. Returns `model`."""
     from torch.distributed.fsdp import fully_shard
-
-    from .blocks import find_blocks, preserved
-    from .fit import split_inputs
 
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
     with preserved(model):

@@ -47,10 +47,19 @@ from ..errors import Loc, SchedError
 from ..graph import DataNode, Graph, Layer, Loss, Option
 from ..hgraph import FAST_FORWARD
 from ..plan import Plan
-from .block_offload import OFFLOAD
-from .blocks import (BlockCall, BlockError, FoundBlocks, find_blocks, own_checkpointing,
-                     training_call)
+from .block_offload import OFFLOAD, module_storages, offloading
+from .blocks import (
+    BlockCall,
+    BlockError,
+    FoundBlocks,
+    GlueSegment,
+    find_blocks,
+    training_call,
+)
+from .model_state import once_stats, own_checkpointing, preserved, running_stats_kept
 from .partition import LayerPart, Partitioned
+from .profile import OPTIONS, profile, selective_context
+from .recompute import checkpoint_call, open_checkpoint
 from .trace import LOSS_TIME, LOSS_VALUE_BYTES
 
 __all__ = ["trace_blocks", "BlockWrappers", "plan_choices", "BlockTrace", "PER_BLOCK"]
@@ -135,8 +144,6 @@ def block_partition(found: FoundBlocks) -> Partitioned:
 
 
 def _profile_blocks(found: FoundBlocks, repeats: int, options):
-    from .blocks import preserved
-    from .profile import OPTIONS, profile
 
     part = block_partition(found)
     names = [b.name for b in found.blocks]
@@ -167,7 +174,6 @@ def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats:
     graph, glue = _to_graph(found, profiled, name or type(model).__name__)
     tr = BlockTrace(found, graph, profiled, glue)
     if offload:
-        from .block_offload import offload_profiles
 
         offload_profiles(tr, block_partition(found))
     # the sample values served the profiles: a fitted model keeps no activations of them
@@ -178,8 +184,6 @@ def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats:
 
 def _to_graph(found: FoundBlocks, profiled, name: str) -> tuple[Graph, list[str]]:
     import re
-
-    from .blocks import GlueSegment
 
     meta = found.data
     named = dict(found.model.named_parameters())
@@ -466,7 +470,7 @@ def plan_choices(plan: Plan, graph: Graph, blocks: list[str]) -> dict[str, str]:
 _WRAPPED: dict[type, type] = {}
 
 
-class _BlockMixin:
+class BlockMixin:
     """Swapped in before a block's class: its forward applies the block's current choice."""
 
     def forward(self, *args, **kwargs):
@@ -482,15 +486,12 @@ class _BlockMixin:
             return extra.forward(self, fwd, args, kwargs)
         offload = extra
         if offload and choice == "autograd":
-            from .block_offload import module_storages, offloading
 
             hooks = offloading(module_storages(self))
         else:
             hooks = contextlib.nullcontext()
         with hooks:
             if choice in ("recompute", "selective"):
-                from .profile import selective_context
-                from .recompute import checkpoint_call
 
                 # the RNG of every device of a positional *or keyword* tensor is replayed
                 return checkpoint_call(once_stats(self, fwd), args, kwargs,
@@ -546,7 +547,6 @@ class _Group:
             gen.close()
 
     def forward(self, module: nn.Module, fwd, args: tuple, kwargs: dict):
-        from .recompute import open_checkpoint
 
         k = self.position[id(module)]
         if k == 0:
@@ -615,52 +615,9 @@ class _Group:
 def _wrapped_class(cls: type) -> type:
     new = _WRAPPED.get(cls)
     if new is None:
-        new = _WRAPPED[cls] = type(f"Planned{cls.__name__}", (_BlockMixin, cls),
+        new = _WRAPPED[cls] = type(f"Planned{cls.__name__}", (BlockMixin, cls),
                                    {"__module__": cls.__module__})
     return new
-
-
-def _bn_modules(module: nn.Module) -> list:
-    return [m for m in module.modules()
-            if isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats]
-
-
-@contextlib.contextmanager
-def running_stats_kept(module: nn.Module):
-    """Within the context, forwards of `module` leave BatchNorm running statistics (and their
-    step counters) as they were: a recomputed forward must not update them a second time."""
-    bns = _bn_modules(module)
-    if not bns:
-        yield
-        return
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    with _disable_current_modes(), torch.no_grad():
-        saved = [[b.detach().clone() for b in m.buffers()] for m in bns]
-    try:
-        yield
-    finally:
-        with _disable_current_modes(), torch.no_grad():
-            for m, vals in zip(bns, saved):
-                for b, v in zip(m.buffers(), vals):
-                    # through `.data`: the recomputed BatchNorm's backward saved the buffers
-                    # at their current version, which a tracked copy_ would bump
-                    b.data.copy_(v)
-
-
-def once_stats(module: nn.Module, fwd):
-    """`fwd` for a checkpoint: its second run (the recomputation) leaves the BatchNorm running
-    statistics as the first run left them (eager PyTorch updates them once per step)."""
-    runs = [0]
-
-    def run(*args, **kwargs):
-        runs[0] += 1
-        if runs[0] == 1:
-            return fwd(*args, **kwargs)
-        with running_stats_kept(module):
-            return fwd(*args, **kwargs)
-
-    return run
 
 
 #: model -> a weak reference to the `BlockWrappers` whose choices its blocks carry (`ensure`):
@@ -688,7 +645,7 @@ class BlockWrappers:
         self._classes = {}
         for name, m in self.blocks.items():
             cls = type(m)
-            if isinstance(m, _BlockMixin):  # wrapped by an earlier fit: rewrap
+            if isinstance(m, BlockMixin):  # wrapped by an earlier fit: rewrap
                 cls = cls.__mro__[2]
             self._classes[name] = cls
         self._choices: dict[str, tuple | None] = {name: None for name in self.blocks}
@@ -781,3 +738,24 @@ class BlockWrappers:
         for m in self.own_checkpointing:
             m.gradient_checkpointing = True
         _OWNER.pop(self.found.model, None)
+
+
+def offload_profiles(trace, part=None) -> dict:
+    """block name -> the `OptionProfile` of its option ``offload`` (memory and the bytes
+    copied), measured on `part` (the blocks as a `Partitioned`, `hooked.block_partition`)
+    once per `trace` (a `hooked.BlockTrace`) and kept on it (later calls need no `part`)."""
+    got = trace.offload
+    if got is None:
+        if part is None:
+            raise ValueError("offload_profiles: not measured yet, and no blocks to run")
+
+        with preserved(trace.found.model):
+            prof = profile(part, repeats=1, options=("autograd", OFFLOAD),
+                           recompute_by="checkpoint", grads_freed=True)
+        got = {}
+        for lp in prof.layers:
+            opt = next((o for o in lp.options if o.name == OFFLOAD), None)
+            if opt is not None:
+                got[lp.name] = opt
+        trace.offload = got
+    return got

@@ -55,6 +55,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from .live import live_storages, storage_of
+
 __all__ = ["MemoryTracker", "storage_bytes", "storage_key", "tensor_bytes"]
 
 
@@ -215,7 +217,6 @@ class MemoryTracker:
                 self._watched.add(id(s))
                 self._entries[-len(self._watched)] = (weakref.ref(s), _Detached())
         if self.existing:
-            from .live import live_storages
 
             # unreachable cycles (torch.fx's graph modules hold the submodules they call)
             # would count until the collector's next pass, whose time depends on what ran
@@ -298,7 +299,6 @@ class MemoryTracker:
 
     # --- CPU bookkeeping -----------------------------------------------------------------
     def _register(self, t: torch.Tensor) -> None:
-        from .live import storage_of
 
         s = storage_of(t, self.device.type)
         if s is not None and s.data_ptr() not in self._ignored:

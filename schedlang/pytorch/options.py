@@ -40,6 +40,8 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import Loc, SchedError
 from .memory import MemoryTracker, storage_key
 from .opgraph import OpGraph, graph_outputs, may_alias, record_ops
+from .profile import OptionProfile, Timer
+from .tensors import placeholder, release_engine_grad
 
 __all__ = ["SegmentedLayer", "GeneratedOption", "generate_options", "add_generated_options",
            "OPS_PREFIX", "CACHE", "DEFAULT_FRACTIONS", "normal_spans",
@@ -373,12 +375,11 @@ def _empty(t: torch.Tensor) -> None:
     """`t` (a round's own input tensor, `_alias`) no longer holds its memory: what the round
     still needs of it, its readers saved (their own references). Only a leaf the round's
     graph holds (it requires a gradient) needs this."""
-    from .runtime import _placeholder
 
     # only a tensor that requires a gradient: torch's checkpoint saves its detached copy in
     # the round, while one that does not is saved as it is (emptying it would empty that)
     if isinstance(t, torch.Tensor) and t.requires_grad and t.numel():
-        t.data = _placeholder(t)
+        t.data = placeholder(t)
 
 
 def _segment_code(gm: fx.GraphModule, nodes: list[fx.Node], ins: list[str], outs: list[str],
@@ -458,7 +459,6 @@ class Measured:
     fwd_delta: int = 0
     needs_in: list[int] | None = None  # positions of the inputs it reads (None: all)
 
-
     bwd_steps: list | None = None  # [(overhead, frees, creates)]: `measure_steps`
     # the backward's peak above the memory before it without its phantom, less the gradients
     # it creates, when the plan deletes what the steps free (None: bwd_overhead + phantom)
@@ -492,7 +492,6 @@ def measure(fn, values, requires, out_grads, params, owned, resident, repeats: i
 
     # the profile's clock (CUDA events; on the CPU the thread's CPU time with one intra-op
     # thread): the fixed options are timed on it, and the plan compares the two
-    from .profile import Timer
 
     timer = Timer(device)
     fwd, bwd = [], []
@@ -567,7 +566,6 @@ def release_when_consumed(roots, grads, may_free=lambda g: True, before_free=Non
     holds it until the backward returns), unless something that node produced is a view of it
     or `may_free(g)` says no (`before_free()` and `after_free()`, when given, are called
     around it). Returns the hooks' handles."""
-    from .runtime import _release_engine_grad
 
     by_node: dict = {}
     for r, g in zip(roots, grads):
@@ -582,7 +580,7 @@ def release_when_consumed(roots, grads, may_free=lambda g: True, before_free=Non
                       if isinstance(t, torch.Tensor)}
             for g in gs:
                 if g.untyped_storage().data_ptr() not in passed and may_free(g):
-                    _release_engine_grad(g)
+                    release_engine_grad(g)
             gs.clear()
             if after_free is not None:
                 after_free()
@@ -615,7 +613,6 @@ def measure_steps(layer: SegmentedLayer, values, requires, out_grads, owned=(), 
     also the backward's highest window above the memory before it less the gradients it
     created, and the forward as steps (one per segment; each step's overhead above the memory
     before + the phantom + the outputs, as the graph data's `fwd_steps` count it, at least 0)."""
-    from .runtime import _placeholder
 
     device = device or (values[0].device if values else torch.device("cpu"))
     # fresh storages, owned here alone: releasing one frees it
@@ -637,7 +634,7 @@ def measure_steps(layer: SegmentedLayer, values, requires, out_grads, owned=(), 
         return toks + ([("params",)] if any(p.grad is not None for p in owned) else [])
 
     def release_input(i: int) -> None:
-        xs[i].data = _placeholder(xs[i])
+        xs[i].data = placeholder(xs[i])
         released.append(("in", i))
 
     def on_round(s: int) -> None:
@@ -673,7 +670,7 @@ def measure_steps(layer: SegmentedLayer, values, requires, out_grads, owned=(), 
                     roots.append(o)
                     root_grads.append(grads[j])
                 if o.requires_grad and o.grad_fn is not None:
-                    o.data = _placeholder(o)
+                    o.data = placeholder(o)
             del outs
             before = mt.current
             layer.on_round = on_round
@@ -1026,7 +1023,6 @@ def add_generated_options(profiled, *, model: str = "layer_options",
 
 def _add_layer_options(lp, part, named, resident, registry, values_of, gen, **generate) -> list:
     """`add_generated_options` for one layer profile `lp`: its generated options."""
-    from .profile import OptionProfile
 
     layer = part.layer(lp.name)
     values = values_of[lp.name]

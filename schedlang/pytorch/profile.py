@@ -53,12 +53,16 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
-                                    create_selective_checkpoint_contexts)
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+)
 
 from ..errors import Loc, SchedError
 from ..hgraph import FAST_FORWARD
-from .memory import MemoryTracker, storage_key
+from .block_offload import offloading
+from .memory import MemoryTracker, storage_bytes, storage_key
 from .partition import LayerPart, Partitioned
 
 __all__ = ["OptionProfile", "LayerProfile", "ProfiledGraph", "profile", "SAVE_OPS",
@@ -295,7 +299,6 @@ class _Runner:
             ctx = (lambda: _recording_context(recorder)) if recorder is not None else selective_context
             return _outputs(checkpoint(m, *xs, use_reentrant=False, context_fn=ctx))
         if option == "offload":
-            from .block_offload import offloading
 
             self.copied[0] = 0
             with offloading(self.resident_keys, self.copied):
@@ -520,7 +523,6 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
         dev = torch.device(device)
     resident = params_all + buffers
     resident_keys = {storage_key(t) for t in resident}
-    from .memory import storage_bytes
 
     param_bytes = storage_bytes(params_all)
     buffer_bytes = storage_bytes(buffers)

@@ -37,6 +37,10 @@ import time
 from pathlib import Path
 
 from ..errors import SchedError
+from .factory import load_factory
+from .fit import fit
+from .report import link_line
+from .trace import write_trace
 
 
 class RunError(SchedError):
@@ -107,8 +111,6 @@ def _parse_shape(text: str) -> tuple:
 
 def _build(args):
     import torch
-
-    from .factory import load_factory
 
     factory = load_factory(args.target, RunError)
     try:
@@ -181,7 +183,6 @@ def run_main(args) -> int:
         raise SchedError("schedlang run needs torch: pip install 'schedlang[torch]'") from None
     from ..plan import Plan
     from ..units import format_size
-    from .fit import fit
 
     if args.steps < 1:
         raise RunError("--steps must be at least 1")
@@ -224,7 +225,6 @@ def run_main(args) -> int:
     if args.plan_out and fm.plan is not None:
         fm.plan.save(args.plan_out)
     if args.graph_out:
-        from .trace import write_trace
 
         write_trace(fm.graph, args.graph_out, None, "rockmate")
     if args.plot or args.trace:
@@ -297,9 +297,8 @@ def run_main(args) -> int:
         print(line)
         print(f"fit        {fit_s:.2f} s (profile and solve)")
         if out["host_link"]:
-            from .fit import _link_line
 
-            print(f"host link  {_link_line(out['host_link'])}")
+            print(f"host link  {link_line(out['host_link'])}")
         if not held:
             print("outputs    released once the loss is computed: loss_fn(model(x)).backward()")
         if rep.calibrated is not None:

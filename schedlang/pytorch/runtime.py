@@ -70,7 +70,12 @@ from ..graph import Graph
 from ..hgraph import FAST_FORWARD
 from ..plan import Op, Plan
 from .guards import check_layer_outputs, checksum_buffer
+from .hostlink import host_buffer
+from .model_state import once_stats, running_stats_kept
+from .options import release_when_consumed
+from .profile import selective_context
 from .recompute import FirstRun, rng_devices
+from .tensors import constant_dtypes, placeholder, release_engine_grad, scalar
 
 __all__ = ["PlanExecutor", "PlanError", "PlanModule"]
 
@@ -88,41 +93,6 @@ _NO_GRAD_OPTIONS = ("recompute", FAST_FORWARD)
 
 def _is_params_grad(name: str) -> bool:
     return name.endswith(".params.grad")
-
-
-#: weak: the executors that made them hold them (`PlanExecutor.constants`), so that nothing of
-#: a fitted module outlives it
-_SCALARS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-
-
-def _scalar(dtype, device) -> torch.Tensor:
-    """One zero scalar per dtype and device, made once while an executor holds it (a step
-    allocates nothing for it)."""
-    key = (dtype, str(device))
-    z = _SCALARS.get(key)
-    if z is None:
-        z = _SCALARS[key] = torch.zeros((), dtype=dtype, device=device)
-    return z
-
-
-def _constant_dtypes(root: nn.Module) -> list:
-    """The dtypes of the executor's zero scalars: the floating types a placeholder may take
-    (float32, the half types autocast gives, the parameters')."""
-    return sorted({torch.float32, torch.float16, torch.bfloat16,
-                   *(p.dtype for p in root.parameters())}, key=str)
-
-
-def constant_bytes(root: nn.Module) -> int:
-    """Bytes of a plan executor's constants (`PlanExecutor.constants`), alive from its making
-    through every step: memory `fit` counts as resident (fx front end)."""
-    sizes = [torch.empty((), dtype=dt, device="meta").element_size()
-             for dt in _constant_dtypes(root)]
-    return sum(sizes) + torch.empty((), dtype=torch.float32, device="meta").element_size()
-
-
-def _placeholder(t: torch.Tensor) -> torch.Tensor:
-    """A tensor with `t`'s sizes, dtype and device and no memory of its own."""
-    return _scalar(t.dtype, t.device).expand(t.shape)
 
 
 def _extent(t: torch.Tensor) -> tuple[int, int]:
@@ -250,8 +220,8 @@ class PlanExecutor:
         self.device = self._find_device()
         # the placeholders' scalars and the checksums' buffer, made now rather than inside
         # the first measured step (`constant_bytes`: counted as resident)
-        self.constants = [_scalar(dtype, self.device)
-                          for dtype in _constant_dtypes(self.part.root)]
+        self.constants = [scalar(dtype, self.device)
+                          for dtype in constant_dtypes(self.part.root)]
         self.constants.append(checksum_buffer(self.device))
         self._check_plan()
         loss_at = [k for k, op in enumerate(plan.ops) if op.op == "compute" and op.node == "loss"]
@@ -402,7 +372,7 @@ class PlanExecutor:
                 run.engine_grads.add(gname)
         for name in self.loss_outputs:
             if name not in run.values and not name.endswith(".grad") and name in self.data_names:
-                run.values[name] = _scalar(torch.float32, self.device)  # the loss value: unused
+                run.values[name] = scalar(torch.float32, self.device)  # the loss value: unused
         for op in self.backward_ops:
             self._do(run, op)
         out = []
@@ -484,7 +454,6 @@ class PlanExecutor:
         stack = contextlib.ExitStack()
         stack.enter_context(state.again())
         # a run after the first: BatchNorm running statistics are updated once per step
-        from .hooked import running_stats_kept
 
         stack.enter_context(running_stats_kept(self.layers[layer].module))
         return stack
@@ -551,7 +520,6 @@ class PlanExecutor:
             from torch.utils.checkpoint import checkpoint
 
             context_fn = _selective_context_fn()
-            from .hooked import once_stats
 
             with self._replaying(run, layer), torch.enable_grad():
                 outs = _as_tuple(checkpoint(once_stats(lp.module, lp.module), *leaves,
@@ -569,7 +537,7 @@ class PlanExecutor:
         for name, t in zip(lp.outputs, outs):
             if t.requires_grad and t.grad_fn is not None:
                 ph.roots.append((name, t))
-                t.data = _placeholder(t)
+                t.data = placeholder(t)
             elif t.requires_grad:  # a leaf returned as is: its gradient is the output's
                 ph.roots.append((name, t))
         for d, leaf in zip(lp.inputs, leaves):
@@ -577,7 +545,7 @@ class PlanExecutor:
                 ph.leaves[d] = leaf
                 # the memory is the datum's; the checkpoint's frame (selective) reads its
                 # inputs again at the backward, which restores them first
-                leaf.data = _placeholder(leaf)
+                leaf.data = placeholder(leaf)
         run.phantoms[layer] = ph
 
     def _refer(self, run: _Run, ph: _Phantom, iface: list[tuple[str, torch.Tensor]]) -> None:
@@ -706,7 +674,6 @@ class PlanExecutor:
         handles = []
         if early:  # the output gradients the plan deletes after this node: freed in it, once
             # the node of their output has run (unless another datum shares the memory)
-            from .options import release_when_consumed
 
             def may_free(g):
                 ptr = g.untyped_storage().data_ptr()
@@ -785,7 +752,7 @@ class PlanExecutor:
         def release(d: str) -> None:
             leaf = ph.leaves.get(d)
             if leaf is not None:
-                leaf.data = _placeholder(leaf)
+                leaf.data = placeholder(leaf)
             self._delete(run, d)
             run.released.add(d)
 
@@ -832,7 +799,7 @@ class PlanExecutor:
             shared = any(isinstance(w, torch.Tensor) and w.numel() and
                          w.untyped_storage().data_ptr() == ptr for w in run.values.values())
             if not shared:  # (an identity layer may have passed it on as an input gradient)
-                _release_engine_grad(v)
+                release_engine_grad(v)
             return
         # a phantom that refers to the datum: when the option's backward `needs` it, the plan
         # brings it back before that backward (the reference resolves then); otherwise the
@@ -924,7 +891,6 @@ class PlanExecutor:
             torch.cuda.current_stream(self.device).wait_event(event)
 
     def _host_empty(self, shape, dtype) -> torch.Tensor:
-        from .hostlink import host_buffer
 
         return host_buffer(shape, dtype, self.device)
 
@@ -1149,19 +1115,6 @@ def _deleted_after(plan: Plan) -> dict[int, set]:
     return out
 
 
-def _release_engine_grad(t: torch.Tensor) -> None:
-    """Free the storage of a gradient the autograd engine handed to the plan's backward: the
-    engine keeps a reference until the backward returns but never reads it again. Only a
-    gradient that fills its whole storage is freed (not a slice of a larger gradient, nor a
-    broadcast value). A user hook that kept this very tensor (``retain_grad`` on the model's
-    output) would see it emptied."""
-    if not isinstance(t, torch.Tensor) or t.numel() == 0 or not t.is_contiguous():
-        return
-    storage = t.untyped_storage()
-    if storage.nbytes() == t.numel() * t.element_size():
-        storage.resize_(0)
-
-
 class _Marker:
     """The datum `<layer>.params.grad`: the gradients live in the parameters' `.grad`."""
 
@@ -1189,7 +1142,6 @@ def _alive(state) -> _Run:
 def _selective_context_fn():
     """The `context_fn` of the selective option: `schedlang.pytorch.profile`'s, so that the
     runtime keeps what the profiler measured."""
-    from .profile import selective_context
 
     return selective_context
 

@@ -29,6 +29,8 @@ import hashlib
 
 from ..errors import DataError, Loc
 from ..graph import Graph, Segment, Segments
+from .opgraph import record_ops
+from .options import SegmentedLayer, layer_inputs
 
 __all__ = ["build", "describe", "register", "units_signature"]
 
@@ -74,7 +76,6 @@ def build(og, module, segments: Segments, what: str = "the option"):
     DataError (located at the segments) when they do not fit that op graph or nest in a way
     the runtime does not run. One checkpoint around all units with a cut inside is the
     layer run `nested`."""
-    from .options import SegmentedLayer
 
     where = segments.loc or WHERE
     n = len(og.units)
@@ -134,8 +135,6 @@ def register(part, graph: Graph) -> int:
             if o.segments is not None and o.name not in registry.get(lay.name, {})]
     if not todo:
         return 0
-    from .opgraph import record_ops
-    from .options import layer_inputs
 
     values_of = layer_inputs(part)
     recorded: dict = {}  # identical layers are recorded once

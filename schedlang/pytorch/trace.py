@@ -35,6 +35,13 @@ from pathlib import Path
 
 from ..errors import DataError, Loc, SchedError
 from ..graph import DataNode, Graph, Layer, Loss, Option, Step
+from .factory import load_factory
+from .memory import storage_bytes
+from .opgraph import record_ops
+from .options import SegmentedLayer, add_generated_options
+from .partition import partition
+from .profile import OPTIONS, profile
+from .segments import describe
 
 __all__ = ["TraceInfo", "to_graph", "trace", "write_trace", "read_trace_info",
            "add_trace_arguments", "trace_main", "LOSS_TIME"]
@@ -133,8 +140,6 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
 
 def _segments(callable_):
     """The `segments` of a generated option's callable (None for another callable)."""
-    from .options import SegmentedLayer
-    from .segments import describe
 
     return describe(callable_) if isinstance(callable_, SegmentedLayer) else None
 
@@ -150,8 +155,6 @@ def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, 
     if importlib.util.find_spec("torch") is None:
         raise SchedError("tracing a PyTorch model needs torch: pip install 'schedlang[torch]'",
                          WHERE)
-    from .partition import partition
-    from .profile import OPTIONS, profile
 
     from .. import progress
 
@@ -159,7 +162,6 @@ def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, 
         part = partition(model, sample_inputs, layers)
     profiled = profile(part, repeats=repeats, options=options or OPTIONS, device=device)
     if op_options:
-        from .options import add_generated_options
 
         add_generated_options(profiled, **(op_options if isinstance(op_options, dict) else {}))
     shapes = ", ".join("x".join(str(s) for s in part.data[d].shape) for d in part.inputs)
@@ -316,7 +318,6 @@ def trace_main(args) -> int:
         resolve_model(op_model, Path.cwd(), Loc("--op-model"))
     options = [o.strip() for o in args.options.split(",") if o.strip()]
     from ..paths import writable_file
-    from .factory import load_factory
 
     writable_file(args.output, Loc("-o"), "graph data")  # before tracing, not after
 
@@ -384,8 +385,6 @@ def _trace_ops_main(args, model, inputs) -> int:
     from ..problem import resolve_budget
     from ..units import format_size
     from ..writer import write_graph
-    from .memory import storage_bytes
-    from .opgraph import record_ops
 
     try:
         og = record_ops(model, inputs, repeats=args.repeats)
