@@ -6,7 +6,7 @@ For each model, `fit(..., frontend="blocks")` is asked for a budget below reach 
 smallest feasible budget its `FitError` names (bisection with the solver) is printed as a
 share of plain execution's predicted peak, with and without `loss_fn`, for:
 
-* `auto`: the automatic choice (`schedlang.pytorch.blocks.candidate_blocks`);
+* `auto`: the automatic choice (`schedlang.pytorch.frontends.blocks.find.candidate_blocks`);
 * `coarse`: the root's direct children (`layers=[...]`: what the choice was before plain
   Sequentials of composite modules were split);
 * `leaves`: every Sequential split down to its leaf layers (`layers=[...]`).

@@ -1,4 +1,4 @@
-"""How the hook front end chooses its blocks (`schedlang.pytorch.blocks.candidate_blocks`).
+"""How the hook front end chooses its blocks (`schedlang.pytorch.frontends.blocks.find.candidate_blocks`).
 
 A plain `nn.Sequential` whose children are composite modules is split into them (each child a
 block of its own: recomputing one holds only its own internals in its backward), recursively;
@@ -55,7 +55,7 @@ def make_stages(batch: int = 4, size: int = 32, seed: int = 0):
 
 
 def test_sequentials_of_composite_modules_are_split():
-    from schedlang.pytorch.blocks import candidate_blocks, find_blocks
+    from schedlang.pytorch.frontends.blocks.find import candidate_blocks, find_blocks
 
     model, args, _, _ = make_stages()
     mode, names, _ = candidate_blocks(model)

@@ -10,10 +10,10 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from schedlang.planners.baselines import plan_checkpoint_groups  # noqa: E402
-from schedlang.pytorch.blocks import BlockError  # noqa: E402
+from schedlang.pytorch.frontends.blocks.find import BlockError  # noqa: E402
 from schedlang.pytorch.fit import fit, prepare  # noqa: E402
 from schedlang.pytorch.planning import group_plans_priced  # noqa: E402
-from schedlang.pytorch.hooked import GROUP, block_chains, group_plans, plan_choices  # noqa: E402
+from schedlang.pytorch.frontends.blocks.hooked import GROUP, block_chains, group_plans, plan_choices  # noqa: E402
 from schedlang.simulate import simulate  # noqa: E402
 
 from .hf_models import HF  # noqa: E402
@@ -191,7 +191,7 @@ def test_a_group_of_one_block_is_priced_as_the_option_recompute():
     """A group's rerun of a block in the backward is the recomputation a `recompute` block runs
     inside its backward: priced alike (`rerun_correction`), the two plans differ only by the
     forwards that keep nothing (`fast_forward` against `recompute`'s forward)."""
-    from schedlang.pytorch.hooked import rerun_correction
+    from schedlang.pytorch.frontends.blocks.hooked import rerun_correction
 
     model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)
     prep = _prepared(model, args, kwargs, loss_fn)

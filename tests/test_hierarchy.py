@@ -263,7 +263,7 @@ def test_identical_layers_are_solved_once(monkeypatch):
     """Equal blocks share one op graph and one series of solves, and a second profile of the
     same model solves nothing (the cache is keyed by the layer's structure)."""
     from schedlang.pytorch import options
-    from schedlang.pytorch.partition import partition
+    from schedlang.pytorch.frontends.fx.partition import partition
     from schedlang.pytorch.profile import profile
 
     model, inputs, _ = _gpt()

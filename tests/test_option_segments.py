@@ -191,7 +191,7 @@ def test_trace_file_solve_run(traced, tmp_path, capsys):
     import importlib.util
 
     from schedlang.pytorch.fit import fit, prepare
-    from schedlang.pytorch.segments import describe
+    from schedlang.pytorch.frontends.fx.segments import describe
     from tests.test_pytorch_runtime import assert_same, eager_grads, fit_step
 
     factory, out = traced
@@ -238,7 +238,7 @@ def test_trace_file_solve_run(traced, tmp_path, capsys):
 
 def test_a_file_that_does_not_fit_the_model_is_refused_where_it_says_so(traced, tmp_path,
                                                                          capsys):
-    from schedlang.pytorch.segments import units_signature  # noqa: F401 (needs torch)
+    from schedlang.pytorch.frontends.fx.segments import units_signature  # noqa: F401 (needs torch)
 
     factory, out = traced
     g = load_program([out]).graph
@@ -310,7 +310,7 @@ def test_plan_refusal_names_layer_and_option_without_a_file():
     from torch import nn
 
     from schedlang.pytorch.fit import prepare
-    from schedlang.pytorch.runtime import PlanError, PlanExecutor
+    from schedlang.pytorch.frontends.fx.runtime import PlanError, PlanExecutor
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))

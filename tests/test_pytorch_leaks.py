@@ -20,7 +20,7 @@ def _step(fm, model, args, kwargs, loss_fn):
 
 
 def test_a_planted_leak_fails_the_leak_check_and_the_tracker(monkeypatch):
-    from schedlang.pytorch import hooked
+    from schedlang.pytorch.frontends.blocks import hooked
     from schedlang.pytorch.fit import fit
     from schedlang.pytorch.memory import MemoryTracker
 

@@ -249,7 +249,7 @@ def test_offload_plan_first_step_hook_front_end():
     measured memory and the link's time, its first step measures the prediction."""
     pytest.importorskip("transformers")
     from schedlang.pytorch.fit import fit
-    from schedlang.pytorch.hooked import plan_choices
+    from schedlang.pytorch.frontends.blocks.hooked import plan_choices
 
     from .hf_models import HF
 
@@ -267,9 +267,9 @@ def test_offload_plan_first_step_hook_front_end():
 def test_per_block_plans_have_no_transfer_ops():
     pytest.importorskip("transformers")
     from schedlang.plan import Op
-    from schedlang.pytorch.blocks import BlockError
+    from schedlang.pytorch.frontends.blocks.find import BlockError
     from schedlang.pytorch.fit import fit
-    from schedlang.pytorch.hooked import plan_choices
+    from schedlang.pytorch.frontends.blocks.hooked import plan_choices
 
     from .hf_models import HF
 

@@ -1,4 +1,4 @@
-"""The PyTorch runtime (schedlang.pytorch.runtime) and the one-call API (schedlang.pytorch.fit).
+"""The PyTorch runtime (schedlang.pytorch.frontends.fx.runtime) and the one-call API (schedlang.pytorch.fit).
 
 Gradients of every parameter and input must equal eager PyTorch for plans of every kind
 (exactly where the computation is the same), dropout included (the same masks); the measured
@@ -115,7 +115,7 @@ def assert_same(ref, got, exact=True):
 
 
 def executor(part, plan, graph):
-    from schedlang.pytorch.runtime import PlanExecutor
+    from schedlang.pytorch.frontends.fx.runtime import PlanExecutor
 
     sim = simulate(plan, graph)
     assert sim.valid, sim.errors
@@ -126,7 +126,7 @@ def executor(part, plan, graph):
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("option", ["autograd", "recompute", "selective"])
 def test_single_option_plans_equal_eager(name, option):
-    from schedlang.pytorch.partition import partition
+    from schedlang.pytorch.frontends.fx.partition import partition
 
     model, inputs, loss_fn = ALL[name]()
     part = partition(model, inputs)
@@ -144,7 +144,7 @@ def test_single_option_plans_equal_eager(name, option):
 def test_recomputation_plans_equal_eager(name, option, drop):
     """Forwards run again (after fast_forward, or after a dropped phantom), outputs replaced
     and deleted data recomputed: same values, same dropout masks, same gradients."""
-    from schedlang.pytorch.partition import partition
+    from schedlang.pytorch.frontends.fx.partition import partition
 
     model, inputs, loss_fn = ALL[name]()
     part = partition(model, inputs)
@@ -157,8 +157,8 @@ def test_recomputation_plans_equal_eager(name, option, drop):
 
 
 def test_recomputed_output_equals_first_run_with_dropout():
-    from schedlang.pytorch.partition import partition
-    from schedlang.pytorch.runtime import PlanExecutor
+    from schedlang.pytorch.frontends.fx.partition import partition
+    from schedlang.pytorch.frontends.fx.runtime import PlanExecutor
 
     model, inputs, _ = make_dropout_mlp()
     part = partition(model, inputs)
@@ -180,8 +180,8 @@ def test_offload_prefetch_wait_on_cpu():
     """A datum offloaded in two halves, deleted, prefetched in two halves and waited, then
     used; a phantom (dropout's mask) offloaded, dropped, prefetched back and consumed by its
     backward: gradients equal eager PyTorch."""
-    from schedlang.pytorch.partition import partition
-    from schedlang.pytorch.runtime import PlanExecutor
+    from schedlang.pytorch.frontends.fx.partition import partition
+    from schedlang.pytorch.frontends.fx.runtime import PlanExecutor
 
     model, inputs, loss_fn = make_dropout_mlp()
     part = partition(model, inputs)
@@ -220,8 +220,8 @@ def test_offload_prefetch_wait_on_cpu():
 
 
 def test_bad_plans_are_reported():
-    from schedlang.pytorch.partition import partition
-    from schedlang.pytorch.runtime import PlanError, PlanExecutor
+    from schedlang.pytorch.frontends.fx.partition import partition
+    from schedlang.pytorch.frontends.fx.runtime import PlanError, PlanExecutor
 
     model, inputs, _ = make_mlp()
     part = partition(model, inputs)

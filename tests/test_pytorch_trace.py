@@ -9,7 +9,7 @@ from torch import nn  # noqa: E402
 
 from schedlang.errors import SchedError  # noqa: E402
 from schedlang.pytorch.memory import MemoryTracker, storage_bytes  # noqa: E402
-from schedlang.pytorch.partition import partition  # noqa: E402
+from schedlang.pytorch.frontends.fx.partition import partition  # noqa: E402
 
 from .torch_models import ALL, make_gpt, make_mlp, make_unet  # noqa: E402
 

@@ -392,7 +392,7 @@ def test_two_fits_of_one_model_each_run_their_own_plan():
 
 
 def test_a_block_called_twice_is_named():
-    from schedlang.pytorch.blocks import BlockError
+    from schedlang.pytorch.frontends.blocks.find import BlockError
     from schedlang.pytorch.fit import fit
 
     x = torch.randn(4, 8)
@@ -401,7 +401,7 @@ def test_a_block_called_twice_is_named():
 
 
 def test_fallback_only_when_asked():
-    from schedlang.pytorch.blocks import BlockError
+    from schedlang.pytorch.frontends.blocks.find import BlockError
     from schedlang.pytorch.fit import fit
 
     model = nn.Linear(8, 8)  # no submodule to wrap
@@ -417,7 +417,7 @@ def test_fallback_only_when_asked():
 
 
 def test_find_blocks_records_keyword_inputs_and_glue():
-    from schedlang.pytorch.blocks import find_blocks
+    from schedlang.pytorch.frontends.blocks.find import find_blocks
 
     model, args, kwargs, _ = HF["llama"](batch=2, seq=8, layers=3)
     found = find_blocks(model, args, kwargs)

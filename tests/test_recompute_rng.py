@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from schedlang.pytorch.blocks import find_blocks  # noqa: E402
-from schedlang.pytorch.hooked import GROUP, BlockWrappers  # noqa: E402
+from schedlang.pytorch.frontends.blocks.find import find_blocks  # noqa: E402
+from schedlang.pytorch.frontends.blocks.hooked import GROUP, BlockWrappers  # noqa: E402
 
 from .torch_models import make_gpt, make_keyword_blocks  # noqa: E402
 

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from ..errors import SchedError
 from ..graph import Graph
 from ..plan import Plan
-from .blocks import find_blocks
-from .hooked import BlockMixin
+from .frontends.blocks.find import find_blocks
+from .frontends.blocks.hooked import BlockMixin
 from .inputs import split_inputs
 from .model_state import preserved
 from .outputs import loss_moment

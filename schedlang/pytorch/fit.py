@@ -5,9 +5,9 @@
     model.memory_report()
 
 `fit` cuts the module into layers and profiles them — with a whole-model torch.fx trace
-(`schedlang.pytorch.trace`, run by `schedlang.pytorch.runtime`) or, with no trace, from its
-blocks found by hooks on one run (`schedlang.pytorch.blocks`, run by the in-place wrappers of
-`schedlang.pytorch.hooked`; `frontend=`, see `prepare`) —, solves `models/rockmate.sched` on the
+(`schedlang.pytorch.trace`, run by `schedlang.pytorch.frontends.fx.runtime`) or, with no trace, from its
+blocks found by hooks on one run (`schedlang.pytorch.frontends.blocks.find`, run by the in-place wrappers of
+`schedlang.pytorch.frontends.blocks.hooked`; `frontend=`, see `prepare`) —, solves `models/rockmate.sched` on the
 layered graph data at the budget (with the hook front end, a plan with checkpointed groups of
 blocks is taken instead where faster: `hooked.group_plans`), and returns a `FitModule` whose
 parameters are the original module's and whose forward/backward execute the plan.
@@ -142,7 +142,7 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     the model run as plain PyTorch with a warning instead of raising; never silently.
 
     `graph` (layered graph data of this model, as `trace` writes it) skips profiling (its
-    generated options are rebuilt from their `segments`: `schedlang.pytorch.segments`);
+    generated options are rebuilt from their `segments`: `schedlang.pytorch.frontends.fx.segments`);
     `plan` (made for that graph) skips solving. `measure`: track the peak of every training
     step (CPU: a dispatch mode, which slows the step; CUDA: the allocator's counters).
     `bandwidth`: the host link, bytes per second each way (a number, or text such as

@@ -16,12 +16,12 @@ from ..plan import Plan
 from ..units import format_size
 from .distributed import check_not_sharded_after, fsdp_storages
 from .guards import check_call
-from .hooked import BlockWrappers, plan_choices
+from .frontends.blocks.hooked import BlockWrappers, plan_choices
 from .memory import MemoryTracker, drop_closed_modes
 from .planning import solve_at, solve_extra
 from .prepare import Prepared
 from .report import MemoryReport
-from .runtime import PlanExecutor
+from .frontends.fx.runtime import PlanExecutor
 from .tensors import flat
 from .timeline import Recorder
 

@@ -40,11 +40,11 @@ from torch.utils._pytree import tree_flatten
 from ..errors import DataError, Loc
 from ..graph import Graph, Node
 from .memory import storage_key
+from .outputs import LOSS_TIME
 
 __all__ = ["OpUnit", "OpGraph", "record_ops", "run_graph"]
 
 WHERE = Loc("opgraph")
-LOSS_TIME = 1e-6
 #: the time of a parameter-gradient node (the backward node `g.<unit>` carries the measured
 #: time of both) and the name of the node that holds them all to the end of the step
 PARAM_GRAD_TIME = 1e-9

@@ -18,8 +18,8 @@ from ..plan import Plan
 from ..simulate import simulate
 from ..units import format_size
 from . import distributed
-from .block_offload import with_offload_options
-from .hooked import (
+from .frontends.blocks.offload import with_offload_options
+from .frontends.blocks.hooked import (
     PER_BLOCK,
     block_partition,
     group_plans,

@@ -15,13 +15,13 @@ from ..errors import SchedError
 from ..graph import Graph
 from ..planners.no_recompute import no_recompute_plan
 from ..simulate import simulate
-from .hooked import BlockWrappers, trace_blocks
+from .frontends.blocks.hooked import BlockWrappers, trace_blocks
 from .inputs import split_inputs
 from .live import read_before
 from .model_state import own_checkpointing, preserved
 from .outputs import loss_moment, measure_loss_overhead, released_graph
-from .partition import partition
-from .segments import register
+from .frontends.fx.partition import partition
+from .frontends.fx.segments import register
 from .tensors import constant_bytes, flat
 from .trace import trace
 
@@ -98,9 +98,9 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     """Partition and profile `model` (or take `graph`, e.g. read from a .sched file).
 
     `frontend`: ``"fx"`` cuts the model into layers with a whole-model `torch.fx` trace
-    (`schedlang.pytorch.partition`; finer layers: the glue joins them, and the runtime replays
+    (`schedlang.pytorch.frontends.fx.partition`; finer layers: the glue joins them, and the runtime replays
     any rockmate plan); ``"blocks"`` finds its blocks from the module tree and one run with
-    hooks (`schedlang.pytorch.blocks`; no trace: the model's own forward runs, the blocks are
+    hooks (`schedlang.pytorch.frontends.blocks.find`; no trace: the model's own forward runs, the blocks are
     wrapped in place); ``"auto"`` (the default) uses fx when the model traces and its inputs are
     positional tensors, else blocks.
 

@@ -15,7 +15,7 @@ from ..units import format_size
 from . import distributed
 from .distributed import fsdp_storages, is_fsdp
 from .fitmodule import FitModule
-from .hooked import BlockWrappers
+from .frontends.blocks.hooked import BlockWrappers
 from .memory import MemoryTracker
 from .model_state import preserved
 from .options import OPS_PREFIX, add_generated_options

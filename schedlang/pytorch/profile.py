@@ -22,7 +22,7 @@ measures, per option, what the runtime will execute:
   the outputs it kept. Offered only for layers that run
   such an op and where it keeps less than ``autograd``.
 * ``offload`` (asked for by name; the hook front end's wrappers with a host link,
-  `schedlang.pytorch.block_offload`): the forward under saved-tensor hooks that copy what
+  `schedlang.pytorch.frontends.blocks.offload`): the forward under saved-tensor hooks that copy what
   autograd saves to host memory, the backward copying each back when it reads it. Its phantom
   is what the forward leaves on the device beyond its outputs (nothing it saved stays there);
   it needs no datum; `host_bytes` is what the hooks copied (the link's time is added by
@@ -61,9 +61,9 @@ from torch.utils.checkpoint import (
 
 from ..errors import Loc, SchedError
 from ..hgraph import FAST_FORWARD
-from .block_offload import offloading
+from .frontends.blocks.offload import offloading
 from .memory import MemoryTracker, storage_bytes, storage_key
-from .partition import LayerPart, Partitioned
+from .frontends.fx.partition import LayerPart, Partitioned
 
 __all__ = ["OptionProfile", "LayerProfile", "ProfiledGraph", "profile", "SAVE_OPS",
            "selective_policy", "selective_context", "OPTIONS"]

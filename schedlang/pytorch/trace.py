@@ -39,16 +39,15 @@ from .factory import load_factory
 from .memory import storage_bytes
 from .opgraph import record_ops
 from .options import SegmentedLayer, add_generated_options
-from .partition import partition
+from .outputs import LOSS_TIME, LOSS_VALUE_BYTES
+from .frontends.fx.partition import partition
 from .profile import OPTIONS, profile
-from .segments import describe
+from .frontends.fx.segments import describe
 
 __all__ = ["TraceInfo", "to_graph", "trace", "write_trace", "read_trace_info",
-           "add_trace_arguments", "trace_main", "LOSS_TIME"]
+           "add_trace_arguments", "trace_main"]
 
 WHERE = Loc("trace")
-LOSS_TIME = 1e-6  # seconds: the loss node's time (the loss itself is the user's)
-LOSS_VALUE_BYTES = 8  # the loss scalar and its seed gradient (float32 each)
 _INFO_RE = re.compile(r"#\s*schedlang\.pytorch\s+(.*)$")
 
 
@@ -150,7 +149,7 @@ def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, 
 
     `op_options`: also generate options from each layer's op graph (`schedlang.pytorch.options`:
     True, or a dict of `add_generated_options` arguments, e.g. ``{"model": "my.sched"}``); each
-    is written with the `segments` the runtime rebuilds it from (`schedlang.pytorch.segments`).
+    is written with the `segments` the runtime rebuilds it from (`schedlang.pytorch.frontends.fx.segments`).
     `graph.trace_info` is the `TraceInfo` (resident bytes, the profiled layers)."""
     if importlib.util.find_spec("torch") is None:
         raise SchedError("tracing a PyTorch model needs torch: pip install 'schedlang[torch]'",

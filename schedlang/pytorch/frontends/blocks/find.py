@@ -1,6 +1,6 @@
 """Find a model's layer structure from its module tree and one real run (no symbolic trace).
 
-    from schedlang.pytorch.blocks import find_blocks
+    from schedlang.pytorch.frontends.blocks.find import find_blocks
     found = find_blocks(model, (input_ids,), {"attention_mask": mask})
     for call in found.blocks: print(call.name, call.inputs, "->", call.outputs)
 
@@ -73,12 +73,12 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ..errors import Loc, SchedError, did_you_mean
-from .inputs import tensor_leaves, unsupported
-from .memory import MemoryTracker
-from .model_state import preserved
-from .partition import TensorMeta, module_key
-from .profile import host_clock
+from ....errors import Loc, SchedError, did_you_mean
+from ...inputs import tensor_leaves, unsupported
+from ...memory import MemoryTracker
+from ...model_state import preserved
+from ..fx.partition import TensorMeta, module_key
+from ...profile import host_clock
 
 __all__ = ["BlockCall", "GlueSegment", "FoundBlocks", "BlockError", "candidate_blocks",
            "finer_blocks", "find_blocks"]

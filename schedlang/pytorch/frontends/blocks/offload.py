@@ -1,6 +1,6 @@
 """The hook front end's offload: what a block saves kept in host memory until its backward.
 
-A per-block wrapper (`schedlang.pytorch.hooked`) with the choice ``autograd+offload`` runs its
+A per-block wrapper (`schedlang.pytorch.frontends.blocks.hooked`) with the choice ``autograd+offload`` runs its
 block's forward under saved-tensor hooks (`offloading`): each tensor autograd saves (not a
 parameter or buffer, and on the compute device) is copied to host memory as it is saved, and
 copied back when the backward reads it, one tensor at a time. The device copy is freed as
@@ -30,8 +30,8 @@ import copy
 
 import torch
 
-from ..graph import Graph, Option
-from .hostlink import HostLink, host_buffer
+from ....graph import Graph, Option
+from ...hostlink import HostLink, host_buffer
 
 __all__ = ["offloading", "module_storages", "with_offload_options",
            "OFFLOAD"]

@@ -65,17 +65,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import SchedError
-from ..graph import Graph
-from ..hgraph import FAST_FORWARD
-from ..plan import Op, Plan
-from .guards import check_layer_outputs, checksum_buffer
-from .hostlink import host_buffer
-from .model_state import once_stats, running_stats_kept
-from .options import release_when_consumed
-from .profile import selective_context
-from .recompute import FirstRun, rng_devices
-from .tensors import constant_dtypes, placeholder, release_engine_grad, scalar
+from ....errors import SchedError
+from ....graph import Graph
+from ....hgraph import FAST_FORWARD
+from ....plan import Op, Plan
+from ...guards import check_layer_outputs, checksum_buffer
+from ...hostlink import host_buffer
+from ...model_state import once_stats, running_stats_kept
+from ...options import release_when_consumed
+from ...profile import selective_context
+from ...recompute import FirstRun, rng_devices
+from ...tensors import constant_dtypes, placeholder, release_engine_grad, scalar
 
 __all__ = ["PlanExecutor", "PlanError", "PlanModule"]
 

@@ -1,7 +1,7 @@
 """The hook-based front end: layered graph data from a model's blocks, and plans run by
 per-block wrappers, with no whole-model trace.
 
-* `trace_blocks(model, args, kwargs)` finds the blocks (`schedlang.pytorch.blocks`), profiles
+* `trace_blocks(model, args, kwargs)` finds the blocks (`schedlang.pytorch.frontends.blocks.find`), profiles
   each block's options with `schedlang.pytorch.profile` (``autograd``, ``recompute``,
   ``selective``; identical blocks once) on the tensors the sample run gave it, and writes
   layered graph data: one layer per block, and one layer per glue segment (the model's own
@@ -24,7 +24,7 @@ per-block wrappers, with no whole-model trace.
   ``recompute`` (``torch.utils.checkpoint``, non-reentrant, RNG state restored on the CPU and
   on every device of a tensor argument: `schedlang.pytorch.recompute`), ``selective`` (the
   same with the profiler's selective policy); ``offload`` of a block's saved tensors to host
-  memory (saved-tensor hooks, `schedlang.pytorch.block_offload`); a group (`_Group`: torch's
+  memory (saved-tensor hooks, `schedlang.pytorch.frontends.blocks.offload`); a group (`_Group`: torch's
   non-reentrant checkpoint opened by the first block's call and closed by the last's). A
   recomputed forward
   leaves BatchNorm running statistics as the first forward left them (they are updated once,
@@ -43,12 +43,12 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ..errors import Loc, SchedError
-from ..graph import DataNode, Graph, Layer, Loss, Option
-from ..hgraph import FAST_FORWARD
-from ..plan import Plan
-from .block_offload import OFFLOAD, module_storages, offloading
-from .blocks import (
+from ....errors import Loc, SchedError
+from ....graph import DataNode, Graph, Layer, Loss, Option
+from ....hgraph import FAST_FORWARD
+from ....plan import Plan
+from .offload import OFFLOAD, module_storages, offloading
+from .find import (
     BlockCall,
     BlockError,
     FoundBlocks,
@@ -56,11 +56,11 @@ from .blocks import (
     find_blocks,
     training_call,
 )
-from .model_state import once_stats, own_checkpointing, preserved, running_stats_kept
-from .partition import LayerPart, Partitioned
-from .profile import OPTIONS, profile, selective_context
-from .recompute import checkpoint_call, open_checkpoint
-from .trace import LOSS_TIME, LOSS_VALUE_BYTES
+from ...model_state import once_stats, own_checkpointing, preserved, running_stats_kept
+from ...outputs import LOSS_TIME, LOSS_VALUE_BYTES
+from ..fx.partition import LayerPart, Partitioned
+from ...profile import OPTIONS, profile, selective_context
+from ...recompute import checkpoint_call, open_checkpoint
 
 __all__ = ["trace_blocks", "BlockWrappers", "plan_choices", "BlockTrace", "PER_BLOCK"]
 
@@ -166,7 +166,7 @@ def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats:
     submodules the automatic block choice must not split (`find_blocks`). `offload`: measure
     the blocks' option ``offload`` too (`block_offload.offload_profiles`, for a host link),
     while the sample values it runs on are at hand."""
-    from .. import progress
+    from .... import progress
 
     with progress.phase("finding blocks"):
         found = find_blocks(model, args, kwargs, names, whole)
@@ -344,7 +344,7 @@ def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
     express a group: a group's blocks after the first keep nothing, not even their input."""
     from torch.utils import checkpoint as torch_checkpoint
 
-    from ..planners.baselines import plan_checkpoint_groups
+    from ....planners.baselines import plan_checkpoint_groups
 
     if not hasattr(torch_checkpoint, "_checkpoint_without_reentrant_generator"):
         return  # a torch without the checkpoint `_Group` opens across calls: no group plans

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import hashlib
 
-from ..errors import DataError, Loc
-from ..graph import Graph, Segment, Segments
-from .opgraph import record_ops
-from .options import SegmentedLayer, layer_inputs
+from ....errors import DataError, Loc
+from ....graph import Graph, Segment, Segments
+from ...opgraph import record_ops
+from ...options import SegmentedLayer, layer_inputs
 
 __all__ = ["build", "describe", "register", "units_signature"]
 
