@@ -281,7 +281,7 @@ class OpTimer:
 
 def measured_op_times(fm, model, inputs, loss_fn, steps: int) -> dict:
     timer = OpTimer()
-    ex = fm._executor
+    ex = fm.plan_executor
     ex.observer = timer
     try:
         for _ in range(steps):
@@ -327,7 +327,7 @@ def retimed(prep, measured: dict, tolerance: float = 0.25):
 def fit_retimed(model, inputs, loss_fn, budget, prep, args):
     fm = fit(model, inputs, budget, loss_fn=loss_fn, prepared=prep, measure=False,
              time_limit=args.time_limit, calibrate=False)
-    if fm._executor is None and fm.plan is not None:  # the hook front end: no op observer
+    if fm.plan_executor is None and fm.plan is not None:  # the hook front end: no op observer
         return fm, "not re-timed (hook front end: its blocks run as the model calls them)"
     notes = []
     for _ in range(2):

@@ -38,7 +38,7 @@ import torch  # noqa: E402
 
 from schedlang.planners.no_recompute import no_recompute_plan  # noqa: E402
 from schedlang.pytorch.fit import prepare, solve_plan  # noqa: E402
-from schedlang.pytorch.planning import offloadable  # noqa: E402
+from schedlang.pytorch.frontends.fx.frontend import offloadable  # noqa: E402
 from schedlang.pytorch.outputs import loss_moment  # noqa: E402
 from schedlang.simulate import simulate  # noqa: E402
 from tests.torch_models import GPT  # noqa: E402

@@ -235,7 +235,7 @@ def test_generated_options_execute_like_eager():
         rep = fm.memory_report()
         assert abs(rep.measured_peak_bytes - rep.predicted_peak_bytes) <= \
             TOLERANCE * rep.predicted_peak_bytes, (pick("blocks.0"), rep)
-        assert fm._executor.last_stats["pinned"] == 0
+        assert fm.plan_executor.last_stats["pinned"] == 0
 
 
 def test_fit_with_generated_options_within_budget():

@@ -141,7 +141,7 @@ def test_offload_plans_move_each_saved_storage_once():
     assert all(o.pinned for lay in fm._prep.graph.layers for o in lay.options
                if o.name == "selective")
     fit_step(fm, model, inputs, loss_fn)
-    stats = fm._executor.last_stats
+    stats = fm.plan_executor.last_stats
     assert stats["offloaded_bytes"] > 0 and stats["prefetched_bytes"] > 0
     rep = fm.memory_report()
     assert rep.measured_peak_bytes <= rep.budget_bytes

@@ -292,7 +292,7 @@ def test_fit_gradients_and_measured_peaks(name):
         assert pred <= rep.budget_bytes
         assert meas <= rep.budget_bytes, (pct, meas, rep.budget_bytes)
         assert abs(meas - pred) <= TOLERANCE * pred, (pct, meas, pred)
-        assert fm._executor.last_stats["pinned"] == 0
+        assert fm.plan_executor.last_stats["pinned"] == 0
         measured.append(meas)
     for hi, lo in zip(measured, measured[1:]):
         assert lo <= hi, measured

@@ -40,6 +40,9 @@ def _step(module, model, args, kwargs, loss_fn, seed=123):
     """Gradients, loss, RNG state, buffers and the output's type after one step, as host
     copies (`leaks.host_copy`: nothing a later measured step would count)."""
     model.zero_grad(set_to_none=True)
+    for t in (*args, *kwargs.values()):  # an earlier step's input gradient: the caller's
+        if isinstance(t, torch.Tensor):  # memory, beside the step's own (as on CUDA)
+            t.grad = None
     torch.manual_seed(seed)
     out = module(*args, **kwargs)
     loss = loss_fn(out)

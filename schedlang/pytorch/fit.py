@@ -265,10 +265,10 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     if probe is None:  # default: the hook front end, whose glue the profile cannot replay,
         # and plans with generated options, whose in-node frees follow measured sub-steps
 
-        probe = prep.frontend == "blocks" or (fm.plan is not None and any(
+        probe = prep.front.probes_by_default or (fm.plan is not None and any(
             op.op == "compute" and (op.option or "").startswith(OPS_PREFIX)
             for op in fm.plan.ops))
-    if probe and prep.frontend in ("blocks", "fx") and measure:
+    if probe and prep.front is not None and measure:
         try:
             probe_until_within(fm, args, kwargs, loss_fn, want, solver, time_limit, backend,
                                 extra)

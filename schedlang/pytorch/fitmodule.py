@@ -16,12 +16,10 @@ from ..plan import Plan
 from ..units import format_size
 from .distributed import check_not_sharded_after, fsdp_storages
 from .guards import check_call
-from .frontends.blocks.hooked import BlockWrappers, plan_choices
 from .memory import MemoryTracker, drop_closed_modes
 from .planning import solve_at, solve_extra
 from .prepare import Prepared
 from .report import MemoryReport
-from .frontends.fx.runtime import PlanExecutor
 from .tensors import flat
 from .timeline import Recorder
 
@@ -43,8 +41,6 @@ class FitModule(nn.Module):
         self._budget = budget
         self.measure = measure
         self._solve_s = solve_s
-        self._executor = None
-        self._runner: list = []  # the PlanModule (in a list: not a submodule of this one)
         self._measured: int | None = None
         self._step_s: float | None = None
         self._tracker = None
@@ -56,32 +52,33 @@ class FitModule(nn.Module):
         self._pending: tuple[int, int] | None = None  # (measured, predicted) to re-plan with
         self._calibrated: dict | None = None
         self._recorder = None  # a `timeline.Recorder` while `record_timeline()` is on
-        self._wrappers = None
         self._probes: list[dict] = []  # the probe steps `fit` ran (hook front end)
         self._fallback: str | None = None
-        if prepared.frontend == "blocks":
-
-            self._wrappers = BlockWrappers(prepared.partitioned.found)
+        # the front end's executor of the plan (None: fallback, plain PyTorch)
+        self._run = None if prepared.front is None else prepared.front.runner(prepared)
         self._set_plan(plan)
 
     def _set_plan(self, plan: Plan | None) -> None:
         self._plan = plan
-        self._executor = None
-        self._runner = []
-        if self._wrappers is not None:
+        if self._run is None:
+            return
+        # a backward that raises (GraphChanged, a PlanError) ends the measured step: its
+        # tracker must not stay on the dispatch stack counting later ops (a weak method:
+        # a cycle would keep the module and its model alive after `del` until a collection)
+        closing = weakref.WeakMethod(self._close_tracker)
+        self._run.set_plan(plan, lambda: (closing() or _nothing)())
 
-            blocks = [b.name for b in self._prep.partitioned.found.blocks]
-            self._wrappers.set(None if plan is None
-                               else plan_choices(plan, self._prep.graph, blocks))
-        elif plan is not None:
+    def ensure_plan(self) -> None:
+        """Make this module's plan the one its model runs (another fit of the same model, a
+        probe, may have set its own)."""
+        if self._run is not None:
+            self._run.ensure()
 
-            self._executor = PlanExecutor(self._prep.partitioned, plan, self._prep.graph)
-            # a backward that raises (GraphChanged, a PlanError) ends the measured step: its
-            # tracker must not stay on the dispatch stack counting later ops (a weak method:
-            # a cycle would keep the module and its model alive after `del` until a collection)
-            closing = weakref.WeakMethod(self._close_tracker)
-            self._executor.on_error = lambda: (closing() or _nothing)()
-            self._runner = [self._executor.module()]
+    @property
+    def plan_executor(self):
+        """The fx front end's `PlanExecutor` of the current plan (None with the hook front
+        end or without a plan)."""
+        return None if self._run is None else self._run.plan_executor
 
     @property
     def plan(self) -> Plan | None:
@@ -217,21 +214,21 @@ class FitModule(nn.Module):
 
     @property
     def frontend(self) -> str:
-        """``"fx"`` (the plan runs on the fx-partitioned module) or ``"blocks"`` (the model's
-        own forward runs; its blocks are wrapped in place)."""
+        """The front end's name: ``"fx"`` (the plan runs on the fx-partitioned module) or
+        ``"blocks"`` (the model's own forward runs; its blocks are wrapped in place)."""
         return self._prep.frontend
 
     def unwrap(self) -> nn.Module:
         """The model with its blocks' wrappers removed (hook front end): plain PyTorch again."""
-        if self._wrappers is not None:
-            self._wrappers.unwrap()
-            self._wrappers = None
+        if self._run is not None and self._run.in_place:
+            self._run.unwrap()
+            self._run = None
         return self.module
 
     def forward(self, *args, **kwargs):
 
         drop_closed_modes()  # the previous measured step's tracker (closed in the backward)
-        if self._prep.fsdp is None and self._prep.frontend != "none":
+        if self._prep.fsdp is None and self._prep.front is not None:
 
             check_not_sharded_after(self.module)
         check_call(self, args, kwargs)  # dtype/device as fitted; a new shape: its own plan
@@ -256,12 +253,9 @@ class FitModule(nn.Module):
         return out
 
     def _call(self, *args, **kwargs):
-        if self._wrappers is not None:
-            self._wrappers.ensure()  # another fit of this model may have set its own plan
+        if self._run is None:
             return self.module(*args, **kwargs)
-        if self._executor is None:
-            return self.module(*args, **kwargs)
-        return self._runner[0](*args, **kwargs)
+        return self._run.call(self.module, args, kwargs)
 
 
 def _nothing() -> None:

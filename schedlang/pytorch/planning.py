@@ -18,23 +18,17 @@ from ..plan import Plan
 from ..simulate import simulate
 from ..units import format_size
 from . import distributed
-from .frontends.blocks.offload import with_offload_options
 from .frontends.blocks.hooked import (
-    PER_BLOCK,
-    block_partition,
-    group_plans,
-    offload_profiles,
     rerun_correction,
 )
 from .hostlink import HostLink, resolve_link
-from .lifetimes import earliest_deletes
 from .outputs import loss_moment, released_bytes, uncounted_outputs
 from .prepare import Prepared
 from .tensors import flat
 
 __all__ = ["FitError", "resolve_fit_budget", "solve_plan", "smallest_feasible", "solve_extra",
            "solve_at", "solve_or_raise", "priced", "with_link", "solve_linked", "linked",
-           "offloadable", "group_plans_priced", "as_before"]
+           "group_plans_priced", "as_before"]
 
 log = logging.getLogger("schedlang.pytorch")
 
@@ -158,7 +152,7 @@ def frontend_extensions(prep: Prepared) -> tuple:
     """The .sched extensions the front end's runtime needs (beyond `solve_plan`'s held
     outputs): per-block wrappers run only the plans of models/extensions/per_block.sched."""
 
-    return (PER_BLOCK,) if prep.frontend == "blocks" else ()
+    return prep.front.extensions() if prep.front is not None else ()
 
 
 def solve_extra(prep: Prepared) -> dict:
@@ -227,14 +221,7 @@ def as_runtime_frees(plan: Plan, prep: Prepared) -> Plan:
     """`plan` with the deletes the runtime does itself right after their last use, repriced:
     every datum with the hook front end (the model's own code frees it), the outputs of a
     loop that releases them with fx (handed to the caller, freed once the loss is computed)."""
-    if prep.frontend == "blocks":
-        moved = earliest_deletes(plan, prep.graph)
-    elif not prep.outputs_held and prep.graph.loss is not None:
-        released = {d.name for d in prep.graph.data
-                    if d.name in prep.graph.loss.inputs and d.role != "output"}
-        moved = earliest_deletes(plan, prep.graph, released)
-    else:
-        return plan
+    moved = prep.front.runtime_frees(plan, prep)
     return plan if moved is plan else priced(moved, prep)
 
 
@@ -245,9 +232,8 @@ def priced(plan: Plan, prep: Prepared) -> Plan:
     plan.predicted_peak = max(sim.peak_bytes,
                               loss_moment(plan, prep.graph) + prep.loss_overhead)
     plan.predicted_time = sim.time
-    if prep.frontend == "blocks":  # a group's reruns, priced as recomputations
-
-        plan.predicted_time += rerun_correction(plan, prep.graph)
+    if prep.front is not None:  # e.g. a group's reruns, priced as recomputations
+        plan.predicted_time += prep.front.time_correction(plan, prep.graph)
     return plan
 
 
@@ -315,15 +301,14 @@ def group_plans_priced(prep: Prepared) -> list[tuple[int, Plan]]:
     as `solve_plan` sets them. Cached on `prep`. None with FSDP: a group's recomputation runs
     its first blocks when their parameters may be resharded (their backward has not begun)."""
 
-    if prep.frontend != "blocks" or prep.fsdp is not None or distributed.active():
+    if not prep.front.groups or prep.fsdp is not None or distributed.active():
         return []
     key = (prep.loss_overhead, prep.output_bytes)
     if prep.grouped is None or prep.grouped[0] != key or prep.grouped[1] is not prep.graph:
 
-        blocks = [b.name for b in prep.partitioned.found.blocks]
         uncounted = uncounted_outputs(prep.graph, prep.output_bytes)
         priced = []
-        for plan in group_plans(prep.graph, blocks):
+        for plan in prep.front.group_plans(prep):
             sim = simulate(plan, prep.graph)
             if not sim.valid:
                 continue
@@ -374,46 +359,8 @@ def as_before(prep: Prepared, found: Plan | None, activation: int, solver: str) 
 
 
 def linked(prep, link: HostLink):
-    """`prep` (a `fit.Prepared`) planned with the host link `link`; the caller's `prep` stays
-    as it is. fx layers: the graph gets the link's bandwidths (`models/offload.sched` then
-    schedules transfers, which the plan executor runs) and loses the options whose phantom
-    lives inside checkpoints (`offloadable`). Blocks: each block gets the option ``offload``
-    (`block_offload.with_offload_options`), measured on first use."""
-    import copy
-    import dataclasses
-
-    if prep.frontend == "blocks":
-
-        tr = prep.partitioned
-        if tr.offload is None:
-            if not tr.found.values:  # the sample values were released after the profile
-                raise SchedError("fit(bandwidth=...) of a hook-front-end model needs its "
-                                 "blocks' option offload measured: prepare(..., offload=True)")
-            offload_profiles(tr, block_partition(tr.found))
-        graph = with_offload_options(prep.graph, offload_profiles(tr), link)
-    else:
-        graph = copy.copy(prep.graph)
-        graph.bandwidths = {"offload": link.offload, "prefetch": link.prefetch}
-        graph.layers = [offloadable(lay) for lay in graph.layers]
-    return dataclasses.replace(prep, graph=graph, solved=[], grouped=None)
-
-
-def offloadable(layer):
-    """`layer` with its ``selective`` and generated (``ops...``) options pinned: their phantoms
-    live inside checkpoints (`torch.utils.checkpoint` keeps what the policy saves), where the
-    runtime cannot move them to the host; they stay choices, so that every recompute-only
-    plan is a plan of the offloading model too (dropping them made the offload plan of the
-    fx GPT slower than recomputation alone)."""
-    import copy
-    import dataclasses
-
-    if not any(_in_checkpoints(o.name) and not o.pinned for o in layer.options):
-        return layer
-    layer = copy.copy(layer)
-    layer.options = [dataclasses.replace(o, pinned=True) if _in_checkpoints(o.name) else o
-                     for o in layer.options]
-    return layer
-
-
-def _in_checkpoints(option: str) -> bool:
-    return option == "selective" or option.startswith("ops")
+    """`prep` (a `Prepared`) planned with the host link `link` (its front end's
+    `with_link`: fx layers get the link's bandwidths, blocks the option ``offload``); the
+    caller's `prep` stays as it is."""
+    return dataclasses.replace(prep, graph=prep.front.with_link(prep, link), solved=[],
+                               grouped=None)

@@ -15,15 +15,13 @@ from ..errors import SchedError
 from ..graph import Graph
 from ..planners.no_recompute import no_recompute_plan
 from ..simulate import simulate
-from .frontends.blocks.hooked import BlockWrappers, trace_blocks
+from .frontends.blocks.frontend import BLOCKS
+from .frontends.fx.frontend import FX
 from .inputs import split_inputs
 from .live import read_before
-from .model_state import own_checkpointing, preserved
+from .model_state import preserved
 from .outputs import loss_moment, measure_loss_overhead, released_graph
-from .frontends.fx.partition import partition
-from .frontends.fx.segments import register
-from .tensors import constant_bytes, flat
-from .trace import trace
+from .tensors import flat
 
 __all__ = ["Prepared", "prepare", "loss_tensor_bytes", "LOSS_RESERVE", "LOSS_SCALAR_BYTES",
            "FRONTENDS"]
@@ -75,6 +73,11 @@ class Prepared:
     # fit(bandwidth=...): the host link planned with and which plan was kept (`solve_linked`)
     host_link: dict | None = None
 
+    @property
+    def front(self):
+        """The `Frontend` the layers were found by (None: fallback, plain PyTorch)."""
+        return FRONTENDS.get(self.frontend)
+
 
 def loss_tensor_bytes(model: nn.Module, args: tuple, kwargs: dict, loss_fn, known) -> int:
     """Bytes of the tensors `loss_fn` reads of its own on the model's device (targets, class
@@ -89,7 +92,8 @@ def loss_tensor_bytes(model: nn.Module, args: tuple, kwargs: dict, loss_fn, know
     return sum(s.nbytes() for key, s in read.items() if key not in known and key not in outs)
 
 
-FRONTENDS = ("auto", "fx", "blocks")
+#: the front ends by name (`prepare(frontend=...)`); "auto": fx where the model traces
+FRONTENDS = {"auto": None, FX.name: FX, BLOCKS.name: BLOCKS}
 
 
 def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = None,
@@ -115,55 +119,13 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
         raise SchedError(f"frontend must be one of {', '.join(FRONTENDS)}, got {frontend!r}")
     note = ""
     if frontend == "auto":
-        if graph is not None:
-            frontend = "fx"
-        elif kwargs or not all(isinstance(a, torch.Tensor) for a in args):
-            frontend, note = "blocks", "keyword or non-tensor inputs: torch.fx is not tried"
-        else:
-
-            try:
-                partition(model, args, layers)
-                frontend = "fx"
-            except SchedError as exc:
-                frontend, note = "blocks", f"torch.fx: {exc}"
-                log.info("schedlang fit: %s; using the hook front end (blocks)", note)
-    if frontend == "blocks":
-
-        with BlockWrappers.plain(model):  # a model an earlier fit wrapped: profiled plain
-            tr = trace_blocks(model, args, kwargs, layers, offload=offload, **trace_kwargs)
-        graph, part = tr.graph, tr
-        if own_checkpointing(model):
-            log.warning("schedlang fit: the model's own gradient checkpointing is on; it is "
-                        "off while the model is fitted (the plan decides what is recomputed; "
-                        "unwrap() turns it back on)")
-        if tr.found.cache_dropped:
-            log.warning("schedlang fit: %d block(s) (%s ...) were called with a key/value "
-                        "cache; in training they run without it, as transformers' gradient "
-                        "checkpointing does, and the model's output carries an empty cache "
-                        "(set config.use_cache=False to silence this)",
-                        len(tr.found.cache_dropped), tr.found.cache_dropped[0])
-    else:
-        if kwargs:
-            raise SchedError("frontend 'fx' takes positional tensor inputs only; use "
-                             "frontend='blocks' for keyword inputs")
-        part = None
-        if graph is None:
-
-            graph = trace(model, args, layers=layers, **trace_kwargs)
-            info = getattr(graph, "trace_info", None)
-            part = getattr(getattr(info, "profiled", None), "part", None)
-        else:  # traced from this very model: its partitioned module (with the callables of
-            # any generated options) serves
-            traced = getattr(getattr(getattr(graph, "trace_info", None), "profiled", None),
-                             "part", None)
-            if traced is not None and getattr(traced, "root", None) is model:
-                part = traced
-        if part is None:
-
-            part = partition(model, args, layers)
-    if frontend == "fx":  # generated options of graph data from a file: their callables
-
-        register(part, graph)
+        note = "" if graph is not None else FX.accepts(model, args, kwargs, layers)
+        frontend = "blocks" if note else "fx"
+        if note.startswith("torch.fx"):
+            log.info("schedlang fit: %s; using the hook front end (blocks)", note)
+    front = FRONTENDS[frontend]
+    graph, part = front.prepare(model, args, kwargs, layers, graph, offload=offload,
+                                trace_kwargs=trace_kwargs)
     info = getattr(graph, "trace_info", None)
     # a copy whose data sizes may change (not a deep copy: the trace info holds the model)
     graph = copy.copy(graph)
@@ -177,10 +139,8 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     # plan deletes; their data count 0 bytes in the graph the plan is solved on
     names = set(part.inputs)
     resident += sum(part.data[d].nbytes for d in part.inputs if d in part.data)
-    executor_bytes = 0
-    if frontend == "fx":  # the plan executor's scalars, alive through every step
-        executor_bytes = constant_bytes(model)
-        resident += executor_bytes
+    executor_bytes = front.executor_bytes(model)
+    resident += executor_bytes
     for d in graph.data:
         if d.name in names:
             d.size = 0

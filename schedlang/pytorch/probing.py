@@ -55,8 +55,8 @@ def can_generate(prep: Prepared) -> bool:
     hand, without generated options yet, on one process, not FSDP-sharded."""
 
     info = getattr(prep.graph, "trace_info", None) or prep.info
-    return (prep.frontend == "fx" and prep.fsdp is None and not distributed.active()
-            and getattr(info, "profiled", None) is not None
+    return (prep.front is not None and prep.front.generated_options and prep.fsdp is None
+            and not distributed.active() and getattr(info, "profiled", None) is not None
             and not any(o.name.startswith(OPS_PREFIX) for lay in prep.graph.layers
                         for o in lay.options))
 
@@ -73,7 +73,7 @@ def with_generated_options(model: nn.Module, prep: Prepared, args: tuple, kwargs
     if not any(o.name.startswith(OPS_PREFIX) for lp in profiled.layers for o in lp.options):
         add_generated_options(profiled, **generate)
     graph = to_graph(profiled, name=prep.graph.name, title=getattr(prep.graph, "title", None))
-    new = prepare(model, args, graph=graph, loss_fn=loss_fn, frontend="fx",
+    new = prepare(model, args, graph=graph, loss_fn=loss_fn, frontend=prep.frontend,
                   sample_kwargs=kwargs or None, outputs_held=prep.outputs_held)
     seconds = time.perf_counter() - t0
     count = sum(1 for lay in new.graph.layers for o in lay.options
@@ -102,8 +102,7 @@ def faster_measured(fm: FitModule, other: tuple, args, kwargs, loss_fn, want: in
         probe_until_within(alt, args, kwargs, loss_fn, want, **probe_args)
     except FitError:
         alt.unwrap()
-        if fm._wrappers is not None:
-            fm._wrappers.ensure()
+        fm.ensure_plan()
         return fm
     step_seconds = step_seconds or (lambda f: _cuda_step_seconds(f, args, kwargs, loss_fn))
     times = {"with the link": step_seconds(fm), "recompute only": step_seconds(alt)}
@@ -115,8 +114,7 @@ def faster_measured(fm: FitModule, other: tuple, args, kwargs, loss_fn, want: in
                  "alone %.4g s: recomputation only", times["with the link"],
                  times["recompute only"])
     drop.unwrap()
-    if keep._wrappers is not None:
-        keep._wrappers.ensure()
+    keep.ensure_plan()
     return keep
 
 
@@ -201,7 +199,7 @@ def probe_until_within(fm: FitModule, args, kwargs, loss_fn, want: int, solver, 
                                     f"predicted {format_size(predicted)}, budget "
                                     f"{format_size(want)}")
         if measured <= want:
-            if measured > predicted and prep.frontend == "blocks":
+            if measured > predicted and prep.front.replans_on_probe_excess:
                 fm._margin += measured - predicted  # the prediction is the measurement
             return
         margin = fm._margin + measured - predicted

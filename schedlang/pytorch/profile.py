@@ -62,8 +62,8 @@ from torch.utils.checkpoint import (
 from ..errors import Loc, SchedError
 from ..hgraph import FAST_FORWARD
 from .frontends.blocks.offload import offloading
-from .memory import MemoryTracker, storage_bytes, storage_key
 from .frontends.fx.partition import LayerPart, Partitioned
+from .memory import MemoryTracker, storage_bytes, storage_key
 
 __all__ = ["OptionProfile", "LayerProfile", "ProfiledGraph", "profile", "SAVE_OPS",
            "selective_policy", "selective_context", "OPTIONS"]

@@ -303,7 +303,7 @@ class Recorder:
     # FitModule's hooks
     def begin(self, fm, tracker) -> None:
         self._fm, self._tracker = fm, tracker
-        self._executor = fm._executor
+        self._executor = fm.plan_executor
         self._rows, self._k = [], 0
         self._cuda = tracker.cuda
         if self._executor is not None:

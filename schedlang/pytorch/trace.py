@@ -36,13 +36,13 @@ from pathlib import Path
 from ..errors import DataError, Loc, SchedError
 from ..graph import DataNode, Graph, Layer, Loss, Option, Step
 from .factory import load_factory
+from .frontends.fx.partition import partition
+from .frontends.fx.segments import describe
 from .memory import storage_bytes
 from .opgraph import record_ops
 from .options import SegmentedLayer, add_generated_options
 from .outputs import LOSS_TIME, LOSS_VALUE_BYTES
-from .frontends.fx.partition import partition
 from .profile import OPTIONS, profile
-from .frontends.fx.segments import describe
 
 __all__ = ["TraceInfo", "to_graph", "trace", "write_trace", "read_trace_info",
            "add_trace_arguments", "trace_main"]

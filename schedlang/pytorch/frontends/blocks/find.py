@@ -77,8 +77,8 @@ from ....errors import Loc, SchedError, did_you_mean
 from ...inputs import tensor_leaves, unsupported
 from ...memory import MemoryTracker
 from ...model_state import preserved
-from ..fx.partition import TensorMeta, module_key
 from ...profile import host_clock
+from ..fx.partition import TensorMeta, module_key
 
 __all__ = ["BlockCall", "GlueSegment", "FoundBlocks", "BlockError", "candidate_blocks",
            "finer_blocks", "find_blocks"]

@@ -47,7 +47,11 @@ from ....errors import Loc, SchedError
 from ....graph import DataNode, Graph, Layer, Loss, Option
 from ....hgraph import FAST_FORWARD
 from ....plan import Plan
-from .offload import OFFLOAD, module_storages, offloading
+from ...model_state import once_stats, own_checkpointing, preserved, running_stats_kept
+from ...outputs import LOSS_TIME, LOSS_VALUE_BYTES
+from ...profile import OPTIONS, profile, selective_context
+from ...recompute import checkpoint_call, open_checkpoint
+from ..fx.partition import LayerPart, Partitioned
 from .find import (
     BlockCall,
     BlockError,
@@ -56,11 +60,7 @@ from .find import (
     find_blocks,
     training_call,
 )
-from ...model_state import once_stats, own_checkpointing, preserved, running_stats_kept
-from ...outputs import LOSS_TIME, LOSS_VALUE_BYTES
-from ..fx.partition import LayerPart, Partitioned
-from ...profile import OPTIONS, profile, selective_context
-from ...recompute import checkpoint_call, open_checkpoint
+from .offload import OFFLOAD, module_storages, offloading
 
 __all__ = ["trace_blocks", "BlockWrappers", "plan_choices", "BlockTrace", "PER_BLOCK"]
 
