@@ -57,148 +57,42 @@ backward part with the loss's gradient as ``<output>.grad``.
 from __future__ import annotations
 
 import contextlib
-import math
 import weakref
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
-from torch import nn
 
-from ....errors import SchedError
 from ....graph import Graph
 from ....hgraph import FAST_FORWARD
 from ....plan import Op, Plan
+from ....plans.interpreter import OP_METHODS, PlanInterpreter
 from ...guards import check_layer_outputs, checksum_buffer
-from ...hostlink import host_buffer
 from ...model_state import once_stats, running_stats_kept
 from ...options import release_when_consumed
 from ...profile import selective_context
 from ...recompute import FirstRun, rng_devices
 from ...tensors import constant_dtypes, placeholder, release_engine_grad, scalar
+from .plan_module import PlanModule
+from .state import (
+    CHECKPOINT_OPTIONS,
+    GRAPH_OPTIONS,
+    NO_GRAD_OPTIONS,
+    PARAMS_GRAD,
+    Phantom,
+    PlanError,
+    SavedTensor,
+    StepState,
+    deleted_after,
+    extent,
+    is_params_grad,
+    recomputed_layers,
+    release_blocks,
+)
+from .transfers import TransferOps
 
 __all__ = ["PlanExecutor", "PlanError", "PlanModule"]
 
 
-class PlanError(SchedError):
-    """A plan that cannot run on this partitioned module (names, options, order)."""
-
-
-#: options with the forward run under autograd and the graph kept as the phantom
-_GRAPH_OPTIONS = ("autograd", "selective", "ops")
-#: options whose phantom holds checkpoint frames that read the layer's inputs at the backward
-_CHECKPOINT_OPTIONS = ("selective", "ops")
-_NO_GRAD_OPTIONS = ("recompute", FAST_FORWARD)
-
-
-def _is_params_grad(name: str) -> bool:
-    return name.endswith(".params.grad")
-
-
-def _extent(t: torch.Tensor) -> tuple[int, int]:
-    """[first, last] element offsets of `t` in its storage."""
-    first = t.storage_offset()
-    last = first + sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
-    return first, last
-
-
-class _Saved:
-    """What a phantom keeps for one tensor autograd saved: the tensor, or a reference to the
-    datum it is a view of (name, sizes, strides, offset relative to the datum's)."""
-
-    __slots__ = ("tensor", "ref", "resident", "block", "view")
-
-    def __init__(self, tensor: torch.Tensor):
-        self.tensor: torch.Tensor | None = tensor
-        self.ref: tuple | None = None
-        self.resident = False  # a parameter or buffer: never offloaded
-        self.block: _Block | None = None  # the storage it lies in, once offloaded
-        self.view: tuple = ()  # (dtype, sizes, strides, offset) in that storage
-
-
-class _Block:
-    """One storage a phantom holds, moved to the host and back as a whole: autograd often
-    saves one tensor several times (a ReLU's output is saved by the ReLU and by the next
-    convolution), and the phantom's size (what the profile measured) counts each storage
-    once. `device`: the storage's bytes on the device (uint8), None while only on the host."""
-
-    __slots__ = ("nbytes", "device", "host", "event", "fetched", "records")
-
-    def __init__(self, device: torch.Tensor):
-        self.device: torch.Tensor | None = device
-        self.nbytes = device.numel()
-        self.host: torch.Tensor | None = None
-        self.event = None
-        self.fetched = False
-        self.records: list[_Saved] = []
-
-    def restore(self) -> None:
-        """Point the records at the device bytes again."""
-        for rec in self.records:
-            dtype, shape, stride, offset = rec.view
-            rec.tensor = self.device.view(dtype).as_strided(shape, stride, offset)
-
-
-@dataclass
-class _Phantom:
-    option: str
-    leaves: dict[str, torch.Tensor] = field(default_factory=dict)  # input datum -> leaf
-    kept: dict[str, torch.Tensor] = field(default_factory=dict)  # inputs deleted, still needed
-    roots: list[tuple[str, torch.Tensor]] = field(default_factory=list)  # (output, graph root)
-    saved: list[_Saved] = field(default_factory=list)
-    host_bytes: float = 0  # offloaded so far
-    host_total: int = 0  # bytes of its device tensors
-    fetched_bytes: float = 0  # prefetch round in progress
-    offloaded: bool = False  # an offload op copied it (or began to)
-    blocks: list | None = None  # the storages it holds (made at its first offload)
-
-
-@dataclass
-class _Transfer:
-    """One datum or phantom on its way to or from host memory."""
-
-    host: torch.Tensor | None = None
-    shape: tuple = ()
-    done: int = 0  # elements copied so far
-    buffer: torch.Tensor | None = None  # prefetch: the device buffer being filled
-    fetched: int = 0
-    event: Any = None
-    # a datum the graph counts as resident (0 bytes: the step's inputs, which the caller keeps
-    # alive): its "host copy" is the tensor itself, and a prefetch hands it back without a copy
-    resident: torch.Tensor | None = None
-
-    def elements(self) -> int:
-        return self.resident.numel() if self.resident is not None else self.host.numel()
-
-
-class _Run:
-    """The state of one training step."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, torch.Tensor] = {}
-        self.phantoms: dict[str, _Phantom] = {}
-        self.rng: dict = {}  # layer -> the `recompute.FirstRun` of its first forward
-        self.offloaded: dict[str, _Transfer] = {}  # datum -> host copy
-        self.fetching: dict[str, _Transfer] = {}
-        self.phantom_host: dict[str, _Phantom] = {}  # dropped phantoms with a host copy
-        self.pinned = 0  # deletes a phantom kept alive
-        self.pinned_names: list[str] = []
-        # output gradients handed over by the autograd engine, which holds them until the
-        # plan's backward returns: deleting them frees their storage (see `_delete`)
-        self.engine_grads: set[str] = set()
-        # model outputs handed over to the caller at the end of the forward part: the plan's
-        # first use of them after the loss is their delete (see `PlanExecutor.handed_over`)
-        self.handed: set[str] = set()
-        self.offloaded_bytes = 0  # copied to the host
-        self.prefetched_bytes = 0  # copied back
-        self.input_requires_grad: list[bool] = []
-        self.resident_ptrs: set | None = None  # the parameters' and buffers' storages
-        # data the plan deletes right after a backward, released inside it (`_in_node_frees`):
-        # their delete op has nothing left to do
-        self.released: set[str] = set()
-
-
-class PlanExecutor:
+class PlanExecutor(TransferOps):
     """Runs `plan` (made for `graph`) on `partitioned` (see the module docstring)."""
 
     def __init__(self, partitioned, plan: Plan, graph: Graph):
@@ -230,8 +124,8 @@ class PlanExecutor:
         self.forward_ops = plan.ops[:loss_at[0]]
         self.backward_ops = plan.ops[loss_at[0] + 1:]
         # the checksum of `check_layer_outputs` is only taken where it can be compared
-        self.recomputed = _recomputed_layers(plan)
-        self.deleted_after = _deleted_after(plan)
+        self.recomputed = recomputed_layers(plan)
+        self.deleted_after = deleted_after(plan)
         self.handed_over = self._handed_over()
         self._grad_inputs_of: dict[str, list[bool]] = {}
         self._rng_devices_of: dict[str, list[torch.device]] = {}
@@ -338,10 +232,10 @@ class PlanExecutor:
         return (getattr(self.part, "op_options", None) or {}).get(layer, {}).get(option)
 
     # --- public API --------------------------------------------------------------------------
-    def new_run(self) -> _Run:
-        return _Run()
+    def new_run(self) -> StepState:
+        return StepState()
 
-    def forward(self, run: _Run, inputs: list) -> list[torch.Tensor]:
+    def forward(self, run: StepState, inputs: list) -> list[torch.Tensor]:
         """Run the forward part; returns the model outputs (detached tensors)."""
         if len(inputs) != len(self.model_inputs):
             raise PlanError(f"the module takes {len(self.model_inputs)} tensor inputs, got "
@@ -350,8 +244,7 @@ class PlanExecutor:
             run.values[name] = x.detach() if isinstance(x, torch.Tensor) else x
         run.input_requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad
                                    for x in inputs]
-        for op in self.forward_ops:
-            self._do(run, op)
+        _StepOps(self, run).run(self.forward_ops)
         outs = []
         for name in self.model_outputs:
             if name not in run.values:
@@ -362,7 +255,7 @@ class PlanExecutor:
             run.handed.add(name)
         return outs
 
-    def backward(self, run: _Run, grads: list) -> list:
+    def backward(self, run: StepState, grads: list) -> list:
         """Run the backward part with the model outputs' gradients; returns the gradients of
         the model inputs (None where an input needs none)."""
         for name, g in zip(self.model_outputs, grads):
@@ -373,58 +266,35 @@ class PlanExecutor:
         for name in self.loss_outputs:
             if name not in run.values and not name.endswith(".grad") and name in self.data_names:
                 run.values[name] = scalar(torch.float32, self.device)  # the loss value: unused
-        for op in self.backward_ops:
-            self._do(run, op)
+        _StepOps(self, run).run(self.backward_ops)
         out = []
         for name, rg in zip(self.model_inputs, run.input_requires_grad):
             out.append(run.values.get(f"{name}.grad") if rg else None)
         self._finish(run)
         return out
 
-    def run_ops(self, run: _Run, ops: list[Op]) -> None:
+    def run_ops(self, run: StepState, ops: list[Op]) -> None:
         """Run some ops on a run's state (tests and tools)."""
-        for op in ops:
-            self._do(run, op)
+        _StepOps(self, run).run(ops)
 
     def module(self) -> "PlanModule":
         return PlanModule(self)
 
-    # --- ops ---------------------------------------------------------------------------------
-    def _do(self, run: _Run, op: Op) -> None:
-        if self.observer is not None:
-            with self.observer.op(self, op):
-                self._do_op(run, op)
+    # --- ops: the walk is `PlanInterpreter`'s (`_StepOps`), each kind's meaning here --------
+    def _compute(self, run: StepState, op: Op) -> None:
+        if op.node == "loss":
+            return
+        layer, _, side = op.node.rpartition(".")
+        option = op.option
+        if option is None:  # a node with a single option (a layer with no backward: fast_forward)
+            opts = self.glayers[layer].options
+            option = opts[0].name if opts else FAST_FORWARD
+        if side == "fwd":
+            self._forward(run, layer, option)
         else:
-            self._do_op(run, op)
+            self._backward(run, layer, option, op)
 
-    def _do_op(self, run: _Run, op: Op) -> None:
-        kind = op.op
-        if kind == "compute":
-            if op.node == "loss":
-                return
-            layer, _, side = op.node.rpartition(".")
-            option = op.option
-            if option is None:  # a node with a single option (a layer with no backward: fast_forward)
-                opts = self.glayers[layer].options
-                option = opts[0].name if opts else FAST_FORWARD
-            if side == "fwd":
-                self._forward(run, layer, option)
-            else:
-                self._backward(run, layer, option, op)
-        elif kind == "delete":
-            self._delete(run, op.data)
-        elif kind == "drop_phantom":
-            self._drop_phantom(run, op.layer)
-        elif kind == "offload":
-            self._offload(run, op)
-        elif kind == "prefetch":
-            self._prefetch(run, op)
-        elif kind == "wait":
-            self._wait(run, op)
-        else:
-            raise PlanError(f"unknown op {kind!r}")
-
-    def _inputs_of(self, run: _Run, layer: str) -> list[torch.Tensor]:
+    def _inputs_of(self, run: StepState, layer: str) -> list[torch.Tensor]:
         xs = []
         for d in self.layers[layer].inputs:
             if d not in run.values:
@@ -444,7 +314,7 @@ class PlanExecutor:
                 [torch.device(m.device) for m in metas], self.device)
         return got
 
-    def _replaying(self, run: _Run, layer: str):
+    def _replaying(self, run: StepState, layer: str):
         """A context for a run of `layer` from the RNG and autocast state of its first
         forward (`recompute.FirstRun`)."""
         state = run.rng.get(layer)
@@ -466,15 +336,15 @@ class PlanExecutor:
                                                   for d in self.layers[layer].inputs]
         return got
 
-    def _forward(self, run: _Run, layer: str, option: str) -> None:
+    def _forward(self, run: StepState, layer: str, option: str) -> None:
         kind = self._option_kind(layer, option)
         lp = self.layers[layer]
         xs = self._inputs_of(run, layer)
         old = run.phantoms.get(layer)
-        if kind in _GRAPH_OPTIONS or kind == "recompute":
+        if kind in GRAPH_OPTIONS or kind == "recompute":
             if old is not None:  # replaced by the new one
                 self._drop_phantom(run, layer)
-        if kind in _NO_GRAD_OPTIONS:
+        if kind in NO_GRAD_OPTIONS:
             with self._replaying(run, layer), torch.no_grad():
                 outs = lp.module(*xs)
             outs = _as_tuple(outs)
@@ -483,7 +353,7 @@ class PlanExecutor:
             for name, t in zip(lp.outputs, outs):
                 run.values[name] = t
             if kind == "recompute":
-                run.phantoms[layer] = _Phantom(option)
+                run.phantoms[layer] = Phantom(option)
             return
         # autograd / selective: keep the graph
         needs = self._grad_inputs(layer)
@@ -493,7 +363,7 @@ class PlanExecutor:
             if need and leaf.is_floating_point():
                 leaf.requires_grad_(True)
             leaves.append(leaf)
-        ph = _Phantom(option)
+        ph = Phantom(option)
         if kind in ("autograd", "ops"):
             fn = lp.module if kind == "autograd" else self._op_layer(layer, option)
 
@@ -504,7 +374,7 @@ class PlanExecutor:
             phantom, state = weakref.ref(ph), weakref.ref(run)
 
             def pack(t):
-                rec = _Saved(t.detach())
+                rec = SavedTensor(t.detach())
                 held = phantom()
                 if held is not None:
                     held.saved.append(rec)
@@ -548,7 +418,7 @@ class PlanExecutor:
                 leaf.data = placeholder(leaf)
         run.phantoms[layer] = ph
 
-    def _refer(self, run: _Run, ph: _Phantom, iface: list[tuple[str, torch.Tensor]]) -> None:
+    def _refer(self, run: StepState, ph: Phantom, iface: list[tuple[str, torch.Tensor]]) -> None:
         """Replace saved tensors that lie inside an interface datum by references to it."""
         if not ph.saved:
             return
@@ -576,9 +446,9 @@ class PlanExecutor:
                 continue
             found = spans.get(ptr)
             if found:
-                lo, hi = _extent(t)
+                lo, hi = extent(t)
                 for name, it in found:
-                    ilo, ihi = _extent(it)
+                    ilo, ihi = extent(it)
                     if t.dtype == it.dtype and ilo <= lo and hi <= ihi:
                         rec.ref = (name, tuple(t.shape), tuple(t.stride()),
                                    lo - ilo, tuple(it.stride()))
@@ -596,7 +466,7 @@ class PlanExecutor:
             ptrs.add(t.untyped_storage().data_ptr())
         return ptrs
 
-    def _unpack(self, run: _Run, rec: _Saved, layer: str) -> torch.Tensor:
+    def _unpack(self, run: StepState, rec: SavedTensor, layer: str) -> torch.Tensor:
         if rec.tensor is not None:
             return rec.tensor
         if rec.block is not None and rec.block.host is not None:
@@ -615,7 +485,7 @@ class PlanExecutor:
             v = v.contiguous()
         return v.as_strided(shape, stride, v.storage_offset() + rel)
 
-    def _backward(self, run: _Run, layer: str, option: str, op: Op | None = None) -> None:
+    def _backward(self, run: StepState, layer: str, option: str, op: Op | None = None) -> None:
         kind = self._option_kind(layer, option)
         lp = self.layers[layer]
         gl = self.glayers[layer]
@@ -636,7 +506,7 @@ class PlanExecutor:
                 outs = _as_tuple(lp.module(*leaves))
             ph.roots = [(name, t) for name, t in zip(lp.outputs, outs) if t.requires_grad]
             del leaves, outs
-        elif kind in _CHECKPOINT_OPTIONS:
+        elif kind in CHECKPOINT_OPTIONS:
             for d, leaf in ph.leaves.items():  # the checkpoint recomputes from its inputs
                 v = run.values.get(d, ph.kept.get(d))
                 if v is None:
@@ -669,7 +539,7 @@ class PlanExecutor:
         # the graph alone holds the saved tensors now: autograd frees each node's as it runs,
         # as in plain PyTorch (the phantom shrinks during its backward)
         ph.saved.clear()
-        _release_blocks(ph)
+        release_blocks(ph)
         ph.roots.clear()
         handles = []
         if early:  # the output gradients the plan deletes after this node: freed in it, once
@@ -711,13 +581,13 @@ class PlanExecutor:
                     g = torch.zeros(meta.shape, dtype=meta.dtype, device=self.device)
             self._accumulate(run, gname, g)
         for gname in produced:
-            if _is_params_grad(gname):
-                run.values.setdefault(gname, _PARAMS_GRAD)
+            if is_params_grad(gname):
+                run.values.setdefault(gname, PARAMS_GRAD)
         ph.roots.clear()
         ph.leaves.clear()
         ph.saved.clear()
 
-    def _in_node_frees(self, run: _Run, op: Op | None, lp, gl, ph: _Phantom, fn) -> set:
+    def _in_node_frees(self, run: StepState, op: Op | None, lp, gl, ph: Phantom, fn) -> set:
         """Before the backward of a generated option (`fn`, a `SegmentedLayer`): of the data the
         plan deletes right after this node, those the backward reads are released inside it,
         as the option's `bwd_steps` (`schedlang.pytorch.options.measure_steps`) count them: the
@@ -765,7 +635,7 @@ class PlanExecutor:
             fn.on_round = on_round
         return {g for g in gl.grad_inputs if g in gone}
 
-    def _accumulate(self, run: _Run, gname: str, g: torch.Tensor) -> None:
+    def _accumulate(self, run: StepState, gname: str, g: torch.Tensor) -> None:
         cur = run.values.get(gname)
         if cur is None:
             run.values[gname] = g
@@ -779,7 +649,7 @@ class PlanExecutor:
         else:
             cur.add_(g)
 
-    def _delete(self, run: _Run, name: str) -> None:
+    def _delete(self, run: StepState, name: str) -> None:
         if name in run.released:  # freed inside the backward before this delete
             run.released.discard(name)
             return
@@ -791,7 +661,7 @@ class PlanExecutor:
             if name in run.offloaded or name in run.fetching:
                 return
             raise PlanError(f"delete of {name!r}, which is not in memory")
-        if v is _PARAMS_GRAD:
+        if v is PARAMS_GRAD:
             return
         if name in run.engine_grads:
             run.engine_grads.discard(name)
@@ -814,18 +684,18 @@ class PlanExecutor:
                     rec.ref = None
                     run.pinned += 1
                     run.pinned_names.append(name)
-            if self._option_kind_of_phantom(ph) in _CHECKPOINT_OPTIONS and name in ph.leaves:
+            if self._option_kind_of_phantom(ph) in CHECKPOINT_OPTIONS and name in ph.leaves:
                 ph.kept[name] = v
                 run.pinned += 1
                 run.pinned_names.append(name)
 
-    def _option_kind_of_phantom(self, ph: _Phantom) -> str | None:
+    def _option_kind_of_phantom(self, ph: Phantom) -> str | None:
         for kind in ("autograd", "recompute", "selective", "ops"):
             if ph.option == kind or ph.option.startswith(kind):
                 return kind
         return None
 
-    def _drop_phantom(self, run: _Run, layer: str) -> None:
+    def _drop_phantom(self, run: StepState, layer: str) -> None:
         ph = run.phantoms.pop(layer, None)
         if ph is None:
             raise PlanError(f"drop_phantom of layer {layer!r}, which has none")
@@ -835,9 +705,9 @@ class PlanExecutor:
         ph.leaves.clear()
         ph.kept.clear()
         ph.saved.clear()
-        _release_blocks(ph)
+        release_blocks(ph)
 
-    def _finish(self, run: _Run) -> None:
+    def _finish(self, run: StepState) -> None:
         run.phantoms.clear()
         run.offloaded.clear()
         run.fetching.clear()
@@ -850,280 +720,6 @@ class PlanExecutor:
                            "offloaded_bytes": run.offloaded_bytes,
                            "prefetched_bytes": run.prefetched_bytes}
 
-    # --- offload -----------------------------------------------------------------------------
-    # A datum's host copy (`run.offloaded`) persists to the end of the step and serves the
-    # same value recomputed later; a prefetch round allocates the full device buffer at its
-    # first prefetch, and the wait on channel 'prefetch' that finds every element copied makes
-    # the datum live again. A phantom's host copy holds the tensors its graph saved (those
-    # internal to the layer); dropping a phantom whose host copy is complete keeps the graph
-    # (without its device tensors) so that a prefetch can bring it back.
-    def _side_streams(self):
-        if self.device.type != "cuda":
-            return None
-        if self.streams is None:
-            self.streams = (torch.cuda.Stream(self.device), torch.cuda.Stream(self.device))
-        return self.streams
-
-    def _copy(self, dst: torch.Tensor, src: torch.Tensor, channel: int, after=None):
-        """Copy on the channel's side stream (CUDA: non-blocking, ordered after the compute
-        stream's work so far and after the event `after`; returns its event) or now (CPU:
-        returns None). A prefetch waits for its offload there, on the side stream: the
-        compute stream waits only at the plan's `wait` ops, as the simulator times it."""
-        streams = self._side_streams()
-        if streams is None:
-            dst.copy_(src)
-            return None
-        stream = streams[channel]
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        if after is not None:
-            stream.wait_event(after)
-        with torch.cuda.stream(stream):
-            dst.copy_(src, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record(stream)
-        for t in (src, dst):
-            if t.device.type == "cuda":
-                t.record_stream(stream)  # not reused before the copy is done
-        return event
-
-    def _sync_event(self, event) -> None:
-        if event is not None:
-            torch.cuda.current_stream(self.device).wait_event(event)
-
-    def _host_empty(self, shape, dtype) -> torch.Tensor:
-
-        return host_buffer(shape, dtype, self.device)
-
-    def _offload(self, run: _Run, op: Op) -> None:
-        fraction = 1.0 if op.fraction is None else op.fraction
-        if op.layer is not None:
-            self._offload_phantom(run, op.layer, fraction)
-            return
-        name = op.data
-        v = run.values.get(name)
-        if v is None or v is _PARAMS_GRAD:
-            raise PlanError(f"offload of {name!r}, which is not in memory")
-        tr = run.offloaded.get(name)
-        if tr is None and name in self.resident_data:
-            # nothing moves: the caller holds the tensor for the whole step
-            run.offloaded[name] = _Transfer(shape=tuple(v.shape), done=v.numel(), resident=v)
-            return
-        if tr is None:
-            tr = run.offloaded[name] = _Transfer(host=self._host_empty(v.numel(), v.dtype),
-                                                 shape=tuple(v.shape))
-        if tr.resident is not None:
-            return
-        n = v.numel()
-        stop = min(n, tr.done + math.ceil(fraction * n - 1e-9))
-        if stop > tr.done:
-            flat = v.reshape(-1)
-            tr.event = self._copy(tr.host[tr.done:stop], flat[tr.done:stop], 0)
-            run.offloaded_bytes += (stop - tr.done) * v.element_size()
-            tr.done = stop
-
-    def _phantom_blocks(self, ph: _Phantom) -> list[_Block]:
-        """The storages the phantom holds (not the resident ones), each once."""
-        if ph.blocks is None:
-            blocks: dict[int, _Block] = {}
-            for rec in ph.saved:
-                t = rec.tensor
-                if rec.resident or t is None or t.numel() == 0:
-                    continue
-                storage = t.untyped_storage()
-                block = blocks.get(storage.data_ptr())
-                if block is None:
-                    whole = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
-                    block = blocks[storage.data_ptr()] = _Block(whole)
-                rec.block = block
-                rec.view = (t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
-                block.records.append(rec)
-            ph.blocks = list(blocks.values())
-        return ph.blocks
-
-    def _offload_phantom(self, run: _Run, layer: str, fraction: float) -> None:
-        ph = run.phantoms.get(layer)
-        if ph is None:
-            raise PlanError(f"offload of the phantom of layer {layer!r}, which has none saved")
-        if self._option_kind_of_phantom(ph) in _CHECKPOINT_OPTIONS:
-            raise PlanError(f"offload of the phantom of layer {layer!r}: a {ph.option} phantom "
-                            "lives in its checkpoints and cannot be offloaded")
-        ph.offloaded = True
-        blocks = self._phantom_blocks(ph)
-        total = sum(b.nbytes for b in blocks)
-        target = ph.host_bytes + fraction * total
-        for b in blocks:
-            if ph.host_bytes >= target - 1e-6:
-                break
-            if b.host is not None or b.device is None:
-                continue
-            b.host = self._host_empty((b.nbytes,), torch.uint8)
-            b.event = self._copy(b.host, b.device, 0)
-            ph.host_bytes += b.nbytes
-            run.offloaded_bytes += b.nbytes
-        ph.host_total = total
-
-    def _keep_host_phantom(self, run: _Run, layer: str, ph: _Phantom) -> bool:
-        """Dropping `ph`: keep its graph with its host copy when the copy is complete."""
-        if not ph.offloaded or ph.blocks is None or any(b.host is None for b in ph.blocks):
-            return False
-        for b in ph.blocks:
-            self._sync_event(b.event)
-            b.event = None
-            b.device = None
-            for rec in b.records:
-                rec.tensor = None
-        run.phantom_host[layer] = ph
-        return True
-
-    def _prefetch(self, run: _Run, op: Op) -> None:
-        fraction = 1.0 if op.fraction is None else op.fraction
-        if op.layer is not None:
-            ph = run.phantom_host.get(op.layer)
-            if ph is None:
-                raise PlanError(f"prefetch of the phantom of layer {op.layer!r}, which has no "
-                                "host copy off the device")
-            blocks = ph.blocks or []
-            if ph.fetched_bytes == 0:
-                for b in blocks:  # the round allocates the whole phantom
-                    b.device = torch.empty(b.nbytes, dtype=torch.uint8, device=self.device)
-                    b.fetched = False
-                    b.restore()
-            target = ph.fetched_bytes + fraction * ph.host_total
-            for b in blocks:
-                if ph.fetched_bytes >= target - 1e-6:
-                    break
-                if b.fetched:
-                    continue
-                # (the offload's event, if not waited yet: the side stream waits for it)
-                b.event = self._copy(b.device, b.host, 1, b.event)
-                b.fetched = True
-                ph.fetched_bytes += b.nbytes
-                run.prefetched_bytes += b.nbytes
-            return
-        name = op.data
-        tr = run.offloaded.get(name)
-        if tr is None:
-            raise PlanError(f"prefetch of {name!r}, which has no host copy")
-        if tr.resident is not None:
-            if name not in run.fetching:
-                tr.buffer, tr.fetched = tr.resident, tr.done
-                run.fetching[name] = tr
-            return
-        n = tr.host.numel()
-        after = None
-        if name not in run.fetching:
-            after = tr.event  # the offload is complete before the host is read
-            tr.buffer = torch.empty(n, dtype=tr.host.dtype, device=self.device)
-            tr.fetched = 0
-            run.fetching[name] = tr
-        stop = min(n, tr.fetched + math.ceil(fraction * n - 1e-9))
-        if stop > tr.fetched:
-            tr.event = self._copy(tr.buffer[tr.fetched:stop], tr.host[tr.fetched:stop], 1,
-                                  after)
-            run.prefetched_bytes += (stop - tr.fetched) * tr.host.element_size()
-            tr.fetched = stop
-
-    def _wait(self, run: _Run, op: Op) -> None:
-        channel = op.channel
-        if channel == "offload":
-            if op.layer is not None:
-                ph = run.phantoms.get(op.layer) or run.phantom_host.get(op.layer)
-                recs = (ph.blocks or []) if ph is not None else []
-            elif op.data is not None:
-                recs = [run.offloaded[op.data]] if op.data in run.offloaded else []
-            else:
-                recs = list(run.offloaded.values()) + [
-                    b for ph in run.phantoms.values() for b in (ph.blocks or [])]
-            for rec in recs:
-                self._sync_event(rec.event)
-                rec.event = None
-            return
-        if op.layer is not None:
-            layers = [op.layer]
-        elif op.data is not None:
-            layers = []
-        else:
-            layers = list(run.phantom_host)
-        for layer in layers:
-            ph = run.phantom_host.get(layer)
-            if ph is None or ph.fetched_bytes < ph.host_total - 1e-6:
-                continue
-            for b in ph.blocks or []:
-                self._sync_event(b.event)
-                b.event = None
-            ph.fetched_bytes = 0
-            del run.phantom_host[layer]
-            run.phantoms[layer] = ph
-        names = [op.data] if op.data is not None else ([] if op.layer else list(run.fetching))
-        for name in names:
-            tr = run.fetching.get(name)
-            if tr is not None and tr.fetched >= tr.elements():
-                self._finish_prefetch(run, name)
-
-    def _finish_prefetch(self, run: _Run, name: str) -> None:
-        tr = run.fetching.pop(name, None)
-        if tr is None:
-            return
-        if tr.fetched < tr.elements() or tr.done < tr.elements():
-            raise PlanError(f"{name!r} is only partly back on the device ({tr.done} of "
-                            f"{tr.elements()} elements offloaded, {tr.fetched} prefetched)")
-        self._sync_event(tr.event)
-        tr.event = None
-        run.values[name] = tr.resident if tr.resident is not None else tr.buffer.view(tr.shape)
-        tr.buffer = None
-
-    def _late_prefetch(self, run: _Run, name: str) -> None:
-        """A datum read while still on its way back: wait for it."""
-        if name in run.fetching:
-            self._finish_prefetch(run, name)
-
-
-def _recomputed_layers(plan: Plan) -> set[str]:
-    """The layers whose forward the plan computes more than once in a step."""
-    seen: set[str] = set()
-    again: set[str] = set()
-    for op in plan.ops:
-        if op.op == "compute" and op.node and op.node.endswith(".fwd"):
-            layer = op.node[:-len(".fwd")]
-            (again if layer in seen else seen).add(layer)
-    return again
-
-
-def _release_blocks(ph: _Phantom) -> None:
-    """Forget the phantom's storages (the records and their blocks refer to each other: a
-    cycle that only the garbage collector would free, keeping the tensors alive)."""
-    for b in ph.blocks or []:
-        b.records = []
-        b.device = None
-    ph.blocks = None
-
-
-def _deleted_after(plan: Plan) -> dict[int, set]:
-    """id(compute op) -> the data deleted after it before the next compute (as the simulator's
-    sub-step profiles read a plan), less any that a transfer touches in between."""
-    out: dict[int, set] = {}
-    last, moved = None, set()
-    for op in plan.ops:
-        if op.op == "compute":
-            if last is not None and moved:
-                out[id(last)] = out.get(id(last), set()) - moved
-            last, moved = op, set()
-        elif last is not None and op.op == "delete" and op.data not in moved:
-            out.setdefault(id(last), set()).add(op.data)
-        elif op.data:
-            moved.add(op.data)
-    return out
-
-
-class _Marker:
-    """The datum `<layer>.params.grad`: the gradients live in the parameters' `.grad`."""
-
-    def __repr__(self) -> str:
-        return "<params.grad>"
-
-
-_PARAMS_GRAD = _Marker()
-
 
 def _as_tuple(outs) -> tuple:
     if isinstance(outs, torch.Tensor):
@@ -1131,7 +727,7 @@ def _as_tuple(outs) -> tuple:
     return tuple(outs)
 
 
-def _alive(state) -> _Run:
+def _alive(state) -> StepState:
     """The step a backward's saved tensor belongs to (`_forward`'s weak reference)."""
     run = state()
     if run is None:
@@ -1147,65 +743,41 @@ def _selective_context_fn():
 
 
 # --- the autograd.Function and the module ------------------------------------------------------
-class _PlanFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, executor, run, dummy, *inputs):
-        outs = executor.forward(run, list(inputs))
-        ctx.executor = executor
-        ctx.run = run
-        ctx.n_inputs = len(inputs)
-        result = []
-        for t in outs:
-            r = t.detach()
-            if not r.is_floating_point():
-                ctx.mark_non_differentiable(r)
-            result.append(r)
-        return tuple(result)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        run = ctx.run
-        ctx.run = None
-        if run is None:
-            raise RuntimeError("the plan's backward ran twice for one forward (retain_graph "
-                               "is not supported by schedlang's runtime)")
-        try:
-            in_grads = ctx.executor.backward(run, list(grads))
-        except BaseException:
-            if ctx.executor.on_error is not None:
-                ctx.executor.on_error()
-            raise
-        return (None, None, None, *in_grads)
 
 
-class PlanModule(nn.Module):
-    """The partitioned module run by a plan. Its parameters are the original module's."""
+class _StepOps(PlanInterpreter):
+    """The executor's ops on one step's state: `PlanInterpreter` walks them (one method per
+    op kind), the executor gives each its meaning; an op observer (`timeline.Recorder`)
+    brackets each op."""
 
-    def __init__(self, executor: PlanExecutor):
-        super().__init__()
-        self.inner = executor.part.root
-        self._executor = [executor]  # not a submodule, not a parameter holder
+    def __init__(self, executor: PlanExecutor, state: StepState):
+        self.executor = executor
+        self.state = state
 
-    @property
-    def executor(self) -> PlanExecutor:
-        return self._executor[0]
+    def dispatch(self, op: Op) -> None:
+        if op.op not in OP_METHODS:
+            raise PlanError(f"unknown op {op.op!r}")
+        observer = self.executor.observer
+        if observer is None:
+            super().dispatch(op)
+            return
+        with observer.op(self.executor, op):
+            super().dispatch(op)
 
-    def forward(self, *args, **kwargs):
-        ex = self.executor
-        part = ex.part
-        if not torch.is_grad_enabled():
-            return part.run_eager(*args, **kwargs) if kwargs else part.run_eager(*args)
-        tensors = _flatten_inputs(part, args, kwargs)
-        run = ex.new_run()
-        dummy = torch.empty(0, device=ex.device, requires_grad=True)
-        outs = _PlanFunction.apply(ex, run, dummy, *tensors)
-        return part.unflatten(list(outs))
+    def on_compute(self, op: Op) -> None:
+        self.executor._compute(self.state, op)
 
+    def on_delete(self, op: Op) -> None:
+        self.executor._delete(self.state, op.data)
 
-def _flatten_inputs(part, args, kwargs) -> list:
-    fl = getattr(part, "flatten_inputs", None)
-    if fl is not None:
-        return list(fl(*args, **kwargs))
-    if kwargs:
-        raise PlanError("keyword arguments are not supported by this partitioned module")
-    return [a for a in args if isinstance(a, torch.Tensor)]
+    def on_drop_phantom(self, op: Op) -> None:
+        self.executor._drop_phantom(self.state, op.layer)
+
+    def on_offload(self, op: Op) -> None:
+        self.executor._offload(self.state, op)
+
+    def on_prefetch(self, op: Op) -> None:
+        self.executor._prefetch(self.state, op)
+
+    def on_wait(self, op: Op) -> None:
+        self.executor._wait(self.state, op)
