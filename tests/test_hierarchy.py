@@ -319,12 +319,13 @@ def _chain():
 
 def _measure(layer, x, spans, nested=False):
     from schedlang.pytorch.opgraph import record_ops
-    from schedlang.pytorch.options import SegmentedLayer, _segments, measure
+    from schedlang.pytorch.options import measure
+    from schedlang.pytorch.segmented import SegmentedLayer, segments_of
 
     og = record_ops(layer, (x,), repeats=1)
     names = [u.name for u in og.units]
     spans = [(names[a], names[b], c) for a, b, c in spans(len(names))]
-    run = SegmentedLayer(og, layer, _segments(og, spans), nested)
+    run = SegmentedLayer(og, layer, segments_of(og, spans), nested)
     params = list(layer.parameters())
     with torch.no_grad():
         out = layer(x)
@@ -360,7 +361,7 @@ def test_a_nested_option_gives_eager_gradients():
     levels of recomputation, dropout inside): the outputs, the input's and the parameters'
     gradients equal eager PyTorch's, the dropout masks of the recomputations included."""
     from schedlang.pytorch.opgraph import record_ops
-    from schedlang.pytorch.options import SegmentedLayer, _segments
+    from schedlang.pytorch.segmented import SegmentedLayer, segments_of
 
     torch.manual_seed(0)
     layer = nn.Sequential(nn.Linear(32, 32), nn.Tanh(), nn.Dropout(0.3), nn.Linear(32, 32),
@@ -370,7 +371,7 @@ def test_a_nested_option_gives_eager_gradients():
     names = [u.name for u in og.units]
     half = len(names) // 2
     spans = [(names[0], names[half - 1], True), (names[half], names[-1], False)]
-    run = SegmentedLayer(og, layer, _segments(og, spans), nested=True)
+    run = SegmentedLayer(og, layer, segments_of(og, spans), nested=True)
 
     from .test_option_pieces import _grads
 
@@ -394,7 +395,7 @@ def _skip_layer(spans):
     """`_Skip` on two 128x32 inputs (an output gradient too), run as `SegmentedLayer` with
     the cut `spans(unit names)`: (layer, inputs, gradients, SegmentedLayer)."""
     from schedlang.pytorch.opgraph import record_ops
-    from schedlang.pytorch.options import SegmentedLayer, _segments
+    from schedlang.pytorch.segmented import SegmentedLayer, segments_of
 
     torch.manual_seed(0)
     layer = _Skip()
@@ -402,7 +403,7 @@ def _skip_layer(spans):
     g = [torch.randn(128, 32)]
     og = record_ops(layer, xs, [True, True], repeats=1)
     names = [u.name for u in og.units]
-    return layer, xs, g, SegmentedLayer(og, layer, _segments(og, spans(og, names)))
+    return layer, xs, g, SegmentedLayer(og, layer, segments_of(og, spans(og, names)))
 
 
 def test_a_round_frees_the_layer_inputs_inside_the_backward():

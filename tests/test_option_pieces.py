@@ -60,7 +60,7 @@ def _grads(block, x, fn, seed: int) -> list:
 def test_pieces_give_eager_gradients_with_dropout(nested):
     """Three levels of recomputation at most (the layer, the segment, the piece), dropout in
     every one: outputs, input and parameter gradients equal eager PyTorch's exactly."""
-    from schedlang.pytorch.options import SegmentedLayer, _segments
+    from schedlang.pytorch.segmented import SegmentedLayer, segments_of
 
     _, block, x, og = _block(batch=2, context=16, dim=32, heads=4, layers=1, vocab=32)
     names = [u.name for u in og.units]
@@ -70,7 +70,7 @@ def test_pieces_give_eager_gradients_with_dropout(nested):
         (names[mlp], names[-1], True),
         (names[mlp], names[mlp + 1], True, 1), (names[mlp + 2], names[-1], True, 1)]
     spans += _attention_pieces(og)[2:]
-    run = SegmentedLayer(og, block, _segments(og, spans), nested)
+    run = SegmentedLayer(og, block, segments_of(og, spans), nested)
     assert sorted(s[2:] for s in run.spans()) == sorted(s[2:] for s in spans)  # the levels
 
     for want, got in zip(_grads(block, x, block, 3), _grads(block, x, run, 3)):
@@ -81,7 +81,8 @@ def test_pieces_lower_the_backward_peak():
     """The attention's round recomputed in two pieces (the softmax's inputs and internals
     dropped before the dropout mask and att @ v are recomputed) holds less, phantom plus
     backward overhead, than the same segment recomputed whole."""
-    from schedlang.pytorch.options import SegmentedLayer, _segments, measure
+    from schedlang.pytorch.options import measure
+    from schedlang.pytorch.segmented import SegmentedLayer, segments_of
 
     model, block, x, og = _block(batch=4, context=64, dim=64, heads=4, layers=1, vocab=128)
     params = list(block.parameters())
@@ -90,7 +91,7 @@ def test_pieces_lower_the_backward_peak():
     g = [torch.randn_like(out)]
     held = {}
     for whole in (True, False):
-        run = SegmentedLayer(og, block, _segments(og, _attention_pieces(og, whole)))
+        run = SegmentedLayer(og, block, segments_of(og, _attention_pieces(og, whole)))
         m = measure(run, [x], [True], g, params, params, list(model.parameters()), repeats=1)
         held[whole] = m.phantom + m.bwd_overhead
     att = 4 * 4 * 64 * 64 * 4  # one attention matrix
@@ -258,7 +259,8 @@ def _attention_two_levels(og, depth: int = 2) -> list[tuple]:
 def test_normal_spans_keeps_every_level():
     """Pieces at any depth are normalized as the first level is: adjacent kept pieces
     merged, a lone kept piece dropped, pieces of kept ranges dropped; the result runs."""
-    from schedlang.pytorch.options import _segments, normal_spans
+    from schedlang.pytorch.options import normal_spans
+    from schedlang.pytorch.segmented import segments_of
 
     _, _, _, og = _block(batch=2, context=16, dim=32, heads=4, layers=1, vocab=32)
     names = [u.name for u in og.units]
@@ -273,7 +275,7 @@ def test_normal_spans_keeps_every_level():
     under_kept = [(s[0], s[1], False, 1) if s[:2] == spans[2][:2] else s for s in spans]
     # a kept piece: its own pieces go (then the first level merges as before)
     assert all(len(s) < 4 or s[3] < 2 for s in normal_spans(og, under_kept))
-    assert len(_segments(og, normal_spans(og, split))) == 2
+    assert len(segments_of(og, normal_spans(og, split))) == 2
 
 
 @pytest.mark.parametrize("nested", [False, True])
@@ -283,7 +285,8 @@ def test_two_levels_of_pieces_give_eager_gradients_and_hold_less(nested):
     gradients equal eager PyTorch's exactly, dropout included, and the layer holds less,
     phantom plus backward overhead, than with one level of pieces (the layer norm's output,
     held through the attention's backward with one level, is not)."""
-    from schedlang.pytorch.options import SegmentedLayer, _segments, measure
+    from schedlang.pytorch.options import measure
+    from schedlang.pytorch.segmented import SegmentedLayer, segments_of
 
     model, block, x, og = _block(batch=4, context=64, dim=64, heads=4, layers=1, vocab=128)
     params = list(block.parameters())
@@ -291,7 +294,7 @@ def test_two_levels_of_pieces_give_eager_gradients_and_hold_less(nested):
     block.train()
     held = {}
     for depth in (1, 2):
-        run = SegmentedLayer(og, block, _segments(og, _attention_two_levels(og, depth)), nested)
+        run = SegmentedLayer(og, block, segments_of(og, _attention_two_levels(og, depth)), nested)
         if depth == 2:
             for want, got in zip(_grads(block, x, block, 5), _grads(block, x, run, 5)):
                 torch.testing.assert_close(got, want, rtol=0, atol=0)
@@ -312,7 +315,7 @@ def test_generator_merges_rounds_and_cuts_pieces_twice(monkeypatch):
     plus backward overhead, than every option built on the solution's own segments with one
     level of pieces, and runs with eager PyTorch's gradients."""
     from schedlang import layer_solves
-    from schedlang.pytorch import options
+    from schedlang.pytorch import options, segmented
 
     model, block, x, og = _block(batch=4, context=64, dim=64, heads=4, layers=1, vocab=128)
     names = [u.name for u in og.units]
@@ -331,7 +334,7 @@ def test_generator_merges_rounds_and_cuts_pieces_twice(monkeypatch):
         g = [torch.randn_like(block(x))]
 
     def held(spans):
-        run = options.SegmentedLayer(og, block, options._segments(og, spans))
+        run = segmented.SegmentedLayer(og, block, segmented.segments_of(og, spans))
         m = options.measure(run, [x], [True], g, params, params, list(model.parameters()),
                             repeats=1)
         return m.phantom + m.bwd_overhead
@@ -344,6 +347,6 @@ def test_generator_merges_rounds_and_cuts_pieces_twice(monkeypatch):
     ln_out = 4 * 64 * 64 * 4  # the layer norm's output
     assert held(best) <= min(held(s) for s in own) - ln_out / 2
 
-    run = options.SegmentedLayer(og, block, options._segments(og, best))
+    run = segmented.SegmentedLayer(og, block, segmented.segments_of(og, best))
     for want, got in zip(_grads(block, x, block, 7), _grads(block, x, run, 7)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -40,15 +40,18 @@ def _step(module, model, args, kwargs, loss_fn, seed=123):
     """Gradients, loss, RNG state, buffers and the output's type after one step, as host
     copies (`leaks.host_copy`: nothing a later measured step would count)."""
     model.zero_grad(set_to_none=True)
-    for t in (*args, *kwargs.values()):  # an earlier step's input gradient: the caller's
-        if isinstance(t, torch.Tensor):  # memory, beside the step's own (as on CUDA)
-            t.grad = None
     torch.manual_seed(seed)
     out = module(*args, **kwargs)
     loss = loss_fn(out)
     loss.backward()
-    return (*host_copy(([p.grad for p in model.parameters()], loss.detach(),
-                        torch.get_rng_state(), list(model.buffers()))), type(out))
+    got = (*host_copy(([p.grad for p in model.parameters()], loss.detach(),
+                       torch.get_rng_state(), list(model.buffers()))), type(out))
+    # the samples' gradients (inputs that require one) are dropped as the parameters' are: a
+    # gradient left on a sample is memory a later measured step counts (as on CUDA)
+    for t in (*args, *kwargs.values()):
+        if isinstance(t, torch.Tensor):
+            t.grad = None
+    return got
 
 
 def _assert_same(ref, got, exact=True):

@@ -40,6 +40,7 @@ import dataclasses
 import logging
 import time
 import warnings
+from dataclasses import dataclass
 
 from torch import nn
 
@@ -66,7 +67,7 @@ from .planning import (
     solve_plan,
     with_link,
 )
-from .prepare import LOSS_RESERVE, Prepared, prepare
+from .prepare import FRONTENDS, LOSS_RESERVE, Prepared, prepare
 from .probing import (
     can_generate,
     faster_measured,
@@ -80,20 +81,6 @@ __all__ = ["fit", "FitModule", "FitError", "MemoryReport", "resolve_fit_budget",
            "LOSS_RESERVE"]
 
 log = logging.getLogger("schedlang.pytorch")
-
-
-# --- preparation: partition, trace, resident bytes ----------------------------------------------
-
-
-# --- solving --------------------------------------------------------------------------------------
-
-
-# --- the module ----------------------------------------------------------------------------------
-
-
-
-
-# --- the one call ---------------------------------------------------------------------------------
 
 
 def _fallback(model: nn.Module, exc: Exception, measure: bool) -> FitModule:
@@ -179,110 +166,187 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     first second; False: nothing; or a mode). The same lines are INFO records of the
     ``schedlang.progress`` logger."""
 
+    opts = FitOptions(solver=solver, time_limit=time_limit, layers=layers, backend=backend,
+                      measure=measure, loss_fn=loss_fn, bandwidth=bandwidth,
+                      calibrate=calibrate, frontend=frontend, fallback=fallback, probe=probe,
+                      fsdp=fsdp, op_options=op_options, outputs_held=outputs_held)
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
     if fsdp and not distributed.is_fsdp(model):
         distributed.shard_blocks(model, args, layers, kwargs,
                                  **(fsdp if isinstance(fsdp, dict) else {}))
-    if prepared is not None:
-        prep = prepared
-        if outputs_held is not None and bool(outputs_held) != prep.outputs_held:
-            raise SchedError(f"fit(outputs_held={bool(outputs_held)}) with a `prepared` made "
-                             f"for outputs_held={prep.outputs_held}: prepare(..., "
-                             f"outputs_held={bool(outputs_held)}) for this loop")
-    else:
-        held = True if outputs_held is None else bool(outputs_held)
-        try:
-            if distributed.is_fsdp(model):  # docs/distributed.md
-                if graph is not None:
-                    raise distributed.DistributedPlanError(
-                        "graph=... cannot plan a fully_shard-ed model: fit profiles an "
-                        "unsharded copy of it to learn its layers (leave graph out)")
-                prep = distributed.prepare_sharded(model, args, kwargs, layers, loss_fn,
-                                                   frontend, outputs_held=held, **trace_kwargs)
-            else:
-                prep = prepare(model, args, layers=layers, graph=graph, loss_fn=loss_fn,
-                               frontend=frontend, sample_kwargs=kwargs, outputs_held=held,
-                               offload=bandwidth is not None, **trace_kwargs)
-        except FitError:
+    try:
+        prep = prepared if prepared is not None else \
+            _prepare(model, args, kwargs, graph, opts, trace_kwargs)
+    except FitError:
+        raise
+    except Exception as exc:  # fallback=True: whatever stops planning, plain PyTorch
+        if not fallback:
             raise
-        except Exception as exc:  # fallback=True: whatever stops planning, plain PyTorch
-            if not fallback:
-                raise
-            return _fallback(model, exc, measure)
+        return _fallback(model, exc, measure)
+    opts.check_prepared(prep)
     if distributed.active():  # one profile and one plan on every rank (distributed.py)
         agreed, plain_time = distributed.agree_graph(prep.graph, prep.plain_time)
         prep = dataclasses.replace(prep, graph=agreed, plain_time=plain_time)
-        calibrate = probe = False  # a re-plan would be one rank's alone
-    base = other = None  # with a host link: the recompute-only preparation and plan
+        opts.calibrate = opts.probe = False  # a re-plan would be one rank's alone
+    base = None  # with a host link: the recompute-only preparation
     if bandwidth is not None:
         prep, base = with_link(model, prep, bandwidth, args, kwargs)
-    extra = solve_extra(prep)
-    solve_args = {"solver": solver, "time_limit": time_limit, "backend": backend}
-    calib = {"calibrate": calibrate, "solve_args": solve_args}
     if plan is not None:
-        sim = simulate(plan, prep.graph)
-        if not sim.valid:
-            raise SchedError(f"the plan does not replay on graph '{prep.graph.name}': "
-                             f"{sim.errors[0]}")
-        priced(plan, prep)
-        want = None if budget is None else resolve_fit_budget(budget, prep.plain_peak)
-        return FitModule(model, prep, plan, want, measure, **calib)
-    want = resolve_fit_budget(budget, prep.plain_peak)
+        return _with_plan(model, prep, plan, budget, opts)
+    fm, other = _planned(model, prep, base, resolve_fit_budget(budget, prep.plain_peak),
+                         args, kwargs, opts)
+    return _probed(fm, other, args, kwargs, opts)
+
+
+
+
+
+@dataclass
+class FitOptions:
+    """`fit`'s keyword arguments that steer planning (see `fit`), declared and checked in
+    one place; the helpers of `fit` read them from here."""
+
+    solver: str = "highs"
+    time_limit: float | None = 60.0
+    layers: object = None
+    backend: str = "pyomo"
+    measure: bool = True
+    loss_fn: object = None
+    bandwidth: object = None
+    calibrate: bool = True
+    frontend: str = "auto"
+    fallback: bool = False
+    probe: bool | None = None
+    fsdp: object = False
+    op_options: object = "auto"
+    outputs_held: bool | None = None
+
+    def __post_init__(self):
+        if self.frontend not in FRONTENDS:
+            raise SchedError(f"frontend must be one of {', '.join(FRONTENDS)}, got "
+                             f"{self.frontend!r}")
+        if not (isinstance(self.op_options, (bool, dict)) or self.op_options == "auto"):
+            raise SchedError(f"op_options must be 'auto', True, False or a dict of "
+                             f"add_generated_options arguments, got {self.op_options!r}")
+
+    @property
+    def held(self) -> bool:
+        """The loop holds the outputs through the backward (None: the default, True)."""
+        return True if self.outputs_held is None else bool(self.outputs_held)
+
+    @property
+    def solve_args(self) -> dict:
+        return {"solver": self.solver, "time_limit": self.time_limit, "backend": self.backend}
+
+    @property
+    def calibration(self) -> dict:
+        """`FitModule`'s calibration arguments."""
+        return {"calibrate": self.calibrate, "solve_args": self.solve_args}
+
+    def check_prepared(self, prep: Prepared) -> None:
+        if self.outputs_held is not None and bool(self.outputs_held) != prep.outputs_held:
+            raise SchedError(f"fit(outputs_held={bool(self.outputs_held)}) with a `prepared` "
+                             f"made for outputs_held={prep.outputs_held}: prepare(..., "
+                             f"outputs_held={bool(self.outputs_held)}) for this loop")
+
+
+def _prepare(model: nn.Module, args: tuple, kwargs: dict, graph, opts: FitOptions,
+             trace_kwargs: dict) -> Prepared:
+    """The preparation `fit` plans with (`prepare`; a `fully_shard`-ed model: its unsharded
+    copy's, `distributed.prepare_sharded`)."""
+    if distributed.is_fsdp(model):  # docs/distributed.md
+        if graph is not None:
+            raise distributed.DistributedPlanError(
+                "graph=... cannot plan a fully_shard-ed model: fit profiles an "
+                "unsharded copy of it to learn its layers (leave graph out)")
+        return distributed.prepare_sharded(model, args, kwargs, opts.layers, opts.loss_fn,
+                                           opts.frontend, outputs_held=opts.held,
+                                           **trace_kwargs)
+    return prepare(model, args, layers=opts.layers, graph=graph, loss_fn=opts.loss_fn,
+                   frontend=opts.frontend, sample_kwargs=kwargs, outputs_held=opts.held,
+                   offload=opts.bandwidth is not None, **trace_kwargs)
+
+
+def _with_plan(model: nn.Module, prep: Prepared, plan: Plan, budget, opts: FitOptions):
+    """`fit(plan=...)`: the given plan, checked on the graph and priced."""
+    sim = simulate(plan, prep.graph)
+    if not sim.valid:
+        raise SchedError(f"the plan does not replay on graph '{prep.graph.name}': "
+                         f"{sim.errors[0]}")
+    priced(plan, prep)
+    want = None if budget is None else resolve_fit_budget(budget, prep.plain_peak)
+    return FitModule(model, prep, plan, want, opts.measure, **opts.calibration)
+
+
+def _planned(model: nn.Module, prep: Prepared, base: Prepared | None, want: int, args, kwargs,
+             opts: FitOptions) -> tuple:
+    """(the `FitModule` of the plan `fit` solves for `want`, the recompute-only (preparation,
+    plan) an offloading plan was preferred to, or None): plain execution where it fits,
+    generated options where the fixed ones cannot meet the budget (or where asked), the
+    offloading plan where faster (`base`: the recompute-only preparation)."""
+    solver, time_limit, backend = opts.solver, opts.time_limit, opts.backend
+    loss_fn, op_options = opts.loss_fn, opts.op_options
     if want >= prep.plain_peak or want >= plain_measured_peak(model, prep, args, kwargs,
                                                               loss_fn):
         if want < prep.plain_peak:
             log.info("schedlang fit: plain execution measures %s, within the budget %s (its "
                      "prediction, %s, is not): no plan", format_size(prep.plain_measured),
                      format_size(want), format_size(prep.plain_peak))
-        fm = FitModule(model, prep, None, want, measure, **calib)
-    else:
-        found = None
-        generate = op_options and base is None and can_generate(prep)
-        if generate and op_options != "auto":
+        return FitModule(model, prep, None, want, opts.measure, **opts.calibration), None
+    found = other = None
+    generate = op_options and base is None and can_generate(prep)
+    if generate and op_options != "auto":
+        prep = with_generated_options(
+            model, prep, args, kwargs, loss_fn, "op_options given",
+            **(op_options if isinstance(op_options, dict) else {}))
+    elif generate:  # generated options only when the fixed ones cannot meet the budget
+        t0 = time.perf_counter()
+        with progress.phase("planning"):
+            progress.step(None, f"budget {format_size(want)} with the fixed options")
+            found = as_before(prep, solve_plan(prep.graph, want - prep.resident_bytes,
+                                               solver, time_limit, backend,
+                                               **solve_extra(prep)),
+                              want - prep.resident_bytes, solver)
+        solve_s = time.perf_counter() - t0
+        if found is None:
             prep = with_generated_options(
-                model, prep, args, kwargs, loss_fn, "op_options given",
-                **(op_options if isinstance(op_options, dict) else {}))
-        elif generate:  # generated options only when the fixed ones cannot meet the budget
-            t0 = time.perf_counter()
-            with progress.phase("planning"):
-                progress.step(None, f"budget {format_size(want)} with the fixed options")
-                found = as_before(prep, solve_plan(prep.graph, want - prep.resident_bytes,
-                                                    solver, time_limit, backend, **extra),
-                                   want - prep.resident_bytes, solver)
-            solve_s = time.perf_counter() - t0
-            if found is None:
-                prep = with_generated_options(
-                    model, prep, args, kwargs, loss_fn,
-                    f"no plan with the fixed options meets {format_size(want)}")
-        extra = solve_extra(prep)
-        if found is None and base is not None:
-            prep, found, solve_s, other = solve_linked(base, prep, want, solver, time_limit,
-                                                        backend)
-            extra = solve_extra(prep)
-        elif found is None:
-            found, solve_s = solve_or_raise(prep, want, 0, solver, time_limit, backend, extra)
-        fm = FitModule(model, prep, found, want, measure, solve_s, **calib)
-    if probe is None:  # default: the hook front end, whose glue the profile cannot replay,
-        # and plans with generated options, whose in-node frees follow measured sub-steps
+                model, prep, args, kwargs, loss_fn,
+                f"no plan with the fixed options meets {format_size(want)}")
+    if found is None and base is not None:
+        prep, found, solve_s, other = solve_linked(base, prep, want, solver, time_limit,
+                                                   backend)
+    elif found is None:
+        found, solve_s = solve_or_raise(prep, want, 0, solver, time_limit, backend,
+                                        solve_extra(prep))
+    fm = FitModule(model, prep, found, want, opts.measure, solve_s, **opts.calibration)
+    return fm, other
 
+
+def _probed(fm: FitModule, other, args, kwargs, opts: FitOptions) -> FitModule:
+    """`fm` after its probe steps (`probing.probe_until_within`), where `opts.probe` asks
+    (default: where the front end's profile cannot replay all of the model's code, and plans
+    with generated options, whose in-node frees follow measured sub-steps); on CUDA, the
+    faster of `fm` and the recompute-only plan `other` as measured."""
+    prep, model, want = fm._prep, fm.module, fm._budget
+    probe = opts.probe
+    if probe is None:
         probe = prep.front.probes_by_default or (fm.plan is not None and any(
             op.op == "compute" and (op.option or "").startswith(OPS_PREFIX)
             for op in fm.plan.ops))
-    if probe and prep.front is not None and measure:
-        try:
-            probe_until_within(fm, args, kwargs, loss_fn, want, solver, time_limit, backend,
-                                extra)
-            if other is not None and any(p.device.type == "cuda" for p in model.parameters()):
-                fm = faster_measured(fm, other, args, kwargs, loss_fn, want, solver=solver,
-                                      time_limit=time_limit, backend=backend,
-                                      extra=solve_extra(other[0]))
-        except FitError:
+    if not (probe and prep.front is not None and opts.measure):
+        return fm
+    solve_args = opts.solve_args
+    try:
+        probe_until_within(fm, args, kwargs, opts.loss_fn, want, *solve_args.values(),
+                           solve_extra(prep))
+        if other is not None and any(p.device.type == "cuda" for p in model.parameters()):
+            fm = faster_measured(fm, other, args, kwargs, opts.loss_fn, want, **solve_args,
+                                 extra=solve_extra(other[0]))
+    except FitError:
+        raise
+    except Exception as exc:  # a block failing under its wrapper
+        if not opts.fallback:
             raise
-        except Exception as exc:  # a block failing under its wrapper
-            if not fallback:
-                raise
-            fm.unwrap()
-            return _fallback(model, exc, measure)
+        fm.unwrap()
+        return _fallback(model, exc, opts.measure)
     return fm
-
-

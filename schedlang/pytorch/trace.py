@@ -40,9 +40,10 @@ from .frontends.fx.partition import partition
 from .frontends.fx.segments import describe
 from .memory import storage_bytes
 from .opgraph import record_ops
-from .options import SegmentedLayer, add_generated_options
+from .options import add_generated_options
 from .outputs import LOSS_TIME, LOSS_VALUE_BYTES
 from .profile import OPTIONS, profile
+from .segmented import SegmentedLayer
 
 __all__ = ["TraceInfo", "to_graph", "trace", "write_trace", "read_trace_info",
            "add_trace_arguments", "trace_main"]

@@ -30,7 +30,8 @@ import hashlib
 from ....errors import DataError, Loc
 from ....graph import Graph, Segment, Segments
 from ...opgraph import record_ops
-from ...options import SegmentedLayer, layer_inputs
+from ...options import layer_inputs
+from ...segmented import SegmentedLayer
 
 __all__ = ["build", "describe", "register", "units_signature"]
 
