@@ -9,8 +9,7 @@ torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
 from schedlang.layer_solves import cache_path, solve_series  # noqa: E402
-
-from .torch_models import ALL  # noqa: E402
+from schedlang.testing.torch_models import ALL  # noqa: E402
 
 
 @pytest.fixture(scope="module")

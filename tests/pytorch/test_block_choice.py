@@ -13,45 +13,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")  # test_real_models' helpers import it
 torch.set_num_threads(1)
 
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
+
+from schedlang.testing.torch_models import make_stages  # noqa: E402
 
 from .test_real_models import _fit_at, _plain  # noqa: E402
-
-
-class _Res(nn.Module):
-    def __init__(self, cin: int, cout: int):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
-        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
-        self.skip = nn.Conv2d(cin, cout, 1)
-
-    def forward(self, x):
-        return F.relu(self.conv2(F.relu(self.conv1(x))) + self.skip(x))
-
-
-class _Stages(nn.Module):
-    """Two stages, each an nn.Sequential of two residual blocks of different widths (no
-    repeated stack), pooling between them in the model's own forward."""
-
-    def __init__(self, c: int = 8):
-        super().__init__()
-        self.stem = nn.Conv2d(3, c, 3, padding=1)
-        self.stage1 = nn.Sequential(_Res(c, 2 * c), _Res(2 * c, 2 * c))
-        self.stage2 = nn.Sequential(_Res(2 * c, 4 * c), _Res(4 * c, 4 * c))
-        self.head = nn.Linear(4 * c, 5)
-
-    def forward(self, x):
-        x = self.stage1(self.stem(x))
-        x = self.stage2(F.max_pool2d(x, 2))
-        return self.head(x.mean((2, 3)))
-
-
-def make_stages(batch: int = 4, size: int = 32, seed: int = 0):
-    torch.manual_seed(seed)
-    model = _Stages()
-    x = torch.randn(batch, 3, size, size)
-    return model, (x,), {}, lambda out: out.pow(2).mean()
 
 
 def test_sequentials_of_composite_modules_are_split():

@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from .torch_models import ALL  # noqa: E402
+from schedlang.testing.torch_models import ALL  # noqa: E402
 
 GPT_WIDE = dict(batch=4, context=64, dim=32, heads=4, layers=6, vocab=1024)  # 1 MiB of logits
 
@@ -73,8 +73,7 @@ def test_released_outputs_fx_plan_measures_its_prediction_and_needs_less():
 def test_released_outputs_hook_front_end():
     pytest.importorskip("transformers")
     from schedlang.pytorch.fit import fit
-
-    from .hf_models import HF
+    from schedlang.testing.hf_models import HF
 
     model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)
     fm = fit(model, args, "50%", loss_fn=loss_fn, sample_kwargs=kwargs, outputs_held=False)
@@ -183,10 +182,9 @@ def test_the_offloading_plan_is_kept_only_when_faster(monkeypatch):
     import importlib
 
     from schedlang.plan import Plan
+    from schedlang.pytorch.fit import prepare
     from schedlang.pytorch.hostlink import HostLink
     from schedlang.pytorch.planning import linked
-
-    from schedlang.pytorch.fit import prepare
 
     fitmod = importlib.import_module("schedlang.pytorch.planning")
 
@@ -250,8 +248,7 @@ def test_offload_plan_first_step_hook_front_end():
     pytest.importorskip("transformers")
     from schedlang.pytorch.fit import fit
     from schedlang.pytorch.frontends.blocks.hooked import plan_choices
-
-    from .hf_models import HF
+    from schedlang.testing.hf_models import HF
 
     model, args, kwargs, loss_fn = HF["llama"](batch=4, seq=64)
     fm = fit(model, args, "50%", loss_fn=loss_fn, sample_kwargs=kwargs, bandwidth="16GB/s")
@@ -267,11 +264,10 @@ def test_offload_plan_first_step_hook_front_end():
 def test_per_block_plans_have_no_transfer_ops():
     pytest.importorskip("transformers")
     from schedlang.plan import Op
-    from schedlang.pytorch.frontends.blocks.find import BlockError
     from schedlang.pytorch.fit import fit
+    from schedlang.pytorch.frontends.blocks.find import BlockError
     from schedlang.pytorch.frontends.blocks.hooked import plan_choices
-
-    from .hf_models import HF
+    from schedlang.testing.hf_models import HF
 
     model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)
     fm = fit(model, args, "60%", loss_fn=loss_fn, sample_kwargs=kwargs)
@@ -296,7 +292,7 @@ def test_offload_plans_measure_their_prediction_on_every_model(name, pct):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     from bench_offload_exact import first_step
 
     row = first_step(name, pct, "16GB/s", True, "cpu")
@@ -317,7 +313,7 @@ def test_run_command_loop_and_link(tmp_path, capsys):
     from schedlang.pytorch.run import add_run_arguments, run_main
 
     factory = tmp_path / "wide_gpt.py"
-    factory.write_text("from tests.torch_models import make_gpt\n"
+    factory.write_text("from schedlang.testing.torch_models import make_gpt\n"
                        "def wide():\n    return make_gpt(batch=4, context=64, layers=4, "
                        "vocab=1024)\n")
     ap = argparse.ArgumentParser()
@@ -347,7 +343,7 @@ def test_where_fit_probes_on_cuda_the_measured_step_decides(faster):
     pytest.importorskip("transformers")
     import importlib
 
-    from .hf_models import HF
+    from schedlang.testing.hf_models import HF
 
     fitmod = importlib.import_module("schedlang.pytorch.fit")
     probing = importlib.import_module("schedlang.pytorch.probing")

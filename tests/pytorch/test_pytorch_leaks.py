@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from .hf_models import HF  # noqa: E402
-from .leaks import new_bytes, snapshot  # noqa: E402
+from schedlang.testing.hf_models import HF  # noqa: E402
+from schedlang.testing.leaks import new_bytes, snapshot  # noqa: E402
 
 
 def _step(fm, model, args, kwargs, loss_fn):
@@ -20,8 +20,8 @@ def _step(fm, model, args, kwargs, loss_fn):
 
 
 def test_a_planted_leak_fails_the_leak_check_and_the_tracker(monkeypatch):
-    from schedlang.pytorch.frontends.blocks import hooked
     from schedlang.pytorch.fit import fit
+    from schedlang.pytorch.frontends.blocks import hooked
     from schedlang.pytorch.memory import MemoryTracker
 
     model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)

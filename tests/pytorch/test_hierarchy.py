@@ -17,9 +17,8 @@ from torch import nn  # noqa: E402
 import schedlang  # noqa: E402
 from schedlang.plan import Op, Plan  # noqa: E402
 from schedlang.simulate import simulate  # noqa: E402
-
-from .test_pytorch_runtime import assert_same, eager_grads, fit_step  # noqa: E402
-from .torch_models import ALL  # noqa: E402
+from schedlang.testing.steps import assert_same, eager_grads, fit_step  # noqa: E402
+from schedlang.testing.torch_models import ALL  # noqa: E402
 
 TOLERANCE = 0.05  # |measured - predicted| / predicted, as for the fixed options
 
@@ -617,7 +616,7 @@ def test_a_stepped_backward_ends_without_what_it_freed():
     profile describes the whole node); an input the plan keeps is counted."""
     from schedlang.simulate import replay
 
-    from .layered_instances import MiB, chain, opt
+    from ..layered_instances import MiB, chain, opt
 
     g = chain("stepped1", [2, 4], [[opt("keep", 1, 1, 3, ["out"],
                                         bwd_steps=[(1, ["gin", "out"], ["gout"])])]],

@@ -16,9 +16,9 @@ from schedlang.graph import DataNode, Graph, Layer, Loss, Option  # noqa: E402
 from schedlang.plan import Op, Plan  # noqa: E402
 from schedlang.planners.no_recompute import no_recompute_plan  # noqa: E402
 from schedlang.simulate import simulate  # noqa: E402
-
-from .leaks import host_copy, new_bytes, snapshot  # noqa: E402
-from .torch_models import ALL, make_dropout_mlp, make_mlp  # noqa: E402
+from schedlang.testing.leaks import new_bytes, snapshot  # noqa: E402
+from schedlang.testing.torch_models import ALL, make_dropout_mlp, make_mlp  # noqa: E402
+from schedlang.testing.steps import assert_same, eager_grads, fit_step, module_grads  # noqa: E402
 
 MODELS = ["mlp", "dropout_mlp", "gpt", "unet"]
 
@@ -77,41 +77,6 @@ def stress_plan(g: Graph, option: str, drop: bool = False) -> Plan:
         ops.append(Op("compute", node=f"{layer.name}.bwd", option=option))
         ops += [Op("delete", data=o) for o in layer.grad_inputs]
     return Plan(g.name, ops)
-
-
-def eager_grads(model, inputs, loss_fn, seed=123):
-    """Parameter and input gradients, loss and RNG state after one eager step, as host copies
-    (`leaks.host_copy`: no tensor memory a later measured step would count)."""
-    return module_grads(model, model, inputs, loss_fn, seed)
-
-
-def module_grads(module, model, inputs, loss_fn, seed=123):
-    model.zero_grad(set_to_none=True)
-    ins = [x.detach().requires_grad_(x.requires_grad) for x in inputs]
-    torch.manual_seed(seed)
-    loss = loss_fn(module(*ins))
-    loss.backward()
-    after = torch.get_rng_state()
-    return host_copy(([p.grad for p in model.parameters()], [x.grad for x in ins],
-                      loss.detach(), after))
-
-
-def assert_same(ref, got, exact=True):
-    """`got` as `ref` (both from `eager_grads` / `module_grads` / `fit_step`: host copies)."""
-    kw = {"rtol": 0, "atol": 0} if exact else {}
-    assert len(got[0]) == len(ref[0]) and len(got[1]) == len(ref[1])
-    for a, b in zip(ref[0], got[0]):
-        if a is None:
-            assert b is None
-        else:
-            torch.testing.assert_close(b, a, **kw)
-    for a, b in zip(ref[1], got[1]):
-        if a is None:
-            assert b is None
-        else:
-            torch.testing.assert_close(b, a, **kw)
-    torch.testing.assert_close(got[2], ref[2], **kw)
-    assert (ref[3] == got[3]).all(), "the global RNG stream differs from eager PyTorch"
 
 
 def executor(part, plan, graph):
@@ -246,22 +211,6 @@ FIT_CASES = {
 TOLERANCE = 0.05  # |measured - predicted| / predicted
 
 
-def fit_step(fm, model, inputs, loss_fn, seed=123, hold_output=True):
-    """One training step through `fm`; the output held through the backward (`out = fm(x);
-    loss_fn(out).backward()`, the loop fit's prediction is for) unless `hold_output` is False
-    (`loss_fn(fm(x)).backward()`: the output freed once the loss has what it needs)."""
-    model.zero_grad(set_to_none=True)
-    ins = [x.detach().requires_grad_(x.requires_grad) for x in inputs]
-    torch.manual_seed(seed)
-    out = fm(*ins)
-    loss = loss_fn(out)
-    if not hold_output:
-        del out
-    loss.backward()
-    return host_copy(([p.grad for p in model.parameters()], [x.grad for x in ins],
-                      loss.detach(), torch.get_rng_state()))
-
-
 @pytest.mark.parametrize("name", list(FIT_CASES))
 def test_fit_gradients_and_measured_peaks(name):
     """At five budgets: gradients equal eager PyTorch (dropout masks included), the measured
@@ -306,7 +255,7 @@ def test_fit_with_a_host_link_offloads_and_keeps_the_gradients(bandwidth):
     replays in the simulator, and the step's gradients equal eager PyTorch."""
     from schedlang.pytorch.fit import fit, prepare
 
-    from .offload_cases import linked_plan
+    from ..offload_cases import linked_plan
 
     model, inputs, loss_fn = ALL["gpt"](batch=8, context=64, layers=4)
     ref = eager_grads(model, inputs, loss_fn)
@@ -385,7 +334,7 @@ def test_gpt2_from_transformers():
     gpt2 = transformers.GPT2LMHeadModel(cfg)
     gpt2.train()
 
-    from tests.hf_models import GPT2Logits
+    from schedlang.testing.hf_models import GPT2Logits
 
     model = GPT2Logits(gpt2)
     idx = torch.randint(0, 100, (8, 32))
@@ -422,7 +371,7 @@ def test_run_command(tmp_path, capsys):
     from schedlang.pytorch.run import add_run_arguments, run_main
 
     factory = tmp_path / "factories.py"
-    factory.write_text("from tests.torch_models import make_mlp\n"
+    factory.write_text("from schedlang.testing.torch_models import make_mlp\n"
                        "def small():\n    return make_mlp(batch=512, width=64, depth=2)\n"
                        "def model_only():\n    return small()[0]\n")
     ap = argparse.ArgumentParser()
@@ -465,7 +414,7 @@ def test_run_command_frontend(tmp_path, capsys, frontend):
     from schedlang.pytorch.run import add_run_arguments, run_main
 
     factory = tmp_path / "gpt_factory.py"
-    factory.write_text("from tests.torch_models import make_gpt\n"
+    factory.write_text("from schedlang.testing.torch_models import make_gpt\n"
                        "def small():\n    return make_gpt(batch=4, context=32, layers=3)\n")
     ap = argparse.ArgumentParser()
     add_run_arguments(ap)

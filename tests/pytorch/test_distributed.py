@@ -23,7 +23,7 @@ if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
 WORLD = 2
-ROOT_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+ROOT_EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BUDGETS = [100, 60, 40]
 CASES = {
     # activations outweigh parameters, so that 40% is within reach
@@ -98,8 +98,7 @@ def _ddp_worker(rank: int, port: int, case: str, budgets: list, out: str) -> Non
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from schedlang.pytorch.fit import FitError, fit
-
-    from .torch_models import ALL
+    from schedlang.testing.torch_models import ALL
 
     _init(rank, port)
     try:
@@ -206,8 +205,7 @@ def _fsdp_worker(rank: int, port: int, case: str, budgets: list, out: str,
 
     from schedlang.pytorch.distributed import shard_blocks
     from schedlang.pytorch.fit import FitError, fit
-
-    from .torch_models import ALL
+    from schedlang.testing.torch_models import ALL
 
     _init(rank, port)
     try:
@@ -256,8 +254,7 @@ def _wrong_orders(name: str, sizes: dict) -> dict:
     from schedlang.errors import SchedError
     from schedlang.graph import Graph
     from schedlang.pytorch.fit import fit
-
-    from .torch_models import ALL
+    from schedlang.testing.torch_models import ALL
 
     def attempt(shard_before, shard_after=None, **kw):
         model, sample, loss_fn = ALL[name](**sizes)
@@ -325,10 +322,13 @@ def test_fsdp2_kept_after_forward_then_fit(tmp_path):
 
 def _agreement_worker(rank: int, port: int, out: str) -> None:
     from schedlang.problem import load, run_named_planner
-    from schedlang.pytorch.distributed import DistributedPlanError, agree_plan, plan_digest
+    from schedlang.pytorch.distributed import (
+        DistributedPlanError,
+        agree_plan,
+        plan_digest,
+    )
     from schedlang.pytorch.fit import fit
-
-    from .torch_models import ALL
+    from schedlang.testing.torch_models import ALL
 
     _init(rank, port)
     try:
@@ -372,9 +372,9 @@ def test_fsdp_accounting_on_graph_data():
     unsharded parameters and its flat all-gather buffer (the previous unit's until the copy-out),
     the code between units the last buffer; a unit's backward the parameters again, their
     gradients and the reduce-scatter input kept from the unit before; the shards stay."""
+    from schedlang.planners.no_recompute import no_recompute_plan
     from schedlang.pytorch.distributed import fsdp_layer_memory, with_fsdp_memory
     from schedlang.simulate import simulate
-    from schedlang.planners.no_recompute import no_recompute_plan
 
     g = _layered()
     names = [lay.name for lay in g.layers]
@@ -410,10 +410,13 @@ def test_fsdp_accounting_on_graph_data():
 
 
 def test_fsdp_accounting_reads_param_bytes_off_traced_graphs():
-    from schedlang.pytorch.distributed import fsdp_layer_memory, param_bytes_of, with_fsdp_memory
+    from schedlang.pytorch.distributed import (
+        fsdp_layer_memory,
+        param_bytes_of,
+        with_fsdp_memory,
+    )
     from schedlang.pytorch.trace import trace
-
-    from .torch_models import ALL
+    from schedlang.testing.torch_models import ALL
 
     model, sample, _ = ALL["gpt"](batch=2, context=16, dim=32, heads=4, layers=2, vocab=64)
     g = trace(model, sample, repeats=1)

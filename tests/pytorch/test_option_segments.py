@@ -192,7 +192,7 @@ def test_trace_file_solve_run(traced, tmp_path, capsys):
 
     from schedlang.pytorch.fit import fit, prepare
     from schedlang.pytorch.frontends.fx.segments import describe
-    from tests.test_pytorch_runtime import assert_same, eager_grads, fit_step
+    from schedlang.testing.steps import assert_same, eager_grads, fit_step
 
     factory, out = traced
     capsys.readouterr()
@@ -331,7 +331,7 @@ def test_a_cut_inside_a_segment_runs_like_eager_or_is_refused_where_written(trac
 
     from schedlang.errors import DataError
     from schedlang.pytorch.fit import fit, prepare
-    from tests.test_pytorch_runtime import assert_same, eager_grads, fit_step
+    from schedlang.testing.steps import assert_same, eager_grads, fit_step
 
     factory, out = traced
     g = load_program([out]).graph

@@ -12,7 +12,7 @@ import networkx as nx
 import pytest
 
 PACKAGE = "schedlang.pytorch"
-ROOT = Path(__file__).resolve().parents[1] / "schedlang" / "pytorch"
+ROOT = Path(__file__).resolve().parents[2] / "schedlang" / "pytorch"
 MAX_FILE_LINES = 800
 MAX_FUNCTION_LINES = 120
 

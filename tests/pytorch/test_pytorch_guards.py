@@ -15,9 +15,8 @@ from schedlang.errors import SchedError  # noqa: E402
 from schedlang.planners import run_planner  # noqa: E402
 from schedlang.pytorch.fit import FitError, fit, prepare  # noqa: E402
 from schedlang.pytorch.guards import GraphChanged, InputMismatch  # noqa: E402
-
-from .test_pytorch_runtime import assert_same, eager_grads, fit_step  # noqa: E402
-from .torch_models import make_mlp  # noqa: E402
+from schedlang.testing.steps import assert_same, eager_grads, fit_step  # noqa: E402
+from schedlang.testing.torch_models import make_mlp  # noqa: E402
 
 torch.set_num_threads(1)
 

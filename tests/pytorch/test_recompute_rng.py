@@ -12,8 +12,7 @@ torch = pytest.importorskip("torch")
 
 from schedlang.pytorch.frontends.blocks.find import find_blocks  # noqa: E402
 from schedlang.pytorch.frontends.blocks.hooked import GROUP, BlockWrappers  # noqa: E402
-
-from .torch_models import make_gpt, make_keyword_blocks  # noqa: E402
+from schedlang.testing.torch_models import make_gpt, make_keyword_blocks  # noqa: E402
 
 OPTIONS = ["autograd", "recompute", "selective", "autograd+offload"]
 
@@ -112,7 +111,7 @@ def test_hook_front_end_choices_give_eager_gradients_with_dropout(model_name, pl
 def test_transformers_blocks_give_eager_gradients_with_dropout(name, plan):
     """The same on `transformers` models (GPT-2's three dropouts; Llama's attention dropout,
     its blocks handed position embeddings and masks as keywords)."""
-    from .hf_models import HF
+    from schedlang.testing.hf_models import HF
 
     model, args, kwargs, loss_fn = HF[name](batch=2, seq=16, layers=4, dropout=0.3)
     ref = _step(model, model, args, kwargs, loss_fn)
@@ -233,7 +232,7 @@ def test_cuda_selective_with_attention_dropout_gives_eager_gradients():
     """transformers' GPT-2 on CUDA: SDPA attention with dropout runs the memory-efficient
     kernel (fp32), which draws from the CUDA generator; selective blocks recompute it rather
     than keep it, and the gradients are eager's."""
-    from .hf_models import HF
+    from schedlang.testing.hf_models import HF
 
     model, args, kwargs, loss_fn = HF["gpt2"](batch=2, seq=64, layers=4, dropout=0.3,
                                               device="cuda")

@@ -8,10 +8,9 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from schedlang.errors import SchedError  # noqa: E402
-from schedlang.pytorch.memory import MemoryTracker, storage_bytes  # noqa: E402
 from schedlang.pytorch.frontends.fx.partition import partition  # noqa: E402
-
-from .torch_models import ALL, make_gpt, make_mlp, make_unet  # noqa: E402
+from schedlang.pytorch.memory import MemoryTracker, storage_bytes  # noqa: E402
+from schedlang.testing.torch_models import ALL, make_gpt, make_mlp, make_unet  # noqa: E402
 
 
 # --- partition -----------------------------------------------------------------------------
@@ -420,9 +419,9 @@ def _solve_and_replay(text, budget):
 
 @pytest.mark.parametrize("name", sorted(ALL))
 def test_trace_solves_and_replays(name, tmp_path):
+    from schedlang.planners.no_recompute import no_recompute_peak
     from schedlang.program import load_program
     from schedlang.pytorch.trace import read_trace_info, write_trace
-    from schedlang.planners.no_recompute import no_recompute_peak
 
     model, graph = _traced(name)
     info = graph.trace_info
@@ -464,7 +463,7 @@ def test_trace_cli(tmp_path, capsys):
     from schedlang.pytorch.trace import main
 
     out = tmp_path / "gpt.sched"
-    assert main(["tests.torch_models:make_gpt", "--repeats", "1", "-o", str(out)]) == 0
+    assert main(["schedlang.testing.torch_models:make_gpt", "--repeats", "1", "-o", str(out)]) == 0
     assert "schedlang.pytorch resident_bytes" in out.read_text()
     assert "blocks.1" in capsys.readouterr().out
     factory = tmp_path / "factory.py"

@@ -10,9 +10,8 @@ torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
 from schedlang.plan import Op, Plan  # noqa: E402
-
-from .test_pytorch_runtime import assert_same, eager_grads, fit_step  # noqa: E402
-from .torch_models import ALL  # noqa: E402
+from schedlang.testing.steps import assert_same, eager_grads, fit_step  # noqa: E402
+from schedlang.testing.torch_models import ALL  # noqa: E402
 
 TOLERANCE = 0.05  # |measured - predicted| / predicted, as for the fixed options
 

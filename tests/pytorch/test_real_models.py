@@ -22,9 +22,9 @@ torch.set_num_threads(1)
 
 from torch import nn  # noqa: E402
 
-from .hf_models import HF  # noqa: E402
-from .leaks import host_copy, new_bytes, snapshot  # noqa: E402
-from .torch_models import ALL  # noqa: E402
+from schedlang.testing.hf_models import HF  # noqa: E402
+from schedlang.testing.leaks import host_copy, new_bytes, snapshot  # noqa: E402
+from schedlang.testing.torch_models import ALL  # noqa: E402
 
 #: sizes where activations outweigh parameters (else no budget below plain execution fits)
 HF_SIZES = {"llama": dict(batch=4, seq=64), "gpt2": dict(batch=4, seq=64),
@@ -210,8 +210,8 @@ def test_a_model_with_its_own_gradient_checkpointing_on(caplog):
     enable = getattr(model, "activation_checkpointing_enable", None) \
         or model.gradient_checkpointing_enable
     enable({"use_reentrant": False})
-    from schedlang.pytorch.model_state import own_checkpointing
     from schedlang.pytorch.memory import MemoryTracker
+    from schedlang.pytorch.model_state import own_checkpointing
 
     with MemoryTracker(resident=[model, *kwargs.values()]) as checked:
         ref = _step(model, model, args, kwargs, loss_fn)
@@ -398,8 +398,8 @@ def test_two_fits_of_one_model_each_run_their_own_plan():
 
 
 def test_a_block_called_twice_is_named():
-    from schedlang.pytorch.frontends.blocks.find import BlockError
     from schedlang.pytorch.fit import fit
+    from schedlang.pytorch.frontends.blocks.find import BlockError
 
     x = torch.randn(4, 8)
     with pytest.raises(BlockError, match=r"block 'layers\.0' .*called more than once"):
@@ -407,8 +407,8 @@ def test_a_block_called_twice_is_named():
 
 
 def test_fallback_only_when_asked():
-    from schedlang.pytorch.frontends.blocks.find import BlockError
     from schedlang.pytorch.fit import fit
+    from schedlang.pytorch.frontends.blocks.find import BlockError
 
     model = nn.Linear(8, 8)  # no submodule to wrap
     x = torch.randn(4, 8)
@@ -442,7 +442,7 @@ def test_the_readme_transformers_example_runs():
     block runs as written, and its steps stay within the budget."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     after = text.split("A `transformers` model, end to end", 1)[1]
     code = after.split("```python\n", 1)[1].split("```", 1)[0]
     assert "transformers." in code and "sp.fit(" in code

@@ -18,9 +18,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from .hf_models import HF  # noqa: E402
-from .leaks import host_copy  # noqa: E402
-from .torch_models import make_gpt  # noqa: E402
+from schedlang.testing.hf_models import HF  # noqa: E402
+from schedlang.testing.leaks import host_copy  # noqa: E402
+from schedlang.testing.torch_models import make_gpt  # noqa: E402
 
 CUDA = pytest.param("cuda", marks=pytest.mark.gpu)
 CPU = "cpu"

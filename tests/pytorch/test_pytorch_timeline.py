@@ -12,24 +12,23 @@ import pytest
 
 from schedlang.simulate import replay, simulate
 
-from .offload_cases import linked_plan
-from .paths import EXAMPLES
+from ..offload_cases import linked_plan
+from ..paths import EXAMPLES
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from .test_pytorch_runtime import fit_step  # noqa: E402
-from .torch_models import ALL, make_mlp  # noqa: E402
+from schedlang.testing.steps import fit_step  # noqa: E402
+from schedlang.testing.torch_models import ALL, make_mlp  # noqa: E402
 
 
 # --- the simulator's per-op record -----------------------------------------------------------
 @pytest.mark.parametrize("name", ["transformer6_offload.sched", "unet.sched", "chain.sched"])
 def test_replay_records_memory_and_time_per_op(name):
     import schedlang
-
     from schedlang.plan import Plan
 
-    from .paths import DATA
+    from ..paths import DATA
 
     prob = schedlang.load(str(EXAMPLES / name))
     # a plan with transfers: pinned (a solve under a time limit may find none on a loaded
@@ -182,7 +181,7 @@ def test_run_plot_and_trace(tmp_path, capsys):
 
     pytest.importorskip("matplotlib")
     factory = tmp_path / "factories.py"
-    factory.write_text("from tests.torch_models import make_mlp\n"
+    factory.write_text("from schedlang.testing.torch_models import make_mlp\n"
                        "def small():\n    return make_mlp(batch=512, width=64, depth=2)\n")
     ap = argparse.ArgumentParser()
     add_run_arguments(ap)
@@ -218,9 +217,7 @@ def test_timeline_on_cuda_shows_the_transfer_channels(tmp_path):
     """On CUDA: op times from CUDA events (transfers on their side streams), memory from the
     allocator; the per-op peaks' largest is the step's max_memory_allocated. (The model, its
     inputs and the loss's targets on the device.)"""
-    from schedlang.pytorch.fit import fit
-
-    from schedlang.pytorch.fit import prepare
+    from schedlang.pytorch.fit import fit, prepare
 
     model, inputs, loss_fn = ALL["gpt"](batch=16, context=128, layers=4, device="cuda")
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=3)

@@ -18,7 +18,7 @@ torch.set_num_threads(1)
 from torch import nn  # noqa: E402
 
 from schedlang.simulate import simulate  # noqa: E402
-from .test_pytorch_runtime import assert_same, eager_grads, fit_step  # noqa: E402
+from schedlang.testing.steps import assert_same, eager_grads, fit_step  # noqa: E402
 
 
 class Block(nn.Module):

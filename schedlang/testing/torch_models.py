@@ -53,7 +53,7 @@ def make_dropout_mlp(batch: int = 256, width: int = 32, hidden: int = 64, seed: 
 # the model's home is the README's example module (examples/mymodels.py), loaded by path so
 # that this file also runs as `schedlang run tests/torch_models.py:make_gpt`
 _spec = importlib.util.spec_from_file_location(
-    "mymodels", Path(__file__).resolve().parent.parent / "examples" / "mymodels.py")
+    "mymodels", Path(__file__).resolve().parents[2] / "examples" / "mymodels.py")
 mymodels = sys.modules.get("mymodels") or importlib.util.module_from_spec(_spec)
 if "mymodels" not in sys.modules:
     sys.modules["mymodels"] = mymodels
@@ -169,3 +169,38 @@ def make_unet(batch: int = 2, size: int = 32, cin: int = 3, base: int = 4, seed:
 
 
 ALL = {"mlp": make_mlp, "dropout_mlp": make_dropout_mlp, "gpt": make_gpt, "unet": make_unet}
+
+
+class _Stages(nn.Module):
+    """Two stages, each an nn.Sequential of two residual blocks of different widths (no
+    repeated stack), pooling between them in the model's own forward."""
+
+    def __init__(self, c: int = 8):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1)
+        self.stage1 = nn.Sequential(_Res(c, 2 * c), _Res(2 * c, 2 * c))
+        self.stage2 = nn.Sequential(_Res(2 * c, 4 * c), _Res(4 * c, 4 * c))
+        self.head = nn.Linear(4 * c, 5)
+
+    def forward(self, x):
+        x = self.stage1(self.stem(x))
+        x = self.stage2(F.max_pool2d(x, 2))
+        return self.head(x.mean((2, 3)))
+
+
+def make_stages(batch: int = 4, size: int = 32, seed: int = 0):
+    torch.manual_seed(seed)
+    model = _Stages()
+    x = torch.randn(batch, 3, size, size)
+    return model, (x,), {}, lambda out: out.pow(2).mean()
+
+
+class _Res(nn.Module):
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+        self.skip = nn.Conv2d(cin, cout, 1)
+
+    def forward(self, x):
+        return F.relu(self.conv2(F.relu(self.conv1(x))) + self.skip(x))

@@ -14,8 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from .test_pytorch_runtime import assert_same, eager_grads, fit_step  # noqa: E402
-from .torch_models import ALL  # noqa: E402
+from schedlang.testing.steps import assert_same, eager_grads, fit_step  # noqa: E402
+from schedlang.testing.torch_models import ALL  # noqa: E402
 
 #: six budgets (percent of plain execution's predicted peak) from plain down to near each
 #: model's smallest feasible one
@@ -130,7 +130,7 @@ def test_offload_plans_move_each_saved_storage_once():
     plan's memory on a skip-connection model at every op."""
     from schedlang.pytorch.fit import fit, prepare
 
-    from .offload_cases import linked_plan
+    from ..offload_cases import linked_plan
 
     model, inputs, loss_fn = ALL["unet"](batch=2, size=32, base=8)
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
@@ -151,8 +151,8 @@ def test_selective_prediction_matches_the_runtime():
     """Every layer that offers `selective` runs it: the profiled backward overhead is the
     runtime's (the profiler once held the kept tensors through the backward and predicted
     up to 10% too much, which made the GPT-2 test flaky under load)."""
-    from schedlang.pytorch.fit import fit, prepare
     from schedlang.planners.no_recompute import no_recompute_plan
+    from schedlang.pytorch.fit import fit, prepare
 
     model, inputs, loss_fn = ALL["gpt"](batch=8, context=32, dim=32, heads=4, layers=2)
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
@@ -212,7 +212,7 @@ def test_a_measured_step_leaves_no_counting_mode_behind():
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     from schedlang.pytorch.fit import fit
-    from tests.torch_models import make_gpt
+    from schedlang.testing.torch_models import make_gpt
 
     model, inputs, loss_fn = make_gpt()
     fm = fit(model, inputs, budget="85%", loss_fn=loss_fn, repeats=1)
@@ -233,7 +233,7 @@ def test_a_forward_without_backward_leaves_no_counting_mode_and_no_reading():
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     from schedlang.pytorch.fit import fit
-    from tests.torch_models import make_gpt
+    from schedlang.testing.torch_models import make_gpt
 
     model, inputs, loss_fn = make_gpt()
     fm = fit(model, inputs, budget="85%", loss_fn=loss_fn, repeats=1)
@@ -313,7 +313,7 @@ def _checkpoint_sequential_instance():
     backward layer 1 runs again saving its phantom and layer 2 is recomputed by its backward."""
     from schedlang.plan import Op, Plan
 
-    from .layered_instances import MiB, chain, opt
+    from ..layered_instances import MiB, chain, opt
 
     g = chain("seq", [1, 1, 1, 1, 4],
               [[opt("autograd", 1, 1, 8), opt("recompute", 1, 2, 0)] for _ in range(4)])
@@ -370,8 +370,8 @@ def test_a_step_whose_peak_is_the_loss_measures_the_prediction_to_the_byte():
     a baseline measured to the byte, checkpoint_sequential(3) on the bench GPT, that refused
     its own schedule)."""
     from schedlang.pytorch.fit import fit, prepare
-    from schedlang.pytorch.outputs import loss_moment
     from schedlang.pytorch.memory import MemoryTracker
+    from schedlang.pytorch.outputs import loss_moment
 
     model, inputs, loss_fn = ALL["gpt"](batch=4, context=32, layers=4, vocab=1024)
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
@@ -403,7 +403,7 @@ def test_checkpoint_sequential_priced_by_fits_model_is_its_measured_peak():
     from schedlang.pytorch.fit import prepare
     from schedlang.pytorch.memory import MemoryTracker
 
-    path = Path(__file__).resolve().parent.parent / "bench" / "bench_fit_vs_checkpoint.py"
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_fit_vs_checkpoint.py"
     spec = importlib.util.spec_from_file_location("bench_fit_vs_checkpoint", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
