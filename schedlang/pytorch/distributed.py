@@ -44,7 +44,8 @@ from .model_state import preserved
 from .outputs import loss_moment
 from .prepare import prepare
 
-__all__ = ["active", "agree_graph", "agree_plan", "solves_here", "graph_digest", "plan_digest", "DistributedPlanError",
+__all__ = ["active", "agree_graph", "agree_plan", "solves_here", "graph_digest", "plan_digest",
+           "DistributedPlanError",
            "FSDPLayer", "fsdp_layer_memory", "param_bytes_of", "with_fsdp_memory", "FSDP_ORDER",
            "FSDPModel", "FSDPUnit", "fsdp_model", "fsdp_storages", "is_fsdp", "unsharded_copy",
            "prepare_sharded", "shard_blocks",
@@ -185,7 +186,7 @@ def _global_rank(group, rank: int) -> int:
 
 # --------------------------------------------------------------------------------- FSDP2
 # What FSDP2 (torch 2.13, `torch.distributed.fsdp.fully_shard`) allocates on a rank, read off
-# its code and checked against the CPU tracker (tests/test_distributed.py). For a unit U (a
+# its code and checked against the CPU tracker (tests/pytorch/test_distributed.py). For a unit U (a
 # module given to `fully_shard`) with unsharded parameters of F bytes (dim 0 padded to a
 # multiple of the world size: F = world x the padded shard) and a shard of S = F / world:
 # * forward: U's pre-forward hook all-gathers into a flat buffer of F bytes and copies it out

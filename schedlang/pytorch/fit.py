@@ -5,9 +5,12 @@
     model.memory_report()
 
 `fit` cuts the module into layers and profiles them — with a whole-model torch.fx trace
-(`schedlang.pytorch.trace`, run by `schedlang.pytorch.frontends.fx.runtime`) or, with no trace, from its
-blocks found by hooks on one run (`schedlang.pytorch.frontends.blocks.find`, run by the in-place wrappers of
-`schedlang.pytorch.frontends.blocks.hooked`; `frontend=`, see `prepare`) —, solves `models/rockmate.sched` on the
+(`schedlang.pytorch.trace`, run by `schedlang.pytorch.frontends.fx.runtime`) or, with no trace,
+from its
+blocks found by hooks on one run (`schedlang.pytorch.frontends.blocks.find`, run by the in-place
+wrappers of
+`schedlang.pytorch.frontends.blocks.hooked`; `frontend=`, see `prepare`) —, solves
+`models/rockmate.sched` on the
 layered graph data at the budget (with the hook front end, a plan with checkpointed groups of
 blocks is taken instead where faster: `hooked.group_plans`), and returns a `FitModule` whose
 parameters are the original module's and whose forward/backward execute the plan.
@@ -23,7 +26,8 @@ it, `fit` reserves `LOSS_RESERVE` times the bytes of the floating-point outputs 
 cross-entropy on logits takes: their log-softmax and one temporary) plus `LOSS_SCALAR_BYTES`
 for its scalars, and `memory_report()` says
 so. After the first measured step whose peak is over the prediction (or the budget),
-the module re-plans once with the excess as a margin (calibration) and logs it. What the plan does not move —
+the module re-plans once with the excess as a margin (calibration) and logs it. What the plan does
+not move —
 parameters and buffers, and the step's inputs, which the caller keeps alive for the whole
 step — is *resident*: the graph's activation budget is the budget minus the resident bytes.
 A budget at or above the plain peak gives plain execution (no solve). A budget the solver
@@ -111,7 +115,8 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     model's outputs (a `ModelOutput` for `transformers` models). Optional; given, its memory
     (measured once on a sample output) is part of the prediction and of the plan's constraints
     (the save budget of the loss phase); without it `LOSS_RESERVE` times the outputs' bytes and
-    `LOSS_SCALAR_BYTES` are reserved. `prepared`: the result of `prepare(...)` for this model (to fit at several
+    `LOSS_SCALAR_BYTES` are reserved. `prepared`: the result of `prepare(...)` for this model (to
+    fit at several
     budgets with one profile).
 
     `frontend`: how the model is cut into layers (`prepare`): ``"auto"`` (default: torch.fx

@@ -39,9 +39,11 @@ class Runner(ABC):
 
     def ensure(self) -> None:
         """Make this runner's plan the one the model runs (another fit may have set its own)."""
+        return
 
     def unwrap(self) -> None:
         """Undo what `set_plan` did to the model (`in_place` runners)."""
+        return
 
 
 class Frontend(ABC):

@@ -42,7 +42,7 @@ CPU_NOTE = ("bandwidth='auto' on the CPU: the model's memory is host memory, and
             "would copy tensors from RAM to RAM and save nothing; the plan recomputes only")
 
 #: data_ptr -> storage of every live host copy made by `host_buffer`
-HOST_COPIES: "weakref.WeakValueDictionary[int, torch.UntypedStorage]" = \
+HOST_COPIES: weakref.WeakValueDictionary[int, torch.UntypedStorage] = \
     weakref.WeakValueDictionary()
 
 

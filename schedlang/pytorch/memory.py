@@ -49,7 +49,7 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -113,7 +113,7 @@ def _device_of(device, resident) -> torch.device:
 class _StorageCounter(TorchDispatchMode):
     """The dispatch mode of the CPU tracker: registers every new output storage."""
 
-    def __init__(self, tracker: "MemoryTracker"):
+    def __init__(self, tracker: MemoryTracker):
         super().__init__()
         self.tracker = tracker
 
@@ -201,7 +201,7 @@ class MemoryTracker:
         self._open = False
 
     # --- context -------------------------------------------------------------------------
-    def __enter__(self) -> "MemoryTracker":
+    def __enter__(self) -> MemoryTracker:
         if self._open:
             raise RuntimeError("MemoryTracker is already open")
         self._open = True

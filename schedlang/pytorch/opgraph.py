@@ -55,7 +55,8 @@ PARAM_GRADS_END = "params.grad"
 class OpUnit:
     name: str
     nodes: list[str]  # fx node names, in order
-    fwd_time: float = 0.0  # seconds (the least over the repeats: the load of a shared CPU only adds)
+    # seconds (the least over the repeats: the load of a shared CPU only adds)
+    fwd_time: float = 0.0
     bwd_time: float = 0.0
     created: int = 0  # bytes of the storages its ops create
     reads: list[str] = field(default_factory=list)  # units whose values it reads
@@ -426,10 +427,10 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
             for gf, k in grad_fns.items():
                 has_bwd[k] = True
 
-                def pre(gout, gf=gf):
+                def pre(gout, gf=gf, starts=starts):
                     starts[gf] = time.perf_counter()
 
-                def post(gin, gout, gf=gf, k=k):
+                def post(gin, gout, gf=gf, k=k, acc=acc, starts=starts):
                     acc[k] += time.perf_counter() - starts.get(gf, time.perf_counter())
 
                 handles.append(gf.register_prehook(pre))

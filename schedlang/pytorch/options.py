@@ -592,7 +592,8 @@ def _step_names(steps, layer, lp, needs) -> list:
     if lp.grad_inputs and lp.param_grads:
         made.add(f"{lp.name}.params.grad")
     names = {"in": lambda i: layer.inputs[i], "out": lambda j: layer.outputs[j],
-             "gout": lambda j: f"{layer.outputs[j]}.grad", "gin": lambda i: f"{layer.inputs[i]}.grad",
+             "gout": lambda j: f"{layer.outputs[j]}.grad",
+             "gin": lambda i: f"{layer.inputs[i]}.grad",
              "params": lambda: f"{lp.name}.params.grad"}
     out = []
     for overhead, frees, creates in steps:

@@ -90,7 +90,8 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     g = copy.copy(graph)
     g.budgets = {"peak": int(activation_budget)}
     # with a host link, recompute or offload (models/offload.sched); else recompute only
-    model = "offload" if g.bandwidths.get("offload") and g.bandwidths.get("prefetch") else "rockmate"
+    linked = g.bandwidths.get("offload") and g.bandwidths.get("prefetch")
+    model = "offload" if linked else "rockmate"
     if loss_overhead:
         save = int(activation_budget) - loss_overhead - uncounted_outputs(graph, output_bytes)
         if not outputs_held:

@@ -102,9 +102,11 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     """Partition and profile `model` (or take `graph`, e.g. read from a .sched file).
 
     `frontend`: ``"fx"`` cuts the model into layers with a whole-model `torch.fx` trace
-    (`schedlang.pytorch.frontends.fx.partition`; finer layers: the glue joins them, and the runtime replays
+    (`schedlang.pytorch.frontends.fx.partition`; finer layers: the glue joins them, and the runtime
+    replays
     any rockmate plan); ``"blocks"`` finds its blocks from the module tree and one run with
-    hooks (`schedlang.pytorch.frontends.blocks.find`; no trace: the model's own forward runs, the blocks are
+    hooks (`schedlang.pytorch.frontends.blocks.find`; no trace: the model's own forward runs, the
+    blocks are
     wrapped in place); ``"auto"`` (the default) uses fx when the model traces and its inputs are
     positional tensors, else blocks.
 
@@ -173,7 +175,8 @@ def _with_accumulation(graph: Graph) -> list:
     one. A datum read by several layers (a skip connection) gets its gradient from each of
     their backwards; the profile measured each backward creating the gradient, while at run
     time all but the first (backwards run in reverse layer order) compute a new contribution
-    next to the gradient already there and then add it in place: a transient the size of the gradient that the graph data, where a
+    next to the gradient already there and then add it in place: a transient the size of the
+    gradient that the graph data, where a
     second contribution to a live datum costs nothing, would not see."""
     sizes = {d.name: d.size for d in graph.data}
     first: dict[str, str] = {}  # gradient -> the layer whose backward makes it first

@@ -36,10 +36,12 @@ measures, per option, what the runtime will execute:
 Times are medians of `repeats` runs after one warm-up, in seconds: CUDA events on a GPU; on
 the CPU `host_clock()`, the calling thread's CPU time when PyTorch computes with one intra-op
 thread (so that other processes on a loaded machine do not distort the layers' times, which
-are taken one after the other), wall time otherwise. Memory is measured with `MemoryTracker` in one more run: the forward
+are taken one after the other), wall time otherwise. Memory is measured with `MemoryTracker` in one
+more run: the forward
 overhead is the forward's peak above (memory before + outputs + phantom), the backward overhead
 the backward's peak above (memory before, the phantom it consumes included, + the gradients
-it creates), as the H-Rockmate formulation adds them (docs/language.md, "Overheads"). Parameter gradients: the first backward to reach a parameter (the
+it creates), as the H-Rockmate formulation adds them (docs/language.md, "Overheads"). Parameter
+gradients: the first backward to reach a parameter (the
 backward of the last layer, in forward order, that uses it) creates its gradient; the others
 accumulate into it (a temporary, part of their overhead).
 """
@@ -296,7 +298,8 @@ class _Runner:
             with torch.no_grad():
                 return _outputs(m(*xs))
         if option == "selective":
-            ctx = (lambda: _recording_context(recorder)) if recorder is not None else selective_context
+            ctx = (lambda: _recording_context(recorder)) if recorder is not None \
+                else selective_context
             return _outputs(checkpoint(m, *xs, use_reentrant=False, context_fn=ctx))
         if option == "offload":
 
@@ -383,7 +386,8 @@ class _Measured:
 
 
 def _measure(runner: _Runner, option: str, resident: list[torch.Tensor], resident_keys: set[int],
-             device: torch.device, repeats: int, timer: Timer, owned: list[torch.Tensor]) -> _Measured:
+             device: torch.device, repeats: int, timer: Timer,
+             owned: list[torch.Tensor]) -> _Measured:
     fwd_time, bwd_time = _median_times(runner, option, repeats, timer)
     for p in runner.params:
         p.grad = None
@@ -512,7 +516,8 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
         raise SchedError("profile needs the sample inputs (sample_inputs=...)", WHERE)
     inputs = tuple(inputs)
     if len(inputs) != len(part.inputs):
-        raise SchedError(f"the model takes {len(part.inputs)} tensor inputs, got {len(inputs)}", WHERE)
+        raise SchedError(f"the model takes {len(part.inputs)} tensor inputs, got "
+                         f"{len(inputs)}", WHERE)
     root = part.root
     named = dict(root.named_parameters())
     params_all = list(named.values())
@@ -594,7 +599,8 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
                             skipped[option] = first
                 # the forward without autograd, its own option (for a layer with nothing to
                 # differentiate, the only one: it has no backward)
-                measured[FAST_FORWARD] = _measure_fast_forward(runner, resident, dev, repeats, timer)
+                measured[FAST_FORWARD] = _measure_fast_forward(runner, resident, dev, repeats,
+                                                               timer)
                 measured_as = layer.name
                 cache[key] = (measured_as, measured, skipped)
             results.append(_layer_profile(layer, measured, measured_as, part, named, owner,

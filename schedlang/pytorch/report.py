@@ -46,9 +46,9 @@ class MemoryReport:
         fe = self.extra.get("frontend")
         if fe == "blocks":
             probes = self.extra.get("probes") or []
+            probed = f"; probe step measured {_fmt(probes[-1]['measured'])}" if probes else ""
             lines.append("front end       blocks (hooks; the model's own forward runs, its blocks "
-                         "wrapped in place)" + (f"; probe step measured "
-                                                f"{_fmt(probes[-1]['measured'])}" if probes else ""))
+                         "wrapped in place)" + probed)
         elif fe == "fx":
             lines.append("front end       fx (torch.fx layers, run by the plan executor)")
         gen = self.extra.get("generated")

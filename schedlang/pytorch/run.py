@@ -9,7 +9,8 @@ loss is the mean of squares of the outputs. The command fits the model (profile,
 and measured peak and the step time, of the plan and of plain execution (on the CPU, whose
 memory tracker slows every op, the fitted module is timed in as many steps again untracked).
 ``--plot OUT.png`` and ``--trace OUT.json`` record the last training step op by op
-(`schedlang.pytorch.timeline`): memory predicted by the simulator and measured per executed op, with the budget; a
+(`schedlang.pytorch.timeline`): memory predicted by the simulator and measured per executed op,
+with the budget; a
 Chrome/Perfetto trace of the executed ops.
 
 Wire it into the CLI (schedlang/cli.py)::

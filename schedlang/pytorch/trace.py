@@ -120,8 +120,8 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
         grad_outputs = [f"{d}.grad" for d in lp.grad_outputs]
         if lp.grad_inputs and lp.param_grads:
             grad_outputs.append(f"{lp.name}.params.grad")
-        opts = [Option(o.name, _round_time(o.fwd_time), int(o.fwd_overhead), _round_time(o.bwd_time),
-                       int(o.bwd_overhead), int(o.phantom), list(o.needs),
+        opts = [Option(o.name, _round_time(o.fwd_time), int(o.fwd_overhead),
+                       _round_time(o.bwd_time), int(o.bwd_overhead), int(o.phantom), list(o.needs),
                        segments=_segments(generated.get(lp.name, {}).get(o.name)),
                        fwd_steps=[Step(int(m), list(fr), list(cr)) for m, fr, cr in o.fwd_steps],
                        bwd_steps=[Step(int(m), list(fr), list(cr)) for m, fr, cr in o.bwd_steps])
@@ -130,10 +130,11 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
         g.layers.append(Layer(lp.name, list(layer.inputs), list(layer.outputs),
                               [f"{d}.grad" for d in lp.grad_inputs], grad_outputs, opts,
                               fast_forward=None if ff is None else Option(
-                                  ff.name, _round_time(ff.fwd_time), int(ff.fwd_overhead), 0.0, 0, 0)))
+                                  ff.name, _round_time(ff.fwd_time), int(ff.fwd_overhead), 0.0,
+                                  0, 0)))
     g.loss = Loss(list(part.outputs), loss_outputs, float(loss_time))
     g.trace_info = TraceInfo(profiled.resident_bytes, profiled.param_bytes, profiled.buffer_bytes,
-                             profiled.device, {l.name: list(l.calls) for l in part.layers},
+                             profiled.device, {lay.name: list(lay.calls) for lay in part.layers},
                              list(profiled.input_grads), profiled)
     return g
 
@@ -150,7 +151,8 @@ def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, 
 
     `op_options`: also generate options from each layer's op graph (`schedlang.pytorch.options`:
     True, or a dict of `add_generated_options` arguments, e.g. ``{"model": "my.sched"}``); each
-    is written with the `segments` the runtime rebuilds it from (`schedlang.pytorch.frontends.fx.segments`).
+    is written with the `segments` the runtime rebuilds it from
+    (`schedlang.pytorch.frontends.fx.segments`).
     `graph.trace_info` is the `TraceInfo` (resident bytes, the profiled layers)."""
     if importlib.util.find_spec("torch") is None:
         raise SchedError("tracing a PyTorch model needs torch: pip install 'schedlang[torch]'",

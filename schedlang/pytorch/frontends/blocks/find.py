@@ -304,7 +304,7 @@ def _key(t: torch.Tensor) -> int | None:
 class _Recorder(TorchDispatchMode):
     """Sees every op: in glue, which storages it reads and creates."""
 
-    def __init__(self, rec: "_Run"):
+    def __init__(self, rec: _Run):
         super().__init__()
         self.rec = rec
 

@@ -1,7 +1,8 @@
 """The hook-based front end: layered graph data from a model's blocks, and plans run by
 per-block wrappers, with no whole-model trace.
 
-* `trace_blocks(model, args, kwargs)` finds the blocks (`schedlang.pytorch.frontends.blocks.find`), profiles
+* `trace_blocks(model, args, kwargs)` finds the blocks (`schedlang.pytorch.frontends.blocks.find`),
+profiles
   each block's options with `schedlang.pytorch.profile` (``autograd``, ``recompute``,
   ``selective``; identical blocks once) on the tensors the sample run gave it, and writes
   layered graph data: one layer per block, and one layer per glue segment (the model's own
@@ -24,7 +25,8 @@ per-block wrappers, with no whole-model trace.
   ``recompute`` (``torch.utils.checkpoint``, non-reentrant, RNG state restored on the CPU and
   on every device of a tensor argument: `schedlang.pytorch.recompute`), ``selective`` (the
   same with the profiler's selective policy); ``offload`` of a block's saved tensors to host
-  memory (saved-tensor hooks, `schedlang.pytorch.frontends.blocks.offload`); a group (`_Group`: torch's
+  memory (saved-tensor hooks, `schedlang.pytorch.frontends.blocks.offload`); a group (`_Group`:
+  torch's
   non-reentrant checkpoint opened by the first block's call and closed by the last's). A
   recomputed forward
   leaves BatchNorm running statistics as the first forward left them (they are updated once,

@@ -1,6 +1,7 @@
 """The hook front end's offload: what a block saves kept in host memory until its backward.
 
-A per-block wrapper (`schedlang.pytorch.frontends.blocks.hooked`) with the choice ``autograd+offload`` runs its
+A per-block wrapper (`schedlang.pytorch.frontends.blocks.hooked`) with the choice
+``autograd+offload`` runs its
 block's forward under saved-tensor hooks (`offloading`): each tensor autograd saves (not a
 parameter or buffer, and on the compute device) is copied to host memory as it is saved, and
 copied back when the backward reads it, one tensor at a time. The device copy is freed as

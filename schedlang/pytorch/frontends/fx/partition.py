@@ -126,7 +126,8 @@ def _target_name(target) -> str:
     if isinstance(target, str):
         return target
     mod = getattr(target, "__module__", None) or ""
-    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) \
+        or repr(target)
     return f"{mod}.{name}"
 
 
@@ -262,15 +263,16 @@ _INPLACE_FUNCS = {operator.iadd, operator.isub, operator.imul, operator.itruediv
 
 def _is_inplace(n: fx.Node) -> bool:
     if n.op == "call_function":
-        return n.target in _INPLACE_FUNCS or (getattr(n.target, "__name__", "").endswith("_")
-                                              and not getattr(n.target, "__name__", "").endswith("__"))
+        name = getattr(n.target, "__name__", "")
+        return n.target in _INPLACE_FUNCS or (name.endswith("_") and not name.endswith("__"))
     if n.op == "call_method":
         return n.target.endswith("_") and not n.target.endswith("__")
     return False
 
 
 # --- partition -----------------------------------------------------------------------------
-def partition(model: nn.Module, sample_inputs: tuple, layers: list[str] | None = None) -> Partitioned:
+def partition(model: nn.Module, sample_inputs: tuple,
+              layers: list[str] | None = None) -> Partitioned:
     """Cut `model` into layers (see the module docstring); `sample_inputs` are its tensor inputs."""
     if not isinstance(model, nn.Module):
         raise SchedError(f"partition needs an nn.Module, got {type(model).__name__}", WHERE)
@@ -464,7 +466,7 @@ def partition(model: nn.Module, sample_inputs: tuple, layers: list[str] | None =
         copies: set[fx.Node] = set()
         members = set(nodes_s)
 
-        def bring(a: fx.Node) -> None:
+        def bring(a: fx.Node, members=members, copies=copies, inputs=inputs, k=k) -> None:
             if a in members or a in copies or a in inputs or a.op == "get_attr":
                 return
             if dupable(a):
@@ -485,16 +487,18 @@ def partition(model: nn.Module, sample_inputs: tuple, layers: list[str] | None =
                 for a in n.all_input_nodes:
                     if a.op == "get_attr" and a not in env:
                         env[a] = g.node_copy(a)
-                env[n] = g.node_copy(n, lambda a: env[a])
+                env[n] = g.node_copy(n, lambda a, env=env: env[a])
                 continue
-            if _is_inplace(n) and n.args and isinstance(n.args[0], fx.Node) and n.args[0] in inputs:
-                raise DataError(f"layer '{names[k]}' modifies its input '{data_name[n.args[0]]}' in "
+            if _is_inplace(n) and n.args and isinstance(n.args[0], fx.Node) \
+                    and n.args[0] in inputs:
+                raise DataError(f"layer '{names[k]}' modifies its input "
+                                f"'{data_name[n.args[0]]}' in "
                                 f"place ({n.format_node()}); a layer's inputs must stay intact "
                                 "(they may be read again): choose other layers", WHERE)
             for a in n.all_input_nodes:
                 if a.op == "get_attr" and a not in env:
                     env[a] = g.node_copy(a)
-            env[n] = g.node_copy(n, lambda a: env[a])
+            env[n] = g.node_copy(n, lambda a, env=env: env[a])
         outs = seg_outputs[k]
         for n in outs:
             check_tensor(n, "a later layer" if any(u is not out_node for u in n.users)

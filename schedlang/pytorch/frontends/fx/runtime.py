@@ -277,7 +277,7 @@ class PlanExecutor(TransferOps):
         """Run some ops on a run's state (tests and tools)."""
         _StepOps(self, run).run(ops)
 
-    def module(self) -> "PlanModule":
+    def module(self) -> PlanModule:
         return PlanModule(self)
 
     # --- ops: the walk is `PlanInterpreter`'s (`_StepOps`), each kind's meaning here --------

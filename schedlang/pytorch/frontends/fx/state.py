@@ -12,7 +12,8 @@ from ....errors import SchedError
 from ....hgraph import FAST_FORWARD
 from ....plan import Plan
 
-__all__ = ["PlanError", "recomputed_layers", "deleted_after", "SavedTensor", "StorageBlock", "Phantom", "Transfer", "StepState",
+__all__ = ["PlanError", "recomputed_layers", "deleted_after", "SavedTensor", "StorageBlock",
+           "Phantom", "Transfer", "StepState",
            "extent", "release_blocks"]
 
 
