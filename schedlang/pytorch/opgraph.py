@@ -39,8 +39,8 @@ from torch.utils._pytree import tree_flatten
 
 from ..errors import DataError, Loc
 from ..graph import Graph, Node
+from .loss_node import LOSS_TIME
 from .memory import storage_key
-from .outputs import LOSS_TIME
 
 __all__ = ["OpUnit", "OpGraph", "record_ops", "run_graph"]
 

@@ -38,17 +38,13 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ..graph import Graph
 from ..plan import Plan
+from .loss_node import LOSS_VALUE_BYTES
 from .memory import MemoryTracker
 from .model_state import preserved
 
 __all__ = ["released_graph", "measure_released_loss", "measure_loss_overhead", "loss_moment",
            "uncounted_outputs", "released_bytes"]
 
-
-#: seconds: the loss node's time (the loss itself is the user's)
-LOSS_TIME = 1e-6
-#: the loss scalar and its seed gradient (float32 each)
-LOSS_VALUE_BYTES = 8
 
 
 def released_graph(graph: Graph) -> Graph:

@@ -39,8 +39,6 @@ from pathlib import Path
 
 from ..errors import SchedError
 from .factory import load_factory
-from .fit import fit
-from .report import link_line
 from .trace import write_trace
 
 
@@ -184,6 +182,8 @@ def run_main(args) -> int:
         raise SchedError("schedlang run needs torch: pip install 'schedlang[torch]'") from None
     from ..plan import Plan
     from ..units import format_size
+    from .fit import fit  # torch: loaded when the command runs, not when the CLI parses
+    from .report import link_line
 
     if args.steps < 1:
         raise RunError("--steps must be at least 1")

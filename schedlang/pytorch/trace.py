@@ -36,14 +36,7 @@ from pathlib import Path
 from ..errors import DataError, Loc, SchedError
 from ..graph import DataNode, Graph, Layer, Loss, Option, Step
 from .factory import load_factory
-from .frontends.fx.partition import partition
-from .frontends.fx.segments import describe
-from .memory import storage_bytes
-from .opgraph import record_ops
-from .options import add_generated_options
-from .outputs import LOSS_TIME, LOSS_VALUE_BYTES
-from .profile import OPTIONS, profile
-from .segmented import SegmentedLayer
+from .loss_node import LOSS_TIME, LOSS_VALUE_BYTES
 
 __all__ = ["TraceInfo", "to_graph", "trace", "write_trace", "read_trace_info",
            "add_trace_arguments", "trace_main"]
@@ -141,6 +134,8 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
 
 def _segments(callable_):
     """The `segments` of a generated option's callable (None for another callable)."""
+    from .frontends.fx.segments import describe
+    from .segmented import SegmentedLayer
 
     return describe(callable_) if isinstance(callable_, SegmentedLayer) else None
 
@@ -159,6 +154,9 @@ def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, 
                          WHERE)
 
     from .. import progress
+    from .frontends.fx.partition import partition
+    from .options import add_generated_options
+    from .profile import OPTIONS, profile
 
     with progress.phase("tracing"):
         part = partition(model, sample_inputs, layers)
@@ -387,6 +385,8 @@ def _trace_ops_main(args, model, inputs) -> int:
     from ..problem import resolve_budget
     from ..units import format_size
     from ..writer import write_graph
+    from .memory import storage_bytes
+    from .opgraph import record_ops
 
     try:
         og = record_ops(model, inputs, repeats=args.repeats)

@@ -49,8 +49,8 @@ from ....errors import Loc, SchedError
 from ....graph import DataNode, Graph, Layer, Loss, Option
 from ....hgraph import FAST_FORWARD
 from ....plan import Plan
+from ...loss_node import LOSS_TIME, LOSS_VALUE_BYTES
 from ...model_state import once_stats, own_checkpointing, preserved, running_stats_kept
-from ...outputs import LOSS_TIME, LOSS_VALUE_BYTES
 from ...profile import OPTIONS, profile, selective_context
 from ...recompute import checkpoint_call, open_checkpoint
 from ..fx.partition import LayerPart, Partitioned
