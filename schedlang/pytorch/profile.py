@@ -480,6 +480,30 @@ def _measure_fast_forward(runner: _Runner, resident: list[torch.Tensor], device:
 
 
 # --- the profiler ----------------------------------------------------------------------------
+
+def _measure_options(runner, name: str, options, resident, resident_keys, dev, repeats: int,
+                     timer, owned) -> tuple[dict, dict]:
+    """({option: measures}, {option: why it was skipped}) of one layer: each of `options`
+    (none for a layer with nothing to differentiate), then its forward without autograd, its
+    own option (for a layer with no backward, the only one)."""
+    measured: dict = {}
+    skipped: dict[str, str] = {}
+    for option in options:
+        try:
+            measured[option] = _measure(runner, option, resident, resident_keys, dev, repeats,
+                                        timer, owned)
+        except RuntimeError as exc:
+            # e.g. selective: "Tensor cached during selective activation checkpoint has been
+            # mutated" (an in-place op on a matmul output)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if option == "autograd":
+                raise SchedError(f"layer '{name}' fails under autograd: {first}",
+                                 WHERE) from None
+            skipped[option] = first
+    measured[FAST_FORWARD] = _measure_fast_forward(runner, resident, dev, repeats, timer)
+    return measured, skipped
+
+
 def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None,
             sample_inputs: tuple | None = None, recompute_by: str = "reforward",
             grads_freed: bool = False) -> ProfiledGraph:
@@ -582,25 +606,9 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
             if key in cache:
                 measured_as, measured, skipped = cache[key]
             else:
-                measured = {}
-                skipped: dict[str, str] = {}
-                if grad_in[layer.name]:
-                    for option in options:
-                        try:
-                            measured[option] = _measure(runner, option, resident, resident_keys,
-                                                        dev, repeats, timer, owned)
-                        except RuntimeError as exc:
-                            # e.g. selective: "Tensor cached during selective activation
-                            # checkpoint has been mutated" (an in-place op on a matmul output)
-                            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                            if option == "autograd":
-                                raise SchedError(f"layer '{layer.name}' fails under autograd: "
-                                                 f"{first}", WHERE) from None
-                            skipped[option] = first
-                # the forward without autograd, its own option (for a layer with nothing to
-                # differentiate, the only one: it has no backward)
-                measured[FAST_FORWARD] = _measure_fast_forward(runner, resident, dev, repeats,
-                                                               timer)
+                measured, skipped = _measure_options(
+                    runner, layer.name, options if grad_in[layer.name] else (), resident,
+                    resident_keys, dev, repeats, timer, owned)
                 measured_as = layer.name
                 cache[key] = (measured_as, measured, skipped)
             results.append(_layer_profile(layer, measured, measured_as, part, named, owner,
