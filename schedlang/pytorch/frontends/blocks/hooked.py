@@ -48,7 +48,8 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ....errors import Loc, SchedError
 from ....graph import DataNode, Graph, Layer, Loss, Option
 from ....hgraph import FAST_FORWARD
-from ....plan import Plan
+from ....plan import Op, Plan
+from ....plans.interpreter import PlanInterpreter
 from ...loss_node import LOSS_TIME, LOSS_VALUE_BYTES
 from ...model_state import once_stats, own_checkpointing, preserved, running_stats_kept
 from ...profile import OPTIONS, profile, selective_context
@@ -401,40 +402,59 @@ def rerun_correction(plan: Plan, graph: Graph) -> float:
     return extra
 
 
+class _PlanReading(PlanInterpreter):
+    """What a plan asks of each block (`plan_choices`): the options of its forwards and
+    backwards, and the runs of forwards run again after the loss (checkpointed groups). The
+    walk is `PlanInterpreter`'s; a transfer op is an error (the wrappers cannot time a copy
+    inside the model's forward)."""
+
+    def __init__(self):
+        self.fwd: dict[str, list[str]] = {}
+        self.bwd: dict[str, list[str]] = {}
+        self.reruns: list[list[str]] = []  # the runs of forwards run again after the loss
+        self.pending: list[str] = []  # the current run
+        self.backward = False
+
+    def on_compute(self, op: Op) -> None:
+        if op.node == "loss":
+            self.backward = True
+            return
+        if not op.node:
+            return
+        layer, _, side = op.node.rpartition(".")
+        (self.fwd if side == "fwd" else self.bwd).setdefault(layer, []).append(
+            op.option or "autograd")
+        if self.backward and side == "fwd" and len(self.fwd[layer]) > 1:  # run again
+            self.pending.append(layer)
+        elif self.pending:
+            if layer != self.pending[-1]:
+                raise BlockError(f"the plan runs layers {self.pending} forward again in the "
+                                 f"backward, then '{op.node}': a checkpointed group's "
+                                 "last block's backward comes right after them", WHERE)
+            self.reruns.append(self.pending)
+            self.pending = []
+
+    def _transfer(self, op: Op) -> None:
+        what = f"datum '{op.data}'" if op.data else (
+            f"the phantom of '{op.layer}'" if op.layer else f"channel {op.channel}")
+        raise BlockError(f"the plan has a transfer ({op.op} {what}): per-block wrappers "
+                         "cannot time a copy inside the model's forward; a block keeps "
+                         "what it saves in host memory with its option 'offload' "
+                         "(fit(..., bandwidth=...)), and the fx front end runs transfer "
+                         "ops", WHERE)
+
+    on_offload = on_prefetch = on_wait = _transfer
+
+
 def plan_choices(plan: Plan, graph: Graph, blocks: list[str]) -> dict[str, str]:
     """block -> the option its forward runs with in `plan` (a per-block plan: each forward
     once, the same option as its backward; the option ``offload``, `block_offload`, runs as
     ``autograd+offload``); a block of a checkpointed group (forward ``fast_forward``, again
     ``autograd`` with the group's other blocks right before the last one's backward,
     `plan_checkpoint_groups`): `GROUP` + the group's blocks. A transfer op is an error."""
-    fwd: dict[str, list[str]] = {}
-    bwd: dict[str, list[str]] = {}
-    reruns: list[list[str]] = []  # the runs of forwards run again after the loss, in order
-    pending: list[str] = []  # the current run
-    backward = False
-    for op in plan.ops:
-        if op.op == "compute" and op.node == "loss":
-            backward = True
-        elif op.op == "compute" and op.node:
-            layer, _, side = op.node.rpartition(".")
-            (fwd if side == "fwd" else bwd).setdefault(layer, []).append(op.option or "autograd")
-            if backward and side == "fwd" and len(fwd[layer]) > 1:  # run again
-                pending.append(layer)
-            elif pending:
-                if layer != pending[-1]:
-                    raise BlockError(f"the plan runs layers {pending} forward again in the "
-                                     f"backward, then '{op.node}': a checkpointed group's "
-                                     "last block's backward comes right after them", WHERE)
-                reruns.append(pending)
-                pending = []
-        elif op.op in ("offload", "prefetch", "wait"):
-            what = f"datum '{op.data}'" if op.data else (
-                f"the phantom of '{op.layer}'" if op.layer else f"channel {op.channel}")
-            raise BlockError(f"the plan has a transfer ({op.op} {what}): per-block wrappers "
-                             "cannot time a copy inside the model's forward; a block keeps "
-                             "what it saves in host memory with its option 'offload' "
-                             "(fit(..., bandwidth=...)), and the fx front end runs transfer "
-                             "ops", WHERE)
+    reading = _PlanReading()
+    reading.run(plan.ops)
+    fwd, bwd, reruns, pending = reading.fwd, reading.bwd, reading.reruns, reading.pending
     next_block = {a: b for chain in block_chains(graph, blocks)
                   for a, b in itertools.pairwise(chain)}
     grouped: dict[str, str] = {}
