@@ -270,10 +270,8 @@ def _is_inplace(n: fx.Node) -> bool:
     return False
 
 
-# --- partition -----------------------------------------------------------------------------
-def partition(model: nn.Module, sample_inputs: tuple,
-              layers: list[str] | None = None) -> Partitioned:
-    """Cut `model` into layers (see the module docstring); `sample_inputs` are its tensor inputs."""
+
+def _checked_inputs(model, sample_inputs) -> tuple:
     if not isinstance(model, nn.Module):
         raise SchedError(f"partition needs an nn.Module, got {type(model).__name__}", WHERE)
     if isinstance(sample_inputs, torch.Tensor):
@@ -284,15 +282,12 @@ def partition(model: nn.Module, sample_inputs: tuple,
             raise SchedError(f"sample input {i} is a {type(x).__name__}; only tensor inputs are "
                              "supported (bind other arguments with a wrapper module or "
                              "functools.partial)", WHERE)
-    mode, leaves = _choose_leaves(model, layers)
-    gm = _trace(model, leaves, len(sample_inputs))
-    nodes = list(gm.graph.nodes)
-    placeholders = [n for n in nodes if n.op == "placeholder"]
-    if len(placeholders) != len(sample_inputs):
-        raise SchedError(f"the traced model takes {len(placeholders)} inputs, "
-                         f"{len(sample_inputs)} sample inputs were given", WHERE)
+    return sample_inputs
 
-    # one sample run: metas of every value (no autograd graph kept)
+
+def _sample_run(model, gm, placeholders, sample_inputs) -> _MetaRecorder:
+    """One sample run of the traced module: the metas of every value (`.values`, the
+    placeholders' too) and their storages, no autograd graph kept."""
     rec = _MetaRecorder(gm)
     try:
         with torch.no_grad():
@@ -302,24 +297,16 @@ def partition(model: nn.Module, sample_inputs: tuple,
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise DataError(f"running {type(model).__name__} on the sample inputs failed: "
                         f"{type(exc).__name__}: {first}", WHERE) from None
-    metas = rec.values
     for p, x in zip(placeholders, sample_inputs):
-        metas[p.name] = TensorMeta(tuple(x.shape), x.dtype, x.numel() * x.element_size(),
-                                   bool(x.requires_grad), str(x.device))
+        rec.values[p.name] = TensorMeta(tuple(x.shape), x.dtype, x.numel() * x.element_size(),
+                                        bool(x.requires_grad), str(x.device))
+    return rec
 
-    # --- segments: consecutive runs of compute nodes ---------------------------------------
-    leafset = set(leaves)
-    ops = [n for n in nodes if n.op not in ("placeholder", "output", "get_attr")]
-    if not ops:
-        raise DataError(f"{type(model).__name__} computes nothing (it returns its inputs or "
-                        "constants): there is nothing to schedule", WHERE)
-    calls = [i for i, n in enumerate(ops) if n.op == "call_module" and n.target in leafset]
-    if mode == "user":
-        called = {ops[i].target for i in calls}
-        missing = [n for n in leaves if n not in called]
-        if missing:
-            raise SchedError(f"layers: submodule '{missing[0]}' is never called by the model's "
-                             "forward (or is called inside another listed layer)", WHERE)
+
+def _segments_of_calls(ops: list, calls: list[int], mode: str) -> tuple[list[int], list[str]]:
+    """(segment of each op, segment names): consecutive runs of compute nodes, one per call
+    of a layer module, with the ops before the first (``pre``/``embed``) and after the last
+    (``post``/``head``) in segments of their own where they do something substantial."""
     seg_of: list[int] = [0] * len(ops)
     names: list[str] = []
     if not calls:
@@ -364,6 +351,184 @@ def partition(model: nn.Module, sample_inputs: tuple,
                     new += "_"
                 names[k] = new
                 taken.add(new)
+    return seg_of, names
+
+
+def _layer_params(gm, g, canon: dict) -> tuple[list[str], list[str]]:
+    """(the parameters a layer's graph `g` uses, by their canonical names; the submodules it
+    calls)."""
+    params: list[str] = []
+    called: list[str] = []
+    for n in g.nodes:
+        if n.op == "call_module":
+            called.append(n.target)
+            for _, p in gm.get_submodule(n.target).named_parameters():
+                name = canon.get(id(p))
+                if name is not None and name not in params:
+                    params.append(name)
+        elif n.op == "get_attr":
+            obj = _get_attr(gm, n.target)
+            if isinstance(obj, nn.Parameter):
+                name = canon.get(id(obj))
+                if name is not None and name not in params:
+                    params.append(name)
+    return params, called
+
+
+def _model_outputs(out_node, data_name: dict, check_tensor) -> tuple[list[str], list, object]:
+    """(the data the model returns, each once; the output's slots: a datum or a constant;
+    the output's tree spec)."""
+    leaves_out, spec = tree_flatten(out_node.args[0])
+    outputs: list[str] = []
+    slots = []
+    for leaf in leaves_out:
+        if isinstance(leaf, fx.Node):
+            if leaf.op == "get_attr":
+                raise DataError(f"the model returns the attribute '{leaf.target}' itself; return "
+                                "computed tensors only", WHERE)
+            check_tensor(leaf, "the model's output")
+            name = data_name[leaf]
+            if name not in outputs:
+                outputs.append(name)
+            slots.append(("data", outputs.index(name)))
+        else:
+            slots.append(("const", leaf))
+    if not outputs:
+        raise DataError("the model returns no tensor", WHERE)
+    return outputs, slots, spec
+
+
+def _data_metas(model, placeholders, data_name: dict, metas: dict, parts: list,
+                seg_outputs: list) -> dict[str, TensorMeta]:
+    """The metas of the data, with requires_grad as under autograd."""
+    param_rg = {n: p.requires_grad for n, p in model.named_parameters()}
+    data: dict[str, TensorMeta] = {}
+    for p in placeholders:
+        data[data_name[p]] = metas[p.name]
+    for part, outs in zip(parts, seg_outputs):
+        grad_in = any(data[d].requires_grad for d in part.inputs) or \
+            any(param_rg.get(p, False) for p in part.params)
+        for d, n in zip(part.outputs, outs):
+            m = metas[n.name]
+            rg = grad_in and (m.dtype.is_floating_point or m.dtype.is_complex)
+            data[d] = TensorMeta(m.shape, m.dtype, m.nbytes, rg, m.device)
+    return data
+
+
+def _layer_graph(name: str, nodes_s: list, nodes: list, outs: list, out_node, data_name: dict,
+                 dupable, check_tensor) -> tuple:
+    """(the fx graph of layer `name`: its nodes `nodes_s`, with the non-tensor values it
+    reads computed again (`dupable`), its inputs as placeholders, `outs` as its outputs;
+    those inputs)."""
+    g = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    inputs: list[fx.Node] = []
+    copies: set[fx.Node] = set()
+    members = set(nodes_s)
+
+    def bring(a: fx.Node, members=members, copies=copies, inputs=inputs) -> None:
+        if a in members or a in copies or a in inputs or a.op == "get_attr":
+            return
+        if dupable(a):
+            for b in a.all_input_nodes:
+                bring(b)
+            copies.add(a)
+            return
+        check_tensor(a, f"layer '{name}'")
+        inputs.append(a)
+
+    for n in nodes_s:
+        for a in n.all_input_nodes:
+            bring(a)
+    for a in inputs:
+        env[a] = g.placeholder(_ident(data_name[a]))
+    for n in [n for n in nodes if n in copies] + nodes_s:
+        if n in copies:
+            for a in n.all_input_nodes:
+                if a.op == "get_attr" and a not in env:
+                    env[a] = g.node_copy(a)
+            env[n] = g.node_copy(n, lambda a, env=env: env[a])
+            continue
+        if _is_inplace(n) and n.args and isinstance(n.args[0], fx.Node) \
+                and n.args[0] in inputs:
+            raise DataError(f"layer '{name}' modifies its input "
+                            f"'{data_name[n.args[0]]}' in "
+                            f"place ({n.format_node()}); a layer's inputs must stay intact "
+                            "(they may be read again): choose other layers", WHERE)
+        for a in n.all_input_nodes:
+            if a.op == "get_attr" and a not in env:
+                env[a] = g.node_copy(a)
+        env[n] = g.node_copy(n, lambda a, env=env: env[a])
+    for n in outs:
+        check_tensor(n, "a later layer" if any(u is not out_node for u in n.users)
+                     else "the model's output")
+    g.output(tuple(env[n] for n in outs))
+    return g, inputs
+
+
+def _accessors_with_their_source(ops: list, seg_of: list[int], metas: dict, dupable) -> None:
+    """An accessor of a non-tensor a layer returns (`x, aux = block(x)`: getitem on a tuple)
+    runs in that layer, so that the tuple does not cross a boundary (`seg_of` updated)."""
+    pos = {n: i for i, n in enumerate(ops)}
+    for i, n in enumerate(ops):
+        if n.op != "call_function" or n.target not in (operator.getitem, getattr):
+            continue
+        srcs = [a for a in n.all_input_nodes if a in pos]
+        if any(not isinstance(metas.get(a.name), TensorMeta) and not dupable(a)
+               and seg_of[pos[a]] < seg_of[i] for a in srcs):
+            seg_of[i] = max(seg_of[pos[a]] for a in srcs)
+
+
+def _data_names(placeholders, segs: list, names: list[str], used_outside) -> tuple:
+    """(node -> datum name: ``input<i>``, ``<layer>.out`` or ``<layer>.out<i>``; each
+    segment's outputs: its values used outside it)."""
+    data_name: dict[fx.Node, str] = {p: f"input{i}" for i, p in enumerate(placeholders)}
+    seg_outputs: list[list[fx.Node]] = []
+    for k, nodes_s in enumerate(segs):
+        outs = [n for n in nodes_s if used_outside(n, k)]
+        seg_outputs.append(outs)
+        for i, n in enumerate(outs):
+            data_name[n] = f"{names[k]}.out" if len(outs) == 1 else f"{names[k]}.out{i}"
+    return data_name, seg_outputs
+
+
+def _canonical_names(model) -> dict[int, str]:
+    """id(parameter) -> its first name (a shared parameter has several)."""
+    canon: dict[int, str] = {}
+    for pname, p in model.named_parameters():
+        canon.setdefault(id(p), pname)
+    return canon
+
+# --- partition -----------------------------------------------------------------------------
+def partition(model: nn.Module, sample_inputs: tuple,
+              layers: list[str] | None = None) -> Partitioned:
+    """Cut `model` into layers (see the module docstring); `sample_inputs` are its tensor inputs."""
+    sample_inputs = _checked_inputs(model, sample_inputs)
+    mode, leaves = _choose_leaves(model, layers)
+    gm = _trace(model, leaves, len(sample_inputs))
+    nodes = list(gm.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    if len(placeholders) != len(sample_inputs):
+        raise SchedError(f"the traced model takes {len(placeholders)} inputs, "
+                         f"{len(sample_inputs)} sample inputs were given", WHERE)
+
+    rec = _sample_run(model, gm, placeholders, sample_inputs)
+    metas = rec.values
+
+    # --- segments: consecutive runs of compute nodes ---------------------------------------
+    leafset = set(leaves)
+    ops = [n for n in nodes if n.op not in ("placeholder", "output", "get_attr")]
+    if not ops:
+        raise DataError(f"{type(model).__name__} computes nothing (it returns its inputs or "
+                        "constants): there is nothing to schedule", WHERE)
+    calls = [i for i, n in enumerate(ops) if n.op == "call_module" and n.target in leafset]
+    if mode == "user":
+        called = {ops[i].target for i in calls}
+        missing = [n for n in leaves if n not in called]
+        if missing:
+            raise SchedError(f"layers: submodule '{missing[0]}' is never called by the model's "
+                             "forward (or is called inside another listed layer)", WHERE)
+    seg_of, names = _segments_of_calls(ops, calls, mode)
 
     memo: dict[fx.Node, bool] = {}
 
@@ -379,16 +544,7 @@ def partition(model: nn.Module, sample_inputs: tuple,
                                for a in n.all_input_nodes))
         return memo[n]
 
-    # an accessor of a non-tensor a layer returns (`x, aux = block(x)`: getitem on a tuple)
-    # runs in that layer, so that the tuple does not cross a boundary
-    pos = {n: i for i, n in enumerate(ops)}
-    for i, n in enumerate(ops):
-        if n.op != "call_function" or n.target not in (operator.getitem, getattr):
-            continue
-        srcs = [a for a in n.all_input_nodes if a in pos]
-        if any(not isinstance(metas.get(a.name), TensorMeta) and not dupable(a)
-               and seg_of[pos[a]] < seg_of[i] for a in srcs):
-            seg_of[i] = max(seg_of[pos[a]] for a in srcs)
+    _accessors_with_their_source(ops, seg_of, metas, dupable)
 
     segs: list[list[fx.Node]] = [[] for _ in names]
     for n, s in zip(ops, seg_of):
@@ -434,14 +590,7 @@ def partition(model: nn.Module, sample_inputs: tuple,
         del names[s]
         seg_index = {n: k for k, nodes_s in enumerate(segs) for n in nodes_s}
 
-    # --- data names -------------------------------------------------------------------------
-    data_name: dict[fx.Node, str] = {p: f"input{i}" for i, p in enumerate(placeholders)}
-    seg_outputs: list[list[fx.Node]] = []
-    for k, nodes_s in enumerate(segs):
-        outs = [n for n in nodes_s if used_outside(n, k)]
-        seg_outputs.append(outs)
-        for i, n in enumerate(outs):
-            data_name[n] = f"{names[k]}.out" if len(outs) == 1 else f"{names[k]}.out{i}"
+    data_name, seg_outputs = _data_names(placeholders, segs, names, used_outside)
 
     def check_tensor(n: fx.Node, consumer: str) -> None:
         meta = metas.get(n.name)
@@ -454,107 +603,20 @@ def partition(model: nn.Module, sample_inputs: tuple,
                             "(layers=[...] / --layers) so that it is computed where it is used",
                             WHERE)
 
-    # --- the layer modules --------------------------------------------------------------------
-    canon: dict[int, str] = {}
-    for pname, p in model.named_parameters():
-        canon.setdefault(id(p), pname)
+    canon = _canonical_names(model)
     parts: list[LayerPart] = []
     for k, nodes_s in enumerate(segs):
-        g = fx.Graph()
-        env: dict[fx.Node, fx.Node] = {}
-        inputs: list[fx.Node] = []
-        copies: set[fx.Node] = set()
-        members = set(nodes_s)
-
-        def bring(a: fx.Node, members=members, copies=copies, inputs=inputs, k=k) -> None:
-            if a in members or a in copies or a in inputs or a.op == "get_attr":
-                return
-            if dupable(a):
-                for b in a.all_input_nodes:
-                    bring(b)
-                copies.add(a)
-                return
-            check_tensor(a, f"layer '{names[k]}'")
-            inputs.append(a)
-
-        for n in nodes_s:
-            for a in n.all_input_nodes:
-                bring(a)
-        for a in inputs:
-            env[a] = g.placeholder(_ident(data_name[a]))
-        for n in [n for n in nodes if n in copies] + nodes_s:
-            if n in copies:
-                for a in n.all_input_nodes:
-                    if a.op == "get_attr" and a not in env:
-                        env[a] = g.node_copy(a)
-                env[n] = g.node_copy(n, lambda a, env=env: env[a])
-                continue
-            if _is_inplace(n) and n.args and isinstance(n.args[0], fx.Node) \
-                    and n.args[0] in inputs:
-                raise DataError(f"layer '{names[k]}' modifies its input "
-                                f"'{data_name[n.args[0]]}' in "
-                                f"place ({n.format_node()}); a layer's inputs must stay intact "
-                                "(they may be read again): choose other layers", WHERE)
-            for a in n.all_input_nodes:
-                if a.op == "get_attr" and a not in env:
-                    env[a] = g.node_copy(a)
-            env[n] = g.node_copy(n, lambda a, env=env: env[a])
         outs = seg_outputs[k]
-        for n in outs:
-            check_tensor(n, "a later layer" if any(u is not out_node for u in n.users)
-                         else "the model's output")
-        g.output(tuple(env[n] for n in outs))
+        g, inputs = _layer_graph(names[k], nodes_s, nodes, outs, out_node, data_name, dupable,
+                                 check_tensor)
         sub = fx.GraphModule(gm, g, f"Layer_{_ident(names[k])}")
-        params: list[str] = []
-        called: list[str] = []
-        for n in g.nodes:
-            if n.op == "call_module":
-                called.append(n.target)
-                for _, p in gm.get_submodule(n.target).named_parameters():
-                    name = canon.get(id(p))
-                    if name is not None and name not in params:
-                        params.append(name)
-            elif n.op == "get_attr":
-                obj = _get_attr(gm, n.target)
-                if isinstance(obj, nn.Parameter):
-                    name = canon.get(id(obj))
-                    if name is not None and name not in params:
-                        params.append(name)
+        params, called = _layer_params(gm, g, canon)
         parts.append(LayerPart(names[k], sub, [data_name[a] for a in inputs],
                                [data_name[n] for n in outs],
                                _signature(gm, g, [metas[a.name] for a in inputs]), params, called))
 
-    # --- model outputs --------------------------------------------------------------------------
-    leaves_out, spec = tree_flatten(out_node.args[0])
-    outputs: list[str] = []
-    slots = []
-    for leaf in leaves_out:
-        if isinstance(leaf, fx.Node):
-            if leaf.op == "get_attr":
-                raise DataError(f"the model returns the attribute '{leaf.target}' itself; return "
-                                "computed tensors only", WHERE)
-            check_tensor(leaf, "the model's output")
-            name = data_name[leaf]
-            if name not in outputs:
-                outputs.append(name)
-            slots.append(("data", outputs.index(name)))
-        else:
-            slots.append(("const", leaf))
-    if not outputs:
-        raise DataError("the model returns no tensor", WHERE)
-
-    # --- metas of the data: requires_grad as under autograd --------------------------------------
-    param_rg = {n: p.requires_grad for n, p in model.named_parameters()}
-    data: dict[str, TensorMeta] = {}
-    for p in placeholders:
-        data[data_name[p]] = metas[p.name]
-    for part, outs in zip(parts, seg_outputs):
-        grad_in = any(data[d].requires_grad for d in part.inputs) or \
-            any(param_rg.get(p, False) for p in part.params)
-        for d, n in zip(part.outputs, outs):
-            m = metas[n.name]
-            rg = grad_in and (m.dtype.is_floating_point or m.dtype.is_complex)
-            data[d] = TensorMeta(m.shape, m.dtype, m.nbytes, rg, m.device)
+    outputs, slots, spec = _model_outputs(out_node, data_name, check_tensor)
+    data = _data_metas(model, placeholders, data_name, metas, parts, seg_outputs)
     return Partitioned(model, parts, [data_name[p] for p in placeholders], outputs, data, mode,
                        sample_inputs, spec, slots)
 
