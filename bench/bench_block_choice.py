@@ -6,13 +6,13 @@ For each model, `fit(..., frontend="blocks")` is asked for a budget below reach 
 smallest feasible budget its `FitError` names (bisection with the solver) is printed as a
 share of plain execution's predicted peak, with and without `loss_fn`, for:
 
-* `auto`: the automatic choice (`schedlang.pytorch.blocks.candidate_blocks`);
+* `auto`: the automatic choice (`schedlang.pytorch.frontends.blocks.find.candidate_blocks`);
 * `coarse`: the root's direct children (`layers=[...]`: what the choice was before plain
   Sequentials of composite modules were split);
 * `leaves`: every Sequential split down to its leaf layers (`layers=[...]`).
 
-Models: the U-Net-like CNN of `tests/torch_models.py` (its blocks are Sequentials of leaf
-layers: `auto` == `coarse`) and the two-stage residual CNN of `tests/test_block_choice.py`
+Models: the U-Net-like CNN of `schedlang/testing/torch_models.py` (its blocks are Sequentials of leaf
+layers: `auto` == `coarse`) and the two-stage residual CNN of `tests/pytorch/test_block_choice.py`
 (stages are Sequentials of residual blocks: `auto` splits them). Memory figures only (no
 timing): they do not depend on the machine's load.
 """
@@ -45,8 +45,7 @@ def _leaves(model: nn.Module) -> list[str]:
 
 
 def _models():
-    from tests.test_block_choice import make_stages
-    from tests.torch_models import make_unet
+    from schedlang.testing.torch_models import make_stages, make_unet
 
     def unet():
         model, args, loss_fn = make_unet(batch=2, size=32, base=8)

@@ -6,11 +6,11 @@ torch.utils.checkpoint, checkpoint_sequential; at equal or lower measured peak.
         [--retime] [--json OUT]
 
 Models: the GPT-like transformer with dropout and the U-Net-like CNN with skip connections of
-`tests/torch_models.py` (at bench sizes), and `transformers`' GPT2LMHeadModel from a small
+`schedlang/testing/torch_models.py` (at bench sizes), and `transformers`' GPT2LMHeadModel from a small
 config (random weights), twice: `gpt2-hf` is the model itself, fitted as a user would (the
 hook front end: its blocks wrapped in place, its own forward kept), with transformers' own
 `gradient_checkpointing_enable()` as the per-block baseline; `gpt2` fits the same modules
-called from a small wrapper (`tests.hf_models.GPT2Logits`), which the fx front end traces
+called from a small wrapper (`schedlang.testing.hf_models.GPT2Logits`), which the fx front end traces
 into finer layers (embedding, blocks, final norm and head apart).
 
 Methods, each measured on the same model (parameters shared; on `gpt2-hf` the baselines run on
@@ -75,14 +75,17 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from bench_pytorch import peak_of, step, time_of  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential  # noqa: E402
 
-from bench_pytorch import peak_of, step, time_of  # noqa: E402
-from schedlang.pytorch.fit import FitError, fit  # noqa: E402
-from schedlang.pytorch.fit import prepare  # noqa: E402
-from tests.hf_models import GPT2Logits  # noqa: E402
-from tests.torch_models import make_gpt, make_unet  # noqa: E402
+from schedlang.pytorch.fit import (  # noqa: E402
+    FitError,
+    fit,
+    prepare,  # noqa: E402
+)
+from schedlang.testing.hf_models import GPT2Logits  # noqa: E402
+from schedlang.testing.torch_models import make_gpt, make_unet  # noqa: E402
 
 
 # --- models ---------------------------------------------------------------------------------------
@@ -249,7 +252,7 @@ def priced(prep, plan) -> tuple[int, float]:
     """(predicted peak in bytes, predicted time / plain - 1) of `plan` on fit's graph, as fit
     predicts its own plans (the loss function's memory at the loss, the resident bytes but
     fit's plan executor's own constants: a baseline runs without it)."""
-    from schedlang.pytorch.fit import loss_moment
+    from schedlang.pytorch.outputs import loss_moment
     from schedlang.simulate import simulate
 
     sim = simulate(plan, prep.graph)
@@ -281,7 +284,7 @@ class OpTimer:
 
 def measured_op_times(fm, model, inputs, loss_fn, steps: int) -> dict:
     timer = OpTimer()
-    ex = fm._executor
+    ex = fm.plan_executor
     ex.observer = timer
     try:
         for _ in range(steps):
@@ -327,7 +330,7 @@ def retimed(prep, measured: dict, tolerance: float = 0.25):
 def fit_retimed(model, inputs, loss_fn, budget, prep, args):
     fm = fit(model, inputs, budget, loss_fn=loss_fn, prepared=prep, measure=False,
              time_limit=args.time_limit, calibrate=False)
-    if fm._executor is None and fm.plan is not None:  # the hook front end: no op observer
+    if fm.plan_executor is None and fm.plan is not None:  # the hook front end: no op observer
         return fm, "not re-timed (hook front end: its blocks run as the model calls them)"
     notes = []
     for _ in range(2):

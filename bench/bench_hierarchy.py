@@ -4,7 +4,7 @@
 
 * lowest: the smallest feasible budget `fit` finds with the three fixed options (autograd,
   recompute, selective) and with the generated options added, for a U-Net-like CNN and a
-  GPT-like transformer (tests/torch_models.py), side by side with the physical floor:
+  GPT-like transformer (schedlang/testing/torch_models.py), side by side with the physical floor:
   resident memory (parameters, buffers, inputs) + parameter gradients + the largest single
   op's backward working set (its output's gradient, its inputs' gradients, what autograd saved
   for it); also with only the parameter gradients that exist when that op's backward runs
@@ -48,8 +48,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from schedlang.pytorch.fit import fit, prepare, solve_plan  # noqa: E402
+from schedlang.testing.torch_models import ALL  # noqa: E402
 from schedlang.units import format_size  # noqa: E402
-from tests.torch_models import ALL  # noqa: E402
 
 MODELS = {
     # 3 encoder and 2 decoder conv blocks, 64x64 inputs
@@ -108,11 +108,10 @@ def floor(model, prep) -> dict:
 
 
 def check_step(model, inputs, loss_fn, prep, budget) -> dict:
-    from tests.test_pytorch_runtime import assert_same, eager_grads, fit_step
-
     import re
 
     from schedlang.pytorch.fit import FitError
+    from schedlang.testing.steps import assert_same, eager_grads, fit_step
 
     ref = eager_grads(model, inputs, loss_fn)
     asked = budget
@@ -393,7 +392,7 @@ class RMSNorm(torch.nn.Module):
 
 
 def scale_model(name: str):
-    """The 12-block transformers of `scale`: "gpt", tests/torch_models.py's GPT (fused
+    """The 12-block transformers of `scale`: "gpt", schedlang/testing/torch_models.py's GPT (fused
     LayerNorm and GELU: 904 forward aten ops), and "gpt-rms-gelu" (default), the same GPT
     with its norms and activation written out as Llama's RMSNorm and GPT-2's tanh GELU are
     in their reference code: 2,646 aten ops in a training step."""

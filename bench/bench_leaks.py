@@ -3,8 +3,8 @@
     python bench/bench_leaks.py [--models llama gpt2 ... gpt2-issue] [--budgets 60% 80%]
                                 [--json OUT]
 
-Per model (the `transformers` configs of `tests/hf_models.py`, hook front end; the fx models of
-`tests/torch_models.py`; `gpt2-issue`: issue 25's 4-layer GPT-2, n_embd 128, batch 8 x 128):
+Per model (the `transformers` configs of `schedlang/testing/hf_models.py`, hook front end; the fx models of
+`schedlang/testing/torch_models.py`; `gpt2-issue`: issue 25's 4-layer GPT-2, n_embd 128, batch 8 x 128):
 every live CPU tensor storage is counted with `schedlang.pytorch.live.live_storages` (the
 collector's objects, their gradients and the tensors their autograd graphs saved) before the
 model is built, after it is built (the model and the user's inputs), after `fit` returns and
@@ -23,7 +23,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 import torch  # noqa: E402
 
@@ -33,8 +32,7 @@ MODELS = ["llama", "gpt2", "bert", "bart", "vit", "mlp", "dropout_mlp", "gpt", "
 
 def make(name):
     """(model, fit's sample inputs, loss_fn)."""
-    import hf_models
-    import torch_models
+    from schedlang.testing import hf_models, torch_models
 
     if name == "gpt2-issue":
         import torch.nn.functional as F

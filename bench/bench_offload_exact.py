@@ -3,7 +3,7 @@
     python bench/bench_offload_exact.py [--models gpt unet llama ...] [--budgets 60 50]
                                         [--repeats 5] [--bandwidth 16GB/s] [--json OUT]
 
-For every model of the test suite (`tests/torch_models.py`, `tests/hf_models.py`) and each
+For every model of the test suite (`schedlang/testing/torch_models.py`, `schedlang/testing/hf_models.py`) and each
 budget (percent of plain execution's peak), `--repeats` independent fits — each a fresh model
 and a fresh profile, so that timer noise can change the plan — with a host link of
 `--bandwidth`, and the first training step of each in the loop `fit` plans for (the output
@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from tests.hf_models import HF  # noqa: E402
-from tests.torch_models import ALL  # noqa: E402
+from schedlang.testing.hf_models import HF  # noqa: E402
+from schedlang.testing.torch_models import ALL  # noqa: E402
 
 #: the sizes of the test suite's models where activations outweigh parameters
 SIZES = {"mlp": dict(batch=512, width=64, depth=12), "dropout_mlp": dict(batch=512),

@@ -3,7 +3,7 @@
     python bench/bench_offload_vs_recompute.py [--budgets 60 55 50] [--bandwidth 16e9]
                                                [--time-limit 60] [--batch 16] [--step-s 0.093]
 
-On the GPU run of issue 25, the fx GPT of `tests/torch_models.py` (8 blocks, dim 768, context
+On the GPU run of issue 25, the fx GPT of `schedlang/testing/torch_models.py` (8 blocks, dim 768, context
 512, batch 16) with `bandwidth="16GB/s"` at 45% ran 1.36x plain against 1.28x for recomputation
 alone, and `fit` took 99 s against 22 s. Without a GPU this script rebuilds that instance: the
 model is profiled on the CPU at batch 1 (its layered graph: the solver's problem has the same
@@ -20,7 +20,7 @@ peak) it solves, with `fit`'s `solve_plan`:
 and prints each plan's predicted step time, solve seconds (both solves of `solve_plan`: the
 fastest plan, then the least peak among those), the size of the model given to the solver and
 the status. What `fit` keeps is the
-faster of the first and the last (`fit._solve_linked`).
+faster of the first and the last (`fit.solve_linked`).
 """
 from __future__ import annotations
 
@@ -38,10 +38,10 @@ import torch  # noqa: E402
 
 from schedlang.planners.no_recompute import no_recompute_plan  # noqa: E402
 from schedlang.pytorch.fit import prepare, solve_plan  # noqa: E402
-from schedlang.pytorch.hostlink import offloadable  # noqa: E402
+from schedlang.pytorch.frontends.fx.frontend import offloadable  # noqa: E402
 from schedlang.pytorch.outputs import loss_moment  # noqa: E402
 from schedlang.simulate import simulate  # noqa: E402
-from tests.torch_models import GPT  # noqa: E402
+from schedlang.testing.torch_models import GPT  # noqa: E402
 
 
 def gpu_like_graph(batch: int, step_s: float, repeats: int):

@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from tests.hf_models import HF  # noqa: E402
-from tests.torch_models import ALL  # noqa: E402
+from schedlang.testing.hf_models import HF  # noqa: E402
+from schedlang.testing.torch_models import ALL  # noqa: E402
 
 #: the fx GPT with a vocabulary of 1,024 (1 MiB of logits), GPT-2 and Llama (hook front end)
 MODELS = ("gpt-wide", "gpt2", "llama")
@@ -35,7 +35,8 @@ def _make(name):
 
 
 def main() -> int:
-    from schedlang.pytorch.fit import fit, prepare, smallest_feasible, solve_extra
+    from schedlang.pytorch.fit import fit, prepare
+    from schedlang.pytorch.planning import smallest_feasible, solve_extra
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS))

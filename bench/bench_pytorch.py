@@ -36,7 +36,7 @@ from torch.utils.checkpoint import checkpoint_sequential  # noqa: E402
 
 from schedlang.pytorch.fit import fit, prepare  # noqa: E402
 from schedlang.pytorch.memory import MemoryTracker  # noqa: E402
-from tests.torch_models import Block  # noqa: E402
+from schedlang.testing.torch_models import Block  # noqa: E402
 
 
 # --- models -------------------------------------------------------------------------------------

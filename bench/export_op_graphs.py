@@ -12,11 +12,11 @@ times are measurements: the files are the benchmark's data, committed so that th
   164 aten ops, 124 nodes;
 * tiny: the 1-block GPT of `bench_hierarchy.py --flat-model tiny` (width 32, context 16):
   90 aten ops, 72 nodes;
-* gpt1: a one-block GPT without dropout, batch 32 x context 32 (`tests/torch_models.py`
+* gpt1: a one-block GPT without dropout, batch 32 x context 32 (`schedlang/testing/torch_models.py`
   defaults otherwise): 60 nodes, the "one-block GPT op graph of ~50 nodes";
 * gpt12: the 12-block transformer of `bench_hierarchy.py --parts scale` (RMSNorm, tanh GELU):
   975 nodes (the loss, no parameter-gradient nodes: the count `--parts scale` prints);
-* mlp3: a 3-layer MLP (`tests/torch_models.make_mlp(depth=3, batch=64, width=32)`): 22 nodes,
+* mlp3: a 3-layer MLP (`schedlang/testing/torch_models.make_mlp(depth=3, batch=64, width=32)`): 22 nodes,
   an op graph small enough for the tests to solve to optimality with every model.
 
 The files carry graph data only (no `use`): `schedlang solve FILE` solves them with the
@@ -38,7 +38,7 @@ OUT = ROOT / "bench" / "data" / "opgraphs"
 def _models():
     from bench_hierarchy import FLAT_MODELS, scale_model
 
-    from tests.torch_models import ALL
+    from schedlang.testing.torch_models import ALL
 
     return {
         "gpt2block": (lambda: ALL["gpt"](**FLAT_MODELS["gpt2"]), True,
@@ -46,11 +46,11 @@ def _models():
         "tiny": (lambda: ALL["gpt"](**FLAT_MODELS["tiny"]), True,
                  f"bench_hierarchy.py --flat-model tiny's GPT {FLAT_MODELS['tiny']}"),
         "gpt1": (lambda: ALL["gpt"](batch=32, context=32, layers=1, dropout=0.0), True,
-                 "tests/torch_models.make_gpt(batch=32, context=32, layers=1, dropout=0.0)"),
+                 "schedlang/testing/torch_models.make_gpt(batch=32, context=32, layers=1, dropout=0.0)"),
         "gpt12": (lambda: scale_model("gpt-rms-gelu"), False,
                   "bench_hierarchy.py --parts scale's 12-block gpt-rms-gelu"),
         "mlp3": (lambda: ALL["mlp"](depth=3, batch=64, width=32), True,
-                 "tests/torch_models.make_mlp(depth=3, batch=64, width=32)"),
+                 "schedlang/testing/torch_models.make_mlp(depth=3, batch=64, width=32)"),
     }
 
 

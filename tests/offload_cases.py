@@ -143,7 +143,8 @@ def linked_plan(prep, budget, bandwidth):
     run such a plan pass it to ``fit(..., bandwidth=..., plan=...)``, which keeps it whichever
     plan is faster."""
     from schedlang.pytorch.fit import resolve_fit_budget, solve_extra, solve_plan
-    from schedlang.pytorch.hostlink import linked, resolve_link
+    from schedlang.pytorch.hostlink import resolve_link
+    from schedlang.pytorch.planning import linked
 
     import torch
 

@@ -9,8 +9,7 @@ torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
 from schedlang.layer_solves import cache_path, solve_series  # noqa: E402
-
-from .torch_models import ALL  # noqa: E402
+from schedlang.testing.torch_models import ALL  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +37,7 @@ def test_parallel_sub_solves_give_the_serial_solutions(block_graph):
 
 def test_the_disk_cache_spares_a_second_process_the_solves(tmp_path, monkeypatch):
     from schedlang.pytorch import options
-    from schedlang.pytorch.partition import partition
+    from schedlang.pytorch.frontends.fx.partition import partition
     from schedlang.pytorch.profile import profile
 
     model, inputs, _ = ALL["gpt"](batch=2, context=16, layers=2)

@@ -37,8 +37,15 @@ from dataclasses import dataclass
 from ..errors import SchedError
 from ..graph import Graph
 from ..plan import Plan
+from .frontends.blocks.find import find_blocks
+from .frontends.blocks.hooked import BlockMixin
+from .inputs import split_inputs
+from .model_state import preserved
+from .outputs import loss_moment
+from .prepare import prepare
 
-__all__ = ["active", "agree_graph", "agree_plan", "solves_here", "graph_digest", "plan_digest", "DistributedPlanError",
+__all__ = ["active", "agree_graph", "agree_plan", "solves_here", "graph_digest", "plan_digest",
+           "DistributedPlanError",
            "FSDPLayer", "fsdp_layer_memory", "param_bytes_of", "with_fsdp_memory", "FSDP_ORDER",
            "FSDPModel", "FSDPUnit", "fsdp_model", "fsdp_storages", "is_fsdp", "unsharded_copy",
            "prepare_sharded", "shard_blocks",
@@ -179,7 +186,7 @@ def _global_rank(group, rank: int) -> int:
 
 # --------------------------------------------------------------------------------- FSDP2
 # What FSDP2 (torch 2.13, `torch.distributed.fsdp.fully_shard`) allocates on a rank, read off
-# its code and checked against the CPU tracker (tests/test_distributed.py). For a unit U (a
+# its code and checked against the CPU tracker (tests/pytorch/test_distributed.py). For a unit U (a
 # module given to `fully_shard`) with unsharded parameters of F bytes (dim 0 padded to a
 # multiple of the world size: F = world x the padded shard) and a shard of S = F / world:
 # * forward: U's pre-forward hook all-gathers into a flat buffer of F bytes and copies it out
@@ -460,13 +467,11 @@ def unsharded_copy(model):
     from torch import nn
     from torch.distributed.tensor import DTensor
 
-    from .hooked import _BlockMixin
-
     fsdp_cls = _fsdp_module_type()
 
     def plain_class(cls):
         for c in cls.__mro__:
-            if not issubclass(c, (fsdp_cls, _BlockMixin)):
+            if not issubclass(c, (fsdp_cls, BlockMixin)):
                 return c
         return cls
 
@@ -531,7 +536,6 @@ def prepare_sharded(model, args: tuple, kwargs: dict, layers=None, loss_fn=None,
     the sharded blocks, inside FSDP's hooks). Every rank calls this (it all-gathers)."""
     from ..planners.no_recompute import no_recompute_plan
     from ..simulate import simulate
-    from .fit import loss_moment, prepare
 
     if frontend == "fx":
         raise DistributedPlanError(
@@ -571,9 +575,6 @@ def shard_blocks(model, sample_inputs, layers=None, sample_kwargs=None, **fully_
     then on the root; `fully_shard_kwargs` go to every call (e.g. ``mesh=``,
     ``reshard_after_forward=``). What ``fit(..., fsdp=True)`` does first. Returns `model`."""
     from torch.distributed.fsdp import fully_shard
-
-    from .blocks import find_blocks, preserved
-    from .fit import split_inputs
 
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
     with preserved(model):

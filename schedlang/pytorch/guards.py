@@ -29,6 +29,7 @@ import weakref
 import torch
 
 from ..errors import SchedError
+from .inputs import split_inputs, tensor_leaves
 
 #: relative tolerance of the recomputation checksum (kernels may sum in another order)
 CHECKSUM_RTOL = 1e-5
@@ -46,7 +47,6 @@ def signature(args, kwargs=None) -> tuple:
     """Per positional argument, then per keyword argument in name order: (shape, dtype,
     device) of a tensor; the type name otherwise, followed by those of the tensors it holds
     (a dict batch, a dataclass: `inputs.tensor_leaves`)."""
-    from .inputs import tensor_leaves
 
     values = list(args) + [kwargs[k] for k in sorted(kwargs or {})]
     out: list = []
@@ -73,7 +73,6 @@ def guarded_fit(fit):
     """`fit`, remembering on the returned module how to fit it again for another shape."""
     @functools.wraps(fit)
     def wrapper(model, sample_inputs, budget="100%", **kwargs):
-        from .fit import split_inputs
 
         fm = fit(model, sample_inputs, budget, **kwargs)
         inputs, kw = split_inputs(sample_inputs, kwargs.get("sample_kwargs"))

@@ -28,7 +28,7 @@ import torch
 from ..errors import SchedError
 
 __all__ = ["HostLink", "measure_host_link", "resolve_link", "host_buffer", "HOST_COPIES",
-           "AUTO", "linked"]
+           "AUTO"]
 
 log = logging.getLogger("schedlang.pytorch")
 
@@ -42,7 +42,7 @@ CPU_NOTE = ("bandwidth='auto' on the CPU: the model's memory is host memory, and
             "would copy tensors from RAM to RAM and save nothing; the plan recomputes only")
 
 #: data_ptr -> storage of every live host copy made by `host_buffer`
-HOST_COPIES: "weakref.WeakValueDictionary[int, torch.UntypedStorage]" = \
+HOST_COPIES: weakref.WeakValueDictionary[int, torch.UntypedStorage] = \
     weakref.WeakValueDictionary()
 
 
@@ -144,45 +144,3 @@ def resolve_link(bandwidth, device: torch.device, measure=None):
     return HostLink(rate, rate), ""
 
 
-def linked(prep, link: HostLink):
-    """`prep` (a `fit.Prepared`) planned with the host link `link`; the caller's `prep` stays
-    as it is. fx layers: the graph gets the link's bandwidths (`models/offload.sched` then
-    schedules transfers, which the plan executor runs) and loses the options whose phantom
-    lives inside checkpoints (`offloadable`). Blocks: each block gets the option ``offload``
-    (`block_offload.with_offload_options`), measured on first use."""
-    import copy
-    import dataclasses
-
-    if prep.frontend == "blocks":
-        from .block_offload import offload_profiles, with_offload_options
-        from .hooked import block_partition
-
-        tr = prep.partitioned
-        graph = with_offload_options(prep.graph, offload_profiles(tr, block_partition(tr.found)),
-                                     link)
-    else:
-        graph = copy.copy(prep.graph)
-        graph.bandwidths = {"offload": link.offload, "prefetch": link.prefetch}
-        graph.layers = [offloadable(lay) for lay in graph.layers]
-    return dataclasses.replace(prep, graph=graph, solved=[], grouped=None)
-
-
-def offloadable(layer):
-    """`layer` with its ``selective`` and generated (``ops...``) options pinned: their phantoms
-    live inside checkpoints (`torch.utils.checkpoint` keeps what the policy saves), where the
-    runtime cannot move them to the host; they stay choices, so that every recompute-only
-    plan is a plan of the offloading model too (dropping them made the offload plan of the
-    fx GPT slower than recomputation alone)."""
-    import copy
-    import dataclasses
-
-    if not any(_in_checkpoints(o.name) and not o.pinned for o in layer.options):
-        return layer
-    layer = copy.copy(layer)
-    layer.options = [dataclasses.replace(o, pinned=True) if _in_checkpoints(o.name) else o
-                     for o in layer.options]
-    return layer
-
-
-def _in_checkpoints(option: str) -> bool:
-    return option == "selective" or option.startswith("ops")

@@ -106,3 +106,13 @@ def _hidden(x, path: str, seen: set) -> str | None:
             and any(isinstance(v, torch.Tensor) for v in attrs.values()):
         return path
     return None
+
+
+def split_inputs(sample_inputs, sample_kwargs=None) -> tuple[tuple, dict]:
+    """(positional, keyword) sample inputs: a tensor, a tuple of positional inputs, or a dict
+    of keyword inputs (``fit(model, {"input_ids": ids, "attention_mask": mask})``)."""
+    if isinstance(sample_inputs, torch.Tensor):
+        return (sample_inputs,), dict(sample_kwargs or {})
+    if isinstance(sample_inputs, dict):
+        return (), {**sample_inputs, **(sample_kwargs or {})}
+    return tuple(sample_inputs), dict(sample_kwargs or {})

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import gc
 import itertools
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import torch
 

@@ -49,11 +49,13 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+from .live import live_storages, storage_of
 
 __all__ = ["MemoryTracker", "storage_bytes", "storage_key", "tensor_bytes"]
 
@@ -111,7 +113,7 @@ def _device_of(device, resident) -> torch.device:
 class _StorageCounter(TorchDispatchMode):
     """The dispatch mode of the CPU tracker: registers every new output storage."""
 
-    def __init__(self, tracker: "MemoryTracker"):
+    def __init__(self, tracker: MemoryTracker):
         super().__init__()
         self.tracker = tracker
 
@@ -199,7 +201,7 @@ class MemoryTracker:
         self._open = False
 
     # --- context -------------------------------------------------------------------------
-    def __enter__(self) -> "MemoryTracker":
+    def __enter__(self) -> MemoryTracker:
         if self._open:
             raise RuntimeError("MemoryTracker is already open")
         self._open = True
@@ -215,7 +217,6 @@ class MemoryTracker:
                 self._watched.add(id(s))
                 self._entries[-len(self._watched)] = (weakref.ref(s), _Detached())
         if self.existing:
-            from .live import live_storages
 
             # unreachable cycles (torch.fx's graph modules hold the submodules they call)
             # would count until the collector's next pass, whose time depends on what ran
@@ -298,7 +299,6 @@ class MemoryTracker:
 
     # --- CPU bookkeeping -----------------------------------------------------------------
     def _register(self, t: torch.Tensor) -> None:
-        from .live import storage_of
 
         s = storage_of(t, self.device.type)
         if s is not None and s.data_ptr() not in self._ignored:

@@ -39,12 +39,12 @@ from torch.utils._pytree import tree_flatten
 
 from ..errors import DataError, Loc
 from ..graph import Graph, Node
+from .loss_node import LOSS_TIME
 from .memory import storage_key
 
 __all__ = ["OpUnit", "OpGraph", "record_ops", "run_graph"]
 
 WHERE = Loc("opgraph")
-LOSS_TIME = 1e-6
 #: the time of a parameter-gradient node (the backward node `g.<unit>` carries the measured
 #: time of both) and the name of the node that holds them all to the end of the step
 PARAM_GRAD_TIME = 1e-9
@@ -55,7 +55,8 @@ PARAM_GRADS_END = "params.grad"
 class OpUnit:
     name: str
     nodes: list[str]  # fx node names, in order
-    fwd_time: float = 0.0  # seconds (the least over the repeats: the load of a shared CPU only adds)
+    # seconds (the least over the repeats: the load of a shared CPU only adds)
+    fwd_time: float = 0.0
     bwd_time: float = 0.0
     created: int = 0  # bytes of the storages its ops create
     reads: list[str] = field(default_factory=list)  # units whose values it reads
@@ -397,85 +398,23 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
                 run_graph(gm, args, calls, env, hook)
             current[0] = None
             if first[0]:
-                for n, a in zip(placeholders, args):
-                    ptr_of[n.name] = storage_key(a)
-                    owner.setdefault(storage_key(a), -1)
                 input_ptrs = {storage_key(a) for a in args[n_fixed:]}
-                for n in calls:
-                    k = unit_of[n.name]
-                    for t in tree_flatten(env[n.name])[0]:
-                        if not isinstance(t, torch.Tensor):
-                            continue
-                        ptr_of.setdefault(n.name, storage_key(t))
-                        if storage_key(t) not in owner and t.untyped_storage().nbytes():
-                            owner[storage_key(t)] = k
-                            sizes[storage_key(t)] = t.untyped_storage().nbytes()
-                            created[k] += t.untyped_storage().nbytes()
-                for name, v in env.items():
-                    if isinstance(v, torch.Tensor) and v.requires_grad:
-                        grad_size[name] = v.numel() * v.element_size()
-            # the backward: each unit's autograd nodes, timed by node pre-hooks and hooks
-            grad_fns: dict = {}
-            for n in calls:
-                for t in tree_flatten(env[n.name])[0]:
-                    if isinstance(t, torch.Tensor) and t.grad_fn is not None:
-                        grad_fns.setdefault(t.grad_fn, unit_of[n.name])
-            starts: dict = {}
-            acc = [0.0] * K
-            handles = []
-            for gf, k in grad_fns.items():
-                has_bwd[k] = True
-
-                def pre(gout, gf=gf):
-                    starts[gf] = time.perf_counter()
-
-                def post(gin, gout, gf=gf, k=k):
-                    acc[k] += time.perf_counter() - starts.get(gf, time.perf_counter())
-
-                handles.append(gf.register_prehook(pre))
-                handles.append(gf.register_hook(post))
-            outs = [env[o.name] for o in graph_outputs(gm)]
-            roots = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
-            if roots:
-                torch.autograd.backward(roots, [torch.ones_like(o) for o in roots])
-            for h in handles:
-                h.remove()
+                _record_structure(placeholders, args, calls, env, unit_of, owner, ptr_of, sizes,
+                                  created, grad_size)
+            acc = _timed_backward(gm, calls, env, unit_of, has_bwd)
             if r:
                 for k in range(K):
                     bwd[k].append(acc[k])
             else:
                 for n in calls:
                     fwd[n.name].clear()
-            del env, outs, roots, args, grad_fns, handles
+            del env, args
 
-    # a unit that creates no storage (views, getitems) joins the unit before it: cutting
-    # right before or right after it saves the same bytes
-    group: list[int] = []
-    for k in range(K):
-        group.append(group[-1] if k and created[k] == 0 else (group[-1] + 1 if k else 0))
-    G = group[-1] + 1 if K else 0
-    members: list[list[int]] = [[] for _ in range(G)]
-    for k in range(K):
-        members[group[k]].append(k)
+    group, members = _merged_units(created)
     unit_of = {n: group[k] for n, k in unit_of.items()}
     owner = {p: (group[k] if k >= 0 else -1) for p, k in owner.items()}
     names = [names[ks[0]] for ks in members]
-    # each trainable parameter's gradient appears in the backward of its last reader (through
-    # views: `t(weight)` is read by the matmul)
-    base = _view_bases(calls)
-    trainable = {placeholders[i]: p.numel() * p.element_size()
-                 for i, p in enumerate(params) if p.requires_grad}
-    last_reader: dict = {}
-    for n in calls:
-        if base[n] is not n:  # a view: its readers read the parameter
-            continue
-        for a in n.all_input_nodes:
-            b = base.get(a, a)
-            if b in trainable:
-                last_reader[b] = max(last_reader.get(b, -1), unit_of[n.name])
-    param_grad_bytes = [0] * G
-    for b, k in last_reader.items():
-        param_grad_bytes[k] += trainable[b]
+    param_grad_bytes = _param_grad_bytes(calls, placeholders, params, unit_of, len(members))
     ops_units: list[OpUnit] = []
     saved_total = 0
     counted: set = set()
@@ -509,6 +448,103 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
             sum(created[j] for j in ks), reads, sv, gbytes, any(has_bwd[j] for j in ks),
             any(p in input_ptrs for p in ksaved), [_op_name(n) for n in us],
             param_grad_bytes[k]))
+    out_units, out_reads = _output_units(gm, unit_of, owner, ptr_of, names)
+    return OpGraph(gm, n_params, n_buffers, ops_units, out_units, out_reads, len(calls),
+                   _signature(gm, inputs), [x.numel() * x.element_size() for x in inputs],
+                   saved_total)
+
+
+
+def _record_structure(placeholders, args, calls, env, unit_of: dict, owner: dict, ptr_of: dict,
+                      sizes: dict, created: list, grad_size: dict) -> None:
+    """From the first run (its values alive: equal storage pointers mean shared storage):
+    each value's storage (`ptr_of`), each storage's creating unit (`owner`, -1 for a
+    placeholder) and size, the bytes each unit creates, and each value's gradient size."""
+    for n, a in zip(placeholders, args):
+        ptr_of[n.name] = storage_key(a)
+        owner.setdefault(storage_key(a), -1)
+    for n in calls:
+        k = unit_of[n.name]
+        for t in tree_flatten(env[n.name])[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            ptr_of.setdefault(n.name, storage_key(t))
+            if storage_key(t) not in owner and t.untyped_storage().nbytes():
+                owner[storage_key(t)] = k
+                sizes[storage_key(t)] = t.untyped_storage().nbytes()
+                created[k] += t.untyped_storage().nbytes()
+    for name, v in env.items():
+        if isinstance(v, torch.Tensor) and v.requires_grad:
+            grad_size[name] = v.numel() * v.element_size()
+
+
+def _timed_backward(gm, calls, env, unit_of, has_bwd: list) -> list[float]:
+    """Seconds of each unit's autograd nodes in one backward of the recorded run `env`
+    (node pre-hooks and hooks); `has_bwd[k]` set for the units that have nodes."""
+    grad_fns: dict = {}
+    for n in calls:
+        for t in tree_flatten(env[n.name])[0]:
+            if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                grad_fns.setdefault(t.grad_fn, unit_of[n.name])
+    starts: dict = {}
+    acc = [0.0] * len(has_bwd)
+    handles = []
+    for gf, k in grad_fns.items():
+        has_bwd[k] = True
+
+        def pre(gout, gf=gf):
+            starts[gf] = time.perf_counter()
+
+        def post(gin, gout, gf=gf, k=k):
+            acc[k] += time.perf_counter() - starts.get(gf, time.perf_counter())
+
+        handles.append(gf.register_prehook(pre))
+        handles.append(gf.register_hook(post))
+    outs = [env[o.name] for o in graph_outputs(gm)]
+    roots = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
+    if roots:
+        torch.autograd.backward(roots, [torch.ones_like(o) for o in roots])
+    for h in handles:
+        h.remove()
+    return acc
+
+
+def _merged_units(created: list[int]) -> tuple[list[int], list[list[int]]]:
+    """(unit -> its group, group -> its units): a unit that creates no storage (views,
+    getitems) joins the unit before it, since cutting right before or right after it saves
+    the same bytes."""
+    group: list[int] = []
+    for k in range(len(created)):
+        group.append(group[-1] if k and created[k] == 0 else (group[-1] + 1 if k else 0))
+    members: list[list[int]] = [[] for _ in range(group[-1] + 1 if group else 0)]
+    for k, g in enumerate(group):
+        members[g].append(k)
+    return group, members
+
+
+def _param_grad_bytes(calls, placeholders, params, unit_of: dict, count: int) -> list[int]:
+    """Bytes of the parameter gradients each unit's backward makes: a trainable parameter's
+    gradient appears in the backward of its last reader (through views: `t(weight)` is read
+    by the matmul)."""
+    base = _view_bases(calls)
+    trainable = {placeholders[i]: p.numel() * p.element_size()
+                 for i, p in enumerate(params) if p.requires_grad}
+    last_reader: dict = {}
+    for n in calls:
+        if base[n] is not n:  # a view: its readers read the parameter
+            continue
+        for a in n.all_input_nodes:
+            b = base.get(a, a)
+            if b in trainable:
+                last_reader[b] = max(last_reader.get(b, -1), unit_of[n.name])
+    out = [0] * count
+    for b, k in last_reader.items():
+        out[k] += trainable[b]
+    return out
+
+
+def _output_units(gm, unit_of: dict, owner: dict, ptr_of: dict, names: list[str]) -> tuple:
+    """(units whose values the graph returns, units whose storages it returns: views too)."""
     out_units: list[str] = []
     out_reads: list[str] = []
     for a in graph_outputs(gm):
@@ -518,10 +554,7 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
                 out_reads.append(names[o])
         if j is not None and names[j] not in out_units:
             out_units.append(names[j])
-    return OpGraph(gm, n_params, n_buffers, ops_units, out_units, out_reads, len(calls),
-                   _signature(gm, inputs), [x.numel() * x.element_size() for x in inputs],
-                   saved_total)
-
+    return out_units, out_reads
 
 def _unit_name(nodes: list[fx.Node]) -> str:
     return nodes[0].name

@@ -38,10 +38,13 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ..graph import Graph
 from ..plan import Plan
-from .trace import LOSS_VALUE_BYTES
+from .loss_node import LOSS_VALUE_BYTES
+from .memory import MemoryTracker
+from .model_state import preserved
 
 __all__ = ["released_graph", "measure_released_loss", "measure_loss_overhead", "loss_moment",
            "uncounted_outputs", "released_bytes"]
+
 
 
 def released_graph(graph: Graph) -> Graph:
@@ -86,7 +89,6 @@ def measure_released_loss(produce, loss_fn, device) -> tuple[int, int, int]:
     the loss computed, this function's references dropped (only what the loss saved keeps an
     output alive), and the loss's backward run, all under one `MemoryTracker` whose baseline
     is the outputs."""
-    from .memory import MemoryTracker
 
     kept: list[torch.Tensor] = []
     anchor = torch.zeros((), device=device, requires_grad=True)
@@ -132,8 +134,6 @@ def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn,
     outputs and the loss value, bytes of the outputs), measured on one sample output; with
     `outputs_held` False, in a loop that releases the outputs once the loss is computed
     (`measure_released_loss`)."""
-    from .blocks import preserved
-    from .memory import MemoryTracker
 
     dev = next((p.device for p in model.parameters()), torch.device("cpu"))
 

@@ -22,7 +22,7 @@ measures, per option, what the runtime will execute:
   the outputs it kept. Offered only for layers that run
   such an op and where it keeps less than ``autograd``.
 * ``offload`` (asked for by name; the hook front end's wrappers with a host link,
-  `schedlang.pytorch.block_offload`): the forward under saved-tensor hooks that copy what
+  `schedlang.pytorch.frontends.blocks.offload`): the forward under saved-tensor hooks that copy what
   autograd saves to host memory, the backward copying each back when it reads it. Its phantom
   is what the forward leaves on the device beyond its outputs (nothing it saved stays there);
   it needs no datum; `host_bytes` is what the hooks copied (the link's time is added by
@@ -36,10 +36,12 @@ measures, per option, what the runtime will execute:
 Times are medians of `repeats` runs after one warm-up, in seconds: CUDA events on a GPU; on
 the CPU `host_clock()`, the calling thread's CPU time when PyTorch computes with one intra-op
 thread (so that other processes on a loaded machine do not distort the layers' times, which
-are taken one after the other), wall time otherwise. Memory is measured with `MemoryTracker` in one more run: the forward
+are taken one after the other), wall time otherwise. Memory is measured with `MemoryTracker` in one
+more run: the forward
 overhead is the forward's peak above (memory before + outputs + phantom), the backward overhead
 the backward's peak above (memory before, the phantom it consumes included, + the gradients
-it creates), as the H-Rockmate formulation adds them (docs/language.md, "Overheads"). Parameter gradients: the first backward to reach a parameter (the
+it creates), as the H-Rockmate formulation adds them (docs/language.md, "Overheads"). Parameter
+gradients: the first backward to reach a parameter (the
 backward of the last layer, in forward order, that uses it) creates its gradient; the others
 accumulate into it (a temporary, part of their overhead).
 """
@@ -53,13 +55,17 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
-                                    create_selective_checkpoint_contexts)
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+)
 
 from ..errors import Loc, SchedError
 from ..hgraph import FAST_FORWARD
-from .memory import MemoryTracker, storage_key
-from .partition import LayerPart, Partitioned
+from .frontends.blocks.offload import offloading
+from .frontends.fx.partition import LayerPart, Partitioned
+from .memory import MemoryTracker, storage_bytes, storage_key
 
 __all__ = ["OptionProfile", "LayerProfile", "ProfiledGraph", "profile", "SAVE_OPS",
            "selective_policy", "selective_context", "OPTIONS"]
@@ -292,10 +298,10 @@ class _Runner:
             with torch.no_grad():
                 return _outputs(m(*xs))
         if option == "selective":
-            ctx = (lambda: _recording_context(recorder)) if recorder is not None else selective_context
+            ctx = (lambda: _recording_context(recorder)) if recorder is not None \
+                else selective_context
             return _outputs(checkpoint(m, *xs, use_reentrant=False, context_fn=ctx))
         if option == "offload":
-            from .block_offload import offloading
 
             self.copied[0] = 0
             with offloading(self.resident_keys, self.copied):
@@ -380,7 +386,8 @@ class _Measured:
 
 
 def _measure(runner: _Runner, option: str, resident: list[torch.Tensor], resident_keys: set[int],
-             device: torch.device, repeats: int, timer: Timer, owned: list[torch.Tensor]) -> _Measured:
+             device: torch.device, repeats: int, timer: Timer,
+             owned: list[torch.Tensor]) -> _Measured:
     fwd_time, bwd_time = _median_times(runner, option, repeats, timer)
     for p in runner.params:
         p.grad = None
@@ -473,6 +480,30 @@ def _measure_fast_forward(runner: _Runner, resident: list[torch.Tensor], device:
 
 
 # --- the profiler ----------------------------------------------------------------------------
+
+def _measure_options(runner, name: str, options, resident, resident_keys, dev, repeats: int,
+                     timer, owned) -> tuple[dict, dict]:
+    """({option: measures}, {option: why it was skipped}) of one layer: each of `options`
+    (none for a layer with nothing to differentiate), then its forward without autograd, its
+    own option (for a layer with no backward, the only one)."""
+    measured: dict = {}
+    skipped: dict[str, str] = {}
+    for option in options:
+        try:
+            measured[option] = _measure(runner, option, resident, resident_keys, dev, repeats,
+                                        timer, owned)
+        except RuntimeError as exc:
+            # e.g. selective: "Tensor cached during selective activation checkpoint has been
+            # mutated" (an in-place op on a matmul output)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if option == "autograd":
+                raise SchedError(f"layer '{name}' fails under autograd: {first}",
+                                 WHERE) from None
+            skipped[option] = first
+    measured[FAST_FORWARD] = _measure_fast_forward(runner, resident, dev, repeats, timer)
+    return measured, skipped
+
+
 def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None,
             sample_inputs: tuple | None = None, recompute_by: str = "reforward",
             grads_freed: bool = False) -> ProfiledGraph:
@@ -509,7 +540,8 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
         raise SchedError("profile needs the sample inputs (sample_inputs=...)", WHERE)
     inputs = tuple(inputs)
     if len(inputs) != len(part.inputs):
-        raise SchedError(f"the model takes {len(part.inputs)} tensor inputs, got {len(inputs)}", WHERE)
+        raise SchedError(f"the model takes {len(part.inputs)} tensor inputs, got "
+                         f"{len(inputs)}", WHERE)
     root = part.root
     named = dict(root.named_parameters())
     params_all = list(named.values())
@@ -520,7 +552,6 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
         dev = torch.device(device)
     resident = params_all + buffers
     resident_keys = {storage_key(t) for t in resident}
-    from .memory import storage_bytes
 
     param_bytes = storage_bytes(params_all)
     buffer_bytes = storage_bytes(buffers)
@@ -575,24 +606,9 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
             if key in cache:
                 measured_as, measured, skipped = cache[key]
             else:
-                measured = {}
-                skipped: dict[str, str] = {}
-                if grad_in[layer.name]:
-                    for option in options:
-                        try:
-                            measured[option] = _measure(runner, option, resident, resident_keys,
-                                                        dev, repeats, timer, owned)
-                        except RuntimeError as exc:
-                            # e.g. selective: "Tensor cached during selective activation
-                            # checkpoint has been mutated" (an in-place op on a matmul output)
-                            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                            if option == "autograd":
-                                raise SchedError(f"layer '{layer.name}' fails under autograd: "
-                                                 f"{first}", WHERE) from None
-                            skipped[option] = first
-                # the forward without autograd, its own option (for a layer with nothing to
-                # differentiate, the only one: it has no backward)
-                measured[FAST_FORWARD] = _measure_fast_forward(runner, resident, dev, repeats, timer)
+                measured, skipped = _measure_options(
+                    runner, layer.name, options if grad_in[layer.name] else (), resident,
+                    resident_keys, dev, repeats, timer, owned)
                 measured_as = layer.name
                 cache[key] = (measured_as, measured, skipped)
             results.append(_layer_profile(layer, measured, measured_as, part, named, owner,

@@ -9,7 +9,8 @@ loss is the mean of squares of the outputs. The command fits the model (profile,
 and measured peak and the step time, of the plan and of plain execution (on the CPU, whose
 memory tracker slows every op, the fitted module is timed in as many steps again untracked).
 ``--plot OUT.png`` and ``--trace OUT.json`` record the last training step op by op
-(`schedlang.pytorch.timeline`): memory predicted by the simulator and measured per executed op, with the budget; a
+(`schedlang.pytorch.timeline`): memory predicted by the simulator and measured per executed op,
+with the budget; a
 Chrome/Perfetto trace of the executed ops.
 
 Wire it into the CLI (schedlang/cli.py)::
@@ -37,6 +38,8 @@ import time
 from pathlib import Path
 
 from ..errors import SchedError
+from .factory import load_factory
+from .trace import write_trace
 
 
 class RunError(SchedError):
@@ -108,8 +111,6 @@ def _parse_shape(text: str) -> tuple:
 def _build(args):
     import torch
 
-    from .factory import load_factory
-
     factory = load_factory(args.target, RunError)
     try:
         made = factory()
@@ -180,25 +181,9 @@ def run_main(args) -> int:
     except ImportError:
         raise SchedError("schedlang run needs torch: pip install 'schedlang[torch]'") from None
     from ..plan import Plan
-    from ..units import format_size
-    from .fit import fit
+    from .fit import fit  # torch: loaded when the command runs, not when the CLI parses
 
-    if args.steps < 1:
-        raise RunError("--steps must be at least 1")
-    if args.plan and not args.graph:
-        raise RunError("--plan needs --graph (the graph data the plan was made for)")
-    frontend = getattr(args, "frontend", "auto")
-    if args.graph and frontend == "blocks":
-        raise RunError("--graph is layered graph data of the fx front end: it does not go "
-                       "with --frontend blocks")
-    if getattr(args, "op_options", False):
-        if args.graph:
-            raise RunError("--op-options generates options while profiling; --graph is "
-                           "profiled already (trace it with `schedlang trace --op-options`)")
-        if frontend == "blocks":
-            raise RunError("--op-options needs the fx front end (the layers' aten graphs): "
-                           "it does not go with --frontend blocks")
-        frontend = "fx"
+    frontend = _checked_frontend(args)
     _check_outputs(args)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -224,7 +209,6 @@ def run_main(args) -> int:
     if args.plan_out and fm.plan is not None:
         fm.plan.save(args.plan_out)
     if args.graph_out:
-        from .trace import write_trace
 
         write_trace(fm.graph, args.graph_out, None, "rockmate")
     if args.plot or args.trace:
@@ -278,39 +262,7 @@ def run_main(args) -> int:
 
         print_json(out)
     else:
-        def fmt(n):
-            return "-" if n is None else f"{format_size(n)} ({n} B)"
-        print(f"model      {args.target} on {device}, {args.steps} steps, front end "
-              f"{fm.frontend}"
-              + (" (plain execution: the budget covers it)" if rep.plain else
-                 f", plan of {out['plan_ops']} ops"))
-        print(f"budget     {fmt(rep.budget_bytes)}   plain peak {fmt(rep.plain_peak_bytes)}")
-        print(f"predicted  {fmt(rep.predicted_peak_bytes)}")
-        line = f"measured   {fmt(measured)}"
-        if err is not None:
-            line += f"   ({100 * err:+.2f}% vs predicted)"
-        print(line)
-        line = f"step time  {1000 * step:.2f} ms"
-        if plain_step:
-            line += f"   plain {1000 * plain_step:.2f} ms ({100 * (step / plain_step - 1):+.1f}%)"
-        line += f"   predicted overhead {100 * rep.plan_time_overhead:+.1f}%"
-        print(line)
-        print(f"fit        {fit_s:.2f} s (profile and solve)")
-        if out["host_link"]:
-            from .fit import _link_line
-
-            print(f"host link  {_link_line(out['host_link'])}")
-        if not held:
-            print("outputs    released once the loss is computed: loss_fn(model(x)).backward()")
-        if rep.calibrated is not None:
-            c = rep.calibrated
-            print(f"calibrated the first step measured {fmt(c['measured'])}, over its prediction "
-                  f"{fmt(c['predicted'])}: " + ("re-planned with that margin (the measured peak "
-                                               "above is of the later steps)"
-                                               if c["replanned"] else "no plan fits with it"))
-        for what, path in (("plot", args.plot), ("trace", args.trace)):
-            if path:
-                print(f"{what:<10} {path}")
+        _print_report(out, rep, args, held, fit_s)
     if out["fits_budget"] is False:
         return 3
     return 0
@@ -341,3 +293,65 @@ def _read_graph(path: str):
     if program.graph is None or not program.graph.layers:
         raise RunError(f"{path}: no layered graph data (data, layer, loss declarations)")
     return program.graph
+
+
+def _checked_frontend(args) -> str:
+    """The front end `schedlang run` fits with, its arguments checked against it."""
+    if args.steps < 1:
+        raise RunError("--steps must be at least 1")
+    if args.plan and not args.graph:
+        raise RunError("--plan needs --graph (the graph data the plan was made for)")
+    frontend = getattr(args, "frontend", "auto")
+    if args.graph and frontend == "blocks":
+        raise RunError("--graph is layered graph data of the fx front end: it does not go "
+                       "with --frontend blocks")
+    if getattr(args, "op_options", False):
+        if args.graph:
+            raise RunError("--op-options generates options while profiling; --graph is "
+                           "profiled already (trace it with `schedlang trace --op-options`)")
+        if frontend == "blocks":
+            raise RunError("--op-options needs the fx front end (the layers' aten graphs): "
+                           "it does not go with --frontend blocks")
+        frontend = "fx"
+    return frontend
+
+
+def _print_report(out: dict, rep, args, held: bool, fit_s: float) -> None:
+    """`schedlang run`'s text report of `out` (what --json prints)."""
+    from ..units import format_size
+    from .report import link_line
+
+    step, plain_step, measured = out["step_s"], out["plain_step_s"], out["measured_peak_bytes"]
+    err, device = out["prediction_error"], out["device"]
+
+    def fmt(n):
+        return "-" if n is None else f"{format_size(n)} ({n} B)"
+    print(f"model      {args.target} on {device}, {args.steps} steps, front end "
+          f"{out['frontend']}"
+          + (" (plain execution: the budget covers it)" if rep.plain else
+             f", plan of {out['plan_ops']} ops"))
+    print(f"budget     {fmt(rep.budget_bytes)}   plain peak {fmt(rep.plain_peak_bytes)}")
+    print(f"predicted  {fmt(rep.predicted_peak_bytes)}")
+    line = f"measured   {fmt(measured)}"
+    if err is not None:
+        line += f"   ({100 * err:+.2f}% vs predicted)"
+    print(line)
+    line = f"step time  {1000 * step:.2f} ms"
+    if plain_step:
+        line += f"   plain {1000 * plain_step:.2f} ms ({100 * (step / plain_step - 1):+.1f}%)"
+    line += f"   predicted overhead {100 * rep.plan_time_overhead:+.1f}%"
+    print(line)
+    print(f"fit        {fit_s:.2f} s (profile and solve)")
+    if out["host_link"]:
+        print(f"host link  {link_line(out['host_link'])}")
+    if not held:
+        print("outputs    released once the loss is computed: loss_fn(model(x)).backward()")
+    if rep.calibrated is not None:
+        c = rep.calibrated
+        print(f"calibrated the first step measured {fmt(c['measured'])}, over its prediction "
+              f"{fmt(c['predicted'])}: " + ("re-planned with that margin (the measured peak "
+                                           "above is of the later steps)"
+                                           if c["replanned"] else "no plan fits with it"))
+    for what, path in (("plot", args.plot), ("trace", args.trace)):
+        if path:
+            print(f"{what:<10} {path}")

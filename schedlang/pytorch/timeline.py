@@ -47,6 +47,9 @@ from ..units import format_size
 __all__ = ["CHANNEL_TRACKS", "Recorder", "Timeline", "predicted_series"]
 
 #: trace track (thread id, name) of each op kind: transfers on their channel's track
+#: where an error of `Timeline.write_trace` / `Timeline.plot` points (the CLI options)
+TRACE_OPTION = Loc("--trace")
+PLOT_OPTION = Loc("--plot")
 CHANNEL_TRACKS = {"offload": (2, "offload (device -> host)"),
                   "prefetch": (3, "prefetch (host -> device)")}
 _COMPUTE_TRACK = (1, "compute")
@@ -171,7 +174,7 @@ class Timeline:
                 "predicted_peak": max(self.predicted_peak, default=None),
                 "plain": self.plain, "device": self.device}
 
-    def write_trace(self, path, loc: Loc = Loc("--trace")) -> None:
+    def write_trace(self, path, loc: Loc = TRACE_OPTION) -> None:
         """Write `chrome_trace()` to `path` as JSON (atomically)."""
         from ..files import write_file
 
@@ -182,7 +185,7 @@ class Timeline:
                                                 1), loc) from None
 
     # --- the plot -------------------------------------------------------------------------------
-    def plot(self, path, title: str | None = None, loc: Loc = Loc("--plot")) -> None:
+    def plot(self, path, title: str | None = None, loc: Loc = PLOT_OPTION) -> None:
         """Draw memory over the step's ops (predicted and measured peak per op, the budget)
         to `path` (PNG, matplotlib's Agg backend). Raises `SchedError` when matplotlib is
         missing or `path` cannot be written."""
@@ -205,10 +208,11 @@ class Timeline:
                 linewidth=1.6, label=f"predicted (simulator), peak "
                 f"{format_size(max(self.predicted_peak))}", zorder=3)
         if self.measured_peak:
+            counter = "allocator" if self.device.startswith("cuda") else "CPU tracker"
             ax.step(xs, [v / scale for v in self.measured_peak], where="mid",
                     color="tab:orange", linewidth=1.2, linestyle="--",
-                    label=f"measured ({'allocator' if self.device.startswith('cuda') else 'CPU tracker'}"
-                    f"), peak {format_size(max(self.measured_peak))}", zorder=4)
+                    label=f"measured ({counter}), peak {format_size(max(self.measured_peak))}",
+                    zorder=4)
         elif self.measured_step_peak is not None:
             ax.axhline(self.measured_step_peak / scale, color="tab:orange", linestyle="--",
                        linewidth=1.2, label="measured step peak (the model's own forward "
@@ -303,7 +307,7 @@ class Recorder:
     # FitModule's hooks
     def begin(self, fm, tracker) -> None:
         self._fm, self._tracker = fm, tracker
-        self._executor = fm._executor
+        self._executor = fm.plan_executor
         self._rows, self._k = [], 0
         self._cuda = tracker.cuda
         if self._executor is not None:

@@ -35,13 +35,13 @@ from pathlib import Path
 
 from ..errors import DataError, Loc, SchedError
 from ..graph import DataNode, Graph, Layer, Loss, Option, Step
+from .factory import load_factory
+from .loss_node import LOSS_TIME, LOSS_VALUE_BYTES
 
 __all__ = ["TraceInfo", "to_graph", "trace", "write_trace", "read_trace_info",
-           "add_trace_arguments", "trace_main", "LOSS_TIME"]
+           "add_trace_arguments", "trace_main"]
 
 WHERE = Loc("trace")
-LOSS_TIME = 1e-6  # seconds: the loss node's time (the loss itself is the user's)
-LOSS_VALUE_BYTES = 8  # the loss scalar and its seed gradient (float32 each)
 _INFO_RE = re.compile(r"#\s*schedlang\.pytorch\s+(.*)$")
 
 
@@ -113,8 +113,8 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
         grad_outputs = [f"{d}.grad" for d in lp.grad_outputs]
         if lp.grad_inputs and lp.param_grads:
             grad_outputs.append(f"{lp.name}.params.grad")
-        opts = [Option(o.name, _round_time(o.fwd_time), int(o.fwd_overhead), _round_time(o.bwd_time),
-                       int(o.bwd_overhead), int(o.phantom), list(o.needs),
+        opts = [Option(o.name, _round_time(o.fwd_time), int(o.fwd_overhead),
+                       _round_time(o.bwd_time), int(o.bwd_overhead), int(o.phantom), list(o.needs),
                        segments=_segments(generated.get(lp.name, {}).get(o.name)),
                        fwd_steps=[Step(int(m), list(fr), list(cr)) for m, fr, cr in o.fwd_steps],
                        bwd_steps=[Step(int(m), list(fr), list(cr)) for m, fr, cr in o.bwd_steps])
@@ -123,18 +123,19 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
         g.layers.append(Layer(lp.name, list(layer.inputs), list(layer.outputs),
                               [f"{d}.grad" for d in lp.grad_inputs], grad_outputs, opts,
                               fast_forward=None if ff is None else Option(
-                                  ff.name, _round_time(ff.fwd_time), int(ff.fwd_overhead), 0.0, 0, 0)))
+                                  ff.name, _round_time(ff.fwd_time), int(ff.fwd_overhead), 0.0,
+                                  0, 0)))
     g.loss = Loss(list(part.outputs), loss_outputs, float(loss_time))
     g.trace_info = TraceInfo(profiled.resident_bytes, profiled.param_bytes, profiled.buffer_bytes,
-                             profiled.device, {l.name: list(l.calls) for l in part.layers},
+                             profiled.device, {lay.name: list(lay.calls) for lay in part.layers},
                              list(profiled.input_grads), profiled)
     return g
 
 
 def _segments(callable_):
     """The `segments` of a generated option's callable (None for another callable)."""
-    from .options import SegmentedLayer
-    from .segments import describe
+    from .frontends.fx.segments import describe
+    from .segmented import SegmentedLayer
 
     return describe(callable_) if isinstance(callable_, SegmentedLayer) else None
 
@@ -145,21 +146,22 @@ def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, 
 
     `op_options`: also generate options from each layer's op graph (`schedlang.pytorch.options`:
     True, or a dict of `add_generated_options` arguments, e.g. ``{"model": "my.sched"}``); each
-    is written with the `segments` the runtime rebuilds it from (`schedlang.pytorch.segments`).
+    is written with the `segments` the runtime rebuilds it from
+    (`schedlang.pytorch.frontends.fx.segments`).
     `graph.trace_info` is the `TraceInfo` (resident bytes, the profiled layers)."""
     if importlib.util.find_spec("torch") is None:
         raise SchedError("tracing a PyTorch model needs torch: pip install 'schedlang[torch]'",
                          WHERE)
-    from .partition import partition
-    from .profile import OPTIONS, profile
 
     from .. import progress
+    from .frontends.fx.partition import partition
+    from .options import add_generated_options
+    from .profile import OPTIONS, profile
 
     with progress.phase("tracing"):
         part = partition(model, sample_inputs, layers)
     profiled = profile(part, repeats=repeats, options=options or OPTIONS, device=device)
     if op_options:
-        from .options import add_generated_options
 
         add_generated_options(profiled, **(op_options if isinstance(op_options, dict) else {}))
     shapes = ", ".join("x".join(str(s) for s in part.data[d].shape) for d in part.inputs)
@@ -316,7 +318,6 @@ def trace_main(args) -> int:
         resolve_model(op_model, Path.cwd(), Loc("--op-model"))
     options = [o.strip() for o in args.options.split(",") if o.strip()]
     from ..paths import writable_file
-    from .factory import load_factory
 
     writable_file(args.output, Loc("-o"), "graph data")  # before tracing, not after
 

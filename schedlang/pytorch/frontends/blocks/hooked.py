@@ -1,0 +1,783 @@
+"""The hook-based front end: layered graph data from a model's blocks, and plans run by
+per-block wrappers, with no whole-model trace.
+
+* `trace_blocks(model, args, kwargs)` finds the blocks (`schedlang.pytorch.frontends.blocks.find`),
+profiles
+  each block's options with `schedlang.pytorch.profile` (``autograd``, ``recompute``,
+  ``selective``; identical blocks once) on the tensors the sample run gave it, and writes
+  layered graph data: one layer per block, and one layer per glue segment (the model's own
+  code between block calls) with the single option ``autograd`` — its time, transient memory
+  and what autograd saves for its backward as the recording run measured them. Glue is never
+  recomputed: it is fixed memory and time in every plan, and the prediction counts it.
+* The plans are rockmate's restricted by `models/extensions/per_block.sched`:
+  every forward runs once, with the option its backward uses (no recomputation of a layer's
+  outputs, no `fast_forward`): exactly what a wrapper can do by itself.
+* Beside them, the plans with *checkpointed groups* (`group_plans`): consecutive blocks, each
+  feeding the next alone (`block_chains`), under one checkpoint, as `checkpoint_sequential`
+  runs a segment — only the group's input is kept, and the backward runs the group's forwards
+  again before its backwards (`planners.baselines.plan_checkpoint_groups`). A per-block plan
+  cannot express that (a block after the first keeps nothing, not even its input); `fit`
+  takes the fastest group plan within the budget when it is faster than the solver's plan.
+* `BlockWrappers(found)` wraps each block *in place* — the block's class is swapped for a
+  subclass whose ``forward`` applies the plan's choice (as ``fully_shard`` does), so parameter
+  names, ``state_dict`` keys, hooks, ``train()/eval()`` and the model's own ``forward`` with its
+  keyword arguments and outputs stay as they are. Choices: ``autograd`` (plain),
+  ``recompute`` (``torch.utils.checkpoint``, non-reentrant, RNG state restored on the CPU and
+  on every device of a tensor argument: `schedlang.pytorch.recompute`), ``selective`` (the
+  same with the profiler's selective policy); ``offload`` of a block's saved tensors to host
+  memory (saved-tensor hooks, `schedlang.pytorch.frontends.blocks.offload`); a group (`_Group`:
+  torch's
+  non-reentrant checkpoint opened by the first block's call and closed by the last's). A
+  recomputed forward
+  leaves BatchNorm running statistics as the first forward left them (they are updated once,
+  as in eager).
+  `unwrap()` restores the original classes.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ....errors import Loc, SchedError
+from ....graph import DataNode, Graph, Layer, Loss, Option
+from ....hgraph import FAST_FORWARD
+from ....plan import Op, Plan
+from ....plans.interpreter import PlanInterpreter
+from ...loss_node import LOSS_TIME, LOSS_VALUE_BYTES
+from ...model_state import once_stats, own_checkpointing, preserved, running_stats_kept
+from ...profile import OPTIONS, profile, selective_context
+from ...recompute import checkpoint_call, open_checkpoint
+from ..fx.partition import LayerPart, Partitioned
+from .find import (
+    BlockCall,
+    BlockError,
+    FoundBlocks,
+    GlueSegment,
+    find_blocks,
+    training_call,
+)
+from .offload import OFFLOAD, module_storages, offloading
+
+__all__ = ["trace_blocks", "BlockWrappers", "plan_choices", "BlockTrace", "PER_BLOCK"]
+
+WHERE = Loc("blocks")
+#: the extension that restricts plans to what per-block wrappers run
+PER_BLOCK = "per_block"
+
+
+class _BlockFn:
+    """A block as `profile` runs layers: ``fn(*input tensors) -> tuple of new outputs``, with
+    the recorded call's other arguments (keyword arguments, non-tensor values) as constants."""
+
+    def __init__(self, call: BlockCall):
+        self.call = call
+        self.flat, self.spec = tree_flatten((call.args, call.kwargs))
+        self.module = call.module
+
+    def __call__(self, *xs):
+        env = dict(zip(self.call.inputs, xs))
+        leaves, k = [], 0
+        for x in self.flat:
+            if isinstance(x, torch.Tensor):
+                d, view = self.call.leaves[k], self.call.views[k]
+                k += 1
+                if d is None:
+                    leaves.append(x)
+                else:
+                    leaves.append(env[d] if view is None else env[d].as_strided(*view))
+            else:
+                leaves.append(x)
+        args, kwargs = tree_unflatten(leaves, self.spec)
+        out = self.module(*args, **kwargs)
+        tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        by_name = {}
+        for t, d in zip(tensors, self.call.out_leaves):
+            if d is not None and d in self.call.outputs:
+                by_name.setdefault(d, t)
+        return tuple(by_name[d] for d in self.call.outputs)
+
+
+@dataclass
+class BlockTrace:
+    """What the hook front end knows of a model: its blocks and the layered graph."""
+
+    found: FoundBlocks
+    graph: Graph
+    profiled: object = None
+    glue_layers: list[str] = field(default_factory=list)
+    # block -> its option ``offload`` as measured (`block_offload.offload_profiles`)
+    offload: dict | None = None
+
+    # what `fit.prepare` reads from a partitioned model
+    @property
+    def inputs(self) -> list[str]:
+        return self.found.inputs
+
+    @property
+    def outputs(self) -> list[str]:
+        return self.found.outputs
+
+    @property
+    def data(self):
+        return self.found.data
+
+
+def block_partition(found: FoundBlocks) -> Partitioned:
+    """The blocks as a `Partitioned` whose layers are the blocks (for `profile`)."""
+    produced = {d for b in found.blocks for d in b.outputs}
+    feeds = []
+    for b in found.blocks:
+        feeds += [d for d in b.inputs if d not in produced and d not in feeds]
+    later = set(found.outputs)
+    for s in found.segments:
+        later.update(s.reads)
+    layers = [LayerPart(b.name, _BlockFn(b), list(b.inputs), list(b.outputs), b.signature,
+                        list(b.params), [b.name]) for b in found.blocks]
+    outs = [d for d in produced if d in later]
+    part = Partitioned(found.model, layers, feeds, outs, dict(found.data), "blocks",
+                       tuple(found.values[d] for d in feeds))
+    return part
+
+
+def _profile_blocks(found: FoundBlocks, repeats: int, options):
+
+    part = block_partition(found)
+    names = [b.name for b in found.blocks]
+    try:
+        with preserved(found.model):
+            return profile(part, repeats=repeats, options=options or OPTIONS,
+                           recompute_by="checkpoint", grads_freed=True)
+    except SchedError as exc:
+        raise BlockError(f"{exc.message if hasattr(exc, 'message') else exc}", WHERE) from None
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BlockError(f"profiling the blocks ({names[0]} ... {names[-1]}) failed: "
+                         f"{type(exc).__name__}: {first}", WHERE) from None
+
+
+def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats: int = 5,
+                 options=None, name: str | None = None, whole=(),
+                 offload: bool = False) -> BlockTrace:
+    """Find, profile and describe the blocks of `model` (see the module docstring); `whole`:
+    submodules the automatic block choice must not split (`find_blocks`). `offload`: measure
+    the blocks' option ``offload`` too (`block_offload.offload_profiles`, for a host link),
+    while the sample values it runs on are at hand."""
+    from .... import progress
+
+    with progress.phase("finding blocks"):
+        found = find_blocks(model, args, kwargs, names, whole)
+    profiled = _profile_blocks(found, repeats, options)
+    graph, glue = _to_graph(found, profiled, name or type(model).__name__)
+    tr = BlockTrace(found, graph, profiled, glue)
+    if offload:
+
+        offload_profiles(tr, block_partition(found))
+    # the sample values served the profiles: a fitted model keeps no activations of them
+    found.release_samples()
+    profiled.part.sample_inputs = ()
+    return tr
+
+
+def _to_graph(found: FoundBlocks, profiled, name: str) -> tuple[Graph, list[str]]:
+    import re
+
+    meta = found.data
+    named = dict(found.model.named_parameters())
+    blocks = {lp.name: lp for lp in profiled.layers}
+    # the layers in call order: glue segments that do something, and blocks
+    order: list = []
+    for seg in found.segments:
+        if seg.ops or seg.creates or seg.saved:
+            order.append(seg)
+        if seg.index < len(found.blocks):
+            order.append(found.blocks[seg.index])
+
+    def lname(x):
+        return x.name
+
+    def ins(x):
+        return list(x.reads) if isinstance(x, GlueSegment) else list(x.inputs)
+
+    def outs(x):
+        if isinstance(x, GlueSegment):
+            return list(x.creates) or [f"{x.name}.none"]
+        return list(x.outputs)
+
+    def params(x):
+        return list(x.params)
+
+    float_rg = {d for d, m in meta.items() if m.requires_grad and m.dtype.is_floating_point}
+    has = {d for d in found.outputs if d in float_rg}
+    grad_in: dict[str, list[str]] = {}
+    grad_out: dict[str, list[str]] = {}
+    for x in reversed(order):
+        gi = [d for d in outs(x) if d in has]
+        go = [d for d in ins(x) if d in float_rg] if gi else []
+        grad_in[lname(x)], grad_out[lname(x)] = gi, go
+        has.update(go)
+    owner: dict[str, str] = {}
+    for x in order:
+        if grad_in[lname(x)]:
+            for p in params(x):
+                if p in named and named[p].requires_grad:
+                    owner[p] = lname(x)
+    g = Graph(re.sub(r"[^A-Za-z0-9_]", "_", name).lower() or "model",
+              f"{name}: blocks and glue recorded by hooks", time_unit="s")
+    declared: set[str] = set()
+
+    def data(d, size, role=""):
+        if d not in declared:
+            declared.add(d)
+            g.data.append(DataNode(d, int(size), role))
+
+    def size(d):
+        return meta[d].nbytes if d in meta else 0
+
+    for d in found.inputs:
+        data(d, size(d), "input")
+    returned = set(found.outputs)
+    for x in order:
+        for d in outs(x):
+            # what the forward returns stays alive to the step's end: the caller holds it
+            data(d, size(d), "output" if d in returned else "")
+    # the loss value and the seed gradient backward() makes for it (4 B each): alive
+    # through the whole backward, like the outputs the caller holds
+    data("loss", LOSS_VALUE_BYTES, "output")
+    loss_outputs = ["loss"]
+    for d in found.outputs:
+        if d in float_rg:
+            data(f"{d}.grad", size(d))
+            loss_outputs.append(f"{d}.grad")
+    input_grads = [d for d in found.inputs if d in has]
+    glue = []
+    for x in reversed(order):
+        n = lname(x)
+        for d in grad_out[n]:
+            data(f"{d}.grad", size(d), "output" if d in input_grads else "")
+        owned = [p for p in params(x) if owner.get(p) == n]
+        if grad_in[n] and owned:
+            data(f"{n}.params.grad", sum(named[p].numel() * named[p].element_size()
+                                         for p in owned), "output")
+    for x in order:
+        n = lname(x)
+        owned = [p for p in params(x) if owner.get(p) == n]
+        gouts = [f"{d}.grad" for d in grad_out[n]]
+        if grad_in[n] and owned:
+            gouts.append(f"{n}.params.grad")
+        if isinstance(x, GlueSegment):
+            glue.append(n)
+            io = set(ins(x)) | set(outs(x))
+            needs = [d for d in x.needs if d in io]
+            bwd = 2 * x.time_s if grad_in[n] else 0.0
+            opts = [Option("autograd", _t(x.time_s), int(x.overhead), _t(bwd),
+                           int(x.overhead + x.saved) if grad_in[n] else 0, int(x.saved),
+                           needs)]
+        else:
+            lp = blocks[n]
+            opts = [Option(o.name, _t(o.fwd_time), int(o.fwd_overhead), _t(o.bwd_time),
+                           int(o.bwd_overhead), int(o.phantom), list(o.needs))
+                    for o in lp.options]
+        ff = None if isinstance(x, GlueSegment) or blocks[n].fast_forward is None else \
+            Option(FAST_FORWARD, _t(blocks[n].fast_forward.fwd_time),
+                   int(blocks[n].fast_forward.fwd_overhead), 0.0, 0, 0)
+        g.layers.append(Layer(n, ins(x), outs(x), [f"{d}.grad" for d in grad_in[n]], gouts,
+                              opts, fast_forward=ff))
+    g.loss = Loss(list(found.outputs), loss_outputs, LOSS_TIME)
+    return g, glue
+
+
+def _t(s: float) -> float:
+    return float(f"{max(float(s), 1e-9):.4g}")
+
+
+# --- plans -> choices ----------------------------------------------------------------------------
+#: the choice of a block in a checkpointed group: GROUP + the members' names, joined by "|"
+GROUP = "group:"
+
+
+def block_chains(graph: Graph, blocks: list[str]) -> list[list[str]]:
+    """Runs of consecutive blocks that one checkpoint can hold as a group (`_Group`): adjacent
+    layers of `graph` (the glue between them runs no op), each block's outputs read by the next
+    block alone (no glue, no later layer, not the loss, not returned)."""
+    readers: dict[str, set[str]] = {}
+    for lay in graph.layers:
+        for d in lay.inputs:
+            readers.setdefault(d, set()).add(lay.name)
+    for d in graph.loss.inputs if graph.loss is not None else ():
+        readers.setdefault(d, set()).add("loss")
+    returned = {d.name for d in graph.data if d.role == "output"}
+    is_block = set(blocks)
+    chains: list[list[str]] = []
+    prev = None
+    for lay in graph.layers:
+        if lay.name not in is_block:
+            prev = None
+            continue
+        linked = prev is not None and prev.outputs and all(
+            readers.get(d) == {lay.name} and d not in returned for d in prev.outputs) \
+            and any(d in prev.outputs for d in lay.inputs)
+        if linked:
+            chains[-1].append(lay.name)
+        else:
+            chains.append([lay.name])
+        prev = lay
+    return chains
+
+
+#: about this many group plans at most are priced per model (`group_plans`: 1–3 ms each;
+#: a 48-block GPT-2 prices about 1,600 in 4 s)
+MAX_GROUP_PLANS = 1000
+
+
+def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
+    """Plans with checkpointed groups of blocks (`planners.baselines.plan_checkpoint_groups`),
+    the family `checkpoint_sequential` belongs to: in each chain (`block_chains`), c groups of
+    L >= 2 consecutive blocks from its start; the r blocks after them recompute
+    (``recompute``), the s after those keep selectively (``selective``), the rest keep all
+    (the last blocks' backward comes first, so keeping them costs the least), for every r, s
+    (on a coarser grid when there are more than `limit` plans); and, with several chains, the
+    same L in every chain, the other blocks plain. Per-block plans (the solver's space) cannot
+    express a group: a group's blocks after the first keep nothing, not even their input."""
+    from torch.utils import checkpoint as torch_checkpoint
+
+    from ....planners.baselines import plan_checkpoint_groups
+
+    if not hasattr(torch_checkpoint, "_checkpoint_without_reentrant_generator"):
+        return  # a torch without the checkpoint `_Group` opens across calls: no group plans
+    chains = block_chains(graph, blocks)
+    has = {lay.name: {o.name for o in lay.options} for lay in graph.layers}
+    arrangements = [(chain, size, count) for chain in chains
+                    for size in range(2, len(chain) + 1)  # a group of one: `recompute`
+                    for count in range(1, len(chain) // size + 1)]
+    total = sum((m + 1) * (m + 2) // 2 for m in (len(c) - s * n for c, s, n in arrangements))
+    stride = max(1, math.ceil(math.sqrt(total / max(1, limit))))
+    for chain, size, count in arrangements:
+        groups = [chain[k * size:(k + 1) * size] for k in range(count)]
+        rest = chain[size * count:]
+        steps = sorted({*range(0, len(rest) + 1, stride), len(rest)})
+        for r in steps:
+            for s in (x for x in steps if r + x <= len(rest)):
+                options = {b: "recompute" for b in rest[:r]}
+                options.update((b, "selective") for b in rest[r:r + s])
+                if any(o not in has[b] for b, o in options.items()):
+                    continue
+                name = f"groups of {size} block(s) x{count} from {chain[0]}"
+                if r or s:
+                    name += f", then {r} recompute, {s} selective"
+                yield plan_checkpoint_groups(graph, groups, options, name=name)
+    if len(chains) > 1:
+        for size in range(2, max(map(len, chains)) + 1):
+            groups = [c[k * size:(k + 1) * size] for c in chains for k in range(len(c) // size)]
+            if groups:
+                yield plan_checkpoint_groups(graph, groups,
+                                             name=f"groups of {size} block(s) in every chain")
+
+
+def rerun_correction(plan: Plan, graph: Graph) -> float:
+    """Seconds to add to the simulator's time of a group plan: it prices a block's forward run
+    again in the backward as the block's first ``autograd`` forward, but that rerun is the
+    recomputation a ``recompute`` block runs inside its backward, which the profile measured
+    apart (that backward's time over autograd's). They differ on the CPU, where a first
+    forward writes fresh memory (bench/README.md). Priced so, a group of one block costs what
+    the option ``recompute`` costs."""
+    layers = {lay.name: lay for lay in graph.layers}
+    extra, backward = 0.0, False
+    for op in plan.ops:
+        if op.op != "compute" or not op.node:
+            continue
+        layer, _, side = op.node.rpartition(".")
+        backward = backward or op.node == "loss"
+        if backward and side == "fwd" and op.option == "autograd" and layer in layers:
+            opts = {o.name: o for o in layers[layer].options}
+            auto, rec = opts.get("autograd"), opts.get("recompute")
+            if auto is not None and rec is not None:
+                extra += max(0.0, rec.bwd_time - auto.bwd_time) - auto.fwd_time
+    return extra
+
+
+class _PlanReading(PlanInterpreter):
+    """What a plan asks of each block (`plan_choices`): the options of its forwards and
+    backwards, and the runs of forwards run again after the loss (checkpointed groups). The
+    walk is `PlanInterpreter`'s; a transfer op is an error (the wrappers cannot time a copy
+    inside the model's forward)."""
+
+    def __init__(self):
+        self.fwd: dict[str, list[str]] = {}
+        self.bwd: dict[str, list[str]] = {}
+        self.reruns: list[list[str]] = []  # the runs of forwards run again after the loss
+        self.pending: list[str] = []  # the current run
+        self.backward = False
+
+    def on_compute(self, op: Op) -> None:
+        if op.node == "loss":
+            self.backward = True
+            return
+        if not op.node:
+            return
+        layer, _, side = op.node.rpartition(".")
+        (self.fwd if side == "fwd" else self.bwd).setdefault(layer, []).append(
+            op.option or "autograd")
+        if self.backward and side == "fwd" and len(self.fwd[layer]) > 1:  # run again
+            self.pending.append(layer)
+        elif self.pending:
+            if layer != self.pending[-1]:
+                raise BlockError(f"the plan runs layers {self.pending} forward again in the "
+                                 f"backward, then '{op.node}': a checkpointed group's "
+                                 "last block's backward comes right after them", WHERE)
+            self.reruns.append(self.pending)
+            self.pending = []
+
+    def _transfer(self, op: Op) -> None:
+        what = f"datum '{op.data}'" if op.data else (
+            f"the phantom of '{op.layer}'" if op.layer else f"channel {op.channel}")
+        raise BlockError(f"the plan has a transfer ({op.op} {what}): per-block wrappers "
+                         "cannot time a copy inside the model's forward; a block keeps "
+                         "what it saves in host memory with its option 'offload' "
+                         "(fit(..., bandwidth=...)), and the fx front end runs transfer "
+                         "ops", WHERE)
+
+    on_offload = on_prefetch = on_wait = _transfer
+
+
+def plan_choices(plan: Plan, graph: Graph, blocks: list[str]) -> dict[str, str]:
+    """block -> the option its forward runs with in `plan` (a per-block plan: each forward
+    once, the same option as its backward; the option ``offload``, `block_offload`, runs as
+    ``autograd+offload``); a block of a checkpointed group (forward ``fast_forward``, again
+    ``autograd`` with the group's other blocks right before the last one's backward,
+    `plan_checkpoint_groups`): `GROUP` + the group's blocks. A transfer op is an error."""
+    reading = _PlanReading()
+    reading.run(plan.ops)
+    fwd, bwd, reruns, pending = reading.fwd, reading.bwd, reading.reruns, reading.pending
+    next_block = {a: b for chain in block_chains(graph, blocks)
+                  for a, b in itertools.pairwise(chain)}
+    grouped: dict[str, str] = {}
+    for members in reruns + ([pending] if pending else []):
+        if any(next_block.get(a) != b for a, b in itertools.pairwise(members)) \
+                or any(m not in blocks for m in members):
+            raise BlockError(f"the plan runs {members} forward again in the backward: only "
+                             "consecutive blocks, each feeding the next alone, run as a "
+                             "checkpointed group", WHERE)
+        for m in members:
+            if fwd.get(m) != [FAST_FORWARD, "autograd"] or bwd.get(m) != ["autograd"]:
+                raise BlockError(f"the plan runs block '{m}' forward {fwd.get(m)} and backward "
+                                 f"{bwd.get(m)}: a checkpointed group's block runs fast_forward, "
+                                 "then autograd and its backward", WHERE)
+            grouped[m] = GROUP + "|".join(members)
+    out = {}
+    for layer in [lay.name for lay in graph.layers]:
+        if layer in grouped:
+            out[layer] = grouped[layer]
+            continue
+        f, b = fwd.get(layer, []), bwd.get(layer, [])
+        if len(f) != 1 or (b and b != f):
+            raise BlockError(f"the plan runs layer '{layer}' forward {f} and backward {b}: "
+                             "per-block wrappers run each forward once, with its backward's "
+                             "option (or as part of a checkpointed group)", WHERE)
+        if layer in blocks:
+            out[layer] = "autograd+offload" if f[0] == OFFLOAD else f[0]
+        elif f[0] != "autograd":
+            raise BlockError(f"the plan runs glue '{layer}' with '{f[0]}': glue runs as the "
+                             "model's own code", WHERE)
+    return out
+
+
+# --- the wrappers --------------------------------------------------------------------------------
+_WRAPPED: dict[type, type] = {}
+
+
+class BlockMixin:
+    """Swapped in before a block's class: its forward applies the block's current choice."""
+
+    def forward(self, *args, **kwargs):
+        state = self.__dict__.get("_schedlang_choice")
+        fwd = super().forward  # the block's own forward
+        if not torch.is_grad_enabled():  # inference: the block as it is, cache and all
+            return fwd(*args, **kwargs)
+        args, kwargs, _ = training_call(args, kwargs)  # as recorded and profiled
+        if state is None:
+            return fwd(*args, **kwargs)
+        choice, extra = state  # extra: offload (a bool), or the block's `_Group`
+        if choice == "group":
+            return extra.forward(self, fwd, args, kwargs)
+        offload = extra
+        if offload and choice == "autograd":
+
+            hooks = offloading(module_storages(self))
+        else:
+            hooks = contextlib.nullcontext()
+        with hooks:
+            if choice in ("recompute", "selective"):
+
+                # the RNG of every device of a positional *or keyword* tensor is replayed
+                return checkpoint_call(once_stats(self, fwd), args, kwargs,
+                                       selective_context if choice == "selective" else None)
+            return fwd(*args, **kwargs)
+
+
+class _Chained:
+    """In a group's recorded call of a block: "output `index` of the block before" (the first
+    block's call: -1, "the next of the checkpoint's inputs")."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def _tensor_leaves(out) -> list:
+    return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+
+
+@dataclass
+class _OpenGroup:
+    """A group between its first block's call and its last block's return."""
+
+    checkpoint: object  # torch's checkpoint generator, suspended inside its saved-tensor hooks
+    calls: list  # per block called so far: (forward, argument spec, leaves)
+    last_outputs: list = field(default_factory=list)  # the tensors the last block returned
+
+
+class _Group:
+    """Consecutive blocks under one non-reentrant `torch.utils.checkpoint`, as
+    `checkpoint_sequential` runs a segment, though the model's own code calls each block: the
+    first block's call opens the checkpoint (its inputs are what the group keeps), the last
+    one's return closes it, and nothing the blocks between save is kept. Each later block's
+    call is recorded with the tensors that come from the block before as references to its
+    outputs, so the backward's recomputation replays the blocks in order from the group's
+    input, RNG state restored (the glue between them runs no op: `block_chains`). BatchNorm
+    running statistics are left as the first forward left them."""
+
+    def __init__(self, names: list[str], modules: list[nn.Module]):
+        self.names = names
+        self.position = {id(m): k for k, m in enumerate(modules)}
+        # weak: each block holds its group (its choice), and a group holding its blocks would
+        # make the model a reference cycle, kept after `del` until a garbage collection
+        self.modules = [weakref.ref(m) for m in modules]
+        self._open: _OpenGroup | None = None
+
+    def close(self) -> None:
+        """End a group a failed forward left open (its saved-tensor hooks off the stack)."""
+        if self._open is not None:
+            gen, self._open = self._open.checkpoint, None
+            gen.close()
+
+    def forward(self, module: nn.Module, fwd, args: tuple, kwargs: dict):
+
+        k = self.position[id(module)]
+        if k == 0:
+            self.close()
+            # the group's input: the first call's tensors (keyword ones too), passed to the
+            # checkpoint as its positional inputs (it saves those, and their devices' RNG)
+            flat, spec = tree_flatten((args, kwargs))
+            tensors = [x for x in flat if isinstance(x, torch.Tensor)]
+            calls: list = [(fwd, spec, [_Chained(-1) if isinstance(x, torch.Tensor) else x
+                                        for x in flat])]
+            # torch's own non-reentrant checkpoint, opened here and closed by the last block
+            # (`checkpoint` itself runs one function between the two)
+            self._open = _OpenGroup(open_checkpoint(self._replay(calls), tensors), calls)
+        else:
+            if self._open is None or len(self._open.calls) != k:
+                self.close()
+                raise BlockError(f"block '{self.names[k]}' ran without the blocks before it in "
+                                 f"its checkpointed group ({', '.join(self.names)}): the model "
+                                 "called its blocks in another order than the recorded run",
+                                 WHERE)
+            before = {id(t): i for i, t in enumerate(self._open.last_outputs)}
+            flat, spec = tree_flatten((args, kwargs))
+            leaves = [_Chained(before[id(x)]) if isinstance(x, torch.Tensor) and id(x) in before
+                      else x for x in flat]
+            if not any(isinstance(x, _Chained) for x in leaves):
+                self.close()
+                raise BlockError(f"block '{self.names[k]}' does not take the outputs of "
+                                 f"'{self.names[k - 1]}': they cannot run as a group", WHERE)
+            self._open.calls.append((fwd, spec, leaves))
+        try:
+            out = fwd(*args, **kwargs)
+        except BaseException:
+            self.close()
+            raise
+        if k < len(self.modules) - 1:
+            self._open.last_outputs = _tensor_leaves(out)  # until the next block takes them
+            return out
+        gen, self._open = self._open.checkpoint, None
+        try:
+            next(gen)
+        except StopIteration:
+            return out
+        raise RuntimeError("torch.utils.checkpoint's generator did not end")  # pragma: no cover
+
+    def _replay(self, calls: list):
+        modules = self.modules
+
+        def replay(*tensors):
+            with contextlib.ExitStack() as stack:
+                for ref in modules:
+                    stack.enter_context(running_stats_kept(ref()))
+                fwd, spec, leaves = calls[0]
+                given = iter(tensors)
+                a, kw = tree_unflatten([next(given) if isinstance(x, _Chained) else x
+                                        for x in leaves], spec)
+                out = fwd(*a, **kw)
+                for fwd, spec, leaves in calls[1:]:
+                    prev = _tensor_leaves(out)
+                    a, kw = tree_unflatten([prev[x.index] if isinstance(x, _Chained) else x
+                                            for x in leaves], spec)
+                    out = fwd(*a, **kw)
+
+        return replay
+
+
+def _wrapped_class(cls: type) -> type:
+    new = _WRAPPED.get(cls)
+    if new is None:
+        new = _WRAPPED[cls] = type(f"Planned{cls.__name__}", (BlockMixin, cls),
+                                   {"__module__": cls.__module__})
+    return new
+
+
+#: model -> a weak reference to the `BlockWrappers` whose choices its blocks carry (`ensure`):
+#: the wrappers hold the model, and a value holding its key would keep the entry for good
+_OWNER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _owner(model: nn.Module):
+    ref = _OWNER.get(model)
+    return None if ref is None else ref()
+
+
+class BlockWrappers:
+    """The blocks of `found` wrapped in place; `set(choices)` applies a plan's choices.
+
+    Several fits of one model share its blocks: the wrappers that last applied their choices
+    own them (a mark on the model), and `ensure()`, before each call, applies this set's again
+    where another fit (or `unwrap()` of another) changed them, so each fitted module runs its
+    own plan."""
+
+    def __init__(self, found: FoundBlocks):
+        self.found = found
+        self.blocks = {b.name: b.module for b in found.blocks}
+        self.own_checkpointing = own_checkpointing(found.model)  # off while wrapped
+        self._classes = {}
+        for name, m in self.blocks.items():
+            cls = type(m)
+            if isinstance(m, BlockMixin):  # wrapped by an earlier fit: rewrap
+                cls = cls.__mro__[2]
+            self._classes[name] = cls
+        self._choices: dict[str, tuple | None] = {name: None for name in self.blocks}
+        self._groups: list[_Group] = []
+        # a forward that skips a group's last blocks must not leave its checkpoint open (a
+        # function, not a bound method: a deepcopy of the model must not copy these wrappers)
+        me = weakref.ref(self)
+
+        def groups_closed(module, args, output):
+            wrappers = me()
+            if wrappers is not None:
+                wrappers._groups_closed(output)
+
+        self._end_hook = found.model.register_forward_hook(groups_closed, always_call=True)
+        self._apply()
+
+    def _groups_closed(self, output) -> None:
+        left = [(g, g.names[len(g._open.calls)]) for g in self._groups if g._open is not None]
+        for g, _ in left:
+            g.close()
+        if left and output is not None:  # (None: the forward raised; its error stands)
+            g, missing = left[0]
+            raise BlockError(f"the model's forward ended without calling block '{missing}' of "
+                             f"its checkpointed group ({', '.join(g.names)}): the model took "
+                             "another path than the recorded run; fit it again on inputs "
+                             "that take this path", WHERE)
+
+    def _apply(self) -> None:
+        for m in self.own_checkpointing:
+            m.gradient_checkpointing = False
+        for name, m in self.blocks.items():
+            m.__class__ = _wrapped_class(self._classes[name])
+            m.__dict__["_schedlang_choice"] = self._choices[name]
+        _OWNER[self.found.model] = weakref.ref(self)
+
+    def set(self, choices: dict[str, str] | None) -> None:
+        for g in self._groups:
+            g.close()
+        self._groups = []
+        groups: dict[str, _Group] = {}
+        for name in self.blocks:
+            c = (choices or {}).get(name, "autograd")
+            if c.startswith(GROUP):
+                members = c[len(GROUP):].split("|")
+                if c not in groups:
+                    if any(m not in self.blocks for m in members):
+                        raise BlockError(f"block '{name}': group {members} names a module "
+                                         "that is not a block", WHERE)
+                    groups[c] = _Group(members, [self.blocks[m] for m in members])
+                    self._groups.append(groups[c])
+                self._choices[name] = ("group", groups[c])
+                continue
+            base, _, extra = c.partition("+")
+            kind = next((k for k in ("recompute", "selective", "autograd") if base.startswith(k)),
+                        None)
+            if kind is None:
+                raise BlockError(f"block '{name}': option '{c}' has no wrapper", WHERE)
+            self._choices[name] = None if (kind == "autograd" and not extra) \
+                else (kind, extra == "offload")
+        self._apply()
+
+    def ensure(self) -> None:
+        """This set's wrappers and choices on the blocks again, if another set took them."""
+        if _owner(self.found.model) is not self:
+            self._apply()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def plain(model: nn.Module):
+        """Within the context, `model`'s blocks run as plain autograd, whichever fit wrapped
+        them (its choices come back on exit): to measure plain execution of a fitted model."""
+        owner = _owner(model)
+        if owner is None:
+            yield
+            return
+        for m in owner.blocks.values():
+            m.__dict__["_schedlang_choice"] = None
+        try:
+            yield
+        finally:
+            owner._apply()
+
+    def unwrap(self) -> None:
+        for g in self._groups:
+            g.close()
+        self._end_hook.remove()
+        for name, m in self.blocks.items():
+            m.__class__ = self._classes[name]
+            m.__dict__.pop("_schedlang_choice", None)
+        for m in self.own_checkpointing:
+            m.gradient_checkpointing = True
+        _OWNER.pop(self.found.model, None)
+
+
+def offload_profiles(trace, part=None) -> dict:
+    """block name -> the `OptionProfile` of its option ``offload`` (memory and the bytes
+    copied), measured on `part` (the blocks as a `Partitioned`, `hooked.block_partition`)
+    once per `trace` (a `hooked.BlockTrace`) and kept on it (later calls need no `part`)."""
+    got = trace.offload
+    if got is None:
+        if part is None:
+            raise ValueError("offload_profiles: not measured yet, and no blocks to run")
+
+        with preserved(trace.found.model):
+            prof = profile(part, repeats=1, options=("autograd", OFFLOAD),
+                           recompute_by="checkpoint", grads_freed=True)
+        got = {}
+        for lp in prof.layers:
+            opt = next((o for o in lp.options if o.name == OFFLOAD), None)
+            if opt is not None:
+                got[lp.name] = opt
+        trace.offload = got
+    return got

@@ -1,0 +1,367 @@
+"""Solving and choosing `fit`'s plan: the budget, the solve (`solve_plan`), the smallest
+feasible budget, the frees the runtime adds and the plan's price (`priced`), plans with a host
+link against recompute-only ones, and the hook front end's group plans."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import time
+
+import torch
+from torch import nn
+
+from .. import progress
+from ..errors import SchedError
+from ..graph import Graph
+from ..plan import Plan
+from ..simulate import simulate
+from ..units import format_size
+from . import distributed
+from .frontends.blocks.hooked import (
+    rerun_correction,
+)
+from .hostlink import HostLink, resolve_link
+from .outputs import loss_moment, released_bytes, uncounted_outputs
+from .prepare import Prepared
+from .tensors import flat
+
+__all__ = ["FitError", "resolve_fit_budget", "solve_plan", "smallest_feasible", "solve_extra",
+           "solve_at", "solve_or_raise", "priced", "with_link", "solve_linked", "linked",
+           "group_plans_priced", "as_before"]
+
+log = logging.getLogger("schedlang.pytorch")
+
+
+class FitError(SchedError):
+    """The budget cannot be met (exit code 3, like an infeasible solve)."""
+
+    exit_code = 3
+
+
+def resolve_fit_budget(budget, plain_peak: int) -> int:
+    """Bytes from a size ('2GiB', 3e9, 1000000) or a percentage ('60%') of `plain_peak`
+    (`schedlang.budgets`: one parser and one rounding rule for every budget)."""
+    from .. import budgets
+    from ..errors import Loc
+
+    return budgets.parse(budget, plain_peak, Loc("budget"), "the plain execution peak")
+
+
+# the second solve of `solve_plan`: the least peak among the fastest plans, a .sched extension
+# of the shipped formulations (models/extensions/least_peak.sched)
+LEAST_PEAK = "least_peak"
+
+
+#: the extension that keeps the model's outputs from their forward to the step's end (the
+#: caller holds them: models/extensions/held_outputs.sched)
+HELD_OUTPUTS = "held_outputs"
+
+
+def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
+               time_limit: float | None = None, backend: str = "pyomo",
+               loss_overhead: int = 0, output_bytes: int = 0,
+               extensions: tuple = (), least_peak: bool = True,
+               outputs_held: bool = True, warm_start: Plan | None = None,
+               must_beat: float | None = None) -> Plan | None:
+    """The rockmate plan of `graph` within `activation_budget` bytes, or None if none found.
+
+    The model's outputs stay in memory from their forward to the step's end, as the caller
+    holds them (models/extensions/held_outputs.sched; `outputs_held` False: not, for a loop
+    that releases them, on a graph from `outputs.released_graph`); `extensions`: more.
+    `loss_overhead`: memory the loss function adds at the loss (the graph's loss node has
+    none); the save budget (memory during the loss phase) keeps room for it, and for the part
+    of the model's outputs (`output_bytes`) that the graph's data read by the loss do not
+    count (those are in the loss phase's memory already: counting them again refused plans
+    that fit, e.g. checkpoint_sequential's own schedule at its measured peak). Released
+    outputs (`outputs_held` False) are deleted after the loss, where the save budget samples
+    the loss phase's memory, while the loss function's overhead is measured with them
+    present: the save budget leaves room for them too. `warm_start`: a plan to start the
+    solver from (`Problem.solve`; one the model cannot express is ignored). `must_beat`:
+    a plan not faster than this many seconds (by more than the solver's relative gap) is not
+    wanted: None, without the second (least-peak) solve. A plan whose prediction (the loss
+    phase's included) is over `activation_budget` is not returned."""
+    import schedlang
+
+    from ..resources import extension_path
+    from ..solution import Status
+    from ..solvers import requested_gap
+
+    g = copy.copy(graph)
+    g.budgets = {"peak": int(activation_budget)}
+    # with a host link, recompute or offload (models/offload.sched); else recompute only
+    linked = g.bandwidths.get("offload") and g.bandwidths.get("prefetch")
+    model = "offload" if linked else "rockmate"
+    if loss_overhead:
+        save = int(activation_budget) - loss_overhead - uncounted_outputs(graph, output_bytes)
+        if not outputs_held:
+            save -= released_bytes(graph)
+        if save <= 0:
+            return None
+        g.budgets["save"] = save
+    held = (HELD_OUTPUTS,) if outputs_held else ()
+    exts = [str(extension_path(e)) for e in (*held, *extensions)]
+    prob = schedlang.load(model=[model, *exts], graph=g)
+    res = prob.solve(backend=backend, solver=solver, time_limit=time_limit,
+                     warm_start=warm_start)
+    if res.plan is None or res.status not in (Status.OPTIMAL, Status.FEASIBLE):
+        return None
+    if must_beat is not None and \
+            res.objective >= must_beat * (1 - requested_gap(solver, None)):
+        return None
+    # Among plans as fast as this one, the one with the smallest peak: equally fast plans
+    # differ in memory, and this choice makes the peak fall as the budget falls.
+    fastest = res.objective * (1 + 1e-7) + 1e-12
+    second = None if not least_peak else schedlang.load(
+        model=[model, *exts, extension_path(LEAST_PEAK)], graph=g,
+                            params={"fastest_time": fastest})
+    least = None if second is None else \
+        second.solve(backend=backend, solver=solver, time_limit=time_limit)
+    if least is not None and least.plan is not None \
+            and least.status in (Status.OPTIMAL, Status.FEASIBLE):
+        res = least
+    sim = simulate(res.plan, graph, budget=int(activation_budget))
+    if not sim.valid:
+        return None
+    res.plan.predicted_peak = max(sim.peak_bytes, loss_moment(res.plan, graph) + loss_overhead)
+    if res.plan.predicted_peak > activation_budget:
+        return None
+    res.plan.predicted_time = sim.time
+    res.plan.meta.setdefault("planner", model)
+    res.plan.meta["status"] = res.status.value
+    res.plan.meta["model_size"] = res.model_size
+    return res.plan
+
+
+def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit,
+                      backend: str = "pyomo", rel: float = 0.03, max_solves: int = 8,
+                      **kw) -> int | None:
+    """Bisection with the solver between an infeasible `low` and `high` (activation bytes):
+    the smallest budget found feasible (within `rel`, at most `max_solves` solves), or None
+    if `high` is not. The budget, not the plan's peak: a plan also needs the save budget that
+    its budget implies (the loss phase), so a budget of its peak may admit no plan."""
+    from ..bisection import smallest_feasible as bisect
+
+    return bisect(  # feasibility only after the first: no least-peak solve
+        lambda b: solve_plan(graph, b, solver, time_limit, backend, least_peak=False,
+                             **kw) is not None,
+        low, high, rel=rel, max_steps=max_solves,
+        first=lambda b: solve_plan(graph, b, solver, time_limit, backend, **kw) is not None)
+
+
+def frontend_extensions(prep: Prepared) -> tuple:
+    """The .sched extensions the front end's runtime needs (beyond `solve_plan`'s held
+    outputs): per-block wrappers run only the plans of models/extensions/per_block.sched."""
+
+    return prep.front.extensions() if prep.front is not None else ()
+
+
+def solve_extra(prep: Prepared) -> dict:
+    """`solve_plan`'s keyword arguments for plans of `prep`: the loss's memory, the outputs
+    (held or not) and the front end's extensions."""
+    return {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes,
+            "extensions": frontend_extensions(prep), "outputs_held": prep.outputs_held}
+
+
+def solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, backend,
+                    extra: dict, why: str = "") -> tuple[Plan, float]:
+    activation = want - prep.resident_bytes - margin
+    if activation <= 0:
+        raise FitError(f"budget {format_size(want)} ({want} B) is below the resident memory "
+                       f"alone ({format_size(prep.resident_bytes)}: parameters, buffers and "
+                       "inputs)" + (f" and the measured margin {format_size(margin)}"
+                                    if margin else ""))
+    t0 = time.perf_counter()
+    with progress.phase("planning"):
+        progress.step(None, f"budget {format_size(want)}, activations {format_size(activation)}")
+        found = solve_at(prep, activation, solver, time_limit, backend, extra)
+    solve_s = time.perf_counter() - t0
+    if found is None:
+        # plain execution's activation peak admits its plan (budgets are exact to the byte);
+        # a KiB above it, as a margin
+        high = prep.plain_peak - prep.resident_bytes + prep.output_bytes + 1024
+        best = smallest_feasible(prep.graph, activation, high, solver, time_limit, backend,
+                                 **extra)
+        how = f"bisection with the solver {solver}"
+        grouped = min((need for need, _ in group_plans_priced(prep)), default=None)
+        if grouped is not None and (best is None or grouped < best):
+            best, how = grouped, "a plan with checkpointed groups of blocks"
+        fixed = prep.resident_bytes + margin
+        smallest = "unknown" if best is None else \
+            f"{format_size(best + fixed)} ({best + fixed} B)"
+        gen = (f", with {prep.generated['options']} generated layer options"
+               if prep.generated else "")
+        raise FitError(f"no plan fits the budget {format_size(want)} ({want} B){why}: the "
+                       f"smallest feasible budget found is {smallest} ({how}{gen}; plain "
+                       f"execution needs "
+                       f"{format_size(prep.plain_peak)}, of which "
+                       f"{format_size(prep.resident_bytes)} resident)")
+    return found, solve_s
+
+
+def solve_at(prep: Prepared, activation: int, solver, time_limit, backend, extra: dict,
+           warm_start: Plan | None = None, groups: bool = True,
+           must_beat: float | None = None) -> Plan | None:
+    """The plan of `prep` within `activation` bytes (the solver's, or a faster group plan
+    unless `groups` is False; rank 0's under torch.distributed; an earlier one as fast,
+    `as_before`), or None."""
+
+    found = None
+    if distributed.solves_here():
+        found = solve_plan(prep.graph, activation, solver, time_limit, backend,
+                           warm_start=warm_start, must_beat=must_beat, **extra)
+        if groups:
+            found = or_group_plan(prep, activation, found)
+        if found is not None:  # data freed where the runtime frees them (`lifetimes`)
+            found = as_runtime_frees(found, prep)
+    found = distributed.agree_plan(found, prep.graph)  # rank 0's plan; a no-op on one process
+    return as_before(prep, found, activation, solver)
+
+
+def as_runtime_frees(plan: Plan, prep: Prepared) -> Plan:
+    """`plan` with the deletes the runtime does itself right after their last use, repriced:
+    every datum with the hook front end (the model's own code frees it), the outputs of a
+    loop that releases them with fx (handed to the caller, freed once the loss is computed)."""
+    moved = prep.front.runtime_frees(plan, prep)
+    return plan if moved is plan else priced(moved, prep)
+
+
+def priced(plan: Plan, prep: Prepared) -> Plan:
+    """`plan` with its predicted peak (the loss's memory included) and time on `prep`'s
+    graph."""
+    sim = simulate(plan, prep.graph)
+    plan.predicted_peak = max(sim.peak_bytes,
+                              loss_moment(plan, prep.graph) + prep.loss_overhead)
+    plan.predicted_time = sim.time
+    if prep.front is not None:  # e.g. a group's reruns, priced as recomputations
+        plan.predicted_time += prep.front.time_correction(plan, prep.graph)
+    return plan
+
+
+def with_link(model: nn.Module, prep: Prepared, bandwidth, args, kwargs) -> tuple:
+    """(the preparation to plan with, the recompute-only one to compare it with or None) for
+    `fit(bandwidth=...)` (`hostlink`: a rate, or "auto", measured on CUDA; none on the CPU)."""
+
+    tensors = [*model.parameters(), *flat((args, kwargs))]
+    device = next((t.device for t in tensors if isinstance(t, torch.Tensor)),
+                  torch.device("cpu"))
+    link, note = resolve_link(bandwidth, device)
+    if link is None or not (link.offload > 0 and link.prefetch > 0):
+        if note:
+            log.info("schedlang fit: %s", note)
+        return dataclasses.replace(prep, host_link={"note": note or "no host link (0 B/s)"}), None
+    info = {**link.to_json(), "note": note}
+    return linked(dataclasses.replace(prep, host_link=info), link), \
+        dataclasses.replace(prep, host_link=info)
+
+
+def solve_linked(base: Prepared, linked: Prepared, want: int, solver, time_limit,
+                  backend) -> tuple[Prepared, Plan, float, tuple | None]:
+    """(preparation, plan, seconds, the recompute-only (preparation, plan) it was preferred
+    to or None) with a host link: the recompute-only plan of `base` and the plan of `linked`,
+    which may also move data to host memory, warm-started from the first (its model contains
+    every plan it can express), at the same budget; the offloading plan is kept only when it
+    is predicted faster by more than the solver's relative gap. Raises FitError when neither
+    meets the budget."""
+    from ..solvers import requested_gap
+
+    t0 = time.perf_counter()
+    activation = want - base.resident_bytes
+    alone = solve_at(base, activation, solver, time_limit, backend, solve_extra(base)) \
+        if activation > 0 else None
+    # (group plans, which move nothing, are the recompute-only solve's; a plan with the link
+    # that is not faster is dropped before its least-peak solve)
+    moved = solve_at(linked, activation, solver, time_limit, backend, solve_extra(linked),
+                   warm_start=alone, groups=False,
+                   must_beat=None if alone is None else alone.predicted_time) \
+        if activation > 0 else None
+    solve_s = time.perf_counter() - t0
+    if alone is None and moved is None:
+        found, _ = solve_or_raise(linked, want, 0, solver, time_limit, backend,
+                                   solve_extra(linked))
+        return linked, found, solve_s, None
+    slack = 1 - requested_gap(solver, None)
+    faster = moved is not None and (alone is None or
+                                    moved.predicted_time < alone.predicted_time * slack)
+    info = dict(linked.host_link or {}, kept="with the link" if faster else "recompute only",
+                recompute_only_time=None if alone is None else alone.predicted_time,
+                with_link_time=None if moved is None else moved.predicted_time)
+    if not faster:
+        log.info("schedlang fit: no plan with the host link is predicted faster than "
+                 "recomputation alone (%.4g s) at %s: recomputation only",
+                 alone.predicted_time, format_size(want))
+    chosen, plan = (linked, moved) if faster else (base, alone)
+    other = (dataclasses.replace(base, host_link=info), alone) if faster and alone else None
+    return dataclasses.replace(chosen, host_link=info), plan, solve_s, other
+
+
+def group_plans_priced(prep: Prepared) -> list[tuple[int, Plan]]:
+    """Hook front end: the plans with checkpointed groups of blocks (`hooked.group_plans`),
+    each with the activation budget it needs (its peak, and its loss phase with the loss
+    function's memory and the outputs the graph does not count), predicted peak and time set
+    as `solve_plan` sets them. Cached on `prep`. None with FSDP: a group's recomputation runs
+    its first blocks when their parameters may be resharded (their backward has not begun)."""
+
+    if not prep.front.groups or prep.fsdp is not None or distributed.active():
+        return []
+    key = (prep.loss_overhead, prep.output_bytes)
+    if prep.grouped is None or prep.grouped[0] != key or prep.grouped[1] is not prep.graph:
+
+        uncounted = uncounted_outputs(prep.graph, prep.output_bytes)
+        priced = []
+        for plan in prep.front.group_plans(prep):
+            sim = simulate(plan, prep.graph)
+            if not sim.valid:
+                continue
+            at_loss = loss_moment(plan, prep.graph) + prep.loss_overhead
+            plan.predicted_peak = max(sim.peak_bytes, at_loss)
+            plan.predicted_time = sim.time + rerun_correction(plan, prep.graph)
+            plan.meta["status"] = "feasible"
+            priced.append((max(sim.peak_bytes, at_loss + uncounted), plan))
+        prep.grouped = (key, prep.graph, priced)
+    return prep.grouped[2]
+
+
+def or_group_plan(prep: Prepared, activation: int, found: Plan | None) -> Plan | None:
+    """`found` (the solver's per-block plan, or None), or a faster plan with checkpointed
+    groups of blocks that meets `activation` (`group_plans_priced`): the solver's space
+    cannot express a group (models/extensions/per_block.sched), checkpoint_sequential's
+    schedule among them."""
+    fits = [plan for need, plan in group_plans_priced(prep) if need <= activation]
+    best = min(fits, key=lambda p: (p.predicted_time, p.predicted_peak), default=None)
+    if best is not None and (found is None or
+                             best.predicted_time < found.predicted_time * (1 - 1e-9)):
+        log.info("schedlang fit: %s (predicted %.4g s) is faster than the per-block plan (%s)",
+                 best.meta["planner"], best.predicted_time,
+                 "none found" if found is None else f"{found.predicted_time:.4g} s")
+        return best
+    return found
+
+
+def as_before(prep: Prepared, found: Plan | None, activation: int, solver: str) -> Plan | None:
+    """`found`, or a plan fit took earlier with `prep` (at a higher budget) that fits
+    `activation` and is as fast, within the solver's relative gap (which is all `found`'s
+    optimality means): plans of equal predicted time and peak can measure a few hundred bytes
+    apart (ViT: which of two identical blocks recomputes, 768 B), so taking the earlier one
+    keeps the measured peak from growing as the budget falls. Records the result."""
+    from ..solvers import requested_gap
+
+    if found is None or distributed.active():
+        return found
+    slack = 1 + requested_gap(solver, None)
+    for graph, earlier in prep.solved:
+        if (graph is prep.graph and earlier.predicted_peak <= activation
+                and earlier.predicted_time <= found.predicted_time * slack):
+            found = earlier
+            break
+    else:
+        prep.solved.append((prep.graph, found))
+    return found
+
+
+def linked(prep, link: HostLink):
+    """`prep` (a `Prepared`) planned with the host link `link` (its front end's
+    `with_link`: fx layers get the link's bandwidths, blocks the option ``offload``); the
+    caller's `prep` stays as it is."""
+    return dataclasses.replace(prep, graph=prep.front.with_link(prep, link), solved=[],
+                               grouped=None)

@@ -1,0 +1,215 @@
+"""Probing and calibration: measured steps that check a plan before `fit` returns it
+(`probe_step`, `probe_until_within`), plain execution's measured peak, generated options
+where the fixed ones cannot meet a budget, and on CUDA the faster of two measured plans."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+import torch
+from torch import nn
+
+from .. import progress
+from ..units import format_size
+from . import distributed
+from .distributed import fsdp_storages, is_fsdp
+from .fitmodule import FitModule
+from .frontends.blocks.hooked import BlockWrappers
+from .memory import MemoryTracker
+from .model_state import preserved
+from .options import OPS_PREFIX, add_generated_options
+from .planning import FitError, solve_or_raise
+from .prepare import Prepared, prepare
+from .tensors import flat
+from .trace import to_graph
+
+__all__ = ["probe_step", "probe_until_within", "plain_measured_peak", "with_generated_options",
+           "can_generate", "faster_measured", "PROBES", "TIMED_STEPS"]
+
+log = logging.getLogger("schedlang.pytorch")
+
+
+def plain_measured_peak(model: nn.Module, prep: Prepared, args: tuple, kwargs: dict,
+                        loss_fn) -> int:
+    """Plain execution's peak measured in one eager step on the samples (`probe_step`), once
+    per `prep`, or its prediction where ranks must agree (distributed, FSDP). The graph frees a
+    layer's internals when its backward node ends, autograd op by op, so plain execution can
+    measure below its prediction (the fx U-Net: 7%): a budget it meets then gets plain
+    execution, the fastest step, not a plan that recomputes and measures more."""
+
+    if prep.plain_measured is None:
+        if distributed.active() or prep.fsdp is not None or prep.partitioned is None:
+            return prep.plain_peak
+        reserve = prep.loss_overhead if prep.loss_assumed else 0
+        progress.note("measuring", "one step of plain execution")
+        with BlockWrappers.plain(model):  # blocks an earlier fit wrapped: plain autograd
+            measured = probe_step(model, args, kwargs, loss_fn, reserve, prep.output_bytes,
+                                  outputs_held=prep.outputs_held)
+        prep.plain_measured = min(prep.plain_peak, measured)
+    return prep.plain_measured
+
+
+def can_generate(prep: Prepared) -> bool:
+    """Whether `with_generated_options` applies: fx layers from a trace whose profile is at
+    hand, without generated options yet, on one process, not FSDP-sharded."""
+
+    info = getattr(prep.graph, "trace_info", None) or prep.info
+    return (prep.front is not None and prep.front.generated_options and prep.fsdp is None
+            and not distributed.active() and getattr(info, "profiled", None) is not None
+            and not any(o.name.startswith(OPS_PREFIX) for lay in prep.graph.layers
+                        for o in lay.options))
+
+
+def with_generated_options(model: nn.Module, prep: Prepared, args: tuple, kwargs: dict,
+                           loss_fn, why: str, **generate) -> Prepared:
+    """`prep` with generated layer options added to every layer
+    (`options.add_generated_options` on its profile, with the arguments `generate`: op-level
+    solves, cached per layer structure), logged with `why`."""
+
+    info = getattr(prep.graph, "trace_info", None) or prep.info
+    profiled = info.profiled
+    t0 = time.perf_counter()
+    if not any(o.name.startswith(OPS_PREFIX) for lp in profiled.layers for o in lp.options):
+        add_generated_options(profiled, **generate)
+    graph = to_graph(profiled, name=prep.graph.name, title=getattr(prep.graph, "title", None))
+    new = prepare(model, args, graph=graph, loss_fn=loss_fn, frontend=prep.frontend,
+                  sample_kwargs=kwargs or None, outputs_held=prep.outputs_held)
+    seconds = time.perf_counter() - t0
+    count = sum(1 for lay in new.graph.layers for o in lay.options
+                if o.name.startswith(OPS_PREFIX))
+    log.info("schedlang fit: %s; generated %d layer options from op-level solves in %.1f s",
+             why, count, seconds)
+    return dataclasses.replace(new, generated={"options": count, "seconds": seconds,
+                                               "why": why})
+
+
+#: timed steps (after one warm-up) per plan when `fit` measures an offloading plan against
+#: recomputation alone (CUDA)
+TIMED_STEPS = 3
+
+
+def faster_measured(fm: FitModule, other: tuple, args, kwargs, loss_fn, want: int,
+                     step_seconds=None, **probe_args) -> FitModule:
+    """`fm` (an offloading plan, predicted faster) or the recompute-only plan `other`
+    (preparation, plan), whichever measures the faster step (`step_seconds(fitted)`, default
+    the median of `TIMED_STEPS` probe steps on CUDA); the recompute-only plan is probed first,
+    and out of the race if it cannot meet the budget. Both times go in the report."""
+    prep, plan = other
+    alt = FitModule(fm.module, prep, plan, want, fm.measure, fm._solve_s,
+                    calibrate=fm._calibrate, solve_args=fm._solve_args)
+    try:
+        probe_until_within(alt, args, kwargs, loss_fn, want, **probe_args)
+    except FitError:
+        alt.unwrap()
+        fm.ensure_plan()
+        return fm
+    step_seconds = step_seconds or (lambda f: _cuda_step_seconds(f, args, kwargs, loss_fn))
+    times = {"with the link": step_seconds(fm), "recompute only": step_seconds(alt)}
+    keep, drop = (fm, alt) if times["with the link"] <= times["recompute only"] else (alt, fm)
+    keep._prep.host_link.update(measured_s=times, kept=("with the link" if keep is fm
+                                                        else "recompute only") + " (measured)")
+    if keep is alt:
+        log.info("schedlang fit: the offloading plan measured %.4g s a step, recomputation "
+                 "alone %.4g s: recomputation only", times["with the link"],
+                 times["recompute only"])
+    drop.unwrap()
+    keep.ensure_plan()
+    return keep
+
+
+def _cuda_step_seconds(fm: FitModule, args, kwargs, loss_fn) -> float:
+    """The median time of `TIMED_STEPS` probe steps of `fm` (after a warm-up), on CUDA."""
+    import statistics
+
+    prep = fm._prep
+    times = []
+    for k in range(TIMED_STEPS + 1):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        probe_step(fm.module, args, kwargs, loss_fn,
+                   prep.loss_overhead if prep.loss_assumed else 0, prep.output_bytes,
+                   run=fm._call, outputs_held=prep.outputs_held)
+        torch.cuda.synchronize()
+        if k:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+#: probe steps `fit` runs at most (hook front end) before giving up on a budget
+PROBES = 4
+
+
+def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserve: int = 0,
+               output_bytes: int = 0, run=None, outputs_held: bool = True) -> int:
+    """The measured peak (bytes, resident included) of one training step of `model` (called
+    through `run`, default the model itself) on the samples: forward, the loss (`loss_fn`,
+    else a gradient of ones for each floating output and `loss_reserve` bytes at the loss)
+    and backward, the outputs held through the backward or (`outputs_held` False, with a
+    `loss_fn`) released once the loss is computed. Gradients, buffers and the RNG state are
+    restored afterwards."""
+    from torch.utils._pytree import tree_map
+
+    run = model if run is None else run
+    with preserved(model) as kept:
+        for p in model.parameters():
+            p.grad = None
+        # fresh leaves: the samples' own .grad stays as it is
+        args, kwargs = tree_map(lambda t: t.detach().requires_grad_(t.requires_grad)
+                                if isinstance(t, torch.Tensor) else t, (args, kwargs))
+        inputs = [t for t in flat((args, kwargs)) if isinstance(t, torch.Tensor)]
+
+        watch = fsdp_storages(model) if is_fsdp(model) else ()
+        # everything alive counts, as on CUDA, but for what the probe keeps to restore
+        with MemoryTracker(resident=[model, *inputs], watch=watch, ignore=kept.held()) as mt:
+            out = run(*args, **kwargs)
+            after = mt.current
+            if loss_fn is not None:
+                loss = loss_fn(out)
+                if not outputs_held:
+                    del out
+                loss.backward()
+                del loss
+            else:
+                leaves = [t for t in flat(out) if isinstance(t, torch.Tensor)
+                          and t.requires_grad and t.is_floating_point()]
+                torch.autograd.backward(leaves, [torch.ones_like(t) for t in leaves])
+                del leaves
+            out = None
+            peak = mt.peak
+    if loss_fn is None:
+        peak = max(peak, after + output_bytes + loss_reserve)
+    return peak
+
+
+def probe_until_within(fm: FitModule, args, kwargs, loss_fn, want: int, solver, time_limit,
+                        backend, extra: dict) -> None:
+    """Run probe steps; while one measures over the budget, plan again with the excess over
+    the prediction as a margin (see `fit`)."""
+    prep = fm._prep
+    measured = None
+    for _ in range(PROBES):
+        measured = probe_step(fm.module, args, kwargs, loss_fn,
+                              prep.loss_overhead if prep.loss_assumed else 0, prep.output_bytes,
+                              run=fm._call, outputs_held=prep.outputs_held)
+        predicted = fm.predicted_peak()
+        fm._probes.append({"measured": measured, "predicted": predicted,
+                           "plan": fm.plan is not None})
+        progress.note("probe step", f"{len(fm._probes)} measured {format_size(measured)}, "
+                                    f"predicted {format_size(predicted)}, budget "
+                                    f"{format_size(want)}")
+        if measured <= want:
+            if measured > predicted and prep.front.replans_on_probe_excess:
+                fm._margin += measured - predicted  # the prediction is the measurement
+            return
+        margin = fm._margin + measured - predicted
+        log.info("schedlang fit: the probe step measured %s over the budget %s (predicted %s): "
+                 "planning with a margin of %s", format_size(measured), format_size(want),
+                 format_size(predicted), format_size(margin))
+        found, _ = solve_or_raise(prep, want, margin, solver, time_limit, backend, extra,
+                                   f" (a probe step measured {format_size(measured)}, "
+                                   f"{format_size(margin)} over the prediction)")
+        fm._margin = margin
+        fm._set_plan(found)
+    raise FitError(f"no plan fits the budget {format_size(want)} ({want} B): after {PROBES} "
+                   f"probe steps the step still measures {format_size(measured)}")

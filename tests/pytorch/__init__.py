@@ -1,0 +1,1 @@
+"""The PyTorch wing's tests (`schedlang.pytorch`), mirroring the package."""

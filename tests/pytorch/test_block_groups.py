@@ -1,0 +1,252 @@
+"""Checkpointed groups of blocks on the hook front end: checkpoint_sequential's schedule run
+over a model's own blocks, called by the model's own code (`hooked._Group`), planned as
+`planners.baselines.plan_checkpoint_groups` and chosen by `fit` where faster than every
+per-block plan."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from schedlang.planners.baselines import plan_checkpoint_groups  # noqa: E402
+from schedlang.pytorch.fit import fit, prepare  # noqa: E402
+from schedlang.pytorch.frontends.blocks.find import BlockError  # noqa: E402
+from schedlang.pytorch.frontends.blocks.hooked import (  # noqa: E402
+    GROUP,
+    block_chains,
+    group_plans,
+    plan_choices,
+)
+from schedlang.pytorch.planning import group_plans_priced  # noqa: E402
+from schedlang.simulate import simulate  # noqa: E402
+from schedlang.testing.hf_models import HF  # noqa: E402
+
+from .test_real_models import _assert_same, _step, make_bn_cnn  # noqa: E402
+
+
+def _prepared(model, args, kwargs, loss_fn):
+    return prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, frontend="blocks",
+                   repeats=1)
+
+
+def _blocks(prep) -> list[str]:
+    return [b.name for b in prep.partitioned.found.blocks]
+
+
+def _run_plan(model, args, kwargs, loss_fn, prep, plan):
+    """One step of `plan` through fit's wrappers, and its memory report."""
+    fm = fit(model, args, None, loss_fn=loss_fn, prepared=prep, sample_kwargs=kwargs, plan=plan)
+    got = _step(fm, model, args, kwargs, loss_fn)
+    rep = fm.memory_report()
+    fm.unwrap()
+    return got, rep
+
+
+def test_a_group_of_gpt2_blocks_runs_checkpoint_sequentials_schedule():
+    """The first half of GPT2LMHeadModel's blocks as one group (checkpoint_sequential(2)): the
+    gradients and the RNG stream are eager PyTorch's bit for bit (dropout on), and the measured
+    peak is the plan's prediction."""
+    model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)
+    ref = _step(model, model, args, kwargs, loss_fn)
+    prep = _prepared(model, args, kwargs, loss_fn)
+    blocks = _blocks(prep)
+    assert block_chains(prep.graph, blocks) == [blocks]
+    plan = plan_checkpoint_groups(prep.graph, [blocks[:len(blocks) // 2]])
+    choices = plan_choices(plan, prep.graph, blocks)
+    half = GROUP + "|".join(blocks[:len(blocks) // 2])
+    assert [choices[b] for b in blocks] == [half] * (len(blocks) // 2) + \
+        ["autograd"] * (len(blocks) - len(blocks) // 2)
+    got, rep = _run_plan(model, args, kwargs, loss_fn, prep, plan)
+    _assert_same(ref, got)
+    assert rep.measured_peak_bytes <= rep.predicted_peak_bytes
+    assert rep.measured_peak_bytes >= 0.98 * rep.predicted_peak_bytes
+    # and the group keeps less than plain execution
+    assert rep.measured_peak_bytes < prep.plain_peak
+
+
+def test_fit_is_as_fast_as_checkpoint_sequential_at_its_peak():
+    """At the budget checkpoint_sequential's schedule needs, fit's plan is predicted at least
+    as fast (the group plans are candidates beside the solver's per-block plans), and the step
+    measures within the budget with eager PyTorch's gradients."""
+    model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)
+    ref = _step(model, model, args, kwargs, loss_fn)
+    prep = _prepared(model, args, kwargs, loss_fn)
+    blocks = _blocks(prep)
+    half = [blocks[:len(blocks) // 2]]
+    # checkpoint_sequential(2) itself: that group, every other block plain
+    need, seq = next((need, p) for need, p in group_plans_priced(prep)
+                     if p.meta["groups"] == half and "then" not in p.meta["planner"])
+    budget = need + prep.resident_bytes
+    fm = fit(model, args, budget, loss_fn=loss_fn, prepared=prep, sample_kwargs=kwargs)
+    assert fm.plan.predicted_time <= seq.predicted_time * (1 + 1e-9)
+    got = _step(fm, model, args, kwargs, loss_fn)
+    _assert_same(ref, got)
+    rep = fm.memory_report()
+    assert rep.measured_peak_bytes <= rep.budget_bytes == budget
+    fm.unwrap()
+
+
+def test_groups_reach_below_every_per_block_plan_on_a_chain_of_small_blocks():
+    """Single-op blocks save no more than their inputs, so a per-block plan keeps every block's
+    input; a group keeps only its first block's: fit's smallest feasible budget falls below the
+    per-block plans' (the group plans' least need), and a fit there runs a group."""
+    from .test_real_models import _plain
+
+    model, args, kwargs, loss_fn = _plain("dropout_mlp")()
+    ref = _step(model, model, args, kwargs, loss_fn)
+    prep = _prepared(model, args, kwargs, loss_fn)
+    from schedlang.pytorch.planning import frontend_extensions, solve_plan
+
+    need = min(need for need, _ in group_plans_priced(prep))
+    assert solve_plan(prep.graph, need, loss_overhead=prep.loss_overhead,
+                      output_bytes=prep.output_bytes, extensions=frontend_extensions(prep)) is None
+    budget = need + prep.resident_bytes
+    fm = fit(model, args, budget, loss_fn=loss_fn, prepared=prep, sample_kwargs=kwargs)
+    assert fm.plan.meta.get("groups"), fm.plan.meta
+    got = _step(fm, model, args, kwargs, loss_fn)
+    _assert_same(ref, got)
+    assert fm.memory_report().measured_peak_bytes <= budget
+    fm.unwrap()
+
+
+def test_batchnorm_statistics_are_updated_once_in_a_group():
+    """A group's recomputation replays BatchNorm forwards: the running statistics end the step
+    as in eager PyTorch (updated once), the gradients equal."""
+    model, args, kwargs, loss_fn = make_bn_cnn()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    ref = _step(model, model, args, kwargs, loss_fn)
+    prep = _prepared(model, args, kwargs, loss_fn)
+    blocks = _blocks(prep)
+    model.load_state_dict(state)
+    plan = plan_checkpoint_groups(prep.graph, [blocks[:2], blocks[2:]])
+    assert simulate(plan, prep.graph).valid
+    got, rep = _run_plan(model, args, kwargs, loss_fn, prep, plan)
+    _assert_same(ref, got)
+    assert rep.measured_peak_bytes <= rep.predicted_peak_bytes
+
+
+class _Collecting(nn.Module):
+    """Blocks whose outputs the model's own code also keeps (summed at the end)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.Tanh())
+                                    for _ in range(4))
+
+    def forward(self, x):
+        outs = []
+        for layer in self.layers:
+            x = layer(x)
+            outs.append(x)
+        return torch.stack(outs).sum(0)
+
+
+def test_blocks_whose_outputs_are_read_elsewhere_form_no_group():
+    """A group drops its inner outputs; outputs the model's own code also reads cannot be
+    dropped: no chain, no group plan, and a plan that groups them is refused by name."""
+    torch.manual_seed(0)
+    model = _Collecting()
+    x = torch.randn(32, 16)
+
+    def loss_fn(out):
+        return out.pow(2).mean()
+
+    prep = _prepared(model, (x,), {}, loss_fn)
+    blocks = _blocks(prep)
+    assert all(len(c) == 1 for c in block_chains(prep.graph, blocks))
+    assert list(group_plans(prep.graph, blocks)) == []
+    plan = plan_checkpoint_groups(prep.graph, [blocks[:2]])
+    with pytest.raises(BlockError, match="consecutive blocks, each feeding the next alone"):
+        plan_choices(plan, prep.graph, blocks)
+
+
+def test_group_layers_must_be_consecutive():
+    model, args, kwargs, loss_fn = make_bn_cnn(depth=3)
+    prep = _prepared(model, args, kwargs, loss_fn)
+    blocks = _blocks(prep)
+    with pytest.raises(ValueError, match="not consecutive"):
+        plan_checkpoint_groups(prep.graph, [[blocks[0], blocks[2]]])
+
+
+@pytest.mark.parametrize("name", ["gpt2", *[pytest.param(n, marks=pytest.mark.slow)
+                                            for n in HF if n != "gpt2"]])
+def test_every_transformers_model_runs_its_lowest_group_plan(name):
+    """The group plan that needs the least memory, on each `transformers` model (keyword
+    arguments, rotary embeddings, cross-attention, stages): eager PyTorch's gradients and RNG
+    stream bit for bit, measured peak within the prediction."""
+    from .test_real_models import HF_SIZES
+
+    model, args, kwargs, loss_fn = HF[name](**HF_SIZES[name])
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    ref = _step(model, model, args, kwargs, loss_fn)
+    prep = _prepared(model, args, kwargs, loss_fn)
+    plans = list(group_plans(prep.graph, _blocks(prep)))
+    assert plans, block_chains(prep.graph, _blocks(prep))
+    for p in plans:  # fit skips a plan that does not replay: none may be skipped
+        assert simulate(p, prep.graph).valid, (p.meta, simulate(p, prep.graph).errors[0])
+    plan = min(plans, key=lambda p: simulate(p, prep.graph).peak_bytes)
+    model.load_state_dict(state)
+    got, rep = _run_plan(model, args, kwargs, loss_fn, prep, plan)
+    _assert_same(ref, got)
+    assert rep.measured_peak_bytes <= rep.predicted_peak_bytes, plan.meta["groups"]
+
+
+def test_a_group_of_one_block_is_priced_as_the_option_recompute():
+    """A group's rerun of a block in the backward is the recomputation a `recompute` block runs
+    inside its backward: priced alike (`rerun_correction`), the two plans differ only by the
+    forwards that keep nothing (`fast_forward` against `recompute`'s forward)."""
+    from schedlang.pytorch.frontends.blocks.hooked import rerun_correction
+
+    model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)
+    prep = _prepared(model, args, kwargs, loss_fn)
+    block = _blocks(prep)[1]
+    layer = next(lay for lay in prep.graph.layers if lay.name == block)
+    group = plan_checkpoint_groups(prep.graph, [[block]])
+    recompute = plan_checkpoint_groups(prep.graph, [], options={block: "recompute"})
+    t_group = simulate(group, prep.graph).time + rerun_correction(group, prep.graph)
+    t_recompute = simulate(recompute, prep.graph).time + rerun_correction(recompute, prep.graph)
+    rec = next(o for o in layer.options if o.name == "recompute")
+    assert t_group - t_recompute == pytest.approx(layer.fast_forward.fwd_time - rec.fwd_time,
+                                                  abs=1e-12)
+
+
+class _Shortcut(nn.Module):
+    """A stack whose forward may stop early (`depth`): another path than the recorded run."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(32, 32), nn.Tanh(),
+                                                  nn.Linear(32, 32), nn.Tanh())
+                                    for _ in range(4))
+        self.depth = None
+
+    def forward(self, x):
+        for layer in self.layers[:self.depth]:
+            x = layer(x)
+        return x
+
+
+def test_a_forward_that_skips_part_of_a_group_is_an_error_and_leaves_autograd_clean():
+    torch.manual_seed(0)
+    model = _Shortcut()
+    x = torch.randn(64, 32)
+
+    def loss_fn(out):
+        return out.pow(2).mean()
+
+    ref = _step(model, model, (x,), {}, loss_fn)
+    prep = _prepared(model, (x,), {}, loss_fn)
+    blocks = _blocks(prep)
+    plan = plan_checkpoint_groups(prep.graph, [blocks[:3]])
+    fm = fit(model, (x,), None, loss_fn=loss_fn, prepared=prep, plan=plan)
+    model.depth = 2
+    with pytest.raises(BlockError, match=f"without calling block '{blocks[2]}'"):
+        fm(x)
+    # the group's checkpoint is closed: no saved-tensor hooks left on autograd's stack, and
+    # the next fitted step is eager PyTorch's
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    model.depth = None
+    _assert_same(ref, _step(fm, model, (x,), {}, loss_fn))
+    fm.unwrap()
+    _assert_same(ref, _step(model, model, (x,), {}, loss_fn))
