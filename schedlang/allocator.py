@@ -71,8 +71,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from .errors import DataError, Loc
-from .graph import Graph
+from ..language.errors import DataError, Loc
+from ..graphs.graph import Graph
 from .plan import Plan
 
 METHODS = ("inplace", "pool", "greedy_by_size")
@@ -651,7 +651,7 @@ def summary(plan: Plan, graph: Graph, *, free_at: str = "delete", restarts: int 
 
 
 def format_summary(s: dict) -> str:
-    from .units import format_size
+    from ..language.units import format_size
 
     if "error" in s:
         return f"allocator: {s['error']}"

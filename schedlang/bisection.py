@@ -6,13 +6,13 @@ whether a plan exists), a budget known to be infeasible (`low`) and one to try a
 (`high`), and halves the interval until it is within `rel` of the answer (or `max_steps`
 predicates ran); each step is a progress step (`schedlang.progress`, phase ``bisection``).
 `explain_infeasible` is the `solve` side: the same problem moved to each budget (lowered once,
-`schedlang.parametric`), each solve stopping at its first plan (a feasibility question), the
+`schedlang.compile.parametric`), each solve stopping at its first plan (a feasibility question), the
 heuristic planners' plan as its start.
 """
 from __future__ import annotations
 
-from . import progress
-from .units import format_size
+from .. import progress
+from ..language.units import format_size
 
 __all__ = ["explain_infeasible", "smallest_feasible"]
 
@@ -47,9 +47,9 @@ def explain_infeasible(prob, budget: int, backend: str = "pyomo", solver: str = 
     lowered `Problem` that is infeasible at `budget`; (None, peak) when not even the
     no-recomputation peak is (another constraint binds), (None, None) without graph data.
     Each step's solve gets `time_limit` (default 60 s) and stops at its first plan."""
-    from .parametric import BudgetLowering
+    from ..compile.parametric import BudgetLowering
     from .solution import Status
-    from .sweep import reference, solve_at
+    from ..sweep import reference, solve_at
 
     if prob.graph is None:
         return None, None

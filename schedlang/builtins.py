@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import CheckError, DataError, Loc
-from .graph import Graph
-from .relational import (
+from ..graphs.graph import Graph
+from ..compile.relational import (
     INVALID,
     Const,
     Elem,

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from . import output
-from .errors import Loc, SchedError
-from .solution import EXIT_CODES
+from ..language.errors import Loc, SchedError
+from ..solve.solution import EXIT_CODES
 
 
 def _nonnegative(kind):
@@ -52,7 +52,7 @@ def _params(args) -> dict:
 
 
 def _max_elements_argument(p) -> None:
-    from .sizes import DEFAULT_MAX_ELEMENTS
+    from ..compile.sizes import DEFAULT_MAX_ELEMENTS
 
     p.add_argument("--max-elements", type=_nonnegative(int), metavar="N",
                    help="size guard: stop before a declaration (or a table built while lowering "
@@ -86,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     _param_argument(c)
     _max_elements_argument(c)
 
-    from .solvers import DEFAULT_SOLVER, SOLVERS
+    from ..solve.solvers import DEFAULT_SOLVER, SOLVERS
 
     solver_help = ", ".join(f"{n} (default)" if n == DEFAULT_SOLVER else n for n in SOLVERS)
     s = sub.add_parser("solve", help="compile, solve, decode and simulate")
@@ -184,8 +184,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
     # PyTorch front end (needs torch; the argument definitions import no torch)
-    from .pytorch.run import add_run_arguments
-    from .pytorch.trace import add_trace_arguments
+    from ..pytorch.run import add_run_arguments
+    from ..pytorch.trace import add_trace_arguments
 
     add_trace_arguments(sub.add_parser("trace", help="trace and profile a PyTorch module into "
                                                      "layered graph data (needs torch)"))
@@ -216,8 +216,8 @@ def _process_start() -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code. Errors are printed located on stderr (and, with
-    --json, as one JSON object on stdout: `schedlang.output`)."""
-    from . import progress
+    --json, as one JSON object on stdout: `schedlang.cli.output`)."""
+    from .. import progress
 
     _STARTED[:] = [_process_start()] if argv is None else []
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -261,21 +261,22 @@ def _progress_mode(args) -> str:
 
 
 def cmd_trace(args) -> int:
-    from .pytorch.trace import trace_main
+    from ..pytorch.trace import trace_main
 
     return trace_main(args)
 
 
 def cmd_run(args) -> int:
-    from .pytorch.run import run_main
+    from ..pytorch.run import run_main
 
     return run_main(args)
 
 
 def cmd_check(args) -> int:
-    from .check import check_program
-    from .program import load_program
-    from .sizes import declaration_sizes, format_sizes
+    from ..language.check import check_program
+    from ..language.program import load_program
+    from ..compile.stats import declaration_sizes
+    from ..compile.stats import format_sizes
 
     failed = 0
     params = _params(args)
@@ -283,7 +284,7 @@ def cmd_check(args) -> int:
         try:
             program = load_program([Path(f)], [args.model] if args.model else None)
             if params:
-                from .program import set_params
+                from ..language.program import set_params
 
                 set_params(program, params, Loc("--param"))
             check_program(program)
@@ -304,8 +305,8 @@ def cmd_check(args) -> int:
 
 
 def cmd_solve(args) -> int:
-    from .problem import load
-    from .solvers import resolve
+    from ..problem import load
+    from ..solve.solvers import resolve
 
     # an unknown or missing solver, before any work (none named: the default strategy's)
     resolve(args.solver, args.backend or "pyomo")
@@ -318,7 +319,7 @@ def cmd_solve(args) -> int:
     # no formulation, solver, backend or warm start named: the default strategy picks them
     chosen = args.model or args.solver or args.backend or args.warm_start != "auto"
     if chosen:
-        from .solvers import DEFAULT_SOLVER
+        from ..solve.solvers import DEFAULT_SOLVER
 
         prob.lower()
         result = prob.solve(backend=args.backend or "pyomo", solver=args.solver or DEFAULT_SOLVER,
@@ -326,7 +327,7 @@ def cmd_solve(args) -> int:
                             presolve=not args.no_presolve, warm_start=args.warm_start,
                             verbose=args.verbose, since=since)
     else:
-        from . import strategy
+        from ..solve import strategy
 
         result = strategy.solve(prob, time_limit=args.time_limit, gap=args.gap,
                                 threads=args.threads, presolve=not args.no_presolve,
@@ -354,15 +355,15 @@ def cmd_solve(args) -> int:
 
 def _explain(prob, result, args) -> dict | None:
     """At an infeasible budget (exit 3), the smallest feasible one by bisection
-    (`schedlang.bisection`), as `fit` says it: {"bytes", "percent", "reference_bytes"}, or
+    (`schedlang.solve.bisection`), as `fit` says it: {"bytes", "percent", "reference_bytes"}, or
     None (feasible, --no-explain, no graph data)."""
-    from .solution import Status
+    from ..solve.solution import Status
 
     if result.status != Status.INFEASIBLE or not getattr(args, "explain", True) \
             or prob.graph is None or result.budget_bytes is None:
         return None
-    from .bisection import explain_infeasible
-    from .solvers import DEFAULT_SOLVER
+    from ..solve.bisection import explain_infeasible
+    from ..solve.solvers import DEFAULT_SOLVER
 
     best, ref = explain_infeasible(prob, result.budget_bytes, args.backend or "pyomo",
                                    args.solver or DEFAULT_SOLVER, args.time_limit)
@@ -371,7 +372,7 @@ def _explain(prob, result, args) -> dict | None:
 
 
 def _print_smallest(smallest: dict) -> None:
-    from .units import format_size
+    from ..language.units import format_size
 
     best, ref = smallest["bytes"], smallest["reference_bytes"]
     if best is None:
@@ -386,8 +387,8 @@ def _print_smallest(smallest: dict) -> None:
 
 def _writable(args, *outputs) -> None:
     """Fail before any work when an output file given as (flag, attribute, what) cannot be
-    written (`schedlang.paths.writable_file`)."""
-    from .paths import writable_file
+    written (`schedlang.language.paths.writable_file`)."""
+    from ..language.paths import writable_file
 
     for flag, attr, what in outputs:
         path = getattr(args, attr, None)
@@ -402,7 +403,7 @@ def _print_warnings(program) -> None:
 
 
 def _print_result(prob, r) -> None:
-    from .units import format_size
+    from ..language.units import format_size
 
     g = prob.graph
     route = r.strategy
@@ -452,11 +453,11 @@ def _print_result(prob, r) -> None:
 
 def load_problem(path: str):
     """A `Problem` on the graph data of a .sched file or of a checkmate-nx JSON file."""
-    from .errors import DataError, Loc
-    from .problem import load
+    from ..language.errors import DataError, Loc
+    from ..problem import load
 
     if path.endswith(".json"):
-        from .importers.checkmate_nx import load_checkmate_nx
+        from ..graphs.checkmate_nx import load_checkmate_nx
 
         return load(graph=load_checkmate_nx(path))
     prob = load(path)
@@ -472,9 +473,9 @@ def load_graph(path: str):
 
 
 def cmd_simulate(args) -> int:
-    from .budgets import peak_budget
-    from .plan import Plan
-    from .simulate import simulate
+    from ..budgets import peak_budget
+    from ..plans.plan import Plan
+    from ..plans.simulate import simulate
 
     plan = Plan.load(args.plan)
     graph, budgets = load_graph(args.graph)
@@ -483,7 +484,7 @@ def cmd_simulate(args) -> int:
     res = simulate(plan, graph, budget=budget, save_budget=budgets.get("save"))
     alloc = None
     if getattr(args, "allocator", False):
-        from .allocator import summary
+        from ..plans.allocator import summary
 
         # 32 seeded restarts of greedy-by-size: the plain order alone can leave gaps between
         # interleaved lifetimes (+13% on the chain example); 32 reach max-live there, <1 s on resnet50
@@ -494,7 +495,7 @@ def cmd_simulate(args) -> int:
             out["allocator"] = alloc
         output.print_json(out)
     else:
-        from .units import format_size
+        from ..language.units import format_size
 
         print(f"{'valid' if res.valid else 'invalid'}: peak {format_size(res.peak_bytes)} "
               f"({res.peak_bytes} B), time {res.time:.6g}, {res.computes} computes")
@@ -508,7 +509,7 @@ def cmd_simulate(args) -> int:
             print(f"  ... and {len(res.errors) - SHOWN_ERRORS} more errors (--json lists "
                   "them all)")
         if alloc is not None:
-            from .allocator import format_summary
+            from ..plans.allocator import format_summary
 
             print(format_summary(alloc))
     return 0 if res.valid else 3
@@ -519,15 +520,15 @@ SHOWN_ERRORS = 20
 
 
 def cmd_import(args) -> int:
-    from .budgets import for_graph
-    from .importers.checkmate_nx import load_checkmate_nx
-    from .writer import write_graph
+    from ..budgets import for_graph
+    from ..graphs.checkmate_nx import load_checkmate_nx
+    from ..graphs.writer import write_graph
 
     _writable(args, ("-o", "output", "graph data"))
     graph = load_checkmate_nx(args.file)
     if args.budget:
         graph.budgets["peak"] = for_graph(args.budget, graph)
-    from .files import write_file
+    from ..language.files import write_file
 
     text = write_graph(graph)
     write_file(args.output, text)
@@ -536,10 +537,11 @@ def cmd_import(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .errors import Loc
-    from .sweep import PointLog, check_plot_target, prepare
+    from ..language.errors import Loc
+    from ..sweep import PointLog, prepare
+    from ..plotting import check_plot_target
 
-    from .solvers import resolve
+    from ..solve.solvers import resolve
 
     resolve(args.solver, args.backend)  # an unknown or missing solver: before any work
     if args.resume and not args.out:
@@ -549,7 +551,7 @@ def cmd_sweep(args) -> int:
         check_plot_target(args.plot)  # before a long sweep, not after it
     _writable(args, ("--out", "out", "stream of points"))
     if args.ray is not None:
-        from .parallel import import_ray
+        from ..parallel import import_ray
 
         import_ray()  # a clear error before any work when Ray is missing
     files = [args.file] + args.compare
@@ -567,10 +569,11 @@ def cmd_sweep(args) -> int:
 def _sweep(args, files, problems, log) -> int:
     import time
 
-    from .sweep import exit_code, parse_budgets, plot_sweep, reference, sweep_problem
-    from .units import format_size
+    from ..sweep import exit_code, parse_budgets, reference, sweep_problem
+    from ..plotting import plot_sweep
+    from ..language.units import format_size
 
-    from .parallel import default_jobs
+    from ..parallel import default_jobs
 
     tty = sys.stderr.isatty()
     started = [0.0]
@@ -650,7 +653,7 @@ def _sweep(args, files, problems, log) -> int:
 def _print_sweep(prob, args, points, ref_peak, ref_time, total, path=None) -> None:
     """One sweep's table; `path`: its file, named in the title when several are compared
     (they often share their model and graph: offload.sched on transformer6)."""
-    from .units import format_size
+    from ..language.units import format_size
 
     g = prob.graph
     print(f"sweep     {path + ': ' if path else ''}{prob.program.name} on graph "
@@ -691,8 +694,8 @@ def cmd_plan(args) -> int:
     `fits_budget` says its peak (and, on layered data, its loss-phase memory) is within the
     budgets. `status` is "feasible" when it fits or there is no budget, else "infeasible".
     """
-    from .errors import Loc, did_you_mean
-    from .planners import planners
+    from ..language.errors import Loc, did_you_mean
+    from ..plans.planners import planners
 
     table = planners()
     if args.list:
@@ -734,8 +737,8 @@ def cmd_plan(args) -> int:
 
 
 def _print_plan(report) -> None:
-    from .planners import graph_view
-    from .units import format_size
+    from ..plans.planners import graph_view
+    from ..language.units import format_size
 
     r = report
     name, graph, plan, sim, ref = r.planner, r.graph, r.plan, r.simulated, r.reference
@@ -782,7 +785,7 @@ def entry() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         code = 141  # as a shell reports SIGPIPE
-    from .solvers.highs import threads_left_running
+    from ..solve.solvers.highs import threads_left_running
 
     if threads_left_running():
         sys.stdout.flush()

@@ -17,8 +17,8 @@ cached index that every consumer (simulator, planners, allocator, writer, decode
 * `Graph.checkmate_index()` -> `CheckmateIndex` (below): nodes by position, sizes, times,
   predecessor/successor lists; edges naming unknown nodes are rejected here, and
   ``topological=True`` also rejects a node list out of topological order;
-* `Graph.hgraph()` -> `schedlang.hgraph.HGraph`, the H-graph of the layered view, and
-  `Graph.layered_index()` -> `schedlang.hgraph.HIndex`, that H-graph indexed by position (what
+* `Graph.hgraph()` -> `schedlang.graphs.hgraph.HGraph`, the H-graph of the layered view, and
+  `Graph.layered_index()` -> `schedlang.graphs.hgraph.HIndex`, that H-graph indexed by position (what
   the simulator and the allocator replay on).
 
 The indexes are rebuilt when the graph's content changes (they are keyed by it), so a graph
@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from .errors import DataError, Loc
+from ..language.errors import DataError, Loc
 
 if TYPE_CHECKING:
     from .hgraph import HGraph, HIndex
@@ -118,7 +118,7 @@ class Layer:
     options: list[Option]
     loc: Loc | None = None
     # the forward without autograd as measured (`option fast_forward fwd T overhead M
-    # [fwd_steps (...)]`: only its forward fields are read); None: derived (schedlang/hgraph.py)
+    # [fwd_steps (...)]`: only its forward fields are read); None: derived (schedlang/graphs/hgraph.py)
     fast_forward: Option | None = None
 
 
@@ -180,7 +180,7 @@ class Graph:
         return index
 
     def hgraph(self) -> HGraph:
-        """The H-graph of the layered view (cached; `schedlang.hgraph.build_hgraph`)."""
+        """The H-graph of the layered view (cached; `schedlang.graphs.hgraph.build_hgraph`)."""
         from .hgraph import build_hgraph
 
         def build() -> HGraph:
@@ -190,7 +190,7 @@ class Graph:
         return self._cached("hgraph", self._layered_key(), build)
 
     def layered_index(self) -> HIndex:
-        """The H-graph indexed by position (cached; `schedlang.hgraph.HIndex`)."""
+        """The H-graph indexed by position (cached; `schedlang.graphs.hgraph.HIndex`)."""
         from .hgraph import index_hgraph
 
         return self._cached("layered", self._layered_key(), lambda: index_hgraph(self, self.hgraph()))
@@ -227,8 +227,8 @@ class Graph:
     def check_total_bytes(self) -> None:
         """DataError when the graph's sizes add up to more than an int64 holds: every peak and
         budget is at most that sum, and the planners, the simulator and the models count bytes
-        in 64-bit integers or floats (`schedlang.units.MAX_BYTES`)."""
-        from .units import MAX_BYTES
+        in 64-bit integers or floats (`schedlang.language.units.MAX_BYTES`)."""
+        from ..language.units import MAX_BYTES
 
         total = (sum(int(n.size) for n in self.nodes) + sum(int(d.size) for d in self.data)
                  + sum(int(o.phantom) + int(o.fwd_overhead) + int(o.bwd_overhead)

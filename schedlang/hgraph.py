@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from .errors import DataError, Loc
+from ..language.errors import DataError, Loc
 from .graph import Graph
 
 FAST_FORWARD = "fast_forward"

@@ -52,7 +52,7 @@ def outside_incumbent(problem, ir, tried):
     a MIP start if its encoding satisfies the model, else (`outside`) the incumbent, if it
     fits the budgets and its time compares with the model's objective. None when `shift`
     does not apply."""
-    from .planners import graph_view, planners
+    from ..plans.planners import graph_view, planners
 
     graph = problem.graph
     table = planners()
@@ -80,8 +80,8 @@ def at_bound(problem, ws) -> bool:
 def outside_result(problem, ir, ws, timings: dict, backend: str, solver: str, found: str):
     """The `Result` returning the outside plan `ws.plan` (replayed against the budgets),
     with the order-free bound; `found` says what the solver found (or why it did not run)."""
-    from .problem import Result
-    from .simulate import simulate
+    from ..results import Result
+    from ..plans.simulate import simulate
 
     plan = ws.plan
     plan.budget_peak = problem.budgets.get("peak")

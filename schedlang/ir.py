@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import Loc
+from ..language.errors import Loc
 
 VAR_KINDS = ("binary", "integer", "continuous")
 

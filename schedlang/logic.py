@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ast
-from .errors import CheckError
+from ..language import ast
+from ..language.errors import CheckError
 from .relational import Const, Family, KeyIndex, Lin, Table, with_row_id
 
 TOL = 1e-9

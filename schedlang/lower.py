@@ -18,8 +18,8 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
-from . import ast
-from .builtins import (
+from ..language import ast
+from ..language.builtins import (
     BUILTIN_SCALARS,
     BUILTIN_SETS,
     CHECKMATE_VIEW,
@@ -27,12 +27,12 @@ from .builtins import (
     SCALARS,
     GraphData,
 )
-from .errors import CheckError, DataError, Loc, did_you_mean
-from .graph import Graph
+from ..language.errors import CheckError, DataError, Loc, did_you_mean
+from ..graphs.graph import Graph
 from .ir import ConstraintBlock, IRModel, Objective, Observed, VarFamily
 from .logic import TOL, Formulas, NeedsLowering, Rows, flatten
-from .parser import name_loc
-from .program import Program
+from ..language.parser import name_loc
+from ..language.program import Program
 from .relational import (
     INVALID,
     Const,
@@ -50,7 +50,7 @@ from .relational import (
     with_row_id,
 )
 from .sizes import DEFAULT_MAX_ELEMENTS, SizeError, size_message
-from .units import UNITS, dimension
+from ..language.units import UNITS, dimension
 
 
 def _lowering(fn):
@@ -400,7 +400,7 @@ class Lowering:
 
     def _set_arity(self, d: ast.SetDecl) -> int:
         """The tuple length of a declared set, told from its text (for a set that is not built)."""
-        from .check import Checker
+        from ..language.check import Checker
 
         return Checker(self.p).set_arity(d) or 1
 

@@ -42,7 +42,7 @@ def print_error(exc, exit_code: int) -> None:
     the run printed its answer already."""
     if printed():
         return
-    from .errors import ErrorList, SchedError
+    from ..language.errors import ErrorList, SchedError
 
     if isinstance(exc, ErrorList) and exc.errors:
         first = exc.errors[0]
@@ -59,6 +59,6 @@ def print_error(exc, exit_code: int) -> None:
 
 
 def _where(loc) -> str | None:
-    from .errors import NOWHERE
+    from ..language.errors import NOWHERE
 
     return None if loc is None or loc == NOWHERE else str(loc)

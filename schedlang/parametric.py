@@ -26,10 +26,12 @@ import time
 
 import numpy as np
 
-from . import ast
+from ..language import ast
 from .ir import IRModel
-from .lower import Lowering, _references, ast_nodes, lower_program
-from .program import Program
+from .lower import Lowering, lower_program
+from .walk import references as _references
+from .walk import ast_nodes
+from ..language.program import Program
 
 #: the budgets a sweep moves: the peak budget, and the save budget, which is the peak budget
 #: when not given (builtins.py); `budget.host` stays fixed

@@ -57,7 +57,7 @@ def _split_number(text: str) -> tuple[float, str]:
 
 
 class _Builder(Transformer):
-    """Lark tree -> schedlang.ast, one method per grammar rule."""
+    """Lark tree -> schedlang.language.ast, one method per grammar rule."""
 
     def __init__(self, path: str):
         super().__init__()

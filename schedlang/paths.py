@@ -4,7 +4,7 @@ Files read (a `.sched` file and what it `use`s, `--graph`, a plan, a checkmate-n
 `--resume` stream, a module of `run`/`trace`) go through `read_text` or `readable_file`;
 files written (`-o`, `--plan-out`, `--plot`, `--trace`, `--out`, `--graph-out`) are checked
 by `writable_file` before the work that produces them starts (then written by
-`schedlang.files`, atomically); a folder (``SCHEDLANG_CACHE_DIR``) by `writable_folder`. What
+`schedlang.language.files`, atomically); a folder (``SCHEDLANG_CACHE_DIR``) by `writable_folder`. What
 each refuses, with the reason in the message: a name too long for the file system, a folder
 where a file is wanted (or the reverse), a FIFO, socket or device (reading one would block or
 never end), a missing parent folder, and what the process may not read or write. The error's

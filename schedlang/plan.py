@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import DataError, Loc, did_you_mean
+from ..language.errors import DataError, Loc, did_you_mean
 
 SCHEMA = "schedlang.plan/1"
 
@@ -175,14 +175,14 @@ class Plan:
         return "{\n" + ",\n".join(body) + "\n}\n"
 
     def save(self, path: str | Path) -> None:
-        """Write the plan to `path` atomically (schedlang.files): a failed write keeps the old file."""
-        from .files import write_file
+        """Write the plan to `path` atomically (schedlang.language.files): a failed write keeps the old file."""
+        from ..language.files import write_file
 
         write_file(path, self.dumps())
 
     @classmethod
     def load(cls, path: str | Path) -> "Plan":
-        from .paths import read_text
+        from ..language.paths import read_text
 
         source = str(path)
         try:

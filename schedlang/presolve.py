@@ -550,7 +550,7 @@ def cutoff_bounds(ir: IRModel, x: np.ndarray, y: np.ndarray | None = None
     if lag is None or not is_int.any():
         return ir, 0, None
     low, d = lag
-    from .solvers.status import objective_step
+    from .bounds import objective_step
 
     step = objective_step(ir)  # c.x takes multiples of step: round the bound up to one
     if step is not None and abs(low / step) < 1e8:  # (as `solvers.status.round_bound`)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from . import ast
 from .errors import CheckError, DataError, Loc, did_you_mean
-from .graph import Graph
-from .graphdata import bandwidth_value, budget_value, build_graph
+from ..graphs.graph import Graph
+from ..graphs.graphdata import bandwidth_value, budget_value, build_graph
 from .parser import name_loc, parse_file, parse_text
 from .resources import models_dir, shipped_models
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ir import IRModel
+from ..compile.ir import IRModel
 
 
 @dataclass

@@ -18,7 +18,7 @@ Memory model (Checkmate view: each node produces one output, named like the node
 Op indices in messages are 0-based positions in the plan's op list (``op 12`` is ``ops[12]``).
 
 Layered graphs (H-Rockmate view: ``data``, ``layer`` with options and phantoms, ``loss``) are
-replayed on their H-graph (`schedlang.hgraph.build_hgraph`): compute nodes ``LAYER.fwd``,
+replayed on their H-graph (`schedlang.graphs.hgraph.build_hgraph`): compute nodes ``LAYER.fwd``,
 ``loss``, ``LAYER.bwd``. The formulations of this vocabulary are held to these rules:
 
 * state: the set of live data; for a data node with several creators (gradient accumulation),
@@ -29,7 +29,7 @@ replayed on their H-graph (`schedlang.hgraph.build_hgraph`): compute nodes ``LAY
   the peak starts at their total.
 * ``compute(node, option)``: `option` names one of the node's options (a forward's options are
   its layer's plus ``fast_forward``, whose numbers are those of the H-graph: stated by the
-  graph data or derived, `schedlang.hgraph`; the loss takes none, or ``loss``); it may be
+  graph data or derived, `schedlang.graphs.hgraph`; the loss takes none, or ``loss``); it may be
   omitted only on a node with a single option. A layer whose only option is ``fast_forward``
   has no backward node: its forward saves nothing and nothing consumes a phantom of it.
 
@@ -104,18 +104,18 @@ method per op kind (``compute``, ``delete``, ``drop_phantom``, ``offload``, ``pr
 ``wait``) over the state above, with the end-of-plan checks in ``finish``. They read the
 graph's cached indexes (`Graph.checkmate_index`, `Graph.layered_index`). `replay` returns what
 the ops measure, budgets aside; `simulate` adds the budget checks. The no-recomputation plan
-and its peak live in `schedlang.planners.no_recompute`.
+and its peak live in `schedlang.plans.planners.no_recompute`.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from .errors import DataError, did_you_mean
-from .graph import CheckmateIndex, Graph
-from .hgraph import HIndex
+from ..language.errors import DataError, did_you_mean
+from ..graphs.graph import CheckmateIndex, Graph
+from ..graphs.hgraph import HIndex
 from .plan import CHANNELS, OP_KINDS, Op, Plan, _a
-from .units import MAX_BYTES
+from ..language.units import MAX_BYTES
 
 #: a budget no plan reaches (a graph's sizes add up to at most MAX_BYTES,
 #: `Graph.check_total_bytes`): replay without a memory limit

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import DataError
+from ..language.errors import DataError
 
 DEFAULT_MAX_ELEMENTS = 20_000_000
 
@@ -63,7 +63,7 @@ def declaration_sizes(program, max_elements: int | None = None) -> tuple[list[De
     With graph data the model is lowered as `solve` lowers it (same errors); without it, only
     the domains that need no graph data are built, each under the size guard, so that a model
     whose own sets explode is stopped here too. A `SizeError` always propagates."""
-    from .errors import SchedError
+    from ..language.errors import SchedError
     from .lower import Lowering
 
     low = Lowering(program, program.graph, program.budgets, max_elements)
@@ -113,9 +113,10 @@ def _elements(low, d) -> int | None:
 
 def _domains_only(program, max_elements: int | None) -> list[DeclSize]:
     """Without graph data: each indexed declaration's domain, where it needs no graph data."""
-    from .builtins import BUILTIN_SCALARS, BUILTIN_SETS
-    from .errors import SchedError
-    from .lower import Lowering, _references
+    from ..language.builtins import BUILTIN_SCALARS, BUILTIN_SETS
+    from ..language.errors import SchedError
+    from .lower import Lowering
+    from .walk import references as _references
 
     low = Lowering(program, None, program.budgets, max_elements)
     builtin = set(BUILTIN_SETS) | set(BUILTIN_SCALARS)

@@ -36,7 +36,8 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
-from .problem import Problem, Result
+from ..problem import Problem
+from ..results import Result
 from .solution import Status
 
 #: Checkmate-view graphs up to this many nodes are solved as written (today's path)
@@ -92,7 +93,7 @@ class Route:
 def is_shipped_checkmate(problem: Problem) -> bool:
     """Whether the formulation is `models/checkmate.sched` as shipped: every declaration and
     the objective come from that file, nothing extends or overrides them."""
-    from .resources import models_dir
+    from ..language.resources import models_dir
 
     program = problem.program
     shipped = str((models_dir() / "checkmate.sched").resolve())
@@ -164,8 +165,8 @@ def _left(time_limit: float | None, since: float) -> float | None:
 def _large_graph(problem: Problem, route: Route, time_limit: float | None, since: float) -> Result:
     """The `best` heuristic plan, replayed, with the order-free bound."""
     from .incumbent import order_free_bound
-    from .planners.portfolio import plan_best
-    from .simulate import simulate
+    from ..plans.planners.portfolio import plan_best
+    from ..plans.simulate import simulate
 
     t0 = time.perf_counter()
     peak = problem.budgets.get("peak")
@@ -239,7 +240,7 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
 
 def _load_like(problem: Problem, models: list[str]) -> Problem:
     """`problem`'s graph and budgets with the formulation `models`, lowered."""
-    from . import load
+    from .. import load
 
     other = load(model=models, graph=problem.graph)
     other.program.budgets.update(problem.budgets)
@@ -253,8 +254,8 @@ def _start_plan(tight: Problem, route: Route):
     fitting plan of the auto planners and recompute_gaps (plans in the graph's order, so in
     the model's stage space), each with its needless recomputations undone
     (`planners.prune`), or None when none fits."""
-    from .planners.prune import prune_recomputations
-    from .problem import AUTO_PLANNERS, run_named_planner
+    from ..plans.planners.prune import prune_recomputations
+    from ..problem import AUTO_PLANNERS, run_named_planner
 
     t0 = time.perf_counter()
     budget = tight.budgets.get("peak")
@@ -286,8 +287,8 @@ def _phase_one(problem: Problem, route: Route, lowest, time_limit, since, kw):
     (`models/extensions/soft_budget.sched`) until a plan fits (the start), for `PHASE_ONE_SHARE`
     of the time left; `proof` is an infeasible `Result` when it proves the least excess above
     zero. Without a fitting plan the start is "auto" (the solvers start cold)."""
-    from .problem import AUTO
-    from .resources import models_dir
+    from ..problem import AUTO
+    from ..language.resources import models_dir
 
     soft = _load_like(problem, [TIGHT_MODEL, str(models_dir() / "extensions" / SOFT_BUDGET)])
     left = _left(time_limit, since)
@@ -310,7 +311,7 @@ def _phase_one(problem: Problem, route: Route, lowest, time_limit, since, kw):
     if res.status == Status.INFEASIBLE:  # (its rows hold for every plan: the graph's own)
         return None, "", res
     if fits:
-        from .planners.prune import prune_recomputations
+        from ..plans.planners.prune import prune_recomputations
 
         plan = prune_recomputations(problem.graph, res.plan, problem.budgets.get("peak"))
         plan.meta["planner"] = "phase one"
@@ -322,7 +323,7 @@ def _combine(tight: Problem, results: list[Result], gap: float | None) -> Result
     """The result with the fastest valid plan, with the best bound of all (both solved the
     same model: each bound and each proof holds for it)."""
     from .solvers import requested_gap
-    from .solvers.status import relative_gap, within_gap
+    from .status import relative_gap, within_gap
 
     ir = tight.ir
     proven = [r for r in results if r.status == Status.INFEASIBLE]

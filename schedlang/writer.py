@@ -24,7 +24,7 @@ import math
 import re
 from decimal import Decimal
 
-from .errors import DataError
+from ..language.errors import DataError
 from .graph import NODE_KINDS, Graph
 
 # the grammar's NAME: each dotted part starts with a letter or _ (blocks.0.out must be quoted)

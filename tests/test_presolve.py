@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from .irmodels import make_ir
-from schedlang.ir import ConstraintBlock, IRModel, Objective, VarFamily
-from schedlang.presolve import Postsolve, presolve, trivial_infeasibility
+from schedlang.testing.irmodels import make_ir
+from schedlang.compile.ir import ConstraintBlock, IRModel, Objective, VarFamily
+from schedlang.compile.presolve import Postsolve, presolve, trivial_infeasibility
 
 INF = np.inf
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schedlang.problem import Result
-from schedlang.solution import Status
+from schedlang.results import Result
+from schedlang.solve.solution import Status
 from schedlang.sweep import SweepPoint, budget_monotone, monotone_bounds, prepare
 
 from .paths import EXAMPLES

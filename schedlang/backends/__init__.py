@@ -8,7 +8,7 @@ Entry points:
 
 A backend module exposes ``build(ir)`` and ``solve(ir, run) -> RawResult``; it reports what
 the solver said (`RawResult.termination`, the point, the bound), reading the solver's answer
-with its adapter (`schedlang/solvers/`), and `schedlang.solvers.status.normalize` decides
+with its adapter (`schedlang/solve/solvers/`), and `schedlang.solve.status.normalize` decides
 the final status, the same way for every backend:
 
 ==========================  ==========================================================
@@ -47,17 +47,18 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import SchedError
-from ..ir import IRModel, Objective
-from ..presolve import Postsolve, cutoff_bounds, presolve as run_presolve, trivial_infeasibility
+from ...language.errors import SchedError
+from ...compile.ir import IRModel, Objective
+from ...compile.presolve import Postsolve, presolve as run_presolve, trivial_infeasibility
+from ...compile.bounds import cutoff_bounds
 from ..solution import Solution, Status
 from ..solvers import (
     BACKEND_NAMES, NativeOptions, SolverAdapter, check_backend, native_options, requested_gap,
     resolve, supports_warm_start,
 )
 from ..solvers.base import output_to_stderr
-from ..solvers.progress import Progress
-from ..solvers.status import (  # noqa: F401  (the termination words, for the backends)
+from ..progress import Progress
+from ..status import (  # noqa: F401  (the termination words, for the backends)
     ERROR, INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult,
     is_feasible, join, normalize, objective_value,
 )
@@ -129,7 +130,7 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
     """Presolve, build, solve and postsolve `ir`; one normalized `Solution`.
 
     `progress` is called with a `Progress` now and then while the solver runs, where the
-    solver reports it (HiGHS through the Pyomo backend; `schedlang.solvers.progress`).
+    solver reports it (HiGHS through the Pyomo backend; `schedlang.solve.progress`).
     `deadline` (a `time.monotonic()` instant) bounds the rest of the solve, build included:
     the solver's time limit becomes the time left once the model is built, and HiGHS through
     the Pyomo backend is watched (`solvers.highs.Interrupts`): a solver still running at the

@@ -10,7 +10,7 @@ The solve goes through ``Problem.get_problem_data`` and the solving chain's
 model, the SCIP status) can be read before cvxpy folds it into its own status: cvxpy maps a
 time limit to OPTIMAL_INACCURATE (SCIP, CBC, GLPK), to USER_LIMIT (HiGHS, Gurobi), and a time
 limit without a solution to INFEASIBLE_INACCURATE (Gurobi) or SOLVER_ERROR (SCIP, GLPK).
-Reading that answer is each solver adapter's `read_cvxpy` (`schedlang/solvers/`).
+Reading that answer is each solver adapter's `read_cvxpy` (`schedlang/solve/solvers/`).
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import warnings
 
 import numpy as np
 
-from ..ir import IRModel
+from ...compile.ir import IRModel
 from ..solvers.base import CvxpyAnswer
-from ..solvers.status import ERROR, OPTIMAL, UNKNOWN, RawResult
+from ..status import ERROR, OPTIMAL, UNKNOWN, RawResult
 from . import SolveRun
 
 VAR_NAME = "x"

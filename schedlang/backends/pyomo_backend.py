@@ -5,15 +5,15 @@ keys), one indexed `Constraint` per constraint block whose rule returns
 ``(lo, LinearExpression(...), hi)`` straight from the block's CSR row, and one `Objective`.
 Component names are the family and block names, made into Python identifiers.
 
-Interfaces (each solver adapter in `schedlang/solvers/` lists its own, first available
+Interfaces (each solver adapter in `schedlang/solve/solvers/` lists its own, first available
 wins): `highs_ir` (HiGHS's default: the IR's matrix handed to highspy in one call,
-`schedlang.solvers.highs.solve_ir`, no Pyomo model built: the fastest way from the IR to
+`schedlang.solve.solvers.highs.solve_ir`, no Pyomo model built: the fastest way from the IR to
 HiGHS, and no Pyomo objects for the garbage collector to walk afterwards), `stdform_highs`
-(the Pyomo model compiled to standard form, `schedlang.solvers.highs.solve_pyomo_stdform`),
+(the Pyomo model compiled to standard form, `schedlang.solve.solvers.highs.solve_pyomo_stdform`),
 `appsi_highs` (pyomo.contrib.appsi), pyomo.contrib.solver's `highs`, `gurobi_direct`,
 `scip_direct`, Pyomo's classic shell plugins (`cbc`, `glpk`), and `cpsat_ir` (CP-SAT,
-`schedlang.solvers.cpsat`: built from the IR directly, no Pyomo model). The termination tables
-of Pyomo's three APIs are in `schedlang.solvers.status`; a solver's log-reading quirks are
+`schedlang.solve.solvers.cpsat`: built from the IR directly, no Pyomo model). The termination tables
+of Pyomo's three APIs are in `schedlang.solve.status`; a solver's log-reading quirks are
 its adapter's `adjust_classic`.
 """
 from __future__ import annotations
@@ -25,12 +25,12 @@ import time
 
 import numpy as np
 
-from ..ir import IRModel
+from ...compile.ir import IRModel
 from ..solvers import PYOMO_CONTRIB, cpsat, pyomo_interface
 from ..solvers.highs import IR_INTERFACE, solve_pyomo_stdform
 from ..solvers.highs import solve_ir as solve_highs_ir
-from ..solvers.status import ERROR, PYOMO_APPSI, PYOMO_CLASSIC, RawResult, termination
-from ..solvers.status import PYOMO_CONTRIB as CONTRIB_TERMINATION
+from ..status import ERROR, PYOMO_APPSI, PYOMO_CLASSIC, RawResult, termination
+from ..status import PYOMO_CONTRIB as CONTRIB_TERMINATION
 from . import SolveRun
 
 COLUMNS_ATTR = "_schedlang_columns"  # the model's VarData in IR column order

@@ -9,7 +9,7 @@ decoder's encoder in `encode.ENCODERS` (stages: yes; phases: not yet).
 """
 from __future__ import annotations
 
-from ..errors import CheckError, did_you_mean
+from ...language.errors import CheckError, did_you_mean
 from .encode import ENCODERS, NotEncodable
 from .phases import decode_phases
 from .segments import decode_segments

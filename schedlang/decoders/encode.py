@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..plan import Plan
-from ..units import UNITS
+from ...language.units import UNITS
 
 
 class NotEncodable(Exception):
@@ -218,7 +218,7 @@ def encode_stages(decl, ir, plan: Plan, graph) -> np.ndarray:
 def _complete(ir, x: np.ndarray, fixed, time_limit: float = 30.0) -> np.ndarray:
     """`x` with the columns of the `fixed` families kept and the others completed by HiGHS
     (`relaxation.highs_solve`); `NotEncodable` when no completion exists."""
-    from ..relaxation import highs_solve
+    from ...solve.relaxation import highs_solve
 
     lb, ub = (v.copy() for v in ir.column_bounds())
     for fam in fixed:
@@ -254,7 +254,7 @@ def phase_schedule(plan: Plan, h) -> tuple[dict, dict, dict]:
     live[t] / phantoms[t] = the data in memory / {layer: option} of the phantoms saved when
     phase t starts (just before its first compute). Raises `NotEncodable` for a plan outside
     the phase space or with transfers."""
-    from ..hgraph import FAST_FORWARD
+    from ...graphs.hgraph import FAST_FORWARD
 
     order = [k.name for k in h.compute]
     index = {k: i for i, k in enumerate(order)}
@@ -318,7 +318,7 @@ def encode_phases(decl, ir, plan: Plan, graph, time_limit: float = 30.0) -> np.n
     the replay, every transfer role 0 -- and the rest of the columns (creates, deletes,
     contributions, memory, the offload model's bookkeeping) completed by HiGHS on the model
     with those columns fixed (`relaxation.highs_solve`)."""
-    from ..relaxation import highs_solve
+    from ...solve.relaxation import highs_solve
 
     if not graph.layers:
         raise NotEncodable(f"graph '{graph.name}' is node/edge data; the phase encoder works on "
@@ -361,7 +361,7 @@ def check_point(ir, x: np.ndarray) -> tuple[bool, str]:
     """Does `x` satisfy `ir`'s rows, bounds and integrality (the backends' tolerances)?"""
     import re
 
-    from ..solvers.status import is_feasible
+    from ...solve.status import is_feasible
 
     ok, why = is_feasible(ir, np.asarray(x, dtype=float))
     why = re.sub(r"column (\d+)", lambda m: column_name(ir, int(m.group(1))), why)

@@ -17,7 +17,7 @@ def decode_segments(decl, ir, solution, graph):
 def segments_of(program, ir, solution) -> list[tuple]:
     """[(first unit, last unit, checkpointed)] for the segments, then [(first unit, last unit,
     checkpointed, 1)] for the pieces of the checkpointed ones (when the model has them)."""
-    from . import role_values
+    from .roles import role_values
 
     decl = program.decode
     out = []

@@ -9,11 +9,11 @@ are deleted; at the end of a stage, whatever is not kept into the next one is de
 from __future__ import annotations
 
 from ..plan import Op, Plan
-from ..units import UNITS
+from ...language.units import UNITS
 
 
 def decode_stages(decl, ir, solution, graph) -> Plan:
-    from . import role_values
+    from .roles import role_values
 
     R = role_values(decl, ir, solution, "compute")
     S = role_values(decl, ir, solution, "keep")

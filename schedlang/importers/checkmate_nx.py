@@ -23,8 +23,8 @@ from typing import Any
 
 import networkx as nx
 
-from ..errors import DataError, Loc
-from ..graph import Graph, Node
+from ..language.errors import DataError, Loc
+from .graph import Graph, Node
 
 # convention name -> (node key, size attribute, time attribute, backward attribute or None)
 _CONVENTIONS = {
@@ -35,7 +35,7 @@ _CONVENTIONS = {
 
 def load_checkmate_nx(path: str | Path) -> Graph:
     """Read a networkx node-link JSON graph; problems raise `DataError` located at `path`."""
-    from ..paths import read_text
+    from ..language.paths import read_text
 
     source = str(path)
     try:

@@ -1,7 +1,7 @@
 """Baseline planners: the heuristics of Checkmate, Chen et al., PyTorch and torch._functorch.
 
 Each planner turns graph data (+ an optional peak budget) into a `Plan` that replays in
-`schedlang.simulate.simulate`. All of them are built on one idea, a **keep set**: which
+`schedlang.plans.simulate.simulate`. All of them are built on one idea, a **keep set**: which
 forward data are held from the forward pass to the backward pass (a *checkpoint*); the rest
 is freed after its forward use and recomputed when the backward needs it. A planner chooses
 the keep set; `_checkmate_plan` / `_layered_plan` turn it into ops. When a budget cannot be
@@ -38,7 +38,7 @@ of the resulting compute sequence: every datum is freed right after its last rea
 
 Planners (`PLANNERS`):
 
-* ``no_recompute`` -- `schedlang.planners.no_recompute`: everything once, frees after
+* ``no_recompute`` -- `schedlang.plans.planners.no_recompute`: everything once, frees after
   last use.
 * ``checkpoint_all`` -- Checkmate's baseline of that name (``solve_checkpoint_all``): *every
   forward output is a checkpoint*, i.e. kept until its last use; nothing is recomputed. On
@@ -89,9 +89,9 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from ..errors import DataError
-from ..graph import Graph
-from ..hgraph import FAST_FORWARD, bwd_name, fwd_name, has_backward
+from ...language.errors import DataError
+from ...graphs.graph import Graph
+from ...graphs.hgraph import FAST_FORWARD, bwd_name, fwd_name, has_backward
 from ..plan import Op, Plan
 from ..simulate import NO_LIMIT, simulate
 from . import Planner

@@ -25,8 +25,8 @@ from itertools import pairwise
 
 import numpy as np
 
-from ..errors import DataError
-from ..graph import Graph
+from ...language.errors import DataError
+from ...graphs.graph import Graph
 from ..plan import Op, Plan
 from . import Planner
 

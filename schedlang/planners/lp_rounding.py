@@ -28,7 +28,7 @@ from __future__ import annotations
 import time as _time
 
 
-from ..graph import Graph
+from ...graphs.graph import Graph
 from ..plan import Op, Plan
 from . import Planner
 
@@ -38,8 +38,8 @@ SCALES = (1.0, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5)
 
 def lower_checkmate(graph: Graph, budget: int):
     """The Checkmate IR of `graph` at `budget` bytes."""
-    from ..lower import lower_program
-    from ..program import load_program
+    from ...compile.lower import lower_program
+    from ...language.program import load_program
 
     program = load_program([], ["checkmate"])
     return lower_program(program, graph, {"peak": int(budget)})
@@ -47,7 +47,7 @@ def lower_checkmate(graph: Graph, budget: int):
 
 def solve_relaxation(graph: Graph, budget: int, time_limit: float | None = None):
     """(status, LP optimum or None, {(t, v): S value}) of the Checkmate relaxation."""
-    from ..relaxation import highs_solve
+    from ...solve.relaxation import highs_solve
 
     ir = lower_checkmate(graph, budget)
     out = highs_solve(ir, relax=True, time_limit=time_limit)

@@ -5,12 +5,12 @@
 * layered view: the autograd-like plan (`no_recompute_layered`).
 
 `no_recompute_peak(graph)` is its simulated peak, the 100% of ``--budget 80%``. The planner
-registry lists this plan as ``no_recompute`` (`schedlang.planners.baselines`).
+registry lists this plan as ``no_recompute`` (`schedlang.plans.planners.baselines`).
 """
 from __future__ import annotations
 
-from ..errors import DataError
-from ..graph import Graph
+from ...language.errors import DataError
+from ...graphs.graph import Graph
 from ..plan import Op, Plan
 from ..simulate import replay
 

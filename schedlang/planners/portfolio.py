@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time as _time
 
-from ..graph import Graph
+from ...graphs.graph import Graph
 from ..plan import Plan
 from . import Planner, graph_view, planners
 

@@ -10,7 +10,7 @@ returns has been replayed; its time never exceeds the given plan's.
 """
 from __future__ import annotations
 
-from ..graph import Graph
+from ...graphs.graph import Graph
 from ..plan import Plan
 from ..simulate import simulate
 

@@ -49,12 +49,12 @@ from dataclasses import dataclass
 from torch import nn
 
 from .. import progress
-from ..errors import SchedError
-from ..graph import Graph
-from ..plan import Plan
+from ..language.errors import SchedError
+from ..graphs.graph import Graph
+from ..plans.plan import Plan
 from ..progress import reporting
-from ..simulate import simulate
-from ..units import format_size
+from ..plans.simulate import simulate
+from ..language.units import format_size
 from . import distributed
 from .fitmodule import FitModule
 from .guards import guarded_fit

@@ -11,9 +11,9 @@ import weakref
 import torch
 from torch import nn
 
-from ..graph import Graph
-from ..plan import Plan
-from ..units import format_size
+from ..graphs.graph import Graph
+from ..plans.plan import Plan
+from ..language.units import format_size
 from .distributed import check_not_sharded_after, fsdp_storages
 from .guards import check_call
 from .memory import MemoryTracker, drop_closed_modes

@@ -28,7 +28,7 @@ import weakref
 
 import torch
 
-from ..errors import SchedError
+from ..language.errors import SchedError
 from .inputs import split_inputs, tensor_leaves
 
 #: relative tolerance of the recomputation checksum (kernels may sum in another order)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import Loc
+from ..language.errors import Loc
 from .memory import MemoryTracker, storage_key
 from .opgraph import OpGraph, record_ops
 from .profile import OptionProfile, Timer

@@ -12,11 +12,11 @@ import torch
 from torch import nn
 
 from .. import progress
-from ..errors import SchedError
-from ..graph import Graph
-from ..plan import Plan
-from ..simulate import simulate
-from ..units import format_size
+from ..language.errors import SchedError
+from ..graphs.graph import Graph
+from ..plans.plan import Plan
+from ..plans.simulate import simulate
+from ..language.units import format_size
 from . import distributed
 from .frontends.blocks.hooked import (
     rerun_correction,
@@ -43,7 +43,7 @@ def resolve_fit_budget(budget, plain_peak: int) -> int:
     """Bytes from a size ('2GiB', 3e9, 1000000) or a percentage ('60%') of `plain_peak`
     (`schedlang.budgets`: one parser and one rounding rule for every budget)."""
     from .. import budgets
-    from ..errors import Loc
+    from ..language.errors import Loc
 
     return budgets.parse(budget, plain_peak, Loc("budget"), "the plain execution peak")
 
@@ -83,9 +83,9 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     phase's included) is over `activation_budget` is not returned."""
     import schedlang
 
-    from ..resources import extension_path
-    from ..solution import Status
-    from ..solvers import requested_gap
+    from ..language.resources import extension_path
+    from ..solve.solution import Status
+    from ..solve.solvers import requested_gap
 
     g = copy.copy(graph)
     g.budgets = {"peak": int(activation_budget)}
@@ -140,7 +140,7 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
     the smallest budget found feasible (within `rel`, at most `max_solves` solves), or None
     if `high` is not. The budget, not the plan's peak: a plan also needs the save budget that
     its budget implies (the loss phase), so a budget of its peak may admit no plan."""
-    from ..bisection import smallest_feasible as bisect
+    from ..solve.bisection import smallest_feasible as bisect
 
     return bisect(  # feasibility only after the first: no least-peak solve
         lambda b: solve_plan(graph, b, solver, time_limit, backend, least_peak=False,
@@ -263,7 +263,7 @@ def solve_linked(base: Prepared, linked: Prepared, want: int, solver, time_limit
     every plan it can express), at the same budget; the offloading plan is kept only when it
     is predicted faster by more than the solver's relative gap. Raises FitError when neither
     meets the budget."""
-    from ..solvers import requested_gap
+    from ..solve.solvers import requested_gap
 
     t0 = time.perf_counter()
     activation = want - base.resident_bytes
@@ -344,7 +344,7 @@ def as_before(prep: Prepared, found: Plan | None, activation: int, solver: str) 
     optimality means): plans of equal predicted time and peak can measure a few hundred bytes
     apart (ViT: which of two identical blocks recomputes, 768 B), so taking the earlier one
     keeps the measured peak from growing as the budget falls. Records the result."""
-    from ..solvers import requested_gap
+    from ..solve.solvers import requested_gap
 
     if found is None or distributed.active():
         return found

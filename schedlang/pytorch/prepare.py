@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..errors import SchedError
-from ..graph import Graph
-from ..planners.no_recompute import no_recompute_plan
-from ..simulate import simulate
+from ..language.errors import SchedError
+from ..graphs.graph import Graph
+from ..plans.planners.no_recompute import no_recompute_plan
+from ..plans.simulate import simulate
 from .frontends.blocks.frontend import BLOCKS
 from .frontends.fx.frontend import FX
 from .inputs import split_inputs

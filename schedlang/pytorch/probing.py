@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .. import progress
-from ..units import format_size
+from ..language.units import format_size
 from . import distributed
 from .distributed import fsdp_storages, is_fsdp
 from .fitmodule import FitModule

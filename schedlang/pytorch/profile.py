@@ -61,8 +61,8 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
-from ..errors import Loc, SchedError
-from ..hgraph import FAST_FORWARD
+from ..language.errors import Loc, SchedError
+from ..graphs.hgraph import FAST_FORWARD
 from .frontends.blocks.offload import offloading
 from .frontends.fx.partition import LayerPart, Partitioned
 from .memory import MemoryTracker, storage_bytes, storage_key

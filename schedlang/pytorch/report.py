@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..units import format_size
+from ..language.units import format_size
 from .prepare import LOSS_RESERVE, LOSS_SCALAR_BYTES
 
 __all__ = ["MemoryReport", "link_line"]

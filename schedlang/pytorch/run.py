@@ -13,7 +13,7 @@ memory tracker slows every op, the fitted module is timed in as many steps again
 with the budget; a
 Chrome/Perfetto trace of the executed ops.
 
-Wire it into the CLI (schedlang/cli.py)::
+Wire it into the CLI (schedlang/cli/main.py)::
 
     # in _parser():
     from .pytorch.run import add_run_arguments          # imports no torch
@@ -37,7 +37,7 @@ import statistics
 import time
 from pathlib import Path
 
-from ..errors import SchedError
+from ..language.errors import SchedError
 from .factory import load_factory
 from .trace import write_trace
 
@@ -180,7 +180,7 @@ def run_main(args) -> int:
         import torch
     except ImportError:
         raise SchedError("schedlang run needs torch: pip install 'schedlang[torch]'") from None
-    from ..plan import Plan
+    from ..plans.plan import Plan
     from .fit import fit  # torch: loaded when the command runs, not when the CLI parses
 
     frontend = _checked_frontend(args)
@@ -258,7 +258,7 @@ def run_main(args) -> int:
         "plot": args.plot, "trace": args.trace,
     }
     if args.json:
-        from ..output import print_json
+        from ..cli.output import print_json
 
         print_json(out)
     else:
@@ -270,13 +270,13 @@ def run_main(args) -> int:
 
 def _check_outputs(args) -> None:
     """Fail before profiling and training when an output cannot be written."""
-    from ..errors import Loc
-    from ..paths import writable_file
+    from ..language.errors import Loc
+    from ..language.paths import writable_file
 
     if args.plot and args.trace and Path(args.plot).resolve() == Path(args.trace).resolve():
         raise RunError("--plot and --trace name the same file", Loc("--trace"))
     if args.plot is not None:
-        from ..sweep import check_plot_target
+        from ..plotting import check_plot_target
 
         check_plot_target(args.plot, Loc("--plot"))
     for flag, path, what in (("--trace", args.trace, "trace"),
@@ -287,7 +287,7 @@ def _check_outputs(args) -> None:
 
 
 def _read_graph(path: str):
-    from ..program import load_program
+    from ..language.program import load_program
 
     program = load_program([Path(path)], None)
     if program.graph is None or not program.graph.layers:
@@ -318,7 +318,7 @@ def _checked_frontend(args) -> str:
 
 def _print_report(out: dict, rep, args, held: bool, fit_s: float) -> None:
     """`schedlang run`'s text report of `out` (what --json prints)."""
-    from ..units import format_size
+    from ..language.units import format_size
     from .report import link_line
 
     step, plain_step, measured = out["step_s"], out["plain_step_s"], out["measured_peak_bytes"]

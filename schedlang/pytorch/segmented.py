@@ -12,7 +12,7 @@ import torch
 import torch.fx as fx
 from torch.utils.checkpoint import checkpoint
 
-from ..errors import Loc, SchedError
+from ..language.errors import Loc, SchedError
 from .opgraph import OpGraph, graph_outputs, may_alias
 from .tensors import placeholder
 

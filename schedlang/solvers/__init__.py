@@ -8,7 +8,7 @@ file and one line there. This module answers, for a solver and a backend: is it 
 (`is_available`, `pyomo_interface`), how are the common options spelled (`native_options`),
 what gap counts as optimal (`requested_gap`), can a MIP start be passed
 (`supports_warm_start`). How a solver's answer becomes a status: `status.py`. Nothing
-here builds or solves a model (`schedlang.backends` does).
+here builds or solves a model (`schedlang.solve.backends` does).
 
 Every option set carries the solver's absolute MIP gap set to 0 where the solver has one:
 objectives are often small numbers (seconds), and a default absolute gap of 1e-6 would stop
@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from ..errors import Loc, SolverUnavailable, did_you_mean
+from ...language.errors import Loc, SolverUnavailable, did_you_mean
 from . import cbc, cpsat, glpk, gurobi, highs, scip
 from .base import CvxpyAnswer, NativeOptions, SolverAdapter
 

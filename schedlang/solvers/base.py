@@ -13,8 +13,8 @@ An adapter (one module per solver in this package: `highs`, `gurobi`, `scip`, `c
 * `session(threads, verbose)`: a context manager around one solve, for process-wide solver
   state that must be set and then restored (HiGHS's thread scheduler, its banner).
 
-Registering it is one line in `schedlang/solvers/__init__.py` (`ADAPTERS`). Nothing here
-builds a model; the backends (`schedlang/backends/`) call these hooks.
+Registering it is one line in `schedlang/solve/solvers/__init__.py` (`ADAPTERS`). Nothing here
+builds a model; the backends (`schedlang/solve/backends/`) call these hooks.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .status import CVXPY, ERROR, OPTIMAL, LIMIT, UNKNOWN, RawResult, termination
+from ..status import CVXPY, ERROR, OPTIMAL, LIMIT, UNKNOWN, RawResult, termination
 
 
 @dataclass

@@ -9,7 +9,7 @@ optimal_inaccurate, a limit), with no bound.
 from __future__ import annotations
 
 from .base import CvxpyAnswer, NativeOptions, SolverAdapter, read_cvxpy_status, spell
-from .status import RawResult
+from ..status import RawResult
 
 
 class Cbc(SolverAdapter):

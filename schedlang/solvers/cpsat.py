@@ -40,7 +40,7 @@ import time
 import numpy as np
 
 from .base import NativeOptions, SolverAdapter, spell
-from .status import ERROR, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult, \
+from ..status import ERROR, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult, \
     by_termination, termination
 
 # CpSolverStatus names -> termination (UNKNOWN: a limit before any solution)
@@ -276,7 +276,7 @@ def solve(ir, run) -> RawResult:
     from ortools.sat.python import cp_model
 
     from .highs import LEFT_RUNNING, Interrupts
-    from .progress import Progress
+    from ..progress import Progress
 
     t0 = time.perf_counter()
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from .base import CvxpyAnswer, NativeOptions, SolverAdapter, read_cvxpy_status
-from .status import INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult
+from ..status import INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult
 
 
 class Glpk(SolverAdapter):

@@ -40,7 +40,7 @@ from functools import cache
 import numpy as np
 
 from .base import CvxpyAnswer, NativeOptions, SolverAdapter, output_discarded, spell
-from .status import ERROR, INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, \
+from ..status import ERROR, INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, \
     RawResult, by_termination, termination
 
 # HighsModelStatus names -> termination
@@ -61,7 +61,7 @@ LEFT_RUNNING: list[threading.Thread] = []
 
 def threads_left_running() -> bool:
     """Is a HiGHS run the watchdog abandoned still going? (Then ending the interpreter
-    normally would abort in HiGHS's thread: `schedlang.cli.entry` ends with os._exit.)"""
+    normally would abort in HiGHS's thread: `schedlang.cli.main.entry` ends with os._exit.)"""
     return any(t.is_alive() for t in LEFT_RUNNING)
 
 
@@ -276,7 +276,7 @@ def _mip_callback(progress, interrupts: Interrupts):
     (when given), and asks HiGHS to stop once a signal came (`Interrupts`)."""
     import highspy
 
-    from .progress import Progress
+    from ..progress import Progress
 
     inf = highspy.kHighsInf
 
@@ -303,7 +303,7 @@ def highs_lp(A, cost, col_lb, col_ub, row_lo, row_hi, *, maximize: bool = False,
     """A `highspy.HighsLp` of min/max cost.x + offset s.t. row_lo <= A x <= row_hi and column
     bounds; `integer` (a boolean per column, or None for an LP) marks the integer columns.
     Infinite bounds may be numpy infinities. The one place a HiGHS model is assembled (the
-    Pyomo standard-form driver below, and `schedlang.relaxation`)."""
+    Pyomo standard-form driver below, and `schedlang.solve.relaxation`)."""
     import highspy
     import scipy.sparse as sp
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import CvxpyAnswer, NativeOptions, SolverAdapter, spell
-from .status import INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, RawResult, \
+from ..status import INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, RawResult, \
     by_termination, termination
 
 # SCIP status strings (Model.getStatus()) -> termination

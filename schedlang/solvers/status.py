@@ -8,7 +8,7 @@ Two steps, both here:
    interfaces every solver shares (Pyomo's three solver APIs, cvxpy's status strings) are
    `PYOMO_CLASSIC`, `PYOMO_CONTRIB`, `PYOMO_APPSI` and `CVXPY` below, keyed by the names of
    the native enums so that nothing is imported to read them.
-2. `normalize` turns a `RawResult` into a `Solution` (the table in `schedlang.backends`'s
+2. `normalize` turns a `RawResult` into a `Solution` (the table in `schedlang.solve.backends`'s
    docstring): the final status, the objective recomputed in the original model, the
    bound and gap checked against the requested gap.
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir import IRModel
-from ..solution import Solution, Status
+from ..compile.ir import IRModel
+from .solution import Solution, Status
 
 # RawResult.termination values
 OPTIMAL, LIMIT, INFEASIBLE, UNBOUNDED, INF_OR_UNBD, ERROR, UNKNOWN = (
@@ -219,7 +219,7 @@ def box_bound(model: IRModel) -> float | None:
     one. After presolve it counts the columns presolve fixed (Checkmate: each node computed
     once in its own stage, the sum of the node times). None if a needed bound is infinite.
     (`presolve.lagrangian_bound` with every row multiplier 0.)"""
-    from ..presolve import lagrangian_bound
+    from ..compile.bounds import lagrangian_bound
 
     lag = lagrangian_bound(model)
     if lag is None:

@@ -151,7 +151,7 @@ def test_selective_prediction_matches_the_runtime():
     """Every layer that offers `selective` runs it: the profiled backward overhead is the
     runtime's (the profiler once held the kept tensors through the backward and predicted
     up to 10% too much, which made the GPT-2 test flaky under load)."""
-    from schedlang.planners.no_recompute import no_recompute_plan
+    from schedlang.plans.planners.no_recompute import no_recompute_plan
     from schedlang.pytorch.fit import fit, prepare
 
     model, inputs, loss_fn = ALL["gpt"](batch=8, context=32, dim=32, heads=4, layers=2)
@@ -251,7 +251,7 @@ def test_the_outputs_are_handed_over_to_the_loss():
     no-recomputation plan run by fit's runtime measures eager's peak (it used to hold one
     logits tensor more); the prediction still counts the outputs as the caller may keep them
     through the backward, so it holds for a step that does."""
-    from schedlang.planners.no_recompute import no_recompute_plan
+    from schedlang.plans.planners.no_recompute import no_recompute_plan
     from schedlang.pytorch.fit import fit, prepare
     from schedlang.pytorch.memory import MemoryTracker
 
@@ -311,9 +311,9 @@ def _checkpoint_sequential_instance():
     logits that the loss reads and the caller holds), and checkpoint_sequential(2)'s schedule
     on it as a plan: layers 1-2 run without saving (h1 dropped), layers 3-4 plainly; in the
     backward layer 1 runs again saving its phantom and layer 2 is recomputed by its backward."""
-    from schedlang.plan import Op, Plan
+    from schedlang.plans.plan import Op, Plan
 
-    from ..layered_instances import MiB, chain, opt
+    from schedlang.testing.layered_instances import MiB, chain, opt
 
     g = chain("seq", [1, 1, 1, 1, 4],
               [[opt("autograd", 1, 1, 8), opt("recompute", 1, 2, 0)] for _ in range(4)])
@@ -343,7 +343,7 @@ def test_checkpoint_sequential_schedule_is_found_at_its_own_peak():
     (12 against 11 here; on the bench GPT +38% against checkpoint_sequential(3)'s +30%)."""
     from schedlang.pytorch.outputs import loss_moment
     from schedlang.pytorch.planning import solve_plan
-    from schedlang.simulate import simulate
+    from schedlang.plans.simulate import simulate
 
     g, seq, outputs = _checkpoint_sequential_instance()
     loss_overhead = 4 * 2**20

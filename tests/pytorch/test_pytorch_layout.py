@@ -17,7 +17,7 @@ PACKAGE = "schedlang.pytorch"
 ROOT = Path(__file__).resolve().parents[2] / "schedlang" / "pytorch"
 MAX_FILE_LINES = 800
 MAX_FUNCTION_LINES = 120
-#: the CLI's entry modules: `schedlang.cli` imports them to build its parser, so they load
+#: the CLI's entry modules: `schedlang.cli.main` imports them to build its parser, so they load
 #: torch and the package's torch modules inside the functions that run their command
 CLI_ENTRY = {"schedlang.pytorch.trace", "schedlang.pytorch.run"}
 
@@ -102,7 +102,7 @@ def test_own_modules_are_imported_at_module_level():
 def test_the_cli_parses_without_torch():
     """`schedlang --help`, `check` and `solve` build the parser with the trace and run
     commands' arguments: that imports no torch."""
-    code = ("import sys, schedlang.cli, " + ", ".join(sorted(CLI_ENTRY))
+    code = ("import sys, schedlang.cli.main, " + ", ".join(sorted(CLI_ENTRY))
             + "; sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 

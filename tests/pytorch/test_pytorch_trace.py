@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from schedlang.errors import SchedError  # noqa: E402
+from schedlang.language.errors import SchedError  # noqa: E402
 from schedlang.pytorch.frontends.fx.partition import partition  # noqa: E402
 from schedlang.pytorch.memory import MemoryTracker, storage_bytes  # noqa: E402
 from schedlang.testing.torch_models import ALL, make_gpt, make_mlp, make_unet  # noqa: E402
@@ -402,8 +402,8 @@ def _traced(name):
 
 def _solve_and_replay(text, budget):
     import schedlang
-    from schedlang.simulate import simulate
-    from schedlang.solution import Status
+    from schedlang.plans.simulate import simulate
+    from schedlang.solve.solution import Status
 
     prob = schedlang.load(text=text, budget=budget)
     res = prob.solve(solver="highs")
@@ -419,8 +419,8 @@ def _solve_and_replay(text, budget):
 
 @pytest.mark.parametrize("name", sorted(ALL))
 def test_trace_solves_and_replays(name, tmp_path):
-    from schedlang.planners.no_recompute import no_recompute_peak
-    from schedlang.program import load_program
+    from schedlang.plans.planners.no_recompute import no_recompute_peak
+    from schedlang.language.program import load_program
     from schedlang.pytorch.trace import read_trace_info, write_trace
 
     model, graph = _traced(name)

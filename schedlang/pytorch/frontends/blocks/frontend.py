@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from ....errors import SchedError
+from ....language.errors import SchedError
 from ...frontend import Frontend, Runner
 from ...lifetimes import earliest_deletes
 from ...model_state import own_checkpointing

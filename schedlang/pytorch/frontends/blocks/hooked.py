@@ -45,10 +45,10 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ....errors import Loc, SchedError
-from ....graph import DataNode, Graph, Layer, Loss, Option
-from ....hgraph import FAST_FORWARD
-from ....plan import Op, Plan
+from ....language.errors import Loc, SchedError
+from ....graphs.graph import DataNode, Graph, Layer, Loss, Option
+from ....graphs.hgraph import FAST_FORWARD
+from ....plans.plan import Op, Plan
 from ....plans.interpreter import PlanInterpreter
 from ...loss_node import LOSS_TIME, LOSS_VALUE_BYTES
 from ...model_state import once_stats, own_checkpointing, preserved, running_stats_kept
@@ -347,7 +347,7 @@ def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
     express a group: a group's blocks after the first keep nothing, not even their input."""
     from torch.utils import checkpoint as torch_checkpoint
 
-    from ....planners.baselines import plan_checkpoint_groups
+    from ....plans.planners.baselines import plan_checkpoint_groups
 
     if not hasattr(torch_checkpoint, "_checkpoint_without_reentrant_generator"):
         return  # a torch without the checkpoint `_Group` opens across calls: no group plans

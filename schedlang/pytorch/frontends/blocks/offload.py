@@ -31,7 +31,7 @@ import copy
 
 import torch
 
-from ....graph import Graph, Option
+from ....graphs.graph import Graph, Option
 from ...hostlink import HostLink, host_buffer
 
 __all__ = ["offloading", "module_storages", "with_offload_options",

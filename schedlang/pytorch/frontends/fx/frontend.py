@@ -7,7 +7,7 @@ import dataclasses
 
 import torch
 
-from ....errors import SchedError
+from ....language.errors import SchedError
 from ...frontend import Frontend, Runner
 from ...lifetimes import earliest_deletes
 from ...tensors import constant_bytes

@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from ....errors import SchedError
-from ....hgraph import FAST_FORWARD
-from ....plan import Plan
+from ....language.errors import SchedError
+from ....graphs.hgraph import FAST_FORWARD
+from ....plans.plan import Plan
 
 __all__ = ["PlanError", "recomputed_layers", "deleted_after", "SavedTensor", "StorageBlock",
            "Phantom", "Transfer", "StepState",

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from ....plan import Op
+from ....plans.plan import Op
 from ...hostlink import host_buffer
 from .state import (
     CHECKPOINT_OPTIONS,
