@@ -6,8 +6,8 @@ in one process, interleaved repetition by repetition (median of --reps, at least
   hand highspy      bench/checkmate_reference.build_highspy (the floor: one passModel call)
   hand Pyomo        bench/checkmate_reference.build_pyomo (ConcreteModel construction only)
   DSL compile       schedlang.load(...) + prob.lower()   (parse + check + instantiate + lower)
-  DSL build pyomo   schedlang.backends.build_model(ir, "pyomo")
-  DSL build cvxpy   schedlang.backends.build_model(ir, "cvxpy")
+  DSL build pyomo   schedlang.solve.backends.build_model(ir, "pyomo")
+  DSL build cvxpy   schedlang.solve.backends.build_model(ir, "cvxpy")
 
 and prints the table plus the ratios (DSL compile + build) / (hand-written Pyomo construction).
 The .sched file is written once per size before timing (a user's file exists already); every
@@ -71,7 +71,7 @@ def _dsl_compile(path, budget):
 
 
 def _dsl_build(ir, backend):
-    from schedlang.backends import build_model
+    from schedlang.solve.backends import build_model
 
     return build_model(ir, backend)
 

@@ -6,8 +6,8 @@ Checkmate graphs that are present) solved with `models/checkmate.sched` at 80%, 
 fresh start of its peak:
 
   compile      schedlang.load(...) + prob.lower(): parse, check, instantiate, lower to the IR
-  presolve     schedlang.presolve.presolve(ir)
-  build pyomo  schedlang.backends.build_model(presolved, "pyomo")
+  presolve     schedlang.compile.presolve.presolve(ir)
+  build pyomo  schedlang.solve.backends.build_model(presolved, "pyomo")
 
 and prints per graph the IR's nonzeros (before presolve) and each phase's peak, in MiB and in
 bytes per nonzero. The multiple documented in docs/reliability.md is the largest bytes per
@@ -34,8 +34,8 @@ SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "graphs"
 
 def measure(path: Path) -> dict:
     import schedlang
-    from schedlang.backends import build_model
-    from schedlang.presolve import presolve
+    from schedlang.solve.backends import build_model
+    from schedlang.compile.presolve import presolve
 
     out = {}
     gc.collect()

@@ -235,7 +235,7 @@ def sequential_schedule(graph, blocks: list[str], segments: int):
     plan (`planners.baselines.plan_checkpoint_groups`): the layers before and after the stack,
     and the last segment, run plainly; every other segment is a checkpointed group. None when
     the graph has not these layers."""
-    from schedlang.planners.baselines import plan_checkpoint_groups
+    from schedlang.plans.planners.baselines import plan_checkpoint_groups
 
     names = {lay.name for lay in graph.layers}
     if not all(b in names for b in blocks):
@@ -250,7 +250,7 @@ def priced(prep, plan) -> tuple[int, float]:
     predicts its own plans (the loss function's memory at the loss, the resident bytes but
     fit's plan executor's own constants: a baseline runs without it)."""
     from schedlang.pytorch.fit import loss_moment
-    from schedlang.simulate import simulate
+    from schedlang.plans.simulate import simulate
 
     sim = simulate(plan, prep.graph)
     if not sim.valid:
@@ -407,7 +407,7 @@ def run_model(name, args, device):
                         + (" (plain)" if fm.plain else ""))
 
     # the runtime's own cost: the plan that keeps everything, run by the plan executor
-    from schedlang.planners.no_recompute import no_recompute_plan
+    from schedlang.plans.planners.no_recompute import no_recompute_plan
 
     keep = fit(model, inputs, None, loss_fn=loss_fn, prepared=prep, measure=False,
                plan=no_recompute_plan(prep.graph), calibrate=False)
@@ -520,7 +520,7 @@ def main() -> int:
     print(f"\nload average at end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}: ratios taken "
           "under load need an idle re-run")
     if args.json:
-        from schedlang.files import write_file
+        from schedlang.language.files import write_file
 
         write_file(args.json, json.dumps({"load": [load0, load1], "results": results},
                                          indent=1, default=str))

@@ -14,7 +14,7 @@
 * flat: a small model (`--flat-model`, default a 2-block GPT of width 128, context 64: ops
   dominate the executor's overheads; `unet`: the U-Net-like CNN of `lowest`) planned flat at
   op level (its whole op graph, solved as `schedlang solve` does by default,
-  `schedlang.strategy`: `checkmate_tight` with CP-SAT and HiGHS; `--flat-time-limit` a
+  `schedlang.solve.strategy`: `checkmate_tight` with CP-SAT and HiGHS; `--flat-time-limit` a
   budget: the incumbent and the proven bound) against the hierarchical plan (layered graph with generated options,
   `rockmate.sched`). Each plan gets the same bytes below its own graph's plain peak (the
   graphs count the step differently: the loss's memory and measured workspaces only in the
@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from schedlang.pytorch.fit import fit, prepare, solve_plan  # noqa: E402
-from schedlang.units import format_size  # noqa: E402
+from schedlang.language.units import format_size  # noqa: E402
 from tests.torch_models import ALL  # noqa: E402
 
 MODELS = {
@@ -277,10 +277,10 @@ def part_flat(args) -> dict:
     """Flat op-level Checkmate vs the hierarchical plan on a small model, at the same
     absolute saving below the plain step's peak, times on the same clock (module docstring)."""
     import schedlang
-    from schedlang import strategy
-    from schedlang.planners.no_recompute import no_recompute_plan
+    from schedlang.solve import strategy
+    from schedlang.plans.planners.no_recompute import no_recompute_plan
     from schedlang.pytorch.opgraph import record_ops
-    from schedlang.simulate import simulate
+    from schedlang.plans.simulate import simulate
 
     kind, sizes = (("unet", MODELS["unet"][1]) if args.flat_model == "unet"
                    else ("gpt", FLAT_MODELS[args.flat_model]))

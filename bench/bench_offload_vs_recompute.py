@@ -36,11 +36,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from schedlang.planners.no_recompute import no_recompute_plan  # noqa: E402
+from schedlang.plans.planners.no_recompute import no_recompute_plan  # noqa: E402
 from schedlang.pytorch.fit import prepare, solve_plan  # noqa: E402
 from schedlang.pytorch.hostlink import offloadable  # noqa: E402
 from schedlang.pytorch.outputs import loss_moment  # noqa: E402
-from schedlang.simulate import simulate  # noqa: E402
+from schedlang.plans.simulate import simulate  # noqa: E402
 from tests.torch_models import GPT  # noqa: E402
 
 

@@ -1,14 +1,14 @@
 """Heuristic planners against the ILP optimum, in one table.
 
 For every shared Checkmate training graph (``/work/shared/graphs/*_train.json``, loaded with
-``schedlang.importers.checkmate_nx.load_checkmate_nx``) and for ``examples/transformer12.sched``
+``schedlang.graphs.checkmate_nx.load_checkmate_nx``) and for ``examples/transformer12.sched``
 (layered data, the H-Rockmate ILP), at each budget of ``--budgets`` (default 90% and 80% of the
 no-recomputation peak):
 
-* every planner that ``schedlang.planners.planners()`` registers (baselines, mutwo, shift, ...,
+* every planner that ``schedlang.plans.planners.planners()`` registers (baselines, mutwo, shift, ...,
   whatever is there) on the graph's view: its simulated time overhead versus the
   no-recomputation plan, whether its plan replays, whether it fits the budget, its peak;
-* the ILP: ``schedlang.load(<graph written with schedlang.writer.write_graph>, budget=B)``
+* the ILP: ``schedlang.load(<graph written with schedlang.graphs.writer.write_graph>, budget=B)``
   (``checkmate`` for node/edge graphs; the file's own ``rockmate`` for transformer12) solved
   with HiGHS under ``--time-limit`` (default 60 s): status, overhead of its simulated plan,
   gap.
@@ -39,19 +39,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from graphs import SHARED_GRAPHS  # noqa: E402
 
-from schedlang.errors import SchedError  # noqa: E402
-from schedlang.planners import PlannerNotApplicable, graph_view, planners, run_planner  # noqa: E402
+from schedlang.language.errors import SchedError  # noqa: E402
+from schedlang.plans.planners import PlannerNotApplicable, graph_view, planners, run_planner  # noqa: E402
 from schedlang.problem import resolve_budget  # noqa: E402
-from schedlang.planners.no_recompute import no_recompute_plan  # noqa: E402
-from schedlang.simulate import simulate  # noqa: E402
+from schedlang.plans.planners.no_recompute import no_recompute_plan  # noqa: E402
+from schedlang.plans.simulate import simulate  # noqa: E402
 
 NO_LIMIT = 1 << 62
 
 
 def load_graphs(names: list[str] | None, layered: bool):
     """[(graph, budgets, ILP source path or None, model or None)]"""
-    from schedlang.cli import load_graph
-    from schedlang.importers.checkmate_nx import load_checkmate_nx
+    from schedlang.cli.main import load_graph
+    from schedlang.graphs.checkmate_nx import load_checkmate_nx
 
     out = []
     paths = ([SHARED_GRAPHS / f"{n}.json" for n in names] if names
@@ -88,7 +88,7 @@ def run_heuristic(name: str, graph, budget: int, save_budget):
 
 def run_ilp(graph, source: Path | None, model: str | None, budget: int, args, tmp: Path):
     import schedlang
-    from schedlang.writer import write_graph
+    from schedlang.graphs.writer import write_graph
 
     if source is None:
         if len(graph.nodes) > args.ilp_max_nodes:

@@ -9,7 +9,7 @@ run in its own process (`schedlang` on the command line, as a user runs it), wal
 whole command, `uptime`'s load beside it:
 
 * `default`: `schedlang solve FILE --budget P --time-limit T --json` (the strategy picks the
-  formulation and solvers, `schedlang/strategy.py`; the row notes its route);
+  formulation and solvers, `schedlang/solve/strategy.py`; the row notes its route);
 * `MODEL/SOLVER` (`checkmate/highs`, `checkmate/cpsat`, `checkmate_tight/highs`,
   `checkmate_tight/cpsat`): the same with `--model MODEL --solver SOLVER --threads N`
   (the default warm start); not run above `--milp-max-nodes` nodes (the n^2 model);
@@ -56,7 +56,7 @@ GRAPHS = {
 MILP = ["checkmate/highs", "checkmate/cpsat", "checkmate_tight/highs", "checkmate_tight/cpsat"]
 METHODS = ["default", *MILP, "best", "moccasin"]
 #: the `schedlang` command of this interpreter
-SCHEDLANG = [sys.executable, "-c", "from schedlang.cli import entry; entry()"]
+SCHEDLANG = [sys.executable, "-c", "from schedlang.cli.main import entry; entry()"]
 
 
 def load_avg() -> float:
@@ -131,8 +131,8 @@ def row_best(path: Path, pct: int, args) -> dict:
 def row_moccasin(path: Path, pct: int, args) -> dict:
     import schedlang
     from schedlang.budgets import for_graph
-    from schedlang.plan import Op, Plan
-    from schedlang.simulate import simulate
+    from schedlang.plans.plan import Op, Plan
+    from schedlang.plans.simulate import simulate
 
     if not args.moccasin:
         return {"status": "not run", "note": "no --moccasin SRC"}

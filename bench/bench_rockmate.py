@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import schedlang  # noqa: E402
 from instances import transformer_chain  # noqa: E402
-from schedlang.writer import write_graph  # noqa: E402
+from schedlang.graphs.writer import write_graph  # noqa: E402
 
 
 def main() -> int:

@@ -14,7 +14,7 @@ Rows (each one is timed wall clock, parse to plan, in this process or a `schedla
 * `schedlang solve` itself on the random layered graphs of 250 and 500 nodes at 90% and 80%
   (`solve --time-limit 60 --json`, in a subprocess): met when its plan is valid within the
   budget and the command's wall clock <= 60 s (the fitting `shift` plan is the incumbent
-  when it does not fit the model's fixed order: `schedlang.incumbent`).
+  when it does not fit the model's fixed order: `schedlang.solve.incumbent`).
 * mobilenet_train at 90%, optimum proven within 60 s with default flags: `schedlang solve
   FILE --time-limit 60` (default flags: the automatic warm start) in a subprocess. Met when
   the status is optimal and the wall time <= 60 s.
@@ -53,9 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from graphs import load_shared  # noqa: E402
 from random_layered import write as write_random  # noqa: E402
 
-from schedlang.planners import run_planner  # noqa: E402
+from schedlang.plans.planners import run_planner  # noqa: E402
 from schedlang.problem import resolve_budget  # noqa: E402
-from schedlang.simulate import simulate  # noqa: E402
+from schedlang.plans.simulate import simulate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,7 @@ Side by side, in one process, the rounds interleaved (ABBA...) so that machine l
 
 * **relower**: `sweep_problem(..., parametric=False)`: each budget lowered from the program and
   solved cold, one after the other (the sweep before issue 15: the baseline of the ratios);
-* **parametric**: the program lowered once and moved to each budget (`schedlang.parametric`),
+* **parametric**: the program lowered once and moved to each budget (`schedlang.compile.parametric`),
   solved cold, serial;
 * **warm**: parametric, each budget started from the best fitting heuristic plan at that
   budget (`warm_start="auto"`, as `solve` does by default), serial (`--jobs 1`);
@@ -87,7 +87,7 @@ def run_once(path: str, budgets: str, name: str, time_limit, jobs):
 
 
 def cli_sweep(path: str, budgets: str, ray: bool, time_limit) -> tuple[float, list]:
-    argv = [sys.executable, "-c", "from schedlang.cli import main; raise SystemExit(main())",
+    argv = [sys.executable, "-c", "from schedlang.cli.main import main; raise SystemExit(main())",
             "sweep", path, "--budgets", budgets, "--json", "--no-warm-start"]
     if time_limit is not None:
         argv += ["--time-limit", str(time_limit)]

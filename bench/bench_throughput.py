@@ -23,11 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from graphs import load_shared  # noqa: E402
 
 import schedlang  # noqa: E402
-from schedlang.graph import Graph, Node  # noqa: E402
-from schedlang.plan import Op, Plan  # noqa: E402
-from schedlang.planners import run_planner  # noqa: E402
-from schedlang.planners.no_recompute import no_recompute_plan  # noqa: E402
-from schedlang.simulate import simulate  # noqa: E402
+from schedlang.graphs.graph import Graph, Node  # noqa: E402
+from schedlang.plans.plan import Op, Plan  # noqa: E402
+from schedlang.plans.planners import run_planner  # noqa: E402
+from schedlang.plans.planners.no_recompute import no_recompute_plan  # noqa: E402
+from schedlang.plans.simulate import simulate  # noqa: E402
 
 
 def checkmate_case() -> tuple[Plan, Graph]:

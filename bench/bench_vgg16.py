@@ -107,7 +107,7 @@ def main(argv=None) -> int:
         try:
             path = write_sched(g, tmp.name)
         except Exception:
-            print("schedlang.writer.write_graph failed:\n" + traceback.format_exc(limit=3))
+            print("schedlang.graphs.writer.write_graph failed:\n" + traceback.format_exc(limit=3))
             backends = []
 
     labels = ["hand highspy"] + ([] if args.no_hand_pyomo else ["hand Pyomo"])

@@ -4,9 +4,9 @@
     python bench/bench_warm_start.py --graph vgg16_train --budget 80% --time-limit 30
 
 The graph (`/work/shared/graphs/<name>.json`) is imported with
-`schedlang.importers.checkmate_nx.load_checkmate_nx` and written as `.sched` with
-`schedlang.writer.write_graph`; the Checkmate model is lowered once. Every heuristic planner of
-`schedlang.planners.planners()` (plus `no_recompute`) is run at the budget and replayed by the
+`schedlang.graphs.checkmate_nx.load_checkmate_nx` and written as `.sched` with
+`schedlang.graphs.writer.write_graph`; the Checkmate model is lowered once. Every heuristic planner of
+`schedlang.plans.planners.planners()` (plus `no_recompute`) is run at the budget and replayed by the
 simulator; the start is the fastest plan that fits and whose encoding satisfies the model, else
 (said so) the fitting or smallest-peak plan, whatever its encoding. Then the same model is
 solved twice, cold and with that start (the cold solve first), and the two gaps are printed
@@ -22,12 +22,12 @@ import time
 from pathlib import Path
 
 import schedlang
-from schedlang.importers.checkmate_nx import load_checkmate_nx
-from schedlang.planners import planners
+from schedlang.graphs.checkmate_nx import load_checkmate_nx
+from schedlang.plans.planners import planners
 from schedlang.problem import Problem, run_named_planner
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.units import format_size
-from schedlang.writer import write_graph
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.language.units import format_size
+from schedlang.graphs.writer import write_graph
 
 SHARED = Path("/work/shared/graphs")
 

@@ -568,7 +568,7 @@ def same_matrix(graph, budget: float) -> tuple[bool, str]:
 # Self-test on tiny graphs
 # --------------------------------------------------------------------------------------------
 def _tiny_graph(n: int, rng: random.Random, p_edge: float = 0.4):
-    from schedlang.graph import Graph, Node
+    from schedlang.graphs.graph import Graph, Node
 
     nodes = [Node(name=f"v{i}", time=float(rng.randint(1, 5)), size=rng.randint(1, 4) * 2**20)
              for i in range(n)]

@@ -3,12 +3,12 @@
 * ``chain_graph(n)`` -- Checkmate's "linear training graph": forward f_0..f_{n-1}, then backward
   b_{n-1}..b_0, where f_i -> f_{i+1}, b_i uses f_i and b_{i+1} (b_{n-1} uses f_{n-1} only).
   2n nodes, 3n - 2 edges, deterministic times and sizes.
-* ``load_shared(name)`` -- ``/work/shared/graphs/<name>.json`` as a ``schedlang.graph.Graph``,
-  through ``schedlang.importers.checkmate_nx.load_checkmate_nx`` when it exists, otherwise
+* ``load_shared(name)`` -- ``/work/shared/graphs/<name>.json`` as a ``schedlang.graphs.graph.Graph``,
+  through ``schedlang.graphs.checkmate_nx.load_checkmate_nx`` when it exists, otherwise
   through the TEMPORARY local loader below.
-* ``no_recompute_peak(graph)`` -- ``schedlang.planners.no_recompute.no_recompute_peak`` when it exists,
+* ``no_recompute_peak(graph)`` -- ``schedlang.plans.planners.no_recompute.no_recompute_peak`` when it exists,
   otherwise a local computation (same definition).
-* ``write_sched(graph, directory)`` -- a ``.sched`` file via ``schedlang.writer.write_graph``.
+* ``write_sched(graph, directory)`` -- a ``.sched`` file via ``schedlang.graphs.writer.write_graph``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from schedlang.graph import Graph, Node
+from schedlang.graphs.graph import Graph, Node
 
 SHARED_GRAPHS = Path(os.environ.get("SCHEDLANG_GRAPHS", "/work/shared/graphs"))
 MIB = 2**20
@@ -47,14 +47,14 @@ def load_shared(name_or_path: str | os.PathLike) -> Graph:
     if not path.suffix:
         path = SHARED_GRAPHS / f"{name_or_path}.json"
     try:
-        from schedlang.importers.checkmate_nx import load_checkmate_nx
+        from schedlang.graphs.checkmate_nx import load_checkmate_nx
     except ImportError:
         return _temporary_load_checkmate_nx(path)
     return load_checkmate_nx(path)
 
 
 def _temporary_load_checkmate_nx(path: Path) -> Graph:
-    """TEMPORARY stand-in for schedlang.importers.checkmate_nx.load_checkmate_nx, used only
+    """TEMPORARY stand-in for schedlang.graphs.checkmate_nx.load_checkmate_nx, used only
     while the real importer does not exist. Delete once it lands.
 
     Keras/Checkmate convention: nodes carry name, backward, cost_cpu (time), cost_ram (output
@@ -102,7 +102,7 @@ def _temporary_load_checkmate_nx(path: Path) -> Graph:
 def no_recompute_peak(graph: Graph) -> int:
     """Peak bytes of the plain topological order without recomputation."""
     try:
-        from schedlang.planners.no_recompute import no_recompute_peak as real
+        from schedlang.plans.planners.no_recompute import no_recompute_peak as real
     except ImportError:
         return _local_no_recompute_peak(graph)
     return int(real(graph))
@@ -130,8 +130,8 @@ def _local_no_recompute_peak(graph: Graph) -> int:
 
 # --- .sched files -----------------------------------------------------------------------------
 def write_sched(graph: Graph, directory: str | os.PathLike) -> Path:
-    """Write `graph` as <directory>/<name>.sched with schedlang.writer.write_graph."""
-    from schedlang.writer import write_graph  # colleague's, may not exist yet
+    """Write `graph` as <directory>/<name>.sched with schedlang.graphs.writer.write_graph."""
+    from schedlang.graphs.writer import write_graph  # colleague's, may not exist yet
 
     path = Path(directory) / f"{graph.name}.sched"
     path.write_text(write_graph(graph))
@@ -143,11 +143,11 @@ DSL_CONTRACT = """\
     import schedlang
     prob = schedlang.load(sched_path, model="checkmate", budget=<bytes>)
     ir = prob.lower()                  # parse/check/instantiate/lower; prob.timings: parse, check, lower
-    from schedlang.backends import build_model
+    from schedlang.solve.backends import build_model
     native = build_model(ir, "pyomo")  # or "cvxpy"; builds without solving
     res = prob.solve(backend="pyomo", solver="highs", time_limit=None)
     # res.status, res.objective, res.timings, res.simulated.peak_bytes / .time / .valid
-    from schedlang.writer import write_graph   # Graph -> .sched text"""
+    from schedlang.graphs.writer import write_graph   # Graph -> .sched text"""
 
 
 def dsl_missing(need_build: bool = True) -> list[str]:
@@ -160,14 +160,14 @@ def dsl_missing(need_build: bool = True) -> list[str]:
     if not callable(getattr(schedlang, "load", None)):
         missing.append("schedlang.load")
     try:
-        from schedlang.writer import write_graph  # noqa: F401
+        from schedlang.graphs.writer import write_graph  # noqa: F401
     except ImportError:
-        missing.append("schedlang.writer.write_graph")
+        missing.append("schedlang.graphs.writer.write_graph")
     if need_build:
         try:
-            from schedlang.backends import build_model  # noqa: F401
+            from schedlang.solve.backends import build_model  # noqa: F401
         except ImportError:
-            missing.append("schedlang.backends.build_model")
+            missing.append("schedlang.solve.backends.build_model")
     return missing
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from schedlang.graph import DataNode, Graph, Layer, Loss, Option
+from schedlang.graphs.graph import DataNode, Graph, Layer, Loss, Option
 
 MiB = 2**20
 ms = 1e-3
@@ -83,7 +83,7 @@ def unet(depth: int = 3, act: int = 16 * MiB) -> Graph:
 def write_example(graph: Graph, path: Path, header: str, budget: str | None = None,
                   model: str = "rockmate") -> None:
     from schedlang.problem import resolve_budget
-    from schedlang.writer import write_graph
+    from schedlang.graphs.writer import write_graph
 
     if budget:
         graph.budgets["peak"] = resolve_budget(budget, graph)

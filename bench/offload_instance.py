@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from instances import transformer_chain  # noqa: E402
 
-from schedlang.writer import write_graph  # noqa: E402
+from schedlang.graphs.writer import write_graph  # noqa: E402
 
 
 def write(out: str | Path, layers: int = 12, bandwidth: float = 24e9) -> Path:

@@ -22,7 +22,7 @@ from those statistics, not Moccasin's code):
 * `out_cost`: uniform multiples of 10 in [80, 6200] (source and sink too); `duration`: uniform
   integers in [1, 1000] (source and sink: 0); `param_cost`: 0;
 * `graph.order`: a random topological order (Kahn's algorithm, a uniform pick among the ready
-  nodes), as in the shared file; the importer (`schedlang.importers.checkmate_nx`) uses it as
+  nodes), as in the shared file; the importer (`schedlang.graphs.checkmate_nx`) uses it as
   the node order, and budgets in percent are fractions of that order's no-recomputation peak.
 
 The output is networkx node-link JSON with edges keyed "0"/"1", like the shared file, so

@@ -5,9 +5,9 @@
     result = prob.solve(backend="cvxpy", solver="highs")
     print(result.status, result.objective, result.simulated.peak_bytes)
 """
-from .errors import SchedError
+from .language.errors import SchedError
 from .problem import Problem, Result, load
-from .simulate import simulate
+from .plans.simulate import simulate
 
 __version__ = "0.1.0"
 __all__ = ["load", "simulate", "Problem", "Result", "SchedError", "__version__"]

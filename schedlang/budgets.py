@@ -4,9 +4,9 @@ A budget is given as
 
 * bytes: an int (or a float with a whole value: ``1.5`` is an error that suggests ``"150%"``,
   never 1 B), e.g. ``3221225472``;
-* a size: ``"14GiB"``, ``"900MiB"``, ``"1.5e9"`` (`schedlang.units.parse_size`);
+* a size: ``"14GiB"``, ``"900MiB"``, ``"1.5e9"`` (`schedlang.language.units.parse_size`);
 * a percentage ``"P%"`` of a *reference*: for a graph, the peak of its no-recomputation plan
-  (`schedlang.planners.no_recompute.no_recompute_peak`); for `schedlang.pytorch.fit`, the predicted peak
+  (`schedlang.plans.planners.no_recompute.no_recompute_peak`); for `schedlang.pytorch.fit`, the predicted peak
   of plain execution of the whole training step.
 
 **The rounding rule** (the one place it is applied: `percent_of`): P is read to 1/1000 of a
@@ -18,7 +18,7 @@ that ``100%`` is the reference exactly and a budget is never below the fraction 
 **Which budget wins** (`peak_budget`): a budget given on the command line or to the API
 (``--budget``, ``load(budget=...)``) over the data's ``budget peak`` declaration, over the
 one a plan file carries. Budgets declared in `.sched` files are parsed with the language
-(`schedlang.graphdata.budget_value`).
+(`schedlang.graphs.graphdata.budget_value`).
 
 Lists of budgets (``schedlang sweep --budgets``, `parse_list`): comma-separated items, each
 a budget as above or a range ``LOW..HIGH/N`` of N budgets evenly spaced from LOW to HIGH,
@@ -32,8 +32,8 @@ from __future__ import annotations
 import math
 from typing import Callable, Union
 
-from .errors import DataError, Loc
-from .units import parse_size
+from .language.errors import DataError, Loc
+from .language.units import parse_size
 
 Reference = Union[int, Callable[[], int], None]  # bytes, computed on demand, or none
 
@@ -106,7 +106,7 @@ def graph_reference(graph) -> Reference:
         return None
 
     def peak() -> int:
-        from .planners.no_recompute import no_recompute_peak
+        from .plans.planners.no_recompute import no_recompute_peak
 
         return no_recompute_peak(graph) if graph.nodes or graph.layers else 0
     return peak

@@ -39,7 +39,7 @@ def solve_segments(budgets: dict, graph, model: str, solver: str, time_limit) ->
     (`decoders.segments.segments_of`, sorted), or None when it has no solution."""
     import schedlang
 
-    from .decoders.segments import segments_of
+    from .plans.decoders.segments import segments_of
 
     g = copy.copy(graph)
     g.budgets = dict(budgets)
@@ -105,7 +105,7 @@ def solve_series(graph, series: list[list[dict]], model: str, solver: str = "hig
 
     with progress.phase("budgets solved", len(flat)):
         done = run_jobs(solve_segments, flat, args=args, jobs=jobs, ray=ray,
-                        on_result=series_end, preload=("schedlang.backends.pyomo_backend",))
+                        on_result=series_end, preload=("schedlang.solve.backends.pyomo_backend",))
     results = iter(done[position[i, j]] for i, budgets in enumerate(series)
                    for j in range(len(budgets)))
     for budgets in series:
@@ -122,7 +122,7 @@ def solve_series(graph, series: list[list[dict]], model: str, solver: str = "hig
 
 def _model_text(model: str) -> str:
     """The option model's text and that of the files it `use`s (what its solutions depend on)."""
-    from .program import load_program, resolve_model
+    from .language.program import load_program, resolve_model
 
     path = resolve_model(model, Path.cwd(), None)
     texts = [path.read_text(encoding="utf-8")]
@@ -141,8 +141,8 @@ def cache_path(key, model: str, series, solver: str, cache_dir=None) -> Path | N
     if not folder:
         return None
     from . import __version__
-    from .errors import Loc
-    from .paths import writable_folder
+    from .language.errors import Loc
+    from .language.paths import writable_folder
 
     # a folder that cannot hold the cache is the user's to fix: said once, located
     writable_folder(folder, Loc(CACHE_ENV if not cache_dir else "cache_dir"), "cache folder")
@@ -152,7 +152,7 @@ def cache_path(key, model: str, series, solver: str, cache_dir=None) -> Path | N
 
 
 def read_cached(path: Path | None) -> list[list] | None:
-    from .paths import exists
+    from .language.paths import exists
 
     if path is None or not exists(path):
         return None
@@ -166,7 +166,7 @@ def read_cached(path: Path | None) -> list[list] | None:
 def write_cached(path: Path | None, found: list[list]) -> None:
     if path is None:
         return
-    from .files import write_file
+    from .language.files import write_file
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

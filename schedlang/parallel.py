@@ -42,7 +42,7 @@ import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from .errors import Loc, SchedError
+from .language.errors import Loc, SchedError
 
 __all__ = ["run_jobs", "default_jobs", "JobError", "import_ray", "RAY_LOC", "JOBS_LOC"]
 

@@ -4,7 +4,7 @@
     result = prob.solve(backend="pyomo", solver="highs", time_limit=60)
     result.status, result.objective, result.plan, result.simulated
 
-`schedlang.cli` is a thin layer over this module.
+`schedlang.cli.main` is a thin layer over this module.
 """
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import budgets
-from .check import check_program
-from .decoders import decode
-from .errors import CheckError, SchedError
-from .graph import Graph
-from .ir import IRModel
-from .plan import Plan
-from .planners.no_recompute import no_recompute_plan
-from .program import Program, attach_graph, load_program, set_params
-from .simulate import NO_LIMIT, SimResult, simulate
-from .solution import Solution, Status
+from .language.check import check_program
+from .plans.decoders import decode
+from .language.errors import CheckError, SchedError
+from .graphs.graph import Graph
+from .compile.ir import IRModel
+from .plans.plan import Plan
+from .plans.planners.no_recompute import no_recompute_plan
+from .language.program import Program, attach_graph, load_program, set_params
+from .plans.simulate import NO_LIMIT, SimResult, simulate
+from .solve.solution import Solution, Status
 
 
 log = logging.getLogger("schedlang")
@@ -51,7 +51,7 @@ class Result:
     budget_bytes: int | None = None
     plan_path: str | None = None
     warm_start: "WarmStart | None" = None
-    strategy: object = None  # the default solve's route (`schedlang.strategy.Route`), if it ran
+    strategy: object = None  # the default solve's route (`schedlang.solve.strategy.Route`), if it ran
 
     def to_json(self) -> dict:
         plan_field = self.plan_path if self.plan_path else (
@@ -159,12 +159,12 @@ class Problem:
         self.timings["check"] = time.perf_counter() - t0
 
     def lower(self) -> IRModel:
-        from .lower import lower_program
+        from .compile.lower import lower_program
 
         if "check" not in self.timings:
             self.check()
         if not self.program.has_formulation:  # an empty file is not a problem solved
-            from .errors import Loc
+            from .language.errors import Loc
 
             g = self.program.graph
             hint = ("; layered graph data is solved by `use rockmate`" if g is not None
@@ -187,7 +187,7 @@ class Problem:
         encoded in the model's variables (`decoders.encode`). Only a start that satisfies the
         model is passed to the solver; otherwise the solve runs cold, and `Result.warm_start`
         and `Result.message` say why. `progress`: called with a
-        `schedlang.solvers.progress.Progress` while the solver runs, where it reports one
+        `schedlang.solve.progress.Progress` while the solver runs, where it reports one
         (default: into the active `schedlang.progress` session, if any).
 
         `time_limit` bounds the whole call, from `since` (a `time.monotonic()` instant; by
@@ -196,8 +196,8 @@ class Problem:
         warm start and the build, less a reserve for decoding and simulating
         (`decode_reserve`), and a watchdog stops HiGHS (through the Pyomo backend) if it
         overruns, keeping its incumbent or the warm start (`solve_ir`'s `deadline`)."""
-        from .backends import solve_ir
-        from .solvers import supports_warm_start
+        from .solve.backends import solve_ir
+        from .solve.solvers import supports_warm_start
 
         since = time.monotonic() if since is None else since
         ir = self.ir if self.ir is not None else self.lower()
@@ -213,8 +213,8 @@ class Problem:
             ws_time = time.perf_counter() - t0
             x0 = ws.x if ws.feasible else None
             ws.passed = x0 is not None
-            if ws.outside:  # a plan that fits, outside the model (schedlang.incumbent)
-                from .incumbent import at_bound, outside_result
+            if ws.outside:  # a plan that fits, outside the model (schedlang.solve.incumbent)
+                from .solve.incumbent import at_bound, outside_result
 
                 if at_bound(self, ws):  # optimal among all plans: no solver run
                     return outside_result(self, ir, ws, {**self.timings, "warm_start": ws_time},
@@ -254,7 +254,7 @@ class Problem:
                         sol.model_size or ir.size_summary(), timings, plan, sim, sol, message,
                         self.budgets.get("peak"), warm_start=ws)
         if ws is not None and ws.outside:
-            from .incumbent import keep_better
+            from .solve.incumbent import keep_better
 
             result = keep_better(self, ir, ws, result)
         return result
@@ -290,11 +290,11 @@ class Problem:
         result is optimal when the new plan is within the requested gap of it. A plan still
         over a budget is never returned as a solution (status `no_solution`, the plan and its
         replay kept); without a plan at a lowered budget, that solve's status is returned."""
-        from .backends import solve_ir
-        from .decoders.encode import check_point
-        from .lower import lower_program
-        from .solvers import requested_gap
-        from .solvers.status import relative_gap, within_gap
+        from .solve.backends import solve_ir
+        from .plans.decoders.encode import check_point
+        from .compile.lower import lower_program
+        from .solve.solvers import requested_gap
+        from .solve.status import relative_gap, within_gap
 
         cut: dict[str, int] = {}
         notes: list[str] = []
@@ -354,8 +354,8 @@ class Problem:
         result (`feasible` False, `message`)."""
         import numpy as np
 
-        from .decoders import encode
-        from .decoders.encode import check_point, objective_value
+        from .plans.decoders import encode
+        from .plans.decoders.encode import check_point, objective_value
 
         ir = ir if ir is not None else (self.ir if self.ir is not None else self.lower())
         budget = self.budgets.get("peak")
@@ -422,7 +422,7 @@ class Problem:
         return ws
 
     def plan(self, name: str, budget=None) -> "PlanReport":
-        """Planner `name` (`schedlang.planners`) run on the graph data, its plan replayed by
+        """Planner `name` (`schedlang.plans.planners`) run on the graph data, its plan replayed by
         the simulator and checked against the budgets: `budget` (bytes, a size, a percent
         of the no-recomputation peak), else the data's peak budget; the save budget is the
         data's. Raises `SchedError` without graph data or for an unknown planner."""
@@ -465,7 +465,7 @@ class Problem:
         """The best MIP start among the cheap heuristic planners (`AUTO_PLANNERS` that apply
         to the graph): the feasible encoding with the lowest objective. When none is feasible,
         the first candidate's `WarmStart` says why (the solve runs cold)."""
-        from .planners import graph_view, planners
+        from .plans.planners import graph_view, planners
 
         table = planners()
         names = [n for n in AUTO_PLANNERS
@@ -474,7 +474,7 @@ class Problem:
         tried = [self.prepare_warm_start(name, ir) for name in names]
         usable = [ws for ws in tried if ws.feasible and ws.objective is not None]
         if not usable and self.graph is not None:
-            from .incumbent import outside_incumbent
+            from .solve.incumbent import outside_incumbent
 
             extra = outside_incumbent(self, ir, tried)
             if extra is not None:
@@ -529,7 +529,7 @@ class PlanReport:
         return 0 if self.fits else 3
 
     def to_json(self) -> dict:
-        from .planners import graph_view
+        from .plans.planners import graph_view
 
         sim, plan = self.simulated, self.plan
         return {
@@ -560,7 +560,7 @@ def decode_reserve(ir: IRModel, time_limit: float) -> float:
     writing the result: a second plus 5 µs a column (resnet50_train's 349,199 columns: 0.3-0.8
     s to decode, as much again for the rest, on a loaded 2-core machine), at most a quarter of
     the limit."""
-    from .solvers.highs import WATCHDOG_GRACE
+    from .solve.solvers.highs import WATCHDOG_GRACE
 
     return min(0.25 * time_limit, WATCHDOG_GRACE + 1.0 + 5e-6 * ir.n_columns)
 
@@ -598,10 +598,10 @@ AUTO_PLANNERS = ("knapsack", "mutwo", "chen_greedy")
 
 
 def run_named_planner(name: str, graph: Graph, budget: int | None) -> Plan:
-    """Run planner `name` from the registry (`schedlang.planners`); `no_recompute` works
+    """Run planner `name` from the registry (`schedlang.plans.planners`); `no_recompute` works
     even while the registry does not list it (the simulator's reference plan)."""
-    from .planners import planners, run_planner
-    from .planners.no_recompute import no_recompute_plan
+    from .plans.planners import planners, run_planner
+    from .plans.planners.no_recompute import no_recompute_plan
 
     if name == "no_recompute" and name not in planners():
         plan = no_recompute_plan(graph)
@@ -612,8 +612,8 @@ def run_named_planner(name: str, graph: Graph, budget: int | None) -> Plan:
 
 def check_planner_name(name: str) -> None:
     """`SchedError` (exit 2) naming the known planners when `name` is not one of them."""
-    from .errors import did_you_mean
-    from .planners import planners
+    from .language.errors import did_you_mean
+    from .plans.planners import planners
 
     known = dict.fromkeys(["no_recompute", *planners()])
     if name not in known:
@@ -629,7 +629,7 @@ def load(*paths, model=None, budget=None, text: str | None = None, graph: Graph 
     ``--model``); `graph`: graph data as a `Graph` object instead of (not in addition to) a
     file's `graph` block; `budget` overrides the data's peak budget (`schedlang.budgets`);
     `params`: values for scalar params declared with `default` (name -> number);
-    `max_elements`: the size guard's limit on one declaration's elements (`schedlang.sizes`,
+    `max_elements`: the size guard's limit on one declaration's elements (`schedlang.compile.sizes`,
     default `DEFAULT_MAX_ELEMENTS`), checked before anything that large is built. Node/edge
     graph data without a formulation is solved with `checkmate`."""
     started = time.monotonic()

@@ -222,7 +222,7 @@ class _Renderable:
 def resolve_mode(mode: str, stream) -> str:
     """``"live"``, ``"lines"`` or ``"off"`` for a session asked for `mode` on `stream`."""
     if mode not in MODES:
-        from .errors import Loc, SchedError
+        from .language.errors import Loc, SchedError
 
         raise SchedError(f"progress must be one of {', '.join(MODES)} (or True/False), got "
                          f"{mode!r}", Loc("progress"))

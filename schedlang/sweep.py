@@ -6,7 +6,7 @@
         print(p.budget_percent, p.status.value, p.objective, p.overhead)
 
 The files are parsed, checked and lowered once; each budget is then solved by `solve_at` on
-that lowering moved to the budget (`schedlang.parametric`: only what reads the budget is
+that lowering moved to the budget (`schedlang.compile.parametric`: only what reads the budget is
 evaluated again, and the model is the one a fresh lowering gives). Budgets are independent of
 each other, so `sweep_problem(..., jobs=N)` / `ray=ADDRESS` solves them in parallel through
 `schedlang.parallel.run_jobs`, on worker processes (each lowers the program once and moves
@@ -33,14 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import budgets
-from .errors import DataError, Loc, SchedError
-from .graph import Graph
+from .language.errors import DataError, Loc, SchedError
+from .graphs.graph import Graph
 from .parallel import JOBS_LOC, default_jobs, run_jobs
-from .parametric import BudgetLowering
-from .planners.no_recompute import no_recompute_peak, no_recompute_plan
+from .compile.parametric import BudgetLowering
+from .plans.planners.no_recompute import no_recompute_peak, no_recompute_plan
 from .problem import Problem, Result, WarmStart, load
-from .simulate import simulate
-from .solution import EXIT_CODES, Status
+from .plans.simulate import simulate
+from .solve.solution import EXIT_CODES, Status
 
 # ---------------------------------------------------------------------------- budget specs
 # the parser of budget lists and ranges is `schedlang.budgets.parse_list`
@@ -133,7 +133,7 @@ def solve_at(program, budget: int, *, backend: str = "pyomo", solver: str = "hig
     Self-contained, so that a sweep can be mapped over budgets by Ray, Dask or the like: the
     program is not modified (a shallow copy gets the budget). `ref` is `reference(graph)`
     (computed here when not given); `timings` are the shared parse/check times to report.
-    `lowering`: the program lowered once (`schedlang.parametric.BudgetLowering`), moved to
+    `lowering`: the program lowered once (`schedlang.compile.parametric.BudgetLowering`), moved to
     this budget instead of lowered again (the same IR); `warm_start`: a MIP start, as
     `Problem.solve` takes it (a neighbouring budget's solution vector or plan).
     """
@@ -214,7 +214,7 @@ def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str
     `done`: points already solved, by budget in bytes (from `PointLog.resume`): they are taken
     as they are, not solved again; `record(point)` is called with each newly solved point as
     soon as it is finished (`PointLog.append`). `parametric` (the default): the program is
-    lowered once and only moved to each budget (`schedlang.parametric`: the same model a fresh
+    lowered once and only moved to each budget (`schedlang.compile.parametric`: the same model a fresh
     lowering gives, so the same results); False: each budget is lowered on its own.
     `warm_start`: each budget's MIP start, as `Problem.solve` takes it (None: cold; "auto",
     the CLI's default as for `solve`: the best fitting heuristic plan at that budget). A start
@@ -281,7 +281,7 @@ def budget_monotone(program) -> bool:
     """Whether `program` is a shipped formulation of `MONOTONE_MODELS` with its own objective."""
     from pathlib import Path
 
-    from .resources import models_dir
+    from .language.resources import models_dir
 
     obj = program.objective
     if program.model is None or program.model.name not in MONOTONE_MODELS or obj is None \
@@ -345,7 +345,7 @@ def _sweep_parallel(prob, values, todo, done, options, jobs, ray, progress, reco
         report(budget, point)
 
     run_jobs(solve_job, todo, args=(prob.program, options), jobs=jobs, ray=ray,
-             on_result=finished, preload=(f"schedlang.backends.{options['backend']}_backend",))
+             on_result=finished, preload=(f"schedlang.solve.backends.{options['backend']}_backend",))
     return [points[b] for b in values]
 
 
@@ -356,7 +356,7 @@ _LOWERED: dict = {}
 def solve_job(budget: int, program, options: dict) -> SweepPoint:
     """One budget of a parallel sweep, in a worker (`run_jobs`): `solve_at` on the worker's
     lowering of `program`, lowered at its first budget and moved to the next ones
-    (`schedlang.parametric`; `options["parametric"]` False: lowered again per budget)."""
+    (`schedlang.compile.parametric`; `options["parametric"]` False: lowered again per budget)."""
     options = dict(options)
     lowering = None
     if options.pop("parametric", True):
@@ -385,7 +385,7 @@ class PointLog:
         if resume and self.path.exists():
             self.lines = self._read()
         # start the file from the good lines (a line cut by a kill is dropped), then append
-        from .files import write_file
+        from .language.files import write_file
 
         write_file(self.path, "".join(json.dumps(obj) + "\n" for obj in self.lines))
         try:
@@ -443,7 +443,7 @@ class PointLog:
 
 def point_from_json(obj: dict, prob: Problem, loc: Loc) -> SweepPoint:
     """A `SweepPoint` from its JSON line: the plan rebuilt from its ops and replayed again."""
-    from .plan import SCHEMA, Plan
+    from .plans.plan import SCHEMA, Plan
 
     budget = obj["budget_bytes"]
     graph = prob.graph
@@ -496,7 +496,7 @@ def plot_sweep(points, out, title: str = "", ref_peak: int | None = None,
     when matplotlib is missing or `out` cannot be written.
     """
     fig = sweep_figure(points, title, ref_peak, loc)
-    from .files import atomic_open
+    from .language.files import atomic_open
 
     try:
         with atomic_open(out, "wb") as f:
@@ -601,8 +601,8 @@ def _figure(loc: Loc = Loc("--plot")):
 
 def check_plot_target(out, loc: Loc = Loc("--plot")) -> None:
     """Fail early (before a long sweep) when matplotlib is missing or `out` cannot be
-    written (`schedlang.paths.writable_file`)."""
-    from .paths import writable_file
+    written (`schedlang.language.paths.writable_file`)."""
+    from .language.paths import writable_file
 
     _figure(loc)
     writable_file(out, loc, "plot")

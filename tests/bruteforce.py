@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 
-from schedlang.graph import Graph
-from schedlang.plan import Op, Plan
+from schedlang.graphs.graph import Graph
+from schedlang.plans.plan import Op, Plan
 
 MAX_NODES = 6
 

@@ -39,7 +39,7 @@ on a grid (halves: each offload or prefetch moves 0, 1/2 or all of a tensor in a
   (`bruteforce_rockmate._Evaluator.ff_dominates`).
 
 Validity, peak, loss-phase memory, host memory and time are those of
-`schedlang.simulate.simulate`, the referee: the search steps the simulator's rules, and the plan
+`schedlang.plans.simulate.simulate`, the referee: the search steps the simulator's rules, and the plan
 returned has been replayed by it (valid, within the budgets, its time the returned time; an
 `AssertionError` otherwise). With ``check=True`` every transition the search takes or rejects
 for validity or memory is replayed by `simulate` as well (slow; tests/test_offload.py runs it
@@ -59,9 +59,9 @@ import time
 from dataclasses import dataclass
 from itertools import product
 
-from schedlang.graph import Graph
-from schedlang.plan import Op, Plan
-from schedlang.simulate import simulate
+from schedlang.graphs.graph import Graph
+from schedlang.plans.plan import Op, Plan
+from schedlang.plans.simulate import simulate
 
 from .bruteforce_rockmate import _Evaluator, _below, best_rockmate_plan
 

@@ -33,10 +33,10 @@ departs from the seed):
 * sub-step profiles (the correction terms) count as in the simulator: the peak of an op with a
   profile is the largest of its end state and its steps, a step not counting the inputs it
   frees that are deleted right after the op; deleting as early as possible is still best.
-* validity, peak, loss-phase memory and time are those of `schedlang.simulate.simulate`, the
+* validity, peak, loss-phase memory and time are those of `schedlang.plans.simulate.simulate`, the
   referee: every plan returned has been replayed by it (valid, within both budgets, its time the
   returned time; an `AssertionError` otherwise). The search itself steps the simulator's rules
-  (`schedlang.simulate`'s module docstring) op by op; `tests/test_rockmate_bruteforce.py` checks
+  (`schedlang.plans.simulate`'s module docstring) op by op; `tests/test_rockmate_bruteforce.py` checks
   this stepping against `simulate` (`_Evaluator.evaluate` on random sequences) and the search
   against one that replays every prefix with `simulate` itself (``engine="replay",
   prune_with="simulate"``).
@@ -76,10 +76,10 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from schedlang.graph import Graph
-from schedlang.hgraph import FAST_FORWARD, build_hgraph
-from schedlang.plan import Op, Plan
-from schedlang.simulate import simulate
+from schedlang.graphs.graph import Graph
+from schedlang.graphs.hgraph import FAST_FORWARD, build_hgraph
+from schedlang.plans.plan import Op, Plan
+from schedlang.plans.simulate import simulate
 
 MAX_COMPUTE_NODES = 7  # 3 layers: 3 forwards, the loss, 3 backwards
 
@@ -606,7 +606,7 @@ def _search_replay(ev: _Evaluator, peak_budget: int, save_budget: int | None, do
                    prune_with: str, st: SearchStats, bound: float
                    ) -> list[tuple[int, int, int]] | None:
     """The same space, searched by replaying every prefix from scratch (no memo): with
-    `prune_with="simulate"` each prefix is replayed by `schedlang.simulate.simulate` itself.
+    `prune_with="simulate"` each prefix is replayed by `schedlang.plans.simulate.simulate` itself.
     Slow; it is the cross-check of `_search_states` on small instances."""
     T, loss = ev.T, ev.loss
     rest = [0.0] * (T + 1)
@@ -678,7 +678,7 @@ def best_rockmate_plan(graph: Graph, peak_budget: int, save_budget: int | None =
     """(least total time, a plan reaching it) over the plans of the H-Rockmate phase space (see
     the module docstring) whose simulated peak is <= `peak_budget` and, when given, whose loss
     phase memory is <= `save_budget`; (None, None) when none fits. The plan has been replayed by
-    `schedlang.simulate.simulate`: valid, within both budgets, of the returned time.
+    `schedlang.plans.simulate.simulate`: valid, within both budgets, of the returned time.
 
     `engine`: "states" (memoized search, the default) or "replay" (every prefix replayed from
     scratch; `prune_with` "fast" uses the module's evaluator, "simulate" the simulator).

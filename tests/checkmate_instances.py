@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 import schedlang
-from schedlang.graph import Graph, Node
-from schedlang.writer import write_graph
+from schedlang.graphs.graph import Graph, Node
+from schedlang.graphs.writer import write_graph
 
 
 def graph_of(name: str, nodes: list[tuple], edges: list[tuple]) -> Graph:

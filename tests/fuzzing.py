@@ -235,7 +235,7 @@ def run_cli(argv: list) -> Run:
     argparse's exits (usage errors) are read as their exit code."""
     import logging
 
-    from schedlang.cli import main
+    from schedlang.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     exc = None

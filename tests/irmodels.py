@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from schedlang.ir import ConstraintBlock, IRModel, Objective, VarFamily
+from schedlang.compile.ir import ConstraintBlock, IRModel, Objective, VarFamily
 
 
 def make_ir(families, blocks, c, sense="min", constant=0.0, name="m"):

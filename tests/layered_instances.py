@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from schedlang.graph import DataNode, Graph, Layer, Loss, Option, Step
+from schedlang.graphs.graph import DataNode, Graph, Layer, Loss, Option, Step
 
 MiB = 2**20
 

@@ -11,10 +11,10 @@ import random
 import pytest
 
 import schedlang
-from schedlang.graph import Graph
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.simulate import simulate
-from schedlang.writer import write_graph
+from schedlang.graphs.graph import Graph
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.plans.simulate import simulate
+from schedlang.graphs.writer import write_graph
 from .bruteforce_offload import best_offload_plan
 from .layered_instances import MiB, chain, opt
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 
-from schedlang.errors import Loc, SchedError
+from schedlang.language.errors import Loc, SchedError
 
 
 def square_late(item: int, scale: int = 1, delay: float = 0.0) -> tuple[int, int]:

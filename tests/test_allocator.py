@@ -1,4 +1,4 @@
-"""Buffer assignment (schedlang.allocator): liveness, in-place, pool, greedy by size."""
+"""Buffer assignment (schedlang.plans.allocator): liveness, in-place, pool, greedy by size."""
 from __future__ import annotations
 
 import json
@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 import schedlang
-from schedlang.allocator import (METHODS, Value, _greedy_by_size, _pool, allocate, allocate_all,
+from schedlang.plans.allocator import (METHODS, Value, _greedy_by_size, _pool, allocate, allocate_all,
                                  conflicts, liveness, max_live)
-from schedlang.cli import main
-from schedlang.errors import DataError
-from schedlang.graph import Graph, Node
-from schedlang.plan import Op, Plan
-from schedlang.planners.no_recompute import no_recompute_plan
-from schedlang.simulate import simulate
+from schedlang.cli.main import main
+from schedlang.language.errors import DataError
+from schedlang.graphs.graph import Graph, Node
+from schedlang.plans.plan import Op, Plan
+from schedlang.plans.planners.no_recompute import no_recompute_plan
+from schedlang.plans.simulate import simulate
 from .paths import EXAMPLES, GRAPHS
 
 NO_BUDGET = 1 << 62
@@ -41,7 +41,7 @@ def cases():
     for g in ("vgg16_train", "vgg16_test"):
         path = GRAPHS / f"{g}.json"
         if path.exists():
-            from schedlang.importers.checkmate_nx import load_checkmate_nx
+            from schedlang.graphs.checkmate_nx import load_checkmate_nx
 
             graph = load_checkmate_nx(str(path))
             out.append((f"{g}/no_recompute", no_recompute_plan(graph), graph))

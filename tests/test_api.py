@@ -12,12 +12,12 @@ import pytest
 
 import schedlang
 from schedlang import budgets
-from schedlang.backends import solve_ir
-from schedlang.cli import main
-from schedlang.errors import CheckError, DataError
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.solution import Status
-from schedlang.solvers import (
+from schedlang.solve.backends import solve_ir
+from schedlang.cli.main import main
+from schedlang.language.errors import CheckError, DataError
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.solve.solution import Status
+from schedlang.solve.solvers import (
     ADAPTERS, BACKEND_NAMES, SOLVER_NAMES, SOLVERS, is_available, native_options,
 )
 
@@ -198,7 +198,7 @@ def test_termination_tables_name_real_native_statuses():
     from pyomo.contrib.solver.common.results import TerminationCondition as Contrib
     from pyomo.opt import TerminationCondition as Classic
 
-    from schedlang.solvers import highs, status
+    from schedlang.solve.solvers import highs, status
 
     def names(enum):
         return {m.name for m in enum}
@@ -210,7 +210,7 @@ def test_termination_tables_name_real_native_statuses():
                                  and isinstance(v, str)}
     assert set(highs.TERMINATION) <= set(highspy.HighsModelStatus.__members__)
     gp = pytest.importorskip("gurobipy")
-    from schedlang.solvers import gurobi
+    from schedlang.solve.solvers import gurobi
 
     assert all(hasattr(gp.GRB, name) for name in gurobi.TERMINATION)
 
@@ -250,8 +250,8 @@ def test_solve_json_quiet_is_one_object(capsys):
 def test_classic_plugin_quirks():
     """What the glpk and cbc adapters make of Pyomo's classic plugins (their binaries may
     not be installed, so the log readings are checked on their own)."""
-    from schedlang.solvers import cbc, glpk
-    from schedlang.solvers.status import (
+    from schedlang.solve.solvers import cbc, glpk
+    from schedlang.solve.status import (
         INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult,
     )
 

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from schedlang import backends as B
-from schedlang import solvers
-from schedlang.backends import BACKENDS, build_model, solve_ir
-from schedlang.errors import SchedError, SolverUnavailable
+from schedlang.solve import backends as B
+from schedlang.solve import solvers
+from schedlang.solve.backends import BACKENDS, build_model, solve_ir
+from schedlang.language.errors import SchedError, SolverUnavailable
 from .irmodels import make_ir
-from schedlang.ir import ConstraintBlock, IRModel, Objective, VarFamily
-from schedlang.solution import Status
-from schedlang.solvers import SOLVER_NAMES, available_solvers, is_available, native_options
+from schedlang.compile.ir import ConstraintBlock, IRModel, Objective, VarFamily
+from schedlang.solve.solution import Status
+from schedlang.solve.solvers import SOLVER_NAMES, available_solvers, is_available, native_options
 
 INF = np.inf
 ALL_CASES = [(b, s) for b in BACKENDS for s in SOLVER_NAMES]
@@ -155,7 +155,7 @@ def test_highs_gives_bounds_on_both_backends():
 
 @pytest.mark.parametrize("interface", ["stdform_highs", "appsi_highs", "highs"])
 def test_pyomo_highs_interfaces_agree(interface):
-    from schedlang.backends import pyomo_backend
+    from schedlang.solve.backends import pyomo_backend
     run = B.SolveRun(solvers.SOLVERS["highs"], native_options("highs", "pyomo"),
                      interface=interface)
     for ir, opt in ((ASSIGNMENT, ASSIGNMENT_OPT), (KNAPSACK, KNAPSACK_OPT), (LP, LP_OPT)):

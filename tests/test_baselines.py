@@ -1,4 +1,4 @@
-"""The baseline planners (schedlang/planners/baselines.py): valid plans on both graph
+"""The baseline planners (schedlang/plans/planners/baselines.py): valid plans on both graph
 vocabularies, the expected overhead/memory ordering, budgets respected when they can be."""
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import itertools
 
 import pytest
 
-from schedlang.cli import load_graph
-from schedlang.graph import Graph, Node
-from schedlang.planners import planners, run_planner
-from schedlang.planners.baselines import (PLANNERS, _CView, knapsack_choose,
+from schedlang.cli.main import load_graph
+from schedlang.graphs.graph import Graph, Node
+from schedlang.plans.planners import planners, run_planner
+from schedlang.plans.planners.baselines import (PLANNERS, _CView, knapsack_choose,
                                           sequential_checkpoints, sqrt_checkpoints)
 from schedlang.problem import resolve_budget
-from schedlang.planners.no_recompute import no_recompute_plan
-from schedlang.simulate import simulate
+from schedlang.plans.planners.no_recompute import no_recompute_plan
+from schedlang.plans.simulate import simulate
 from .paths import EXAMPLES, GRAPHS
 
 NO_LIMIT = 1 << 62

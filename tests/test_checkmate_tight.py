@@ -9,11 +9,11 @@ import pytest
 
 import schedlang
 from schedlang.budgets import for_graph
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.simulate import simulate
-from schedlang.solution import Status
-from schedlang.solvers import is_available
-from schedlang.writer import write_graph
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.plans.simulate import simulate
+from schedlang.solve.solution import Status
+from schedlang.solve.solvers import is_available
+from schedlang.graphs.writer import write_graph
 
 from .bruteforce import best_checkmate_schedule
 from .checkmate_instances import graph_of, tiny_graphs

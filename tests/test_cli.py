@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from schedlang.cli import main
-from schedlang.plan import Plan
+from schedlang.cli.main import main
+from schedlang.plans.plan import Plan
 from .paths import GRAPHS, ROOT
 
 CHAIN = str(ROOT / "examples" / "chain.sched")

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from schedlang.cli import main
+from schedlang.cli.main import main
 from .paths import EXAMPLES, ROOT
 
 CHAIN = str(EXAMPLES / "chain.sched")
@@ -78,7 +78,7 @@ def test_infeasible_text_says_the_smallest_budget_and_no_explain_does_not(capsys
 
 
 def test_an_unavailable_solver_names_its_install_command(capsys, monkeypatch):
-    import schedlang.solvers as solvers
+    import schedlang.solve.solvers as solvers
 
     monkeypatch.setattr(solvers, "is_available", lambda name, backend: name == "highs")
     for name, command in [("scip", "pip install pyscipopt"), ("cbc", "apt-get install coinor-cbc"),
@@ -112,14 +112,14 @@ def test_a_search_highs_finished_is_optimal_without_a_time_limit(capsys):
 
 def test_a_fractional_number_is_no_budget_in_bytes():
     from schedlang import budgets
-    from schedlang.errors import DataError
+    from schedlang.language.errors import DataError
 
     with pytest.raises(DataError, match="not a whole one; for a share of the plain execution "
                                         "peak write '150%'"):
         budgets.parse(1.5, 1000, reference_name="the plain execution peak")
     assert budgets.parse(2048.0, 1000) == 2048 and budgets.parse("150%", 1000) == 1500
     torch = pytest.importorskip("torch")
-    from schedlang.errors import SchedError
+    from schedlang.language.errors import SchedError
     from schedlang.pytorch import fit
 
     with pytest.raises(SchedError, match="'150%'"):
@@ -184,7 +184,7 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
 
 def test_sweep_with_gurobi_leaks_no_semaphore():
     pytest.importorskip("gurobipy")
-    from schedlang.solvers import is_available
+    from schedlang.solve.solvers import is_available
 
     if not is_available("gurobi", "pyomo"):
         pytest.skip("gurobi is not usable here")

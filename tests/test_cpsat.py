@@ -1,4 +1,4 @@
-"""CP-SAT as a solver (`--solver cpsat`, `schedlang.solvers.cpsat`): the IR scaled to integers
+"""CP-SAT as a solver (`--solver cpsat`, `schedlang.solve.solvers.cpsat`): the IR scaled to integers
 exactly, optima equal to HiGHS's on small Checkmate instances, plans that replay within the
 budget, models it cannot take refused with a message."""
 from __future__ import annotations
@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from schedlang.backends import solve_ir
-from schedlang.decoders.encode import check_point
-from schedlang.ir import ConstraintBlock, IRModel, Objective, VarFamily
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.solution import Status
-from schedlang.solvers import is_available
+from schedlang.solve.backends import solve_ir
+from schedlang.plans.decoders.encode import check_point
+from schedlang.compile.ir import ConstraintBlock, IRModel, Objective, VarFamily
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.solve.solution import Status
+from schedlang.solve.solvers import is_available
 
 from .checkmate_instances import checkmate_problem, tiny_graphs
 
@@ -47,7 +47,7 @@ def test_scaled_rows_accept_exactly_the_points_the_model_accepts():
     they are rows in bytes: a warm start's point satisfies the integer model exactly when it
     satisfies the original one (within its tolerances) and its plan fits the budget to the
     byte, on both sides of the budget (one byte under a plan's peak included)."""
-    from schedlang.solvers.cpsat import integral_model
+    from schedlang.solve.solvers.cpsat import integral_model
 
     graph = tiny_graphs()[2]
     peak = no_recompute_peak(graph)

@@ -253,8 +253,8 @@ def _wrong_orders(name: str, sizes: dict) -> dict:
     """The errors of the wrapping orders fit does not plan (every rank alike: no hang)."""
     from torch.distributed.fsdp import fully_shard
 
-    from schedlang.errors import SchedError
-    from schedlang.graph import Graph
+    from schedlang.language.errors import SchedError
+    from schedlang.graphs.graph import Graph
     from schedlang.pytorch.fit import fit
 
     from .torch_models import ALL
@@ -373,8 +373,8 @@ def test_fsdp_accounting_on_graph_data():
     the code between units the last buffer; a unit's backward the parameters again, their
     gradients and the reduce-scatter input kept from the unit before; the shards stay."""
     from schedlang.pytorch.distributed import fsdp_layer_memory, with_fsdp_memory
-    from schedlang.simulate import simulate
-    from schedlang.planners.no_recompute import no_recompute_plan
+    from schedlang.plans.simulate import simulate
+    from schedlang.plans.planners.no_recompute import no_recompute_plan
 
     g = _layered()
     names = [lay.name for lay in g.layers]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from schedlang import cli
+from schedlang.cli import main as cli
 from .paths import ROOT
 
 ERRORS = ROOT / "tests" / "errors"

@@ -16,14 +16,14 @@ import logging
 import pytest
 
 import schedlang
-import schedlang.backends
+import schedlang.solve.backends
 from schedlang import problem as problem_mod
-from schedlang.graph import Graph
-from schedlang.lower import lower_program
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.solution import Status
-from schedlang.units import budget_value
-from schedlang.writer import write_graph
+from schedlang.graphs.graph import Graph
+from schedlang.compile.lower import lower_program
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.solve.solution import Status
+from schedlang.language.units import budget_value
+from schedlang.graphs.writer import write_graph
 
 from .bruteforce import best_checkmate_schedule
 from .bruteforce_rockmate import best_rockmate_plan
@@ -148,7 +148,7 @@ def overshooting(monkeypatch, prob, budget: int, extra: int | None, always: bool
     """`solve_ir` as a solver whose tolerances let its plan over the budget: the first call
     (every call with `always`) is answered with `prob`'s model solved at `budget` plus `extra`
     bytes (`extra` None: at the no-recomputation peak). Returns the list of models it got."""
-    real = schedlang.backends.solve_ir
+    real = schedlang.solve.backends.solve_ir
     over = no_recompute_peak(prob.graph) if extra is None else budget + extra
     calls = []
 
@@ -158,7 +158,7 @@ def overshooting(monkeypatch, prob, budget: int, extra: int | None, always: bool
             ir = lower_program(prob.program, prob.graph, {"peak": over})
         return real(ir, **kw)
 
-    monkeypatch.setattr(schedlang.backends, "solve_ir", solve_ir)
+    monkeypatch.setattr(schedlang.solve.backends, "solve_ir", solve_ir)
     return calls
 
 

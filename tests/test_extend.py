@@ -17,10 +17,10 @@ from __future__ import annotations
 import pytest
 
 import schedlang
-from schedlang import cli
-from schedlang.errors import CheckError, DataError
-from schedlang.program import load_program
-from schedlang.resources import models_dir, shipped_models
+from schedlang.cli import main as cli
+from schedlang.language.errors import CheckError, DataError
+from schedlang.language.program import load_program
+from schedlang.language.resources import models_dir, shipped_models
 
 BASE = """model base
 set T = 1..4
@@ -164,7 +164,7 @@ def test_rebound_index_name_is_a_located_warning(tmp_path, capsys):
 @pytest.mark.parametrize("model", shipped_models())
 def test_shipped_models_have_no_lint_warnings(model):
     program = load_program([models_dir() / f"{model}.sched"])
-    schedlang.check.check_program(program)
+    schedlang.language.check.check_program(program)
     assert program.warnings == []
 
 

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from schedlang import files
-from schedlang.cli import main
-from schedlang.errors import DataError
-from schedlang.plan import Plan
+from schedlang.language import files
+from schedlang.cli.main import main
+from schedlang.language.errors import DataError
+from schedlang.plans.plan import Plan
 
 from .paths import GRAPHS, ROOT
 
@@ -103,9 +103,9 @@ def test_import_writes_atomically(tmp_path, monkeypatch, capsys):
 
 
 def test_a_fifo_is_never_replaced_nor_opened(tmp_path):
-    from schedlang.errors import DataError
-    from schedlang.files import write_file
-    from schedlang.paths import read_text
+    from schedlang.language.errors import DataError
+    from schedlang.language.files import write_file
+    from schedlang.language.paths import read_text
 
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
@@ -124,7 +124,7 @@ def test_a_fifo_is_never_replaced_nor_opened(tmp_path):
 def test_the_cache_folder_is_checked_once_and_located(tmp_path, monkeypatch, kind, message):
     """SCHEDLANG_CACHE_DIR that cannot hold the cache of the hierarchy's sub-solves: a
     located error naming the variable (it used to be skipped silently, or a traceback)."""
-    from schedlang.errors import DataError
+    from schedlang.language.errors import DataError
     from schedlang.layer_solves import CACHE_ENV, cache_path
 
     (tmp_path / "f").write_text("x")

@@ -15,7 +15,7 @@ torch.set_num_threads(1)
 
 from torch import nn  # noqa: E402
 
-from schedlang.errors import SchedError  # noqa: E402
+from schedlang.language.errors import SchedError  # noqa: E402
 from schedlang.pytorch.fit import FitError, fit  # noqa: E402
 
 

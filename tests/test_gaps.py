@@ -1,4 +1,4 @@
-"""The recompute_gaps planners (schedlang/planners/gaps.py): plans that replay, never below
+"""The recompute_gaps planners (schedlang/plans/planners/gaps.py): plans that replay, never below
 the exhaustive optimum, within the budget whenever the planner says its profile fits."""
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pytest
 
 import schedlang
 from schedlang.budgets import for_graph
-from schedlang.planners import run_planner
-from schedlang.planners.gaps import plan_recompute_gaps
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.simulate import NO_LIMIT, simulate
+from schedlang.plans.planners import run_planner
+from schedlang.plans.planners.gaps import plan_recompute_gaps
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.plans.simulate import NO_LIMIT, simulate
 
 from .bruteforce import best_checkmate_schedule
 from .checkmate_instances import tiny_graphs
@@ -52,7 +52,7 @@ def test_op_graph_plan_fits_where_the_profile_does():
 def test_shift_order_with_cuts_fits_the_random_layered_graph():
     # Moccasin's n100 graph at 70%: the shift order alone is over the budget; with cuts the
     # plan fits
-    from schedlang.cli import load_graph
+    from schedlang.cli.main import load_graph
 
     graph, _ = load_graph(str(GRAPHS / "random_layered_n100.json"))
     budget = for_graph("70%", graph)

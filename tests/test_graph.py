@@ -1,19 +1,19 @@
-"""`Graph`'s one vocabulary test and its cached, validated indexes (schedlang/graph.py)."""
+"""`Graph`'s one vocabulary test and its cached, validated indexes (schedlang/graphs/graph.py)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from schedlang.errors import DataError
-from schedlang.graph import DataNode, Graph, Layer, Loss, Node, Option
-from schedlang.plan import Op, Plan
-from schedlang.planners import graph_view
-from schedlang.planners.no_recompute import no_recompute_peak, no_recompute_plan
-from schedlang.planners.shift import dag_from_graph
-from schedlang.program import load_program
-from schedlang.simulate import simulate
-from schedlang.writer import write_graph
+from schedlang.language.errors import DataError
+from schedlang.graphs.graph import DataNode, Graph, Layer, Loss, Node, Option
+from schedlang.plans.plan import Op, Plan
+from schedlang.plans.planners import graph_view
+from schedlang.plans.planners.no_recompute import no_recompute_peak, no_recompute_plan
+from schedlang.plans.planners.shift import dag_from_graph
+from schedlang.language.program import load_program
+from schedlang.plans.simulate import simulate
+from schedlang.graphs.writer import write_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from schedlang.errors import DataError
-from schedlang.hgraph import FAST_FORWARD, build_hgraph
-from schedlang.program import load_program
+from schedlang.language.errors import DataError
+from schedlang.graphs.hgraph import FAST_FORWARD, build_hgraph
+from schedlang.language.program import load_program
 from .paths import ROOT
 
 
@@ -87,7 +87,7 @@ def test_layers_out_of_topological_order_are_rejected(tmp_path):
 
 
 def test_layered_data_round_trips_through_the_writer_with_profiles(tmp_path):
-    from schedlang.writer import write_graph
+    from schedlang.graphs.writer import write_graph
 
     g = load_program([ROOT / "examples" / "profiled.sched"]).graph
     out = tmp_path / "again.sched"
@@ -127,9 +127,9 @@ def test_fast_forward_not_stated_is_derived_conservatively(tmp_path):
 
 
 def test_fast_forward_stated_is_read_as_given_by_hgraph_simulator_and_model(tmp_path):
-    from schedlang.plan import Op, Plan
-    from schedlang.simulate import simulate
-    from schedlang.writer import write_graph
+    from schedlang.plans.plan import Op, Plan
+    from schedlang.plans.simulate import simulate
+    from schedlang.graphs.writer import write_graph
 
     text = FF.replace("needs (x) }", "needs (x)\n    option fast_forward fwd 0.5ms overhead 10MiB\n"
                       "        fwd_steps (12MiB, 3MiB frees (x) creates (h1)) }")

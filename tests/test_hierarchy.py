@@ -15,8 +15,8 @@ torch.set_num_threads(1)
 from torch import nn  # noqa: E402
 
 import schedlang  # noqa: E402
-from schedlang.plan import Op, Plan  # noqa: E402
-from schedlang.simulate import simulate  # noqa: E402
+from schedlang.plans.plan import Op, Plan  # noqa: E402
+from schedlang.plans.simulate import simulate  # noqa: E402
 
 from .test_pytorch_runtime import assert_same, eager_grads, fit_step  # noqa: E402
 from .torch_models import ALL  # noqa: E402
@@ -65,7 +65,7 @@ def test_the_whole_model_op_graph_holds_parameter_gradients_to_the_end():
     """`trace --ops`'s graph counts each trainable parameter's gradient once, from the backward
     of its last reader on (the weight through its transposed view) until the step ends; a
     frozen parameter has none."""
-    from schedlang.planners.no_recompute import no_recompute_plan
+    from schedlang.plans.planners.no_recompute import no_recompute_plan
     from schedlang.pytorch.opgraph import PARAM_GRADS_END, record_ops
 
     layer, x = _tiny_layer()
@@ -115,7 +115,7 @@ def test_trace_ops_writes_checkmate_data_that_solves_and_replays(tmp_path, capsy
 def test_layer_options_formulation_on_a_layer():
     """Above what autograd saves the cut costs nothing (everything kept); below, the solution
     respects the budget on the phantom plus the largest round; far below, no cut fits."""
-    from schedlang.decoders.segments import segments_of
+    from schedlang.plans.decoders.segments import segments_of
     from schedlang.pytorch.opgraph import record_ops
 
     model, (idx,), _ = ALL["gpt"](batch=2, context=16, layers=1)
@@ -613,7 +613,7 @@ def test_a_stepped_backward_ends_without_what_it_freed():
     """The end state of a node with a sub-step profile: its outputs, minus the inputs a step
     frees that the plan deletes right after, minus the phantom the backward consumed (a
     profile describes the whole node); an input the plan keeps is counted."""
-    from schedlang.simulate import replay
+    from schedlang.plans.simulate import replay
 
     from .layered_instances import MiB, chain, opt
 

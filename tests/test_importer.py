@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from schedlang.errors import DataError
-from schedlang.graph import Graph, Node
-from schedlang.importers.checkmate_nx import load_checkmate_nx
-from schedlang.writer import format_time, quote_name, write_graph
+from schedlang.language.errors import DataError
+from schedlang.graphs.graph import Graph, Node
+from schedlang.graphs.checkmate_nx import load_checkmate_nx
+from schedlang.graphs.writer import format_time, quote_name, write_graph
 from .paths import GRAPHS, needs_graphs
 
 

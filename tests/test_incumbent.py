@@ -1,5 +1,5 @@
 """The solve's incumbents: a heuristic plan outside the fixed-order model kept as the solve's
-answer (`schedlang.incumbent`), and the bounds a MIP start's objective implies
+answer (`schedlang.solve.incumbent`), and the bounds a MIP start's objective implies
 (`presolve.cutoff_bounds`). Plans are checked in the simulator, optima against the exact ILP."""
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 import schedlang
-from schedlang.cli import main
-from schedlang.importers.checkmate_nx import load_checkmate_nx
-from schedlang.presolve import cutoff_bounds, lagrangian_bound, presolve
+from schedlang.cli.main import main
+from schedlang.graphs.checkmate_nx import load_checkmate_nx
+from schedlang.compile.presolve import cutoff_bounds, lagrangian_bound, presolve
 from schedlang.problem import resolve_budget
-from schedlang.relaxation import highs_solve, lp_duals
-from schedlang.simulate import simulate
-from schedlang.solution import Status
-from schedlang.solvers.status import is_feasible
+from schedlang.solve.relaxation import highs_solve, lp_duals
+from schedlang.plans.simulate import simulate
+from schedlang.solve.solution import Status
+from schedlang.solve.status import is_feasible
 
 from .checkmate_instances import checkmate_problem, tiny_graphs
 from .paths import ROOT
@@ -128,7 +128,7 @@ def test_cutoff_bounds_keep_the_start_and_the_optimum(k):
 def test_solve_with_a_start_proves_the_cold_optimum(monkeypatch, lp_columns):
     """A MIP start's cutoff (objective; with lp_columns=0 also `solve_ir`'s LP step, which
     runs from CUTOFF_LP_COLUMNS columns on): the cold optimum, a proven bound, a valid plan."""
-    import schedlang.backends as backends
+    import schedlang.solve.backends as backends
 
     if lp_columns is not None:
         monkeypatch.setattr(backends, "CUTOFF_LP_COLUMNS", lp_columns)
@@ -145,7 +145,7 @@ def test_solve_with_a_start_proves_the_cold_optimum(monkeypatch, lp_columns):
 # --------------------------------------------------------------------------- objective steps
 
 def test_objective_step_and_rounded_bounds_stay_below_the_optimum():
-    from schedlang.solvers.status import objective_step, round_bound
+    from schedlang.solve.status import objective_step, round_bound
 
     seen = 0
     for graph, budget in _cases():
@@ -166,8 +166,8 @@ def test_objective_step_and_rounded_bounds_stay_below_the_optimum():
 
 
 def test_objective_step_needs_integer_columns_with_commensurable_costs():
-    from schedlang.ir import IRModel, Objective, VarFamily
-    from schedlang.solvers.status import objective_step, round_bound
+    from schedlang.compile.ir import IRModel, Objective, VarFamily
+    from schedlang.solve.status import objective_step, round_bound
 
     def model(kinds, costs, constant=0.0):
         fams = [VarFamily(f"v{i}", [()], k, np.zeros(1), np.ones(1), offset=i)
@@ -184,8 +184,8 @@ def test_objective_step_needs_integer_columns_with_commensurable_costs():
 def test_a_signal_during_the_cutoff_lp_returns_the_start(monkeypatch):
     """Ctrl-C while the cutoff's LP relaxation runs: the MIP start comes back as `feasible`,
     as it would from HiGHS's own interrupt (docs/reliability.md)."""
-    import schedlang.backends as backends
-    import schedlang.relaxation as relaxation
+    import schedlang.solve.backends as backends
+    import schedlang.solve.relaxation as relaxation
 
     def interrupted(model, limit, interrupts):
         interrupts.requested = "SIGINT"

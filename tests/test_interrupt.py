@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from schedlang.plan import Plan
+from schedlang.plans.plan import Plan
 
 from .paths import GRAPHS, ROOT
 
@@ -93,7 +93,7 @@ def test_a_signal_highs_cannot_honour_stops_the_wait():
     the signal (the solve then returns the best point it knows)."""
     import threading
 
-    from schedlang.solvers.highs import Interrupts
+    from schedlang.solve.solvers.highs import Interrupts
 
     release = threading.Event()
     finished = []

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import schedlang
-from schedlang.errors import SchedError
+from schedlang.language.errors import SchedError
 
 BACKENDS = ["pyomo", "cvxpy"]
 

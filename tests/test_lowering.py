@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import schedlang
-from schedlang.presolve import presolve
+from schedlang.compile.presolve import presolve
 from .paths import ROOT
 
 

@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 
 import schedlang
-from schedlang.planners import run_planner
-from schedlang.planners.lp_rounding import rounded_ops, solve_relaxation
-from schedlang.plan import Plan
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.simulate import simulate
-from schedlang.solution import Status
+from schedlang.plans.planners import run_planner
+from schedlang.plans.planners.lp_rounding import rounded_ops, solve_relaxation
+from schedlang.plans.plan import Plan
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.plans.simulate import simulate
+from schedlang.solve.solution import Status
 
 from .bruteforce import best_checkmate_schedule
 from .test_solve import tiny_graphs
@@ -78,7 +78,7 @@ def test_shift_order_variant_replays(graph):
 def test_plan_cli_reports_the_bound_and_gap(capsys):
     import json
 
-    from schedlang.cli import main
+    from schedlang.cli.main import main
 
     chain = str(ROOT / "examples" / "chain.sched")
     assert main(["plan", chain, "--planner", "lp_rounding", "--json"]) == 0

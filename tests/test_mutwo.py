@@ -1,4 +1,4 @@
-"""μ-TWO Algorithm B planner (schedlang/planners/mutwo.py)."""
+"""μ-TWO Algorithm B planner (schedlang/plans/planners/mutwo.py)."""
 from __future__ import annotations
 
 import random
@@ -6,15 +6,15 @@ import random
 import pytest
 
 import schedlang
-from schedlang.graph import Graph, Node
-from schedlang.importers.checkmate_nx import load_checkmate_nx
-from schedlang.plan import Plan
-from schedlang.planners import PlannerNotApplicable, planners, run_planner
-from schedlang.planners.mutwo import (KEEP, RECOMPUTE, SWAP, CandidateSet, checkmate_ops,
+from schedlang.graphs.graph import Graph, Node
+from schedlang.graphs.checkmate_nx import load_checkmate_nx
+from schedlang.plans.plan import Plan
+from schedlang.plans.planners import PlannerNotApplicable, planners, run_planner
+from schedlang.plans.planners.mutwo import (KEEP, RECOMPUTE, SWAP, CandidateSet, checkmate_ops,
                                       checkmate_view, format_table, mutwo, mutwo_table,
                                       replay_peak, swap_overhead)
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.simulate import simulate
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.plans.simulate import simulate
 from .paths import EXAMPLES, GRAPHS
 
 TRAIN = sorted(GRAPHS.glob("*_train.json")) if GRAPHS.is_dir() else []

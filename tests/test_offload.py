@@ -29,10 +29,10 @@ import random
 
 import pytest
 
-from schedlang.graph import Graph
-from schedlang.program import load_program
-from schedlang.planners.no_recompute import no_recompute_peak, no_recompute_plan
-from schedlang.solution import Status
+from schedlang.graphs.graph import Graph
+from schedlang.language.program import load_program
+from schedlang.plans.planners.no_recompute import no_recompute_peak, no_recompute_plan
+from schedlang.solve.solution import Status
 from .bruteforce_offload import OffloadStats, best_offload_plan
 from .layered_instances import MiB, chain, opt
 from .offload_cases import (BANDWIDTHS, GRID, INF, ORACLE, oracle, oracle_budgets, replay, solve,
@@ -436,7 +436,7 @@ def test_phantom_offload_during_its_backward_is_not_a_plan():
     # POfl has no element in the backward's own phase: PW leaves t = bwd(j) out, and naming
     # that element is an error that says which phases there are (a reference outside the
     # domain would be 0, the constraint infeasible)
-    from schedlang.errors import DataError
+    from schedlang.language.errors import DataError
 
     with pytest.raises(DataError, match="'L1.bwd' is not an element of POfl's index 1 "
                                         r"\(its elements: 'loss'\)"):

@@ -10,15 +10,15 @@ import copy
 import pytest
 
 import schedlang
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.relaxation import highs_solve
-from schedlang.solution import Status
-from schedlang.writer import write_graph
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.solve.relaxation import highs_solve
+from schedlang.solve.solution import Status
+from schedlang.graphs.writer import write_graph
 from .layered_instances import MiB, chain, opt, skip3
 from .offload_cases import ORACLE, replay, tiny_random, with_bandwidth
 
 
-def transformer_like(n: int) -> "schedlang.graph.Graph":
+def transformer_like(n: int) -> "schedlang.graphs.graph.Graph":
     """bench/instances.transformer_chain's ratios scaled down 16x: 1 MiB activations, phantoms
     of 6 (autograd), 0 (recompute) and 2.5 MiB (selective), forwards of 2 time units, a host
     link of 1.43 MiB per unit (24 GB/s against 2 ms forwards)."""

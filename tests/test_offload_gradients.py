@@ -14,10 +14,10 @@ import copy
 
 import pytest
 
-from schedlang.graph import DataNode, Graph, Layer, Loss
-from schedlang.plan import Op, Plan
-from schedlang.simulate import simulate
-from schedlang.solution import Status
+from schedlang.graphs.graph import DataNode, Graph, Layer, Loss
+from schedlang.plans.plan import Op, Plan
+from schedlang.plans.simulate import simulate
+from schedlang.solve.solution import Status
 from .layered_instances import MiB, opt, resolved
 from .offload_cases import replay, solve
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import pytest
 
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.solution import Status
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.solve.solution import Status
 from .offload_cases import (BANDWIDTHS, GRID, ORACLE, MiB, oracle, oracle_budgets, replay, solve,
                             tiny_random, with_bandwidth)
 

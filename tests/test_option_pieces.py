@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from schedlang.plan import Op, Plan  # noqa: E402
+from schedlang.plans.plan import Op, Plan  # noqa: E402
 
 from .test_pytorch_runtime import assert_same, eager_grads, fit_step  # noqa: E402
 from .torch_models import ALL  # noqa: E402
@@ -167,7 +167,7 @@ def test_layer_options_matches_brute_force_on_a_tiny_op_graph():
     value crossing a cut is held when its reader saves it or is checkpointed) fits; a round
     costs its segment's units up to the last that owns a saved tensor read inside it."""
     import schedlang
-    from schedlang.decoders.segments import segments_of
+    from schedlang.plans.decoders.segments import segments_of
     from schedlang.pytorch.opgraph import record_ops
 
     torch.manual_seed(0)

@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from schedlang.cli import main
-from schedlang.graph import Option, Segment, Segments
-from schedlang.program import load_program
-from schedlang.writer import write_graph
+from schedlang.cli.main import main
+from schedlang.graphs.graph import Option, Segment, Segments
+from schedlang.language.program import load_program
+from schedlang.graphs.writer import write_graph
 
 GRAPH = """\
 graph g {{
@@ -171,7 +171,7 @@ def test_trace_writes_generated_options_with_segments(traced):
 
 def _forced_plan(graph, k: int):
     """Every layer forward and backward with its k-th generated option (or autograd)."""
-    from schedlang.plan import Op, Plan
+    from schedlang.plans.plan import Op, Plan
 
     def pick(lay):
         gen = [o.name for o in lay.options if o.name.startswith("ops")]
@@ -329,7 +329,7 @@ def test_a_cut_inside_a_segment_runs_like_eager_or_is_refused_where_written(trac
     own cut gives eager gradients; one that does not refuses it at that segment, exit 2."""
     import importlib.util
 
-    from schedlang.errors import DataError
+    from schedlang.language.errors import DataError
     from schedlang.pytorch.fit import fit, prepare
     from tests.test_pytorch_runtime import assert_same, eager_grads, fit_step
 

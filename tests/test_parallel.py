@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from schedlang.errors import SchedError
+from schedlang.language.errors import SchedError
 from schedlang.parallel import JobError, default_jobs, run_jobs
 
 from . import parallel_jobs as jobs

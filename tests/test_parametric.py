@@ -1,4 +1,4 @@
-"""`schedlang.parametric`: a program lowered once and moved to other budgets gives the IR of a
+"""`schedlang.compile.parametric`: a program lowered once and moved to other budgets gives the IR of a
 fresh lowering at each budget, entry for entry; a sweep that uses it (and starts each budget
 from its neighbour's solution) gives the statuses and optima of per-budget solves."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from schedlang import budgets
-from schedlang.lower import lower_program
-from schedlang.parametric import BudgetLowering, budget_dependents, same_ir
+from schedlang.compile.lower import lower_program
+from schedlang.compile.parametric import BudgetLowering, budget_dependents, same_ir
 from schedlang.problem import load
 from schedlang.sweep import prepare, sweep_problem
 from .paths import ROOT

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from schedlang.errors import DataError
-from schedlang.plan import SCHEMA, Op, Plan
+from schedlang.language.errors import DataError
+from schedlang.plans.plan import SCHEMA, Op, Plan
 
 
 def sample_plan() -> Plan:

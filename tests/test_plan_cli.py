@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-import schedlang.planners as registry
-from schedlang.cli import main
-from schedlang.planners import Planner
-from schedlang.planners.no_recompute import no_recompute_plan
+import schedlang.plans.planners as registry
+from schedlang.cli.main import main
+from schedlang.plans.planners import Planner
+from schedlang.plans.planners.no_recompute import no_recompute_plan
 from .paths import ROOT
 
 CHAIN = str(ROOT / "examples" / "chain.sched")

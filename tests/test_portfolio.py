@@ -7,10 +7,10 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from schedlang.importers.checkmate_nx import graph_from_node_link
-from schedlang.planners import run_planner
+from schedlang.graphs.checkmate_nx import graph_from_node_link
+from schedlang.plans.planners import run_planner
 from schedlang.problem import resolve_budget
-from schedlang.simulate import simulate
+from schedlang.plans.simulate import simulate
 
 from .test_solve import tiny_graphs
 
@@ -50,7 +50,7 @@ def test_best_finds_a_valid_plan_on_random_layered_graphs(n, pct):
 
 @pytest.mark.parametrize("graph", tiny_graphs(), ids=lambda g: g.name)
 def test_best_is_never_worse_than_its_candidates(graph):
-    from schedlang.planners.no_recompute import no_recompute_peak
+    from schedlang.plans.planners.no_recompute import no_recompute_peak
 
     budget = int(no_recompute_peak(graph) * 0.8)
     plan = run_planner("best", graph, budget)

@@ -11,8 +11,8 @@ import pytest
 import scipy.sparse as sp
 
 from .irmodels import make_ir
-from schedlang.ir import ConstraintBlock, IRModel, Objective, VarFamily
-from schedlang.presolve import Postsolve, presolve, trivial_infeasibility
+from schedlang.compile.ir import ConstraintBlock, IRModel, Objective, VarFamily
+from schedlang.compile.presolve import Postsolve, presolve, trivial_infeasibility
 
 INF = np.inf
 

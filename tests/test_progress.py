@@ -147,7 +147,7 @@ def test_an_inner_session_reports_into_the_outer_one():
 def test_cli_quiet_turns_progress_off():
     import argparse
 
-    from schedlang.cli import _progress_mode
+    from schedlang.cli.main import _progress_mode
 
     def mode(**flags):
         return _progress_mode(argparse.Namespace(**{"command": "solve", **flags}))

@@ -5,11 +5,11 @@ import pytest
 
 import schedlang
 from schedlang.budgets import for_graph
-from schedlang.plan import Op, Plan
-from schedlang.planners import run_planner
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.planners.prune import prune_recomputations
-from schedlang.simulate import simulate
+from schedlang.plans.plan import Op, Plan
+from schedlang.plans.planners import run_planner
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.plans.planners.prune import prune_recomputations
+from schedlang.plans.simulate import simulate
 
 from .bruteforce import best_checkmate_schedule
 from .checkmate_instances import tiny_graphs

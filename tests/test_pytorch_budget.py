@@ -152,7 +152,7 @@ def test_selective_prediction_matches_the_runtime():
     runtime's (the profiler once held the kept tensors through the backward and predicted
     up to 10% too much, which made the GPT-2 test flaky under load)."""
     from schedlang.pytorch.fit import fit, prepare
-    from schedlang.planners.no_recompute import no_recompute_plan
+    from schedlang.plans.planners.no_recompute import no_recompute_plan
 
     model, inputs, loss_fn = ALL["gpt"](batch=8, context=32, dim=32, heads=4, layers=2)
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1)
@@ -251,7 +251,7 @@ def test_the_outputs_are_handed_over_to_the_loss():
     no-recomputation plan run by fit's runtime measures eager's peak (it used to hold one
     logits tensor more); the prediction still counts the outputs as the caller may keep them
     through the backward, so it holds for a step that does."""
-    from schedlang.planners.no_recompute import no_recompute_plan
+    from schedlang.plans.planners.no_recompute import no_recompute_plan
     from schedlang.pytorch.fit import fit, prepare
     from schedlang.pytorch.memory import MemoryTracker
 
@@ -311,7 +311,7 @@ def _checkpoint_sequential_instance():
     logits that the loss reads and the caller holds), and checkpoint_sequential(2)'s schedule
     on it as a plan: layers 1-2 run without saving (h1 dropped), layers 3-4 plainly; in the
     backward layer 1 runs again saving its phantom and layer 2 is recomputed by its backward."""
-    from schedlang.plan import Op, Plan
+    from schedlang.plans.plan import Op, Plan
 
     from .layered_instances import MiB, chain, opt
 
@@ -342,7 +342,7 @@ def test_checkpoint_sequential_schedule_is_found_at_its_own_peak():
     in the loss phase: counted again (as the save budget did), this budget took a slower plan
     (12 against 11 here; on the bench GPT +38% against checkpoint_sequential(3)'s +30%)."""
     from schedlang.pytorch.fit import loss_moment, solve_plan
-    from schedlang.simulate import simulate
+    from schedlang.plans.simulate import simulate
 
     g, seq, outputs = _checkpoint_sequential_instance()
     loss_overhead = 4 * 2**20

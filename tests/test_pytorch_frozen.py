@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 
 from torch import nn  # noqa: E402
 
-from schedlang.hgraph import FAST_FORWARD  # noqa: E402
+from schedlang.graphs.hgraph import FAST_FORWARD  # noqa: E402
 from .test_pytorch_runtime import assert_same, eager_grads, fit_step  # noqa: E402
 
 

@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from schedlang.errors import SchedError  # noqa: E402
-from schedlang.planners import run_planner  # noqa: E402
+from schedlang.language.errors import SchedError  # noqa: E402
+from schedlang.plans.planners import run_planner  # noqa: E402
 from schedlang.pytorch.fit import FitError, fit, prepare  # noqa: E402
 from schedlang.pytorch.guards import GraphChanged, InputMismatch  # noqa: E402
 

@@ -105,7 +105,7 @@ def test_released_loss_memory_depends_on_what_the_loss_saves():
 
 
 def test_prepared_for_one_loop_is_not_fitted_for_the_other():
-    from schedlang.errors import SchedError
+    from schedlang.language.errors import SchedError
     from schedlang.pytorch.fit import fit, prepare
 
     model, inputs, loss_fn = ALL["mlp"](batch=64)
@@ -166,7 +166,7 @@ def test_a_measured_link_gives_each_direction_its_rate():
 
 
 def test_a_bad_bandwidth_is_a_clear_error():
-    from schedlang.errors import SchedError
+    from schedlang.language.errors import SchedError
     from schedlang.pytorch.fit import fit
 
     model, inputs, loss_fn = ALL["mlp"](batch=64)
@@ -180,7 +180,7 @@ def test_the_offloading_plan_is_kept_only_when_faster(monkeypatch):
     as fast) as recomputation alone loses; a faster one wins."""
     import importlib
 
-    from schedlang.plan import Plan
+    from schedlang.plans.plan import Plan
     from schedlang.pytorch.hostlink import HostLink, linked
 
     fitmod = importlib.import_module("schedlang.pytorch.fit")
@@ -261,7 +261,7 @@ def test_offload_plan_first_step_hook_front_end():
 
 def test_per_block_plans_have_no_transfer_ops():
     pytest.importorskip("transformers")
-    from schedlang.plan import Op
+    from schedlang.plans.plan import Op
     from schedlang.pytorch.blocks import BlockError
     from schedlang.pytorch.fit import fit
     from schedlang.pytorch.hooked import plan_choices
@@ -308,7 +308,7 @@ def test_run_command_loop_and_link(tmp_path, capsys):
     import argparse
     import json
 
-    from schedlang.errors import SchedError
+    from schedlang.language.errors import SchedError
     from schedlang.pytorch.run import add_run_arguments, run_main
 
     factory = tmp_path / "wide_gpt.py"

@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 
 from torch import nn  # noqa: E402
 
-from schedlang.simulate import simulate  # noqa: E402
+from schedlang.plans.simulate import simulate  # noqa: E402
 from .test_pytorch_runtime import assert_same, eager_grads, fit_step  # noqa: E402
 
 
@@ -41,7 +41,7 @@ def make_blocks(batch=256, width=32, hidden=512, blocks=3, seed=0):
 
 
 def test_backward_overhead_excludes_the_consumed_phantom():
-    from schedlang.planners.no_recompute import no_recompute_plan
+    from schedlang.plans.planners.no_recompute import no_recompute_plan
     from schedlang.pytorch.fit import fit, prepare
 
     model, inputs, loss_fn = make_blocks()

@@ -11,11 +11,11 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)  # two test workers share the CPUs: no oversubscription
 
-from schedlang.errors import SchedError as SchedErrorType  # noqa: E402
-from schedlang.graph import DataNode, Graph, Layer, Loss, Option  # noqa: E402
-from schedlang.plan import Op, Plan  # noqa: E402
-from schedlang.planners.no_recompute import no_recompute_plan  # noqa: E402
-from schedlang.simulate import simulate  # noqa: E402
+from schedlang.language.errors import SchedError as SchedErrorType  # noqa: E402
+from schedlang.graphs.graph import DataNode, Graph, Layer, Loss, Option  # noqa: E402
+from schedlang.plans.plan import Op, Plan  # noqa: E402
+from schedlang.plans.planners.no_recompute import no_recompute_plan  # noqa: E402
+from schedlang.plans.simulate import simulate  # noqa: E402
 
 from .leaks import host_copy, new_bytes, snapshot  # noqa: E402
 from .torch_models import ALL, make_dropout_mlp, make_mlp  # noqa: E402
@@ -367,7 +367,7 @@ def test_fit_infeasible_budget_names_the_smallest():
     assert "bisection with the solver" in str(info.value)
     with pytest.raises(FitError, match="below the resident memory"):
         fit(model, inputs, "10KiB", loss_fn=loss_fn, prepared=prep)
-    from schedlang.errors import SchedError
+    from schedlang.language.errors import SchedError
 
     with pytest.raises(SchedError, match="not a percentage"):
         fit(model, inputs, "abc%", loss_fn=loss_fn, prepared=prep)
@@ -418,7 +418,7 @@ def test_run_command(tmp_path, capsys):
     import argparse
     import json
 
-    from schedlang.errors import SchedError
+    from schedlang.language.errors import SchedError
     from schedlang.pytorch.run import add_run_arguments, run_main
 
     factory = tmp_path / "factories.py"
@@ -461,7 +461,7 @@ def test_run_command_frontend(tmp_path, capsys, frontend):
     import argparse
     import json
 
-    from schedlang.errors import SchedError
+    from schedlang.language.errors import SchedError
     from schedlang.pytorch.run import add_run_arguments, run_main
 
     factory = tmp_path / "gpt_factory.py"

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from schedlang.simulate import replay, simulate
+from schedlang.plans.simulate import replay, simulate
 
 from .offload_cases import linked_plan
 from .paths import EXAMPLES
@@ -27,7 +27,7 @@ from .torch_models import ALL, make_mlp  # noqa: E402
 def test_replay_records_memory_and_time_per_op(name):
     import schedlang
 
-    from schedlang.plan import Plan
+    from schedlang.plans.plan import Plan
 
     from .paths import DATA
 
@@ -177,7 +177,7 @@ def test_timeline_of_plain_execution(tmp_path):
 def test_run_plot_and_trace(tmp_path, capsys):
     import argparse
 
-    from schedlang.errors import SchedError
+    from schedlang.language.errors import SchedError
     from schedlang.pytorch.run import add_run_arguments, run_main
 
     pytest.importorskip("matplotlib")

@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from schedlang.errors import SchedError  # noqa: E402
+from schedlang.language.errors import SchedError  # noqa: E402
 from schedlang.pytorch.memory import MemoryTracker, storage_bytes  # noqa: E402
 from schedlang.pytorch.partition import partition  # noqa: E402
 
@@ -403,8 +403,8 @@ def _traced(name):
 
 def _solve_and_replay(text, budget):
     import schedlang
-    from schedlang.simulate import simulate
-    from schedlang.solution import Status
+    from schedlang.plans.simulate import simulate
+    from schedlang.solve.solution import Status
 
     prob = schedlang.load(text=text, budget=budget)
     res = prob.solve(solver="highs")
@@ -420,9 +420,9 @@ def _solve_and_replay(text, budget):
 
 @pytest.mark.parametrize("name", sorted(ALL))
 def test_trace_solves_and_replays(name, tmp_path):
-    from schedlang.program import load_program
+    from schedlang.language.program import load_program
     from schedlang.pytorch.trace import read_trace_info, write_trace
-    from schedlang.planners.no_recompute import no_recompute_peak
+    from schedlang.plans.planners.no_recompute import no_recompute_peak
 
     model, graph = _traced(name)
     info = graph.trace_info

@@ -6,11 +6,11 @@ import random
 import pytest
 
 import schedlang
-from schedlang.graph import DataNode, Graph, Layer, Loss, Node, Option
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.simulate import simulate
-from schedlang.solution import Status
-from schedlang.writer import write_graph
+from schedlang.graphs.graph import DataNode, Graph, Layer, Loss, Node, Option
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.plans.simulate import simulate
+from schedlang.solve.solution import Status
+from schedlang.graphs.writer import write_graph
 from .paths import ROOT
 
 MiB = 2**20

@@ -23,12 +23,12 @@ import random
 import pytest
 
 import schedlang
-from schedlang.graph import Graph, Option, Step
-from schedlang.hgraph import build_hgraph
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.simulate import simulate
-from schedlang.solution import Status
-from schedlang.writer import write_graph
+from schedlang.graphs.graph import Graph, Option, Step
+from schedlang.graphs.hgraph import build_hgraph
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.plans.simulate import simulate
+from schedlang.solve.solution import Status
+from schedlang.graphs.writer import write_graph
 from .bruteforce_rockmate import SearchStats, _Evaluator, best_rockmate_plan
 from .layered_instances import MiB, chain, opt, random_dag, skip3
 

@@ -16,14 +16,14 @@ import random
 import pytest
 
 import schedlang
-from schedlang.errors import DataError
-from schedlang.graph import Graph, Node
-from schedlang.importers.checkmate_nx import load_checkmate_nx
-from schedlang.planners import planners, run_planner
-from schedlang.planners.shift import (Dag, ShiftScheduler, dag_from_graph, max_liveness_of,
+from schedlang.language.errors import DataError
+from schedlang.graphs.graph import Graph, Node
+from schedlang.graphs.checkmate_nx import load_checkmate_nx
+from schedlang.plans.planners import planners, run_planner
+from schedlang.plans.planners.shift import (Dag, ShiftScheduler, dag_from_graph, max_liveness_of,
                                       reorder, shift_plan, shift_schedule, sum_liveness_of)
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.simulate import simulate
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.plans.simulate import simulate
 from .paths import GRAPHS, ROOT
 
 VGG16 = GRAPHS / "vgg16_train.json"
@@ -456,7 +456,7 @@ def test_reorder_keeps_the_graph():
     assert sorted(g2.edges) == sorted(g.edges) and g2.name == g.name
     assert [n.name for n in g.nodes][0] == "big0" and g.nodes[1].name == "big1"  # untouched
     assert no_recompute_peak(g2) == simulate(run_planner("shift", g), g).peak_bytes
-    from schedlang.writer import write_graph  # the reordered graph writes as .sched data
+    from schedlang.graphs.writer import write_graph  # the reordered graph writes as .sched data
     assert "node big0" in write_graph(g2)
 
 

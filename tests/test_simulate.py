@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from schedlang.errors import DataError
-from schedlang.graph import Graph, Layer, Node
-from schedlang.importers.checkmate_nx import load_checkmate_nx
-from schedlang.plan import Op, Plan
-from schedlang.planners.no_recompute import no_recompute_peak, no_recompute_plan
-from schedlang.simulate import simulate
+from schedlang.language.errors import DataError
+from schedlang.graphs.graph import Graph, Layer, Node
+from schedlang.graphs.checkmate_nx import load_checkmate_nx
+from schedlang.plans.plan import Op, Plan
+from schedlang.plans.planners.no_recompute import no_recompute_peak, no_recompute_plan
+from schedlang.plans.simulate import simulate
 from .paths import GRAPHS, needs_graphs
 
 try:

@@ -1,6 +1,6 @@
 """The simulator on layered graphs (H-Rockmate view): phantoms, options, contributions, budgets.
 
-The mutation tests hold `schedlang.simulate` to a slow, direct reference checker written here
+The mutation tests hold `schedlang.plans.simulate` to a slow, direct reference checker written here
 from the rules in the simulator's module docstring.
 """
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from schedlang.hgraph import build_hgraph
-from schedlang.plan import Op, Plan
-from schedlang.program import load_program
-from schedlang.planners.no_recompute import no_recompute_peak, no_recompute_plan
-from schedlang.simulate import simulate
+from schedlang.graphs.hgraph import build_hgraph
+from schedlang.plans.plan import Op, Plan
+from schedlang.language.program import load_program
+from schedlang.plans.planners.no_recompute import no_recompute_peak, no_recompute_plan
+from schedlang.plans.simulate import simulate
 
 from .layered_instances import TINY_TEXT
 from .paths import ROOT
@@ -278,7 +278,7 @@ def test_offload_without_bandwidth_is_an_error():
 
 
 def test_inconsistent_layered_graphs_are_reported_not_raised(tmp_path):
-    from schedlang.graph import Graph, Layer, Node
+    from schedlang.graphs.graph import Graph, Layer, Node
     g = Graph(name="t", layers=[Layer("l1", ["x"], ["h"], [], [], [])])
     r = simulate(Plan(graph="t", ops=[Op("compute", node="l1")]), g)
     assert not r.valid and r.errors == ["cannot simulate this layered graph: layer 'l1' has no option"]

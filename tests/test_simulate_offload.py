@@ -1,5 +1,5 @@
 """The simulator's transfer ops on layered graphs: offload, prefetch and wait on two channels
-that overlap with compute (the rules are in `schedlang.simulate`'s docstring and
+that overlap with compute (the rules are in `schedlang.plans.simulate`'s docstring and
 docs/plans.md). Expected peaks and times are computed by hand in the comments."""
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from schedlang.errors import DataError
-from schedlang.plan import SCHEMA, Op, Plan
-from schedlang.program import load_program
-from schedlang.simulate import simulate
+from schedlang.language.errors import DataError
+from schedlang.plans.plan import SCHEMA, Op, Plan
+from schedlang.language.program import load_program
+from schedlang.plans.simulate import simulate
 
 from .layered_instances import TINY_TEXT
 from .paths import ROOT
@@ -472,7 +472,7 @@ def test_random_transfer_ops_never_raise():
 
 
 def test_checkmate_graphs_still_report_transfers_as_unsupported():
-    from schedlang.graph import Graph, Node
+    from schedlang.graphs.graph import Graph, Node
     g = Graph(name="chain", nodes=[Node("a", 1.0, 4)])
     r = simulate(Plan(graph="chain", ops=[Op("compute", node="a"), Op("offload", data="a")]), g)
     assert r.errors == ["op 1: offload ops are not supported for this graph (graph 'chain' is "

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 import schedlang
-from schedlang.cli import main
-from schedlang.sizes import DEFAULT_MAX_ELEMENTS, SizeError
+from schedlang.cli.main import main
+from schedlang.compile.sizes import DEFAULT_MAX_ELEMENTS, SizeError
 
 from .paths import ROOT
 
@@ -33,7 +33,7 @@ def test_exploding_model_fails_fast_with_little_memory():
     # the peak RSS of this process's own memory: /proc's VmHWM on Linux (getrusage's
     # ru_maxrss survives exec, so it would report a big parent's peak, a pytest worker's)
     code = ("import json, resource, sys\n"
-            "from schedlang.cli import main\n"
+            "from schedlang.cli.main import main\n"
             f"rc = main(['check', {str(EXPLODING)!r}])\n"
             "try:\n"
             "    hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')]\n"

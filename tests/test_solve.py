@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 import schedlang
-from schedlang.backends import BACKENDS
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.simulate import simulate
-from schedlang.solution import Status
-from schedlang.solvers import available_solvers
+from schedlang.solve.backends import BACKENDS
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.plans.simulate import simulate
+from schedlang.solve.solution import Status
+from schedlang.solve.solvers import available_solvers
 
 from .bruteforce import best_checkmate_schedule
 from .checkmate_instances import checkmate_problem, tiny_graphs

@@ -1,4 +1,4 @@
-"""The default solve (schedlang/strategy.py): its routes, their answers against the exhaustive
+"""The default solve (schedlang/solve/strategy.py): its routes, their answers against the exhaustive
 oracle and against the model as written, every plan replayed, and what the output says."""
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 import pytest
 
 import schedlang
-from schedlang import strategy
-from schedlang.cli import main
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.simulate import simulate
-from schedlang.solution import Status
-from schedlang.writer import write_graph
+from schedlang.solve import strategy
+from schedlang.cli.main import main
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.plans.simulate import simulate
+from schedlang.solve.solution import Status
+from schedlang.graphs.writer import write_graph
 
 from .bruteforce import best_checkmate_schedule
 from .checkmate_instances import tiny_graphs

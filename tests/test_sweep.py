@@ -6,11 +6,11 @@ import json
 import pytest
 
 import schedlang
-from schedlang.cli import main
-from schedlang.errors import DataError
+from schedlang.cli.main import main
+from schedlang.language.errors import DataError
 from schedlang.problem import Result, resolve_budget
-from schedlang.planners.no_recompute import no_recompute_peak
-from schedlang.solution import Status
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.solve.solution import Status
 from schedlang.sweep import SweepPoint, exit_code, parse_budgets, prepare, sweep
 from .paths import ROOT
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from schedlang.problem import Result
-from schedlang.solution import Status
+from schedlang.solve.solution import Status
 from schedlang.sweep import SweepPoint, budget_monotone, monotone_bounds, prepare
 
 from .paths import EXAMPLES

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from schedlang.cli import main
-from schedlang.errors import SchedError
+from schedlang.cli.main import main
+from schedlang.language.errors import SchedError
 from .paths import ROOT
 
 CHAIN = str(ROOT / "examples" / "chain.sched")
@@ -70,7 +70,7 @@ def test_without_ray_a_clear_error(monkeypatch, capsys):
 def test_the_core_does_not_import_ray():
     import subprocess
 
-    code = ("import sys, schedlang, schedlang.sweep, schedlang.cli, schedlang.parametric, "
+    code = ("import sys, schedlang, schedlang.sweep, schedlang.cli.main, schedlang.compile.parametric, "
             "schedlang.parallel; "
             "sys.exit('ray' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

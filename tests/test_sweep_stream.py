@@ -11,7 +11,7 @@ import time
 import pytest
 
 from schedlang import sweep as sweep_module
-from schedlang.cli import main
+from schedlang.cli.main import main
 
 from .paths import ROOT
 

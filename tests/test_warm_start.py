@@ -1,4 +1,4 @@
-"""Warm starts: heuristic plans encoded as MIP starts (schedlang.decoders.encode)."""
+"""Warm starts: heuristic plans encoded as MIP starts (schedlang.plans.decoders.encode)."""
 from __future__ import annotations
 
 import json
@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 import schedlang
-from schedlang.backends import BACKENDS
-from schedlang.cli import main
-from schedlang.decoders import encode
-from schedlang.decoders.encode import check_point, objective_value
-from schedlang.plan import Op, Plan
-from schedlang.planners.no_recompute import no_recompute_peak, no_recompute_plan
-from schedlang.simulate import simulate
-from schedlang.solution import Status
+from schedlang.solve.backends import BACKENDS
+from schedlang.cli.main import main
+from schedlang.plans.decoders import encode
+from schedlang.plans.decoders.encode import check_point, objective_value
+from schedlang.plans.plan import Op, Plan
+from schedlang.plans.planners.no_recompute import no_recompute_peak, no_recompute_plan
+from schedlang.plans.simulate import simulate
+from schedlang.solve.solution import Status
 
 from .bruteforce import best_checkmate_schedule
 from .checkmate_instances import checkmate_problem, tiny_graphs
@@ -227,12 +227,12 @@ def test_vector_warm_start_is_checked():
     bad = prob.solve(warm_start=np.zeros(ir.n_columns))  # R[t, t] = 1 is violated
     assert not bad.warm_start.feasible and not bad.warm_start.passed
     assert "frontier" in bad.warm_start.message
-    with pytest.raises(schedlang.errors.SchedError):
+    with pytest.raises(schedlang.language.errors.SchedError):
         prob.solve(warm_start=np.zeros(3))
 
 
 def test_unknown_planner_is_bad_input():
-    with pytest.raises(schedlang.errors.SchedError, match="unknown planner 'no_recomput'"):
+    with pytest.raises(schedlang.language.errors.SchedError, match="unknown planner 'no_recomput'"):
         schedlang.load(CHAIN).solve(warm_start="no_recomput")
 
 

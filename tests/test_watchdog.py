@@ -12,8 +12,8 @@ import time
 
 
 import schedlang
-from schedlang.solution import Status
-from schedlang.solvers.highs import Interrupts
+from schedlang.solve.solution import Status
+from schedlang.solve.solvers.highs import Interrupts
 
 from .paths import GRAPHS, ROOT, needs_graphs
 
@@ -89,8 +89,8 @@ def test_time_limit_holds_when_highs_overruns(tmp_path):
 
 
 def _import(name: str) -> str:
-    from schedlang.importers.checkmate_nx import load_checkmate_nx
-    from schedlang.writer import write_graph
+    from schedlang.graphs.checkmate_nx import load_checkmate_nx
+    from schedlang.graphs.writer import write_graph
 
     return write_graph(load_checkmate_nx(GRAPHS / f"{name}.json"))
 
@@ -99,8 +99,8 @@ def test_box_bound_is_the_objective_over_the_column_bounds():
     import numpy as np
     import scipy.sparse as sp
 
-    from schedlang.ir import ConstraintBlock, IRModel, Objective, VarFamily
-    from schedlang.solvers.status import box_bound
+    from schedlang.compile.ir import ConstraintBlock, IRModel, Objective, VarFamily
+    from schedlang.solve.status import box_bound
 
     fam = VarFamily("x", [(0,), (1,), (2,)], "integer", np.array([1.0, 0.0, -2.0]),
                     np.array([3.0, 5.0, 4.0]))

@@ -1,7 +1,7 @@
 """One walk over a plan's ops, shared by everything that runs a plan.
 
 The simulator, the allocator's liveness analysis, the PyTorch plan executor and the hook
-front end's block wrappers all read the same op list (`schedlang.plan.Op`); each subclasses
+front end's block wrappers all read the same op list (`schedlang.plans.plan.Op`); each subclasses
 `PlanInterpreter` and gives a meaning to the op kinds it cares about, one method per kind
 (`OP_METHODS`). The walk itself — order, the op's index for messages, the hooks around each
 op — lives here only, so a new op kind is added in one place (`plan.OP_FIELDS` and a method
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..plan import OP_KINDS, Op
+from .plan import OP_KINDS, Op
 
 #: op kind -> the `PlanInterpreter` method that runs it
 OP_METHODS: dict[str, str] = {kind: f"on_{kind}" for kind in OP_KINDS}

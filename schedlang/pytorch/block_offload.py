@@ -30,7 +30,7 @@ import copy
 
 import torch
 
-from ..graph import Graph, Option
+from ..graphs.graph import Graph, Option
 from .hostlink import HostLink, host_buffer
 
 __all__ = ["offloading", "module_storages", "offload_profiles", "with_offload_options",

@@ -73,7 +73,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ..errors import Loc, SchedError, did_you_mean
+from ..language.errors import Loc, SchedError, did_you_mean
 from .memory import MemoryTracker
 from .partition import TensorMeta, module_key
 

@@ -34,9 +34,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from ..errors import SchedError
-from ..graph import Graph
-from ..plan import Plan
+from ..language.errors import SchedError
+from ..graphs.graph import Graph
+from ..plans.plan import Plan
 
 __all__ = ["active", "agree_graph", "agree_plan", "solves_here", "graph_digest", "plan_digest", "DistributedPlanError",
            "FSDPLayer", "fsdp_layer_memory", "param_bytes_of", "with_fsdp_memory", "FSDP_ORDER",
@@ -529,8 +529,8 @@ def prepare_sharded(model, args: tuple, kwargs: dict, layers=None, loss_fn=None,
     (`FSDPModel.layer_memory`, `with_fsdp_memory`), the resident bytes become the rank's
     (`FSDPModel.resident_bytes`), and the found blocks are those of `model` (the wrappers go on
     the sharded blocks, inside FSDP's hooks). Every rank calls this (it all-gathers)."""
-    from ..planners.no_recompute import no_recompute_plan
-    from ..simulate import simulate
+    from ..plans.planners.no_recompute import no_recompute_plan
+    from ..plans.simulate import simulate
     from .fit import loss_moment, prepare
 
     if frontend == "fx":

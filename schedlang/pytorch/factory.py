@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..errors import Loc, SchedError, did_you_mean
+from ..language.errors import Loc, SchedError, did_you_mean
 
 __all__ = ["load_factory"]
 
@@ -23,7 +23,7 @@ def _module_name(stem: str) -> str:
 
 
 def _import(module_name: str, where: Loc):
-    from ..paths import exists, readable_file
+    from ..language.paths import exists, readable_file
 
     if module_name.endswith(".py") or "/" in module_name or exists(module_name):
         path = readable_file(module_name, where, "module")

@@ -47,14 +47,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..errors import SchedError
-from ..graph import Graph
-from ..plan import Plan
-from ..planners.no_recompute import no_recompute_plan
+from ..language.errors import SchedError
+from ..graphs.graph import Graph
+from ..plans.plan import Plan
+from ..plans.planners.no_recompute import no_recompute_plan
 from .. import progress
 from ..progress import reporting
-from ..simulate import simulate
-from ..units import format_size
+from ..plans.simulate import simulate
+from ..language.units import format_size
 from .guards import check_call, guarded_fit
 from .lifetimes import earliest_deletes
 from .outputs import loss_moment, measure_loss_overhead, released_bytes, uncounted_outputs
@@ -398,7 +398,7 @@ def resolve_fit_budget(budget, plain_peak: int) -> int:
     """Bytes from a size ('2GiB', 3e9, 1000000) or a percentage ('60%') of `plain_peak`
     (`schedlang.budgets`: one parser and one rounding rule for every budget)."""
     from .. import budgets
-    from ..errors import Loc
+    from ..language.errors import Loc
 
     return budgets.parse(budget, plain_peak, Loc("budget"), "the plain execution peak")
 
@@ -436,9 +436,9 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     wanted: None, without the second (least-peak) solve. A plan whose prediction (the loss
     phase's included) is over `activation_budget` is not returned."""
     import schedlang
-    from ..resources import extension_path
-    from ..solution import Status
-    from ..solvers import requested_gap
+    from ..language.resources import extension_path
+    from ..solve.solution import Status
+    from ..solve.solvers import requested_gap
 
     g = copy.copy(graph)
     g.budgets = {"peak": int(activation_budget)}
@@ -492,7 +492,7 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
     the smallest budget found feasible (within `rel`, at most `max_solves` solves), or None
     if `high` is not. The budget, not the plan's peak: a plan also needs the save budget that
     its budget implies (the loss phase), so a budget of its peak may admit no plan."""
-    from ..bisection import smallest_feasible as bisect
+    from ..solve.bisection import smallest_feasible as bisect
 
     return bisect(  # feasibility only after the first: no least-peak solve
         lambda b: solve_plan(graph, b, solver, time_limit, backend, least_peak=False,
@@ -1175,7 +1175,7 @@ def _solve_linked(base: Prepared, linked: Prepared, want: int, solver, time_limi
     every plan it can express), at the same budget; the offloading plan is kept only when it
     is predicted faster by more than the solver's relative gap. Raises FitError when neither
     meets the budget."""
-    from ..solvers import requested_gap
+    from ..solve.solvers import requested_gap
 
     t0 = time.perf_counter()
     activation = want - base.resident_bytes
@@ -1313,7 +1313,7 @@ def _as_before(prep: Prepared, found: Plan | None, activation: int, solver: str)
     optimality means): plans of equal predicted time and peak can measure a few hundred bytes
     apart (ViT: which of two identical blocks recomputes, 768 B), so taking the earlier one
     keeps the measured peak from growing as the budget falls. Records the result."""
-    from ..solvers import requested_gap
+    from ..solve.solvers import requested_gap
     from . import distributed
 
     if found is None or distributed.active():

@@ -28,7 +28,7 @@ import weakref
 
 import torch
 
-from ..errors import SchedError
+from ..language.errors import SchedError
 
 #: relative tolerance of the recomputation checksum (kernels may sum in another order)
 CHECKSUM_RTOL = 1e-5

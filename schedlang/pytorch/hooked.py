@@ -43,10 +43,10 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ..errors import Loc, SchedError
-from ..graph import DataNode, Graph, Layer, Loss, Option
-from ..hgraph import FAST_FORWARD
-from ..plan import Plan
+from ..language.errors import Loc, SchedError
+from ..graphs.graph import DataNode, Graph, Layer, Loss, Option
+from ..graphs.hgraph import FAST_FORWARD
+from ..plans.plan import Plan
 from .block_offload import OFFLOAD
 from .blocks import (BlockCall, BlockError, FoundBlocks, find_blocks, own_checkpointing,
                      training_call)
@@ -332,7 +332,7 @@ def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
     express a group: a group's blocks after the first keep nothing, not even their input."""
     from torch.utils import checkpoint as torch_checkpoint
 
-    from ..planners.baselines import plan_checkpoint_groups
+    from ..plans.planners.baselines import plan_checkpoint_groups
 
     if not hasattr(torch_checkpoint, "_checkpoint_without_reentrant_generator"):
         return  # a torch without the checkpoint `_Group` opens across calls: no group plans

@@ -21,8 +21,8 @@ the end). The plan's computes are unchanged, its memory never higher.
 """
 from __future__ import annotations
 
-from ..graph import Graph
-from ..plan import Op, Plan
+from ..graphs.graph import Graph
+from ..plans.plan import Op, Plan
 
 __all__ = ["earliest_deletes"]
 

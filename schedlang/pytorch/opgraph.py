@@ -37,8 +37,8 @@ import torch.fx as fx
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
-from ..errors import DataError, Loc
-from ..graph import Graph, Node
+from ..language.errors import DataError, Loc
+from ..graphs.graph import Graph, Node
 from .memory import storage_key
 
 __all__ = ["OpUnit", "OpGraph", "record_ops", "run_graph"]

@@ -37,7 +37,7 @@ import torch
 import torch.fx as fx
 from torch.utils.checkpoint import checkpoint
 
-from ..errors import Loc, SchedError
+from ..language.errors import Loc, SchedError
 from .memory import MemoryTracker, storage_key
 from .opgraph import OpGraph, graph_outputs, may_alias, record_ops
 

@@ -36,8 +36,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
-from ..graph import Graph
-from ..plan import Plan
+from ..graphs.graph import Graph
+from ..plans.plan import Plan
 from .trace import LOSS_VALUE_BYTES
 
 __all__ = ["released_graph", "measure_released_loss", "measure_loss_overhead", "loss_moment",
@@ -116,7 +116,7 @@ def measure_released_loss(produce, loss_fn, device) -> tuple[int, int, int]:
 def loss_moment(plan: Plan, graph: Graph) -> int:
     """Memory (graph bytes) right after the plan's loss: what the simulator's replay holds
     then (live data, saved phantoms, and data an offload plan has already prefetched)."""
-    from ..simulate import replay
+    from ..plans.simulate import replay
 
     steps = replay(plan, graph, record=True).steps or []
     for op, step in zip(plan.ops, steps):

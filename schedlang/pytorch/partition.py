@@ -41,7 +41,7 @@ import torch.fx as fx
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ..errors import DataError, Loc, SchedError, did_you_mean
+from ..language.errors import DataError, Loc, SchedError, did_you_mean
 
 __all__ = ["TensorMeta", "LayerPart", "Partitioned", "partition", "module_key"]
 

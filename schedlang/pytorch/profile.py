@@ -56,8 +56,8 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
                                     create_selective_checkpoint_contexts)
 
-from ..errors import Loc, SchedError
-from ..hgraph import FAST_FORWARD
+from ..language.errors import Loc, SchedError
+from ..graphs.hgraph import FAST_FORWARD
 from .memory import MemoryTracker, storage_key
 from .partition import LayerPart, Partitioned
 

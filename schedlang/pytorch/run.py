@@ -12,7 +12,7 @@ memory tracker slows every op, the fitted module is timed in as many steps again
 (`schedlang.pytorch.timeline`): memory predicted by the simulator and measured per executed op, with the budget; a
 Chrome/Perfetto trace of the executed ops.
 
-Wire it into the CLI (schedlang/cli.py)::
+Wire it into the CLI (schedlang/cli/main.py)::
 
     # in _parser():
     from .pytorch.run import add_run_arguments          # imports no torch
@@ -36,7 +36,7 @@ import statistics
 import time
 from pathlib import Path
 
-from ..errors import SchedError
+from ..language.errors import SchedError
 
 
 class RunError(SchedError):
@@ -179,8 +179,8 @@ def run_main(args) -> int:
         import torch
     except ImportError:
         raise SchedError("schedlang run needs torch: pip install 'schedlang[torch]'") from None
-    from ..plan import Plan
-    from ..units import format_size
+    from ..plans.plan import Plan
+    from ..language.units import format_size
     from .fit import fit
 
     if args.steps < 1:
@@ -274,7 +274,7 @@ def run_main(args) -> int:
         "plot": args.plot, "trace": args.trace,
     }
     if args.json:
-        from ..output import print_json
+        from ..cli.output import print_json
 
         print_json(out)
     else:
@@ -318,8 +318,8 @@ def run_main(args) -> int:
 
 def _check_outputs(args) -> None:
     """Fail before profiling and training when an output cannot be written."""
-    from ..errors import Loc
-    from ..paths import writable_file
+    from ..language.errors import Loc
+    from ..language.paths import writable_file
 
     if args.plot and args.trace and Path(args.plot).resolve() == Path(args.trace).resolve():
         raise RunError("--plot and --trace name the same file", Loc("--trace"))
@@ -335,7 +335,7 @@ def _check_outputs(args) -> None:
 
 
 def _read_graph(path: str):
-    from ..program import load_program
+    from ..language.program import load_program
 
     program = load_program([Path(path)], None)
     if program.graph is None or not program.graph.layers:

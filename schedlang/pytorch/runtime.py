@@ -1,7 +1,7 @@
 """Executing a layered Plan on the real PyTorch module, with the simulator's exact semantics.
 
 `PlanExecutor(partitioned, plan, graph)` interprets the ops of a Plan made for the layered
-graph of a partitioned module (see `schedlang.simulate._LayeredReplay` for the semantics):
+graph of a partitioned module (see `schedlang.plans.simulate._LayeredReplay` for the semantics):
 
 * every layer runs on *detached* copies of its input data, so the autograd graph of one layer
   never reaches into another: a layer's autograd graph is its **phantom**;
@@ -65,10 +65,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import SchedError
-from ..graph import Graph
-from ..hgraph import FAST_FORWARD
-from ..plan import Op, Plan
+from ..language.errors import SchedError
+from ..graphs.graph import Graph
+from ..graphs.hgraph import FAST_FORWARD
+from ..plans.plan import Op, Plan
 from .guards import check_layer_outputs, checksum_buffer
 from .recompute import FirstRun, rng_devices
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import hashlib
 
-from ..errors import DataError, Loc
-from ..graph import Graph, Segment, Segments
+from ..language.errors import DataError, Loc
+from ..graphs.graph import Graph, Segment, Segments
 
 __all__ = ["build", "describe", "register", "units_signature"]
 

@@ -3,7 +3,7 @@
 `FitModule.record_timeline()` turns recording on; after a training step,
 `FitModule.timeline()` returns a `Timeline` of that step:
 
-* **predicted**: the plan replayed by the simulator (`schedlang.simulate.replay(...,
+* **predicted**: the plan replayed by the simulator (`schedlang.plans.simulate.replay(...,
   record=True)`), one value per op of the plan: the most bytes during the op (`peak`) and the
   bytes once it is done (`after`), plus what the plan does not move (parameters, buffers, the
   step's inputs: `FitModule`'s resident bytes, and a calibration margin if one was added). At
@@ -39,10 +39,10 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from ..errors import DataError, Loc, SchedError
-from ..plan import Op, Plan
-from ..simulate import replay
-from ..units import format_size
+from ..language.errors import DataError, Loc, SchedError
+from ..plans.plan import Op, Plan
+from ..plans.simulate import replay
+from ..language.units import format_size
 
 __all__ = ["CHANNEL_TRACKS", "Recorder", "Timeline", "predicted_series"]
 
@@ -173,7 +173,7 @@ class Timeline:
 
     def write_trace(self, path, loc: Loc = Loc("--trace")) -> None:
         """Write `chrome_trace()` to `path` as JSON (atomically)."""
-        from ..files import write_file
+        from ..language.files import write_file
 
         try:
             write_file(path, json.dumps(self.chrome_trace()))
@@ -186,7 +186,7 @@ class Timeline:
         """Draw memory over the step's ops (predicted and measured peak per op, the budget)
         to `path` (PNG, matplotlib's Agg backend). Raises `SchedError` when matplotlib is
         missing or `path` cannot be written."""
-        from ..files import atomic_open
+        from ..language.files import atomic_open
         from ..sweep import _figure, _size_unit
 
         fig = _figure(loc)
@@ -370,7 +370,7 @@ class Recorder:
         prep = fm._prep
         plan = fm.plan
         if plan is None:
-            from ..planners.no_recompute import no_recompute_plan
+            from ..plans.planners.no_recompute import no_recompute_plan
 
             plan = no_recompute_plan(prep.graph)
             offset = prep.resident_bytes - prep.executor_bytes  # no executor runs

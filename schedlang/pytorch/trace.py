@@ -1,7 +1,7 @@
 """Trace a PyTorch module into layered graph data (the H-Rockmate vocabulary) for `use rockmate`.
 
 `trace(model, sample_inputs, layers=None, ...)` = `partition` + `profile` + `to_graph`: a
-`schedlang.graph.Graph` with
+`schedlang.graphs.graph.Graph` with
 
 * `data` for every tensor the layers exchange: the model's inputs (role `input`), each layer's
   outputs, `loss` (the loss value) and the gradients `<data>.grad`; a model input's gradient
@@ -33,8 +33,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import DataError, Loc, SchedError
-from ..graph import DataNode, Graph, Layer, Loss, Option, Step
+from ..language.errors import DataError, Loc, SchedError
+from ..graphs.graph import DataNode, Graph, Layer, Loss, Option, Step
 
 __all__ = ["TraceInfo", "to_graph", "trace", "write_trace", "read_trace_info",
            "add_trace_arguments", "trace_main", "LOSS_TIME"]
@@ -169,7 +169,7 @@ def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, 
 
 def graph_text(graph: Graph, info: TraceInfo | None = None, model: str = "rockmate") -> str:
     """The `.sched` text of a traced graph: comments, `use MODEL`, the graph data."""
-    from ..writer import write_graph
+    from ..graphs.writer import write_graph
 
     info = info if info is not None else getattr(graph, "trace_info", None)
     lines = []
@@ -187,14 +187,14 @@ def graph_text(graph: Graph, info: TraceInfo | None = None, model: str = "rockma
 
 def write_trace(graph: Graph, path, info: TraceInfo | None = None, model: str = "rockmate") -> None:
     """Write a traced graph as a `.sched` file that `schedlang solve` solves."""
-    from ..files import write_file
+    from ..language.files import write_file
 
     write_file(path, graph_text(graph, info, model))  # atomic; OSError -> located DataError
 
 
 def read_trace_info(path) -> TraceInfo | None:
     """The `TraceInfo` comment of a traced `.sched` file (None when it has none)."""
-    from ..paths import read_text
+    from ..language.paths import read_text
 
     text = read_text(path, what="graph file")
     info = None
@@ -297,7 +297,7 @@ def trace_main(args) -> int:
         raise SchedError("`schedlang trace` needs torch: pip install 'schedlang[torch]'",
                          WHERE) from None
     from ..problem import resolve_budget
-    from ..units import format_size
+    from ..language.units import format_size
 
     if args.repeats is None or args.repeats < 1:
         raise SchedError(f"--repeats must be at least 1, got {args.repeats}", Loc("--repeats"))
@@ -311,11 +311,11 @@ def trace_main(args) -> int:
                          "writes the whole model's op graph instead: give one of them",
                          Loc("--op-options"))
     if op_model:  # an unknown model fails here, before any tracing
-        from ..program import resolve_model
+        from ..language.program import resolve_model
 
         resolve_model(op_model, Path.cwd(), Loc("--op-model"))
     options = [o.strip() for o in args.options.split(",") if o.strip()]
-    from ..paths import writable_file
+    from ..language.paths import writable_file
     from .factory import load_factory
 
     writable_file(args.output, Loc("-o"), "graph data")  # before tracing, not after
@@ -380,10 +380,10 @@ def trace_main(args) -> int:
 
 def _trace_ops_main(args, model, inputs) -> int:
     """`schedlang trace --ops`: the whole model's op graph, Checkmate view, `use checkmate`."""
-    from ..files import write_file
+    from ..language.files import write_file
     from ..problem import resolve_budget
-    from ..units import format_size
-    from ..writer import write_graph
+    from ..language.units import format_size
+    from ..graphs.writer import write_graph
     from .memory import storage_bytes
     from .opgraph import record_ops
 
