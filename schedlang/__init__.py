@@ -6,7 +6,8 @@
     print(result.status, result.objective, result.simulated.peak_bytes)
 """
 from .language.errors import SchedError
-from .problem import Problem, Result, load
+from .problem import Problem, load
+from .results import Result
 from .plans.simulate import simulate
 
 __version__ = "0.1.0"

@@ -1,6 +1,6 @@
 """The solve's incumbents: a heuristic plan outside the fixed-order model kept as the solve's
 answer (`schedlang.solve.incumbent`), and the bounds a MIP start's objective implies
-(`presolve.cutoff_bounds`). Plans are checked in the simulator, optima against the exact ILP."""
+(`bounds.cutoff_bounds`). Plans are checked in the simulator, optima against the exact ILP."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,8 @@ import pytest
 import schedlang
 from schedlang.cli.main import main
 from schedlang.graphs.checkmate_nx import load_checkmate_nx
-from schedlang.compile.presolve import cutoff_bounds, lagrangian_bound, presolve
+from schedlang.compile.bounds import cutoff_bounds, lagrangian_bound, objective_step, round_bound
+from schedlang.compile.presolve import presolve
 from schedlang.problem import resolve_budget
 from schedlang.solve.relaxation import highs_solve, lp_duals
 from schedlang.plans.simulate import simulate
@@ -145,7 +146,6 @@ def test_solve_with_a_start_proves_the_cold_optimum(monkeypatch, lp_columns):
 # --------------------------------------------------------------------------- objective steps
 
 def test_objective_step_and_rounded_bounds_stay_below_the_optimum():
-    from schedlang.solve.status import objective_step, round_bound
 
     seen = 0
     for graph, budget in _cases():
@@ -167,7 +167,6 @@ def test_objective_step_and_rounded_bounds_stay_below_the_optimum():
 
 def test_objective_step_needs_integer_columns_with_commensurable_costs():
     from schedlang.compile.ir import IRModel, Objective, VarFamily
-    from schedlang.solve.status import objective_step, round_bound
 
     def model(kinds, costs, constant=0.0):
         fams = [VarFamily(f"v{i}", [()], k, np.zeros(1), np.ones(1), offset=i)

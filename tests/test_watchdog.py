@@ -12,6 +12,7 @@ import time
 
 
 import schedlang
+from schedlang.compile.bounds import box_bound
 from schedlang.solve.solution import Status
 from schedlang.solve.solvers.highs import Interrupts
 
@@ -100,7 +101,6 @@ def test_box_bound_is_the_objective_over_the_column_bounds():
     import scipy.sparse as sp
 
     from schedlang.compile.ir import ConstraintBlock, IRModel, Objective, VarFamily
-    from schedlang.solve.status import box_bound
 
     fam = VarFamily("x", [(0,), (1,), (2,)], "integer", np.array([1.0, 0.0, -2.0]),
                     np.array([3.0, 5.0, 4.0]))

@@ -275,7 +275,7 @@ def cmd_run(args) -> int:
 def cmd_check(args) -> int:
     from ..language.check import check_program
     from ..language.program import load_program
-    from ..compile.sizes import declaration_sizes, format_sizes
+    from ..compile.stats import declaration_sizes, format_sizes
 
     failed = 0
     params = _params(args)

@@ -27,9 +27,10 @@ import time
 import numpy as np
 
 from ..language import ast
-from .ir import IRModel
-from .lower import Lowering, _references, ast_nodes, lower_program
 from ..language.program import Program
+from .ir import IRModel
+from .lower import Lowering, lower_program
+from .walk import ast_nodes, references
 
 #: the budgets a sweep moves: the peak budget, and the save budget, which is the peak budget
 #: when not given (builtins.py); `budget.host` stays fixed
@@ -53,16 +54,16 @@ def budget_dependents(program: Program, kinds=SWEPT) -> set[str]:
     decls = program.decls
     refs: dict[str, set[str]] = {}
     for name, d in decls.items():
-        found = _references(d)
+        found = references(d)
         for ext in program.extensions.get(name, []):
-            found |= _references(ext)
+            found |= references(ext)
         table = program.param_tables.get(name)
         if table is not None:
-            found |= _references(table)
+            found |= references(table)
         refs[name] = found
     objective = set()
     for obj in ([program.objective] if program.objective else []) + list(program.objective_terms):
-        objective |= _references(obj)
+        objective |= references(obj)
     is_var = {n for n, d in decls.items() if isinstance(d, ast.VarDecl)}
     # values: budget roots, then params/expressions/constraints/var bounds that read them
     roots = {f"budget.{k}" for k in kinds}
@@ -132,10 +133,10 @@ class BudgetLowering:
             d = decls.get(name)
             if isinstance(d, ast.SetDecl):
                 return False, f"set {name} reads a budget"
-            if getattr(d, "when", None) is not None and _references(d.when) & (self.dependent | self.roots):
+            if getattr(d, "when", None) is not None and references(d.when) & (self.dependent | self.roots):
                 return False, f"the `when` guard of {name} reads a budget"
             index = getattr(d, "index", None)
-            if index is not None and _references(index) & (self.dependent | self.roots):
+            if index is not None and references(index) & (self.dependent | self.roots):
                 return False, f"the domain of {name} reads a budget"
             if isinstance(d, ast.ExprDecl) and (name in self.low.recursive or name in observed):
                 return False, f"expression {name} reads a budget"

@@ -21,7 +21,7 @@ whose `infeasible` is a message naming the constraint row or variable concerned.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -502,85 +502,3 @@ def _build_reduced(ir: IRModel, A_all: sp.csr_matrix, lo, hi, lb, ub, c, value,
                    objective=objective)
 
 
-def lagrangian_bound(ir: IRModel, y: np.ndarray | None = None) -> tuple[float, np.ndarray] | None:
-    """A proven lower bound on the objective (min sense; a max objective is negated) from row
-    multipliers `y` (any values: an LP relaxation's duals give the LP's bound), and the
-    reduced costs d = c - A'y it rests on: for every x within the rows and column bounds,
-    c.x = y.(Ax) + d.x >= sum_i min(y_i lo_i, y_i hi_i) + sum_j min(d_j lb_j, d_j ub_j).
-    A multiplier whose row side is infinite is taken as 0. y=None: all 0 (the box bound).
-    None when a needed column bound is infinite."""
-    obj = ir.objective
-    if obj is None:
-        return None
-    c = obj.c if obj.sense == "min" else -obj.c
-    lb, ub = ir.column_bounds()
-    base = 0.0
-    d = np.asarray(c, dtype=float)
-    if y is not None and ir.n_rows:
-        A, lo, hi = ir.stacked()
-        y = np.asarray(y, dtype=float).copy()
-        y[(y > 0) & ~np.isfinite(lo)] = 0.0
-        y[(y < 0) & ~np.isfinite(hi)] = 0.0
-        side = np.where(y > 0, lo, np.where(y < 0, hi, 0.0))
-        base = float(np.dot(y, side))
-        d = d - A.T @ y
-    best = np.where(d > 0, lb, np.where(d < 0, ub, 0.0))
-    used = d != 0
-    if not np.all(np.isfinite(best[used])):
-        return None
-    return base + float(d[used] @ best[used]), d
-
-
-def cutoff_bounds(ir: IRModel, x: np.ndarray, y: np.ndarray | None = None
-                  ) -> tuple[IRModel, int, float | None]:
-    """`ir` with the integer columns' bounds tightened by the objective value z of `x`, a
-    feasible point (a MIP start): the model with these bounds keeps every point at least as
-    good as `x` (so every optimum, and `x` itself), and its bounds are the original model's.
-
-    From the proven bound L and reduced costs d of `lagrangian_bound(ir, y)` (min sense),
-    c.x >= L + d_j (x_j - lb_j) for d_j > 0, so a point no worse than z has
-    x_j <= lb_j + floor((z - L) / d_j), and likewise x_j >= ub_j - floor((z - L) / -d_j) for
-    d_j < 0 (reduced-cost fixing). y=None uses the objective's own coefficients (on the
-    Checkmate model: no better plan recomputes a node that costs more than the incumbent's
-    recomputations; mobilenet_train at 90%: 9,017 of 17,020 columns); an LP relaxation's
-    duals fix far more. Returns (the model, the number of bounds tightened, L in the model's
-    sense, or None); `ir` itself when nothing is tightened."""
-    lag = lagrangian_bound(ir, y)
-    is_int = ir.integrality()
-    if lag is None or not is_int.any():
-        return ir, 0, None
-    low, d = lag
-    from ..solve.status import objective_step
-
-    step = objective_step(ir)  # c.x takes multiples of step: round the bound up to one
-    if step is not None and abs(low / step) < 1e8:  # (as `solvers.status.round_bound`)
-        low = step * np.ceil(low / step - 1e-3)
-    sense = 1.0 if ir.objective.sense == "min" else -1.0
-    bound = sense * low + float(ir.objective.constant)
-    x = np.asarray(x, dtype=float).ravel()
-    c = ir.objective.c if ir.objective.sense == "min" else -ir.objective.c
-    z = float(c @ x)
-    lb, ub = ir.column_bounds()
-    # rounding in d and L: a margin relative to the magnitudes summed
-    margin = 1e-7 * (1.0 + abs(z) + abs(low))
-    slack = z - low + margin
-    if not np.isfinite(slack) or slack < 0:  # x is not inside (or the multipliers are off)
-        return ir, 0, None
-    new_lb, new_ub = lb.copy(), ub.copy()
-    up = is_int & (d > 0) & np.isfinite(lb)
-    down = is_int & (d < 0) & np.isfinite(ub)
-    new_ub[up] = np.minimum(ub[up], lb[up] + np.floor(slack / d[up] + INT_TOL))
-    new_lb[down] = np.maximum(lb[down], ub[down] - np.floor(slack / -d[down] + INT_TOL))
-    # x stays inside (it does by the argument above; rounding must not cut it off)
-    xr = np.where(np.isfinite(x), np.round(x), 0.0)
-    new_ub = np.where(up, np.maximum(new_ub, xr), new_ub)
-    new_lb = np.where(down, np.minimum(new_lb, xr), new_lb)
-    count = int(np.count_nonzero(new_ub < ub) + np.count_nonzero(new_lb > lb))
-    if count == 0:
-        return ir, 0, bound
-    families = []
-    for f in ir.variables:
-        cols = slice(f.offset, f.offset + f.size)
-        families.append(VarFamily(f.name, f.keys, f.kind, new_lb[cols], new_ub[cols],
-                                  f.offset, f.loc, f.doc))
-    return replace(ir, variables=families), count, bound

@@ -27,12 +27,11 @@ may be edited between two uses; they must not be mutated.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ..language.errors import DataError, Loc
-
-if TYPE_CHECKING:
-    from .hgraph import HGraph, HIndex
+from ..language.units import MAX_BYTES
+from .hgraph import HGraph, HIndex, build_hgraph, index_hgraph
 
 NODE_KINDS = ("forward", "backward", "loss")
 
@@ -181,8 +180,6 @@ class Graph:
 
     def hgraph(self) -> HGraph:
         """The H-graph of the layered view (cached; `schedlang.graphs.hgraph.build_hgraph`)."""
-        from .hgraph import build_hgraph
-
         def build() -> HGraph:
             self.check_one_vocabulary()
             self.check_total_bytes()
@@ -191,8 +188,6 @@ class Graph:
 
     def layered_index(self) -> HIndex:
         """The H-graph indexed by position (cached; `schedlang.graphs.hgraph.HIndex`)."""
-        from .hgraph import index_hgraph
-
         return self._cached("layered", self._layered_key(), lambda: index_hgraph(self, self.hgraph()))
 
     def _cached(self, view: str, key: Any, build: Callable[[], Any]) -> Any:
@@ -228,7 +223,6 @@ class Graph:
         """DataError when the graph's sizes add up to more than an int64 holds: every peak and
         budget is at most that sum, and the planners, the simulator and the models count bytes
         in 64-bit integers or floats (`schedlang.language.units.MAX_BYTES`)."""
-        from ..language.units import MAX_BYTES
 
         total = (sum(int(n.size) for n in self.nodes) + sum(int(d.size) for d in self.data)
                  + sum(int(o.phantom) + int(o.fwd_overhead) + int(o.bwd_overhead)

@@ -32,11 +32,14 @@ on). Consumers get both cached from the graph: `Graph.hgraph()`, `Graph.layered_
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import networkx as nx
 
 from ..language.errors import DataError, Loc
-from .graph import Graph
+
+if TYPE_CHECKING:  # annotations only: graph.py builds and caches the H-graph (Graph.hgraph)
+    from .graph import Graph
 
 FAST_FORWARD = "fast_forward"
 

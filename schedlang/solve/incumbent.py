@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 
+from ..results import Result
 from .solution import Status
 
 # the candidate's model objective must equal its simulated time within this relative tolerance
@@ -80,7 +81,6 @@ def at_bound(problem, ws) -> bool:
 def outside_result(problem, ir, ws, timings: dict, backend: str, solver: str, found: str):
     """The `Result` returning the outside plan `ws.plan` (replayed against the budgets),
     with the order-free bound; `found` says what the solver found (or why it did not run)."""
-    from ..problem import Result
     from ..plans.simulate import simulate
 
     plan = ws.plan

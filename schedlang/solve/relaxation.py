@@ -68,7 +68,7 @@ def highs_solve(ir: IRModel, lb: np.ndarray | None = None, ub: np.ndarray | None
 
 def lp_duals(ir: IRModel, time_limit: float | None = None, interrupts=None) -> np.ndarray | None:
     """The row duals of `ir`'s LP relaxation in min sense (a max objective negated), for
-    `presolve.lagrangian_bound` / `cutoff_bounds`; None when HiGHS does not reach the LP
+    `bounds.lagrangian_bound` / `cutoff_bounds`; None when HiGHS does not reach the LP
     optimum within `time_limit`. Any multipliers give a valid bound there, so the duals'
     accuracy only decides how tight it is. `interrupts` (a `solvers.highs.Interrupts`): the
     LP runs under it, so that Ctrl-C / SIGTERM or its deadline stop it (its `requested` /

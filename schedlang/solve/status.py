@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..compile.bounds import box_bound, round_bound
 from ..compile.ir import IRModel
 from .solution import Solution, Status
 
@@ -211,68 +212,6 @@ def objective_value(ir: IRModel, x: np.ndarray) -> float:
     if ir.objective is None:
         return 0.0
     return float(ir.objective.c @ x + ir.objective.constant)
-
-
-def box_bound(model: IRModel) -> float | None:
-    """The objective's best value over the columns' bounds alone (rows ignored): a proven
-    bound, none tighter than a solver's, but there when the solver stops before reporting
-    one. After presolve it counts the columns presolve fixed (Checkmate: each node computed
-    once in its own stage, the sum of the node times). None if a needed bound is infinite.
-    (`presolve.lagrangian_bound` with every row multiplier 0.)"""
-    from ..compile.presolve import lagrangian_bound
-
-    lag = lagrangian_bound(model)
-    if lag is None:
-        return None
-    return (lag[0] if model.objective.sense == "min" else -lag[0]) + float(model.objective.constant)
-
-
-def objective_step(ir: IRModel) -> float | None:
-    """g > 0 when every integer point's objective is the constant plus a multiple of g: the
-    columns with a nonzero cost are all integer and their costs are integer multiples of g
-    (exact fractions of denominator <= 10^6, each within a relative 1e-12 of the cost), and
-    g is at least 1e-5 of the largest cost. None otherwise. HiGHS finds the same ("objective
-    function is integral with scale 1/g")."""
-    from fractions import Fraction
-    from math import gcd, lcm
-
-    o = ir.objective
-    if o is None:
-        return None
-    used = o.c != 0
-    if not used.any() or not ir.integrality()[used].all():
-        return None
-    num, den = 0, 1
-    for v in np.unique(np.abs(o.c[used])):
-        f = Fraction(float(v)).limit_denominator(10**6)
-        if abs(float(f) - v) > 1e-12 * v:
-            return None
-        num, den = gcd(num * (lcm(den, f.denominator) // den),
-                       f.numerator * (lcm(den, f.denominator) // f.denominator)), \
-            lcm(den, f.denominator)
-        if den > 10**9:  # no common step worth rounding to
-            return None
-    step = num / den if num else 0.0
-    return step if step >= 1e-5 * float(np.max(np.abs(o.c[used]))) else None
-
-
-def round_bound(ir: IRModel, bound: float | None) -> float | None:
-    """A proven bound moved to the next value the objective can take (`objective_step`):
-    up for a min objective, down for a max one. A point at a gap below one step from the
-    bound is optimal: HiGHS stops there ("Optimal") and reports the bound unrounded, e.g.
-    rockmate on transformer12 at 30% (step 0.0004): objective 0.0901, bound 0.08978."""
-    if bound is None or not np.isfinite(bound):
-        return bound
-    step = objective_step(ir)
-    if step is None:
-        return bound
-    k = (bound - ir.objective.constant) / step
-    # the costs are within 1e-12 of the grid, so an objective is within 1e-12 * |k| steps of
-    # its grid point: below 1e8 steps that is far inside the 1e-3 step tolerance used here
-    if not abs(k) < 1e8:
-        return bound
-    k = np.ceil(k - 1e-3) if ir.objective.sense == "min" else np.floor(k + 1e-3)
-    return float(ir.objective.constant + k * step)
 
 
 def _signed_diff(ir: IRModel, obj: float, bound: float) -> float:

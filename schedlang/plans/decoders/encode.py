@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..plan import Plan
 from ...language.units import UNITS
+from ..plan import Plan
 
 
 class NotEncodable(Exception):

@@ -25,8 +25,9 @@ an offload never exceeds what is left of the tensor, and a round's fractions sum
 from __future__ import annotations
 
 from ...graphs.hgraph import FAST_FORWARD
-from ..plan import Op, Plan
 from ...language.units import UNITS
+from ..plan import Op, Plan
+from .roles import role_values
 
 _EPS = 1e-5  # transfer fractions below this are solver noise (binaries bound them
 # within the solver's integrality tolerance, 1e-6 or so)
@@ -34,8 +35,6 @@ _WHOLE = 1e-4  # a host copy this close to whole is whole (noise dropped from it
 
 
 def decode_phases(decl, ir, solution, graph) -> Plan:
-    from . import role_values
-
     R = role_values(decl, ir, solution, "compute")
     P = role_values(decl, ir, solution, "keep")
     Sp = role_values(decl, ir, solution, "phantom")
@@ -119,8 +118,6 @@ class _Transfers:
     """The transfer roles of an offloading model, step by step (absent roles: no transfers)."""
 
     def __init__(self, decl, ir, solution):
-        from . import role_values
-
         def values(role):
             return role_values(decl, ir, solution, role, required=False) or {}
 

@@ -9,6 +9,8 @@ returns no plan, and `segments_of` reads the segments for the option generator
 (`schedlang.pytorch.options`)."""
 from __future__ import annotations
 
+from .roles import role_values
+
 
 def decode_segments(decl, ir, solution, graph):
     return None
@@ -17,8 +19,6 @@ def decode_segments(decl, ir, solution, graph):
 def segments_of(program, ir, solution) -> list[tuple]:
     """[(first unit, last unit, checkpointed)] for the segments, then [(first unit, last unit,
     checkpointed, 1)] for the pieces of the checkpointed ones (when the model has them)."""
-    from . import role_values
-
     decl = program.decode
     out = []
     for role, ckpt, depth in (("checkpointed", True, ()), ("kept", False, ()),

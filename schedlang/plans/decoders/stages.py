@@ -8,13 +8,12 @@ are deleted; at the end of a stage, whatever is not kept into the next one is de
 """
 from __future__ import annotations
 
-from ..plan import Op, Plan
 from ...language.units import UNITS
+from ..plan import Op, Plan
+from .roles import role_values
 
 
 def decode_stages(decl, ir, solution, graph) -> Plan:
-    from . import role_values
-
     R = role_values(decl, ir, solution, "compute")
     S = role_values(decl, ir, solution, "keep")
     FREE = role_values(decl, ir, solution, "free")
