@@ -34,6 +34,7 @@ from typing import Callable, Union
 
 from .language.errors import DataError, Loc
 from .language.units import parse_size
+from .plans.planners.no_recompute import no_recompute_peak
 
 Reference = Union[int, Callable[[], int], None]  # bytes, computed on demand, or none
 
@@ -106,8 +107,6 @@ def graph_reference(graph) -> Reference:
         return None
 
     def peak() -> int:
-        from .plans.planners.no_recompute import no_recompute_peak
-
         return no_recompute_peak(graph) if graph.nodes or graph.layers else 0
     return peak
 

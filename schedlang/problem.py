@@ -14,18 +14,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import budgets
-from .language.check import check_program
-from .plans.decoders import decode
-from .language.errors import CheckError, SchedError
-from .graphs.graph import Graph
+from . import progress as reporting
 from .compile.ir import IRModel
-from .plans.plan import Plan
-from .plans.planners.no_recompute import no_recompute_plan
+from .compile.lower import lower_program
+from .graphs.graph import Graph
+from .language.check import check_program
+from .language.errors import CheckError, Loc, SchedError, did_you_mean
 from .language.program import Program, attach_graph, load_program, set_params
+from .plans.decoders import decode, encode
+from .plans.decoders.encode import check_point, objective_value
+from .plans.plan import Plan
+from .plans.planners import graph_view, planners, run_planner
+from .plans.planners.no_recompute import no_recompute_plan
 from .plans.simulate import NO_LIMIT, SimResult, simulate
 from .results import PlanReport, Result, WarmStart
+from .solve.backends import solve_ir
+from .solve.incumbent import at_bound, keep_better, outside_incumbent, outside_result
 from .solve.solution import Solution, Status
-
+from .solve.solvers import requested_gap, supports_warm_start
+from .solve.solvers.highs import WATCHDOG_GRACE
+from .solve.status import relative_gap, within_gap
 
 log = logging.getLogger("schedlang")
 
@@ -63,13 +71,9 @@ class Problem:
         self.timings["check"] = time.perf_counter() - t0
 
     def lower(self) -> IRModel:
-        from .compile.lower import lower_program
-
         if "check" not in self.timings:
             self.check()
         if not self.program.has_formulation:  # an empty file is not a problem solved
-            from .language.errors import Loc
-
             g = self.program.graph
             hint = ("; layered graph data is solved by `use rockmate`" if g is not None
                     and g.layers else "; write a model, or `use` one (e.g. `use checkmate`)")
@@ -100,9 +104,6 @@ class Problem:
         warm start and the build, less a reserve for decoding and simulating
         (`decode_reserve`), and a watchdog stops HiGHS (through the Pyomo backend) if it
         overruns, keeping its incumbent or the warm start (`solve_ir`'s `deadline`)."""
-        from .solve.backends import solve_ir
-        from .solve.solvers import supports_warm_start
-
         since = time.monotonic() if since is None else since
         ir = self.ir if self.ir is not None else self.lower()
         deadline = None
@@ -118,12 +119,9 @@ class Problem:
             x0 = ws.x if ws.feasible else None
             ws.passed = x0 is not None
             if ws.outside:  # a plan that fits, outside the model (schedlang.solve.incumbent)
-                from .solve.incumbent import at_bound, outside_result
-
                 if at_bound(self, ws):  # optimal among all plans: no solver run
                     return outside_result(self, ir, ws, {**self.timings, "warm_start": ws_time},
                                           backend, solver, "it meets the bound: no solver run")
-        from . import progress as reporting
 
         args = dict(backend=backend, solver=solver, time_limit=time_limit, gap=gap,
                     threads=threads, presolve=presolve, verbose=verbose,
@@ -158,8 +156,6 @@ class Problem:
                         sol.model_size or ir.size_summary(), timings, plan, sim, sol, message,
                         self.budgets.get("peak"), warm_start=ws)
         if ws is not None and ws.outside:
-            from .solve.incumbent import keep_better
-
             result = keep_better(self, ir, ws, result)
         return result
 
@@ -194,12 +190,6 @@ class Problem:
         result is optimal when the new plan is within the requested gap of it. A plan still
         over a budget is never returned as a solution (status `no_solution`, the plan and its
         replay kept); without a plan at a lowered budget, that solve's status is returned."""
-        from .solve.backends import solve_ir
-        from .plans.decoders.encode import check_point
-        from .compile.lower import lower_program
-        from .solve.solvers import requested_gap
-        from .solve.status import relative_gap, within_gap
-
         cut: dict[str, int] = {}
         notes: list[str] = []
         sol = first
@@ -258,8 +248,6 @@ class Problem:
         result (`feasible` False, `message`)."""
         import numpy as np
 
-        from .plans.decoders import encode
-        from .plans.decoders.encode import check_point, objective_value
 
         ir = ir if ir is not None else (self.ir if self.ir is not None else self.lower())
         budget = self.budgets.get("peak")
@@ -369,8 +357,6 @@ class Problem:
         """The best MIP start among the cheap heuristic planners (`AUTO_PLANNERS` that apply
         to the graph): the feasible encoding with the lowest objective. When none is feasible,
         the first candidate's `WarmStart` says why (the solve runs cold)."""
-        from .plans.planners import graph_view, planners
-
         table = planners()
         names = [n for n in AUTO_PLANNERS
                  if n in table and self.graph is not None
@@ -378,8 +364,6 @@ class Problem:
         tried = [self.prepare_warm_start(name, ir) for name in names]
         usable = [ws for ws in tried if ws.feasible and ws.objective is not None]
         if not usable and self.graph is not None:
-            from .solve.incumbent import outside_incumbent
-
             extra = outside_incumbent(self, ir, tried)
             if extra is not None:
                 tried.append(extra)
@@ -404,8 +388,6 @@ def decode_reserve(ir: IRModel, time_limit: float) -> float:
     writing the result: a second plus 5 µs a column (resnet50_train's 349,199 columns: 0.3-0.8
     s to decode, as much again for the rest, on a loaded 2-core machine), at most a quarter of
     the limit."""
-    from .solve.solvers.highs import WATCHDOG_GRACE
-
     return min(0.25 * time_limit, WATCHDOG_GRACE + 1.0 + 5e-6 * ir.n_columns)
 
 
@@ -444,9 +426,6 @@ AUTO_PLANNERS = ("knapsack", "mutwo", "chen_greedy")
 def run_named_planner(name: str, graph: Graph, budget: int | None) -> Plan:
     """Run planner `name` from the registry (`schedlang.plans.planners`); `no_recompute` works
     even while the registry does not list it (the simulator's reference plan)."""
-    from .plans.planners import planners, run_planner
-    from .plans.planners.no_recompute import no_recompute_plan
-
     if name == "no_recompute" and name not in planners():
         plan = no_recompute_plan(graph)
         plan.budget_peak = budget
@@ -456,9 +435,6 @@ def run_named_planner(name: str, graph: Graph, budget: int | None) -> Plan:
 
 def check_planner_name(name: str) -> None:
     """`SchedError` (exit 2) naming the known planners when `name` is not one of them."""
-    from .language.errors import did_you_mean
-    from .plans.planners import planners
-
     known = dict.fromkeys(["no_recompute", *planners()])
     if name not in known:
         raise SchedError(f"unknown planner '{name}'{did_you_mean(name, known)}; planners: "

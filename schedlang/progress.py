@@ -38,6 +38,8 @@ import time
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from .language.errors import Loc, SchedError
+
 __all__ = ["session", "phase", "step", "note", "solver_callback", "MODES", "ENV", "Session"]
 
 log = logging.getLogger("schedlang.progress")
@@ -222,8 +224,6 @@ class _Renderable:
 def resolve_mode(mode: str, stream) -> str:
     """``"live"``, ``"lines"`` or ``"off"`` for a session asked for `mode` on `stream`."""
     if mode not in MODES:
-        from .language.errors import Loc, SchedError
-
         raise SchedError(f"progress must be one of {', '.join(MODES)} (or True/False), got "
                          f"{mode!r}", Loc("progress"))
     if mode != "auto":

@@ -33,13 +33,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import budgets
-from .language.errors import DataError, Loc, SchedError
-from .graphs.graph import Graph
-from .parallel import JOBS_LOC, default_jobs, run_jobs
 from .compile.parametric import BudgetLowering
+from .graphs.graph import Graph
+from .language.errors import DataError, Loc, SchedError
+from .language.files import atomic_open, write_file
+from .language.paths import writable_file
+from .language.resources import models_dir
+from .parallel import JOBS_LOC, default_jobs, run_jobs
+from .plans.plan import SCHEMA, Plan
 from .plans.planners.no_recompute import no_recompute_peak, no_recompute_plan
-from .problem import Problem, Result, WarmStart, load
 from .plans.simulate import simulate
+from .problem import Problem, Result, WarmStart, load
 from .solve.solution import EXIT_CODES, Status
 
 # ---------------------------------------------------------------------------- budget specs
@@ -281,7 +285,6 @@ def budget_monotone(program) -> bool:
     """Whether `program` is a shipped formulation of `MONOTONE_MODELS` with its own objective."""
     from pathlib import Path
 
-    from .language.resources import models_dir
 
     obj = program.objective
     if program.model is None or program.model.name not in MONOTONE_MODELS or obj is None \
@@ -385,7 +388,6 @@ class PointLog:
         if resume and self.path.exists():
             self.lines = self._read()
         # start the file from the good lines (a line cut by a kill is dropped), then append
-        from .language.files import write_file
 
         write_file(self.path, "".join(json.dumps(obj) + "\n" for obj in self.lines))
         try:
@@ -443,8 +445,6 @@ class PointLog:
 
 def point_from_json(obj: dict, prob: Problem, loc: Loc) -> SweepPoint:
     """A `SweepPoint` from its JSON line: the plan rebuilt from its ops and replayed again."""
-    from .plans.plan import SCHEMA, Plan
-
     budget = obj["budget_bytes"]
     graph = prob.graph
     plan = sim = None
@@ -496,7 +496,6 @@ def plot_sweep(points, out, title: str = "", ref_peak: int | None = None,
     when matplotlib is missing or `out` cannot be written.
     """
     fig = sweep_figure(points, title, ref_peak, loc)
-    from .language.files import atomic_open
 
     try:
         with atomic_open(out, "wb") as f:
@@ -602,7 +601,5 @@ def _figure(loc: Loc = Loc("--plot")):
 def check_plot_target(out, loc: Loc = Loc("--plot")) -> None:
     """Fail early (before a long sweep) when matplotlib is missing or `out` cannot be
     written (`schedlang.language.paths.writable_file`)."""
-    from .language.paths import writable_file
-
     _figure(loc)
     writable_file(out, loc, "plot")

@@ -12,9 +12,40 @@ import os
 import sys
 from pathlib import Path
 
+from .. import progress
+from ..budgets import for_graph, peak_budget
+from ..compile.sizes import DEFAULT_MAX_ELEMENTS
+from ..compile.stats import declaration_sizes, format_sizes
+from ..graphs.checkmate_nx import load_checkmate_nx
+from ..graphs.writer import write_graph
+from ..language.check import check_program
+from ..language.errors import DataError, Loc, SchedError, did_you_mean
+from ..language.files import write_file
+from ..language.paths import writable_file
+from ..language.program import load_program, set_params
+from ..language.units import format_size
+from ..parallel import default_jobs, import_ray
+from ..plans.allocator import format_summary, summary
+from ..plans.plan import Plan
+from ..plans.planners import graph_view, planners
+from ..plans.simulate import simulate
+from ..problem import load
+from ..solve import strategy
+from ..solve.bisection import explain_infeasible
+from ..solve.solution import EXIT_CODES, Status
+from ..solve.solvers import DEFAULT_SOLVER, SOLVERS, resolve
+from ..solve.solvers.highs import threads_left_running
+from ..sweep import (
+    PointLog,
+    check_plot_target,
+    exit_code,
+    parse_budgets,
+    plot_sweep,
+    prepare,
+    reference,
+    sweep_problem,
+)
 from . import output
-from ..language.errors import Loc, SchedError
-from ..solve.solution import EXIT_CODES
 
 
 def _nonnegative(kind):
@@ -52,8 +83,6 @@ def _params(args) -> dict:
 
 
 def _max_elements_argument(p) -> None:
-    from ..compile.sizes import DEFAULT_MAX_ELEMENTS
-
     p.add_argument("--max-elements", type=_nonnegative(int), metavar="N",
                    help="size guard: stop before a declaration (or a table built while lowering "
                    f"it) gets more than N elements (default {DEFAULT_MAX_ELEMENTS:,})")
@@ -86,7 +115,6 @@ def _parser() -> argparse.ArgumentParser:
     _param_argument(c)
     _max_elements_argument(c)
 
-    from ..solve.solvers import DEFAULT_SOLVER, SOLVERS
 
     solver_help = ", ".join(f"{n} (default)" if n == DEFAULT_SOLVER else n for n in SOLVERS)
     s = sub.add_parser("solve", help="compile, solve, decode and simulate")
@@ -217,8 +245,6 @@ def _process_start() -> float:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code. Errors are printed located on stderr (and, with
     --json, as one JSON object on stdout: `schedlang.cli.output`)."""
-    from .. import progress
-
     _STARTED[:] = [_process_start()] if argv is None else []
     argv = sys.argv[1:] if argv is None else list(argv)
     output.reset()
@@ -273,18 +299,12 @@ def cmd_run(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from ..language.check import check_program
-    from ..language.program import load_program
-    from ..compile.stats import declaration_sizes, format_sizes
-
     failed = 0
     params = _params(args)
     for f in args.files:
         try:
             program = load_program([Path(f)], [args.model] if args.model else None)
             if params:
-                from ..language.program import set_params
-
                 set_params(program, params, Loc("--param"))
             check_program(program)
             _print_warnings(program)
@@ -304,9 +324,6 @@ def cmd_check(args) -> int:
 
 
 def cmd_solve(args) -> int:
-    from ..problem import load
-    from ..solve.solvers import resolve
-
     # an unknown or missing solver, before any work (none named: the default strategy's)
     resolve(args.solver, args.backend or "pyomo")
     _writable(args, ("--plan-out", "plan_out", "plan"))
@@ -318,16 +335,12 @@ def cmd_solve(args) -> int:
     # no formulation, solver, backend or warm start named: the default strategy picks them
     chosen = args.model or args.solver or args.backend or args.warm_start != "auto"
     if chosen:
-        from ..solve.solvers import DEFAULT_SOLVER
-
         prob.lower()
         result = prob.solve(backend=args.backend or "pyomo", solver=args.solver or DEFAULT_SOLVER,
                             time_limit=args.time_limit, gap=args.gap, threads=args.threads,
                             presolve=not args.no_presolve, warm_start=args.warm_start,
                             verbose=args.verbose, since=since)
     else:
-        from ..solve import strategy
-
         result = strategy.solve(prob, time_limit=args.time_limit, gap=args.gap,
                                 threads=args.threads, presolve=not args.no_presolve,
                                 verbose=args.verbose, since=since)
@@ -356,13 +369,9 @@ def _explain(prob, result, args) -> dict | None:
     """At an infeasible budget (exit 3), the smallest feasible one by bisection
     (`schedlang.solve.bisection`), as `fit` says it: {"bytes", "percent", "reference_bytes"}, or
     None (feasible, --no-explain, no graph data)."""
-    from ..solve.solution import Status
-
     if result.status != Status.INFEASIBLE or not getattr(args, "explain", True) \
             or prob.graph is None or result.budget_bytes is None:
         return None
-    from ..solve.bisection import explain_infeasible
-    from ..solve.solvers import DEFAULT_SOLVER
 
     best, ref = explain_infeasible(prob, result.budget_bytes, args.backend or "pyomo",
                                    args.solver or DEFAULT_SOLVER, args.time_limit)
@@ -371,8 +380,6 @@ def _explain(prob, result, args) -> dict | None:
 
 
 def _print_smallest(smallest: dict) -> None:
-    from ..language.units import format_size
-
     best, ref = smallest["bytes"], smallest["reference_bytes"]
     if best is None:
         print("smallest  none up to the no-recomputation peak"
@@ -387,8 +394,6 @@ def _print_smallest(smallest: dict) -> None:
 def _writable(args, *outputs) -> None:
     """Fail before any work when an output file given as (flag, attribute, what) cannot be
     written (`schedlang.language.paths.writable_file`)."""
-    from ..language.paths import writable_file
-
     for flag, attr, what in outputs:
         path = getattr(args, attr, None)
         if path is not None:
@@ -402,8 +407,6 @@ def _print_warnings(program) -> None:
 
 
 def _print_result(prob, r) -> None:
-    from ..language.units import format_size
-
     g = prob.graph
     route = r.strategy
     model = route.model if route is not None and route.model else prob.program.name
@@ -452,12 +455,7 @@ def _print_result(prob, r) -> None:
 
 def load_problem(path: str):
     """A `Problem` on the graph data of a .sched file or of a checkmate-nx JSON file."""
-    from ..language.errors import DataError, Loc
-    from ..problem import load
-
     if path.endswith(".json"):
-        from ..graphs.checkmate_nx import load_checkmate_nx
-
         return load(graph=load_checkmate_nx(path))
     prob = load(path)
     if prob.graph is None:
@@ -472,10 +470,6 @@ def load_graph(path: str):
 
 
 def cmd_simulate(args) -> int:
-    from ..budgets import peak_budget
-    from ..plans.plan import Plan
-    from ..plans.simulate import simulate
-
     plan = Plan.load(args.plan)
     graph, budgets = load_graph(args.graph)
     # --budget, else the budgets of the graph file, else (None) the plan's own
@@ -483,8 +477,6 @@ def cmd_simulate(args) -> int:
     res = simulate(plan, graph, budget=budget, save_budget=budgets.get("save"))
     alloc = None
     if getattr(args, "allocator", False):
-        from ..plans.allocator import summary
-
         # 32 seeded restarts of greedy-by-size: the plain order alone can leave gaps between
         # interleaved lifetimes (+13% on the chain example); 32 reach max-live there, <1 s on resnet50
         alloc = summary(plan, graph, restarts=32)
@@ -494,8 +486,6 @@ def cmd_simulate(args) -> int:
             out["allocator"] = alloc
         output.print_json(out)
     else:
-        from ..language.units import format_size
-
         print(f"{'valid' if res.valid else 'invalid'}: peak {format_size(res.peak_bytes)} "
               f"({res.peak_bytes} B), time {res.time:.6g}, {res.computes} computes")
         # the warnings first: "the plan was made for graph 'chain', not 'unet'" explains the
@@ -508,8 +498,6 @@ def cmd_simulate(args) -> int:
             print(f"  ... and {len(res.errors) - SHOWN_ERRORS} more errors (--json lists "
                   "them all)")
         if alloc is not None:
-            from ..plans.allocator import format_summary
-
             print(format_summary(alloc))
     return 0 if res.valid else 3
 
@@ -519,15 +507,10 @@ SHOWN_ERRORS = 20
 
 
 def cmd_import(args) -> int:
-    from ..budgets import for_graph
-    from ..graphs.checkmate_nx import load_checkmate_nx
-    from ..graphs.writer import write_graph
-
     _writable(args, ("-o", "output", "graph data"))
     graph = load_checkmate_nx(args.file)
     if args.budget:
         graph.budgets["peak"] = for_graph(args.budget, graph)
-    from ..language.files import write_file
 
     text = write_graph(graph)
     write_file(args.output, text)
@@ -536,10 +519,6 @@ def cmd_import(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from ..language.errors import Loc
-    from ..sweep import PointLog, check_plot_target, prepare
-
-    from ..solve.solvers import resolve
 
     resolve(args.solver, args.backend)  # an unknown or missing solver: before any work
     if args.resume and not args.out:
@@ -549,8 +528,6 @@ def cmd_sweep(args) -> int:
         check_plot_target(args.plot)  # before a long sweep, not after it
     _writable(args, ("--out", "out", "stream of points"))
     if args.ray is not None:
-        from ..parallel import import_ray
-
         import_ray()  # a clear error before any work when Ray is missing
     files = [args.file] + args.compare
     params = _params(args)
@@ -567,10 +544,7 @@ def cmd_sweep(args) -> int:
 def _sweep(args, files, problems, log) -> int:
     import time
 
-    from ..sweep import exit_code, parse_budgets, plot_sweep, reference, sweep_problem
-    from ..language.units import format_size
 
-    from ..parallel import default_jobs
 
     tty = sys.stderr.isatty()
     started = [0.0]
@@ -650,8 +624,6 @@ def _sweep(args, files, problems, log) -> int:
 def _print_sweep(prob, args, points, ref_peak, ref_time, total, path=None) -> None:
     """One sweep's table; `path`: its file, named in the title when several are compared
     (they often share their model and graph: offload.sched on transformer6)."""
-    from ..language.units import format_size
-
     g = prob.graph
     print(f"sweep     {path + ': ' if path else ''}{prob.program.name} on graph "
           f"{g.name if g else '-'}, {len(points)} budgets, {args.solver} via {args.backend}")
@@ -691,9 +663,6 @@ def cmd_plan(args) -> int:
     `fits_budget` says its peak (and, on layered data, its loss-phase memory) is within the
     budgets. `status` is "feasible" when it fits or there is no budget, else "infeasible".
     """
-    from ..language.errors import Loc, did_you_mean
-    from ..plans.planners import planners
-
     table = planners()
     if args.list:
         rows = [{"name": p.name, "views": list(p.views), "description": p.description}
@@ -734,9 +703,6 @@ def cmd_plan(args) -> int:
 
 
 def _print_plan(report) -> None:
-    from ..plans.planners import graph_view
-    from ..language.units import format_size
-
     r = report
     name, graph, plan, sim, ref = r.planner, r.graph, r.plan, r.simulated, r.reference
     budget, save_budget, fits, overhead = r.budget_bytes, r.save_budget_bytes, r.fits, r.overhead
@@ -782,7 +748,6 @@ def entry() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         code = 141  # as a shell reports SIGPIPE
-    from ..solve.solvers.highs import threads_left_running
 
     if threads_left_running():
         sys.stdout.flush()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+from ..language.errors import NOWHERE, ErrorList, SchedError
+
 _printed: list[bool] = [False]
 
 
@@ -42,7 +44,6 @@ def print_error(exc, exit_code: int) -> None:
     the run printed its answer already."""
     if printed():
         return
-    from ..language.errors import ErrorList, SchedError
 
     if isinstance(exc, ErrorList) and exc.errors:
         first = exc.errors[0]
@@ -59,6 +60,4 @@ def print_error(exc, exit_code: int) -> None:
 
 
 def _where(loc) -> str | None:
-    from ..language.errors import NOWHERE
-
     return None if loc is None or loc == NOWHERE else str(loc)

@@ -11,6 +11,7 @@ from ..language.builtins import (
     CHECKMATE_VIEW,
     FUNCTIONS,
 )
+from ..language.check import Checker
 from ..language.errors import CheckError, DataError
 from .relational import (
     Const,
@@ -266,8 +267,6 @@ class Domains:
 
     def _set_arity(self, d: ast.SetDecl) -> int:
         """The tuple length of a declared set, told from its text (for a set that is not built)."""
-        from ..language.check import Checker
-
         return Checker(self.p).set_arity(d) or 1
 
     def family(self, index: ast.Index | None) -> Family:

@@ -17,7 +17,6 @@ default leaves a 44x margin, while a 20-million-row table of three int64 columns
 """
 from __future__ import annotations
 
-
 from ..language.errors import DataError
 
 DEFAULT_MAX_ELEMENTS = 20_000_000

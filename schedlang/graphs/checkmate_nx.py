@@ -24,6 +24,7 @@ from typing import Any
 import networkx as nx
 
 from ..language.errors import DataError, Loc
+from ..language.paths import read_text
 from .graph import Graph, Node
 
 # convention name -> (node key, size attribute, time attribute, backward attribute or None)
@@ -35,8 +36,6 @@ _CONVENTIONS = {
 
 def load_checkmate_nx(path: str | Path) -> Graph:
     """Read a networkx node-link JSON graph; problems raise `DataError` located at `path`."""
-    from ..language.paths import read_text
-
     source = str(path)
     try:
         text = read_text(path, what="graph file")

@@ -11,11 +11,21 @@ import networkx as nx
 
 from ..language import ast
 from ..language.errors import DataError, Loc, did_you_mean
-from .graph import (SEGMENT_KINDS, DataNode, Graph, Layer, Loss, Node, Option, Segment, Segments,
-                    Step)
-from .hgraph import FAST_FORWARD
 from ..language.parser import name_loc
 from ..language.units import SIZE_UNITS, TIME_UNITS, dimension, exact_bytes, format_size
+from .graph import (
+    SEGMENT_KINDS,
+    DataNode,
+    Graph,
+    Layer,
+    Loss,
+    Node,
+    Option,
+    Segment,
+    Segments,
+    Step,
+)
+from .hgraph import FAST_FORWARD
 
 
 def _size(v: ast.Value | None, what: str, default: int | None = None) -> int:

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import CheckError, DataError, Loc
-from ..graphs.graph import Graph
 from ..compile.relational import (
     INVALID,
     Const,
@@ -29,6 +27,8 @@ from ..compile.relational import (
     Universe,
     with_row_id,
 )
+from ..graphs.graph import Graph
+from .errors import CheckError, DataError, Loc
 from .units import budget_value, float_at_least
 
 # ------------------------------------------------------------------------------- sets

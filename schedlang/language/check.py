@@ -16,6 +16,7 @@ from .builtins import BUILTIN_SCALARS, BUILTIN_SETS, FUNCTIONS
 from .errors import CheckError, ErrorList, LintWarning, Loc, did_you_mean
 from .parser import name_loc
 from .program import Program
+from .units import dimension
 
 # The names graph data provides (sets, scalars, functions): one entry each in builtins.py.
 
@@ -294,8 +295,6 @@ class Checker:
         return method(e, scope)
 
     def e_Num(self, e, s):
-        from .units import dimension
-
         return T("num", dimension(e.unit), bare=not e.unit and e.value != 0)
 
     def e_Str(self, e, s):

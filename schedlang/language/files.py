@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import DataError, Loc
+from .paths import writable_file
 
 
 @contextlib.contextmanager
@@ -26,8 +27,6 @@ def atomic_open(path, mode: str = "w", encoding: str = "utf-8"):
     try:  # a FIFO, a device or a folder is not replaced by a file
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
-            from .paths import writable_file
-
             writable_file(path)  # says what it is
     except (OSError, ValueError):
         pass  # no such file (yet): written below; a bad name fails below, located

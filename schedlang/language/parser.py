@@ -5,10 +5,16 @@ import dataclasses
 import functools
 
 from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import (
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    UnexpectedToken,
+)
 
 from . import ast
-from .errors import Loc, SyntaxProblem
+from .errors import DataError, Loc, SyntaxProblem
+from .paths import readable_file
 from .resources import grammar_path
 
 
@@ -514,9 +520,6 @@ def parse_file(path, loc: Loc | None = None) -> ast.Module:
     """The AST of a `.sched` file; a file that cannot be read (missing, a folder, a FIFO, a
     name too long, not UTF-8) is a `SyntaxProblem` located at `loc` (a `use` statement), else
     at the path."""
-    from .errors import DataError
-    from .paths import readable_file
-
     try:
         p = readable_file(path, loc, "model file")
         stat = p.stat()

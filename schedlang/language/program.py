@@ -19,11 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ast
-from .errors import CheckError, DataError, Loc, did_you_mean
 from ..graphs.graph import Graph
 from ..graphs.graphdata import bandwidth_value, budget_value, build_graph
+from . import ast
+from .errors import CheckError, DataError, Loc, did_you_mean
 from .parser import name_loc, parse_file, parse_text
+from .paths import exists, readable_file
 from .resources import models_dir, shipped_models
 
 DECL_TYPES = (ast.SetDecl, ast.ParamDecl, ast.VarDecl, ast.ExprDecl, ast.ConstraintDecl)
@@ -79,8 +80,6 @@ class Program:
 
 def resolve_model(target: str, relative_to: Path | None, loc: Loc, is_path: bool = False) -> Path:
     """A model name (shipped) or a path -> the file to read."""
-    from .paths import exists, readable_file
-
     if is_path or target.endswith(".sched") or "/" in target:
         p = Path(target)
         if not p.is_absolute() and relative_to is not None and not exists(p):

@@ -71,9 +71,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from ..language.errors import DataError, Loc
 from ..graphs.graph import Graph
+from ..language.errors import DataError, Loc
+from ..language.units import format_size
 from .plan import Plan
+from .simulate import NO_LIMIT, simulate
 
 METHODS = ("inplace", "pool", "greedy_by_size")
 FREE_AT = ("delete", "last_use")
@@ -209,8 +211,6 @@ class _Builder:
 
 
 def _validate(plan: Plan, graph: Graph) -> None:
-    from .simulate import NO_LIMIT, simulate
-
     res = simulate(plan, graph, budget=NO_LIMIT, save_budget=NO_LIMIT)
     if not res.valid:
         more = f" (and {len(res.errors) - 1} more)" if len(res.errors) > 1 else ""
@@ -651,8 +651,6 @@ def summary(plan: Plan, graph: Graph, *, free_at: str = "delete", restarts: int 
 
 
 def format_summary(s: dict) -> str:
-    from ..language.units import format_size
-
     if "error" in s:
         return f"allocator: {s['error']}"
     at = s["max_live_at"]

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ..language.errors import DataError, Loc, did_you_mean
+from ..language.files import write_file
+from ..language.paths import read_text
 
 SCHEMA = "schedlang.plan/1"
 
@@ -176,14 +178,10 @@ class Plan:
 
     def save(self, path: str | Path) -> None:
         """Write the plan to `path` atomically (schedlang.language.files): a failed write keeps the old file."""
-        from ..language.files import write_file
-
         write_file(path, self.dumps())
 
     @classmethod
     def load(cls, path: str | Path) -> "Plan":
-        from ..language.paths import read_text
-
         source = str(path)
         try:
             text = read_text(path, what="plan file")

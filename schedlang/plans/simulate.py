@@ -111,11 +111,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..language.errors import DataError, did_you_mean
 from ..graphs.graph import CheckmateIndex, Graph
 from ..graphs.hgraph import HIndex
-from .plan import CHANNELS, OP_KINDS, Op, Plan, _a
+from ..language.errors import DataError, did_you_mean
 from ..language.units import MAX_BYTES
+from .plan import CHANNELS, OP_KINDS, Op, Plan, _a
 
 #: a budget no plan reaches (a graph's sizes add up to at most MAX_BYTES,
 #: `Graph.check_total_bytes`): replay without a memory limit

@@ -12,7 +12,10 @@ heuristic planners' plan as its start.
 from __future__ import annotations
 
 from .. import progress
+from ..compile.parametric import BudgetLowering
 from ..language.units import format_size
+from ..sweep import reference, solve_at
+from .solution import Status
 
 __all__ = ["explain_infeasible", "smallest_feasible"]
 
@@ -47,10 +50,6 @@ def explain_infeasible(prob, budget: int, backend: str = "pyomo", solver: str = 
     lowered `Problem` that is infeasible at `budget`; (None, peak) when not even the
     no-recomputation peak is (another constraint binds), (None, None) without graph data.
     Each step's solve gets `time_limit` (default 60 s) and stops at its first plan."""
-    from ..compile.parametric import BudgetLowering
-    from .solution import Status
-    from ..sweep import reference, solve_at
-
     if prob.graph is None:
         return None, None
     ref_peak, _ = reference(prob.graph)

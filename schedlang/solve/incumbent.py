@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import time
 
+from ..plans.planners import graph_view, planners
+from ..plans.simulate import simulate
 from ..results import Result
 from .solution import Status
 
@@ -53,8 +55,6 @@ def outside_incumbent(problem, ir, tried):
     a MIP start if its encoding satisfies the model, else (`outside`) the incumbent, if it
     fits the budgets and its time compares with the model's objective. None when `shift`
     does not apply."""
-    from ..plans.planners import graph_view, planners
-
     graph = problem.graph
     table = planners()
     if "shift" not in table or graph_view(graph) not in table["shift"].views \
@@ -81,8 +81,6 @@ def at_bound(problem, ws) -> bool:
 def outside_result(problem, ir, ws, timings: dict, backend: str, solver: str, found: str):
     """The `Result` returning the outside plan `ws.plan` (replayed against the budgets),
     with the order-free bound; `found` says what the solver found (or why it did not run)."""
-    from ..plans.simulate import simulate
-
     plan = ws.plan
     plan.budget_peak = problem.budgets.get("peak")
     plan.budget_save = problem.budgets.get("save")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compile.ir import IRModel
+from .solvers.highs import highs_lp, quiet_highs
 
 
 @dataclass
@@ -30,7 +31,6 @@ def highs_solve(ir: IRModel, lb: np.ndarray | None = None, ub: np.ndarray | None
     columns), as an LP when `relax`."""
     import highspy
 
-    from .solvers.highs import highs_lp, quiet_highs
 
     A, lo, hi = ir.stacked()
     clb, cub = ir.column_bounds()
@@ -75,7 +75,6 @@ def lp_duals(ir: IRModel, time_limit: float | None = None, interrupts=None) -> n
     `expired` then say so)."""
     import highspy
 
-    from .solvers.highs import highs_lp, quiet_highs
 
     if ir.objective is None or ir.n_rows == 0:
         return None

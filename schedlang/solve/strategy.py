@@ -36,8 +36,16 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
-from ..problem import Problem, Result
+from .. import load
+from ..language.resources import models_dir
+from ..plans.planners.portfolio import plan_best
+from ..plans.planners.prune import prune_recomputations
+from ..plans.simulate import simulate
+from ..problem import AUTO, AUTO_PLANNERS, Problem, Result, run_named_planner
+from .incumbent import order_free_bound
 from .solution import Status
+from .solvers import is_available, requested_gap
+from .status import relative_gap, within_gap
 
 #: Checkmate-view graphs up to this many nodes are solved as written (today's path)
 SMALL_NODES = 50
@@ -92,8 +100,6 @@ class Route:
 def is_shipped_checkmate(problem: Problem) -> bool:
     """Whether the formulation is `models/checkmate.sched` as shipped: every declaration and
     the objective come from that file, nothing extends or overrides them."""
-    from ..language.resources import models_dir
-
     program = problem.program
     shipped = str((models_dir() / "checkmate.sched").resolve())
     if program.model is None or program.model.name != "checkmate" or program.extensions \
@@ -163,10 +169,6 @@ def _left(time_limit: float | None, since: float) -> float | None:
 
 def _large_graph(problem: Problem, route: Route, time_limit: float | None, since: float) -> Result:
     """The `best` heuristic plan, replayed, with the order-free bound."""
-    from .incumbent import order_free_bound
-    from ..plans.planners.portfolio import plan_best
-    from ..plans.simulate import simulate
-
     t0 = time.perf_counter()
     peak = problem.budgets.get("peak")
     left = _left(time_limit, since)
@@ -207,8 +209,6 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
               progress, since) -> Result:
     """On the tight reformulation: a fitting plan (a heuristic's, else phase one's), CP-SAT
     from it, then HiGHS from CP-SAT's best plan; the better plan and the better bound."""
-    from .solvers import is_available
-
     tight = _load_like(problem, [TIGHT_MODEL])
     kw = {"gap": gap, "presolve": presolve, "verbose": verbose, "progress": progress}
     start, start_note, lowest = _start_plan(tight, route)
@@ -239,8 +239,6 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
 
 def _load_like(problem: Problem, models: list[str]) -> Problem:
     """`problem`'s graph and budgets with the formulation `models`, lowered."""
-    from .. import load
-
     other = load(model=models, graph=problem.graph)
     other.program.budgets.update(problem.budgets)
     other.started = problem.started
@@ -253,9 +251,6 @@ def _start_plan(tight: Problem, route: Route):
     fitting plan of the auto planners and recompute_gaps (plans in the graph's order, so in
     the model's stage space), each with its needless recomputations undone
     (`planners.prune`), or None when none fits."""
-    from ..plans.planners.prune import prune_recomputations
-    from ..problem import AUTO_PLANNERS, run_named_planner
-
     t0 = time.perf_counter()
     budget = tight.budgets.get("peak")
     tried = []
@@ -286,9 +281,6 @@ def _phase_one(problem: Problem, route: Route, lowest, time_limit, since, kw):
     (`models/extensions/soft_budget.sched`) until a plan fits (the start), for `PHASE_ONE_SHARE`
     of the time left; `proof` is an infeasible `Result` when it proves the least excess above
     zero. Without a fitting plan the start is "auto" (the solvers start cold)."""
-    from ..problem import AUTO
-    from ..language.resources import models_dir
-
     soft = _load_like(problem, [TIGHT_MODEL, str(models_dir() / "extensions" / SOFT_BUDGET)])
     left = _left(time_limit, since)
     t0 = time.perf_counter()
@@ -310,8 +302,6 @@ def _phase_one(problem: Problem, route: Route, lowest, time_limit, since, kw):
     if res.status == Status.INFEASIBLE:  # (its rows hold for every plan: the graph's own)
         return None, "", res
     if fits:
-        from ..plans.planners.prune import prune_recomputations
-
         plan = prune_recomputations(problem.graph, res.plan, problem.budgets.get("peak"))
         plan.meta["planner"] = "phase one"
         return plan, "from phase one's plan", None
@@ -321,9 +311,6 @@ def _phase_one(problem: Problem, route: Route, lowest, time_limit, since, kw):
 def _combine(tight: Problem, results: list[Result], gap: float | None) -> Result:
     """The result with the fastest valid plan, with the best bound of all (both solved the
     same model: each bound and each proof holds for it)."""
-    from .solvers import requested_gap
-    from .status import relative_gap, within_gap
-
     ir = tight.ir
     proven = [r for r in results if r.status == Status.INFEASIBLE]
     if proven:

@@ -38,7 +38,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...graphs.hgraph import FAST_FORWARD
 from ...language.units import UNITS
+from ...solve.relaxation import highs_solve
+from ...solve.status import is_feasible
 from ..plan import Plan
 
 
@@ -218,8 +221,6 @@ def encode_stages(decl, ir, plan: Plan, graph) -> np.ndarray:
 def _complete(ir, x: np.ndarray, fixed, time_limit: float = 30.0) -> np.ndarray:
     """`x` with the columns of the `fixed` families kept and the others completed by HiGHS
     (`relaxation.highs_solve`); `NotEncodable` when no completion exists."""
-    from ...solve.relaxation import highs_solve
-
     lb, ub = (v.copy() for v in ir.column_bounds())
     for fam in fixed:
         cols = slice(fam.offset, fam.offset + fam.size)
@@ -254,8 +255,6 @@ def phase_schedule(plan: Plan, h) -> tuple[dict, dict, dict]:
     live[t] / phantoms[t] = the data in memory / {layer: option} of the phantoms saved when
     phase t starts (just before its first compute). Raises `NotEncodable` for a plan outside
     the phase space or with transfers."""
-    from ...graphs.hgraph import FAST_FORWARD
-
     order = [k.name for k in h.compute]
     index = {k: i for i, k in enumerate(order)}
     node = {k.name: k for k in h.compute}
@@ -318,8 +317,6 @@ def encode_phases(decl, ir, plan: Plan, graph, time_limit: float = 30.0) -> np.n
     the replay, every transfer role 0 -- and the rest of the columns (creates, deletes,
     contributions, memory, the offload model's bookkeeping) completed by HiGHS on the model
     with those columns fixed (`relaxation.highs_solve`)."""
-    from ...solve.relaxation import highs_solve
-
     if not graph.layers:
         raise NotEncodable(f"graph '{graph.name}' is node/edge data; the phase encoder works on "
                            f"layered graphs")
@@ -361,7 +358,6 @@ def check_point(ir, x: np.ndarray) -> tuple[bool, str]:
     """Does `x` satisfy `ir`'s rows, bounds and integrality (the backends' tolerances)?"""
     import re
 
-    from ...solve.status import is_feasible
 
     ok, why = is_feasible(ir, np.asarray(x, dtype=float))
     why = re.sub(r"column (\d+)", lambda m: column_name(ir, int(m.group(1))), why)

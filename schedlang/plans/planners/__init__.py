@@ -13,8 +13,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-from ...language.errors import SchedError, did_you_mean
 from ...graphs.graph import Graph
+from ...language.errors import SchedError, did_you_mean
 from ..plan import Plan
 
 # Modules that define PLANNERS, in the order `schedlang plan --list` shows them.

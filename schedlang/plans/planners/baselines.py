@@ -89,12 +89,12 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from ...language.errors import DataError
 from ...graphs.graph import Graph
 from ...graphs.hgraph import FAST_FORWARD, bwd_name, fwd_name, has_backward
+from ...language.errors import DataError
 from ..plan import Op, Plan
 from ..simulate import NO_LIMIT, simulate
-from . import Planner
+from . import Planner, PlannerNotApplicable
 from .no_recompute import no_recompute_plan
 
 #: a budget no plan reaches: replays checked for structure only
@@ -264,8 +264,6 @@ class _LView:
         graph.hgraph()  # validates the layered data (DataError)
         frozen = [layer.name for layer in graph.layers if not has_backward(layer)]
         if frozen:
-            from . import PlannerNotApplicable
-
             raise PlannerNotApplicable(f"layer '{frozen[0]}' has no backward (its only option is "
                                        "fast_forward): this planner needs a backward per layer "
                                        "(mutwo and the solvers handle such layers)", graph.loc)

@@ -25,10 +25,11 @@ from itertools import pairwise
 
 import numpy as np
 
-from ...language.errors import DataError
 from ...graphs.graph import Graph
+from ...language.errors import DataError
 from ..plan import Op, Plan
 from . import Planner
+from .shift import shift_schedule
 
 #: at most this many cuts (the greedy's steps)
 MAX_CUTS = 20_000
@@ -238,8 +239,6 @@ def _run(graph: Graph, budget: int | None = None, **options) -> Plan:
 
 
 def _run_shift(graph: Graph, budget: int | None = None, **options) -> Plan:
-    from .shift import shift_schedule
-
     plan = plan_recompute_gaps(graph, budget, order=shift_schedule(graph), **options)
     plan.meta["planner"] = "recompute_gaps_shift"
     return plan

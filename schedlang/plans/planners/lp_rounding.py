@@ -27,10 +27,15 @@ from __future__ import annotations
 
 import time as _time
 
-
+from ...compile.lower import lower_program
 from ...graphs.graph import Graph
+from ...language.program import load_program
+from ...solve.relaxation import highs_solve
 from ..plan import Op, Plan
+from ..simulate import simulate
 from . import Planner
+from .no_recompute import no_recompute_peak, no_recompute_plan
+from .shift import reorder
 
 THRESHOLDS = (0.5, 0.3, 0.7, 0.1, 0.9, 0.2, 0.4, 0.6, 0.8, 0.01, 0.99)
 SCALES = (1.0, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5)
@@ -38,17 +43,12 @@ SCALES = (1.0, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5)
 
 def lower_checkmate(graph: Graph, budget: int):
     """The Checkmate IR of `graph` at `budget` bytes."""
-    from ...compile.lower import lower_program
-    from ...language.program import load_program
-
     program = load_program([], ["checkmate"])
     return lower_program(program, graph, {"peak": int(budget)})
 
 
 def solve_relaxation(graph: Graph, budget: int, time_limit: float | None = None):
     """(status, LP optimum or None, {(t, v): S value}) of the Checkmate relaxation."""
-    from ...solve.relaxation import highs_solve
-
     ir = lower_checkmate(graph, budget)
     out = highs_solve(ir, relax=True, time_limit=time_limit)
     if out.x is None:
@@ -93,13 +93,8 @@ def rounded_ops(graph: Graph, keep: list[set[int]]) -> list[Op]:
 
 def plan_lp_rounding(graph: Graph, budget: int | None = None, thresholds=THRESHOLDS,
                      scales=SCALES, order: str = "graph", time_limit: float | None = None) -> Plan:
-    from ..simulate import simulate
-    from .no_recompute import no_recompute_peak
-
     t_start = _time.perf_counter()
     if order == "shift":
-        from .shift import reorder
-
         graph = reorder(graph)
     if budget is None:
         budget = no_recompute_peak(graph)
@@ -142,8 +137,6 @@ def plan_lp_rounding(graph: Graph, budget: int | None = None, thresholds=THRESHO
     meta = {"planner": "lp_rounding", "lp_status": lp_status, "lp_bound": bound,
             "order": order, "seconds": _time.perf_counter() - t_start}
     if best is None:  # no relaxation solved: the plan with everything once
-        from .no_recompute import no_recompute_plan
-
         plan = no_recompute_plan(graph)
         plan.meta.update(meta)
         return plan

@@ -47,9 +47,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ...language.errors import DataError
 from ...graphs.graph import Graph
 from ...graphs.hgraph import FAST_FORWARD, bwd_name, fwd_name, has_backward
+from ...language.errors import DataError
 from ..plan import Op, Plan
 from ..simulate import simulate
 from . import Planner

@@ -9,8 +9,8 @@ registry lists this plan as ``no_recompute`` (`schedlang.plans.planners.baseline
 """
 from __future__ import annotations
 
-from ...language.errors import DataError
 from ...graphs.graph import Graph
+from ...language.errors import DataError
 from ..plan import Op, Plan
 from ..simulate import replay
 

@@ -18,7 +18,10 @@ import time as _time
 
 from ...graphs.graph import Graph
 from ..plan import Plan
+from ..simulate import simulate
 from . import Planner, graph_view, planners
+from .no_recompute import no_recompute_plan
+from .prune import prune_recomputations
 
 CANDIDATES = ("knapsack", "mutwo", "chen_greedy", "recompute_gaps", "shift")
 #: the share of what is left of `time_limit` the shift scheduler may take (it stops with the
@@ -28,8 +31,6 @@ SHIFT_SHARE = 0.7
 
 def plan_best(graph: Graph, budget: int | None = None, candidates=CANDIDATES,
               lp_rounding_below: int = 120, time_limit: float = 60.0) -> Plan:
-    from ..simulate import simulate
-
     table = planners()
     view = graph_view(graph)
     rows: list[dict] = []
@@ -77,15 +78,11 @@ def plan_best(graph: Graph, budget: int | None = None, candidates=CANDIDATES,
                 and name in table and view in table[name].views and left > 1:
             attempt(name, time_limit=left)
     if best is None:
-        from .no_recompute import no_recompute_plan
-
         plan = no_recompute_plan(graph)
         plan.meta["candidates"] = rows
         return plan
     plan = best[2]
     if best[0] and view == "checkmate":  # recomputations the budget lets go, undone
-        from .prune import prune_recomputations
-
         plan = prune_recomputations(graph, plan, budget)
     plan.meta["chosen"] = best[3]
     plan.meta["candidates"] = rows

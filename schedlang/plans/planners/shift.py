@@ -60,8 +60,8 @@ from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from ...language.errors import DataError
 from ...graphs.graph import Graph
+from ...language.errors import DataError
 from ..plan import Op, Plan
 from . import Planner
 

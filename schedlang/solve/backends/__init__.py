@@ -47,20 +47,39 @@ from typing import Callable
 
 import numpy as np
 
-from ...language.errors import SchedError
-from ...compile.ir import IRModel, Objective
 from ...compile.bounds import cutoff_bounds
-from ...compile.presolve import Postsolve, presolve as run_presolve, trivial_infeasibility
+from ...compile.ir import IRModel, Objective
+from ...compile.presolve import Postsolve, trivial_infeasibility
+from ...compile.presolve import presolve as run_presolve
+from ...language.errors import SchedError
+from ..progress import Progress
+from ..relaxation import lp_duals
 from ..solution import Solution, Status
 from ..solvers import (
-    BACKEND_NAMES, NativeOptions, SolverAdapter, check_backend, native_options, requested_gap,
-    resolve, supports_warm_start,
+    BACKEND_NAMES,
+    NativeOptions,
+    SolverAdapter,
+    check_backend,
+    native_options,
+    requested_gap,
+    resolve,
+    supports_warm_start,
 )
 from ..solvers.base import output_to_stderr
-from ..progress import Progress
+from ..solvers.highs import Interrupts
 from ..status import (  # noqa: F401  (the termination words, for the backends)
-    ERROR, INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult,
-    is_feasible, join, normalize, objective_value,
+    ERROR,
+    INF_OR_UNBD,
+    INFEASIBLE,
+    LIMIT,
+    OPTIMAL,
+    UNBOUNDED,
+    UNKNOWN,
+    RawResult,
+    is_feasible,
+    join,
+    normalize,
+    objective_value,
 )
 
 BACKENDS = BACKEND_NAMES
@@ -250,9 +269,6 @@ def _cutoff(model: IRModel, post: Postsolve, start: np.ndarray, gap: float | Non
     after HiGHS's presolve, against 92,371 without), and HiGHS's root LP takes 1 s instead of
     ~60. The LP runs under `solvers.highs.Interrupts`: Ctrl-C or SIGTERM stops it. Returns
     (model, postsolve, the bound or None, notes, the signal's name or None)."""
-    from ..relaxation import lp_duals
-    from ..solvers.highs import Interrupts
-
     x = post.restrict(start)
     lagrangian, notes, tightened = None, [], 0
     interrupts = Interrupts(deadline)

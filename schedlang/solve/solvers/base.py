@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..status import CVXPY, ERROR, OPTIMAL, LIMIT, UNKNOWN, RawResult, termination
+from ..status import CVXPY, ERROR, LIMIT, OPTIMAL, UNKNOWN, RawResult, termination
 
 
 @dataclass

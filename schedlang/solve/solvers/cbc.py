@@ -8,8 +8,8 @@ optimal_inaccurate, a limit), with no bound.
 """
 from __future__ import annotations
 
-from .base import CvxpyAnswer, NativeOptions, SolverAdapter, read_cvxpy_status, spell
 from ..status import RawResult
+from .base import CvxpyAnswer, NativeOptions, SolverAdapter, read_cvxpy_status, spell
 
 
 class Cbc(SolverAdapter):

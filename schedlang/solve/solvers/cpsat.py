@@ -39,9 +39,20 @@ import time
 
 import numpy as np
 
+from ..progress import Progress
+from ..status import (
+    ERROR,
+    INFEASIBLE,
+    LIMIT,
+    OPTIMAL,
+    UNBOUNDED,
+    UNKNOWN,
+    RawResult,
+    by_termination,
+    termination,
+)
 from .base import NativeOptions, SolverAdapter, spell
-from ..status import ERROR, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult, \
-    by_termination, termination
+from .highs import LEFT_RUNNING, Interrupts
 
 # CpSolverStatus names -> termination (UNKNOWN: a limit before any solution)
 TERMINATION = by_termination({
@@ -275,8 +286,6 @@ def solve(ir, run) -> RawResult:
     """Solve the IR model `ir` with CP-SAT (`run`: a backends.SolveRun)."""
     from ortools.sat.python import cp_model
 
-    from .highs import LEFT_RUNNING, Interrupts
-    from ..progress import Progress
 
     t0 = time.perf_counter()
     try:

@@ -39,9 +39,20 @@ from functools import cache
 
 import numpy as np
 
+from ..progress import Progress
+from ..status import (
+    ERROR,
+    INF_OR_UNBD,
+    INFEASIBLE,
+    LIMIT,
+    OPTIMAL,
+    UNBOUNDED,
+    UNKNOWN,
+    RawResult,
+    by_termination,
+    termination,
+)
 from .base import CvxpyAnswer, NativeOptions, SolverAdapter, output_discarded, spell
-from ..status import ERROR, INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, \
-    RawResult, by_termination, termination
 
 # HighsModelStatus names -> termination
 TERMINATION = by_termination({
@@ -276,7 +287,6 @@ def _mip_callback(progress, interrupts: Interrupts):
     (when given), and asks HiGHS to stop once a signal came (`Interrupts`)."""
     import highspy
 
-    from ..progress import Progress
 
     inf = highspy.kHighsInf
 

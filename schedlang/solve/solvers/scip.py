@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..status import (
+    INF_OR_UNBD,
+    INFEASIBLE,
+    LIMIT,
+    OPTIMAL,
+    UNBOUNDED,
+    RawResult,
+    by_termination,
+    termination,
+)
 from .base import CvxpyAnswer, NativeOptions, SolverAdapter, spell
-from ..status import INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, RawResult, \
-    by_termination, termination
 
 # SCIP status strings (Model.getStatus()) -> termination
 TERMINATION = by_termination({
