@@ -21,10 +21,11 @@ from .graphs.graph import Graph
 from .language.check import check_program
 from .language.errors import CheckError, Loc, SchedError, did_you_mean
 from .language.program import Program, attach_graph, load_program, set_params
+from .plans import planners as registry
 from .plans.decoders import decode, encode
 from .plans.decoders.encode import check_point, objective_value
 from .plans.plan import Plan
-from .plans.planners import graph_view, planners, run_planner
+from .plans.planners import graph_view, run_planner
 from .plans.planners.no_recompute import no_recompute_plan
 from .plans.simulate import NO_LIMIT, SimResult, simulate
 from .results import PlanReport, Result, WarmStart
@@ -357,7 +358,7 @@ class Problem:
         """The best MIP start among the cheap heuristic planners (`AUTO_PLANNERS` that apply
         to the graph): the feasible encoding with the lowest objective. When none is feasible,
         the first candidate's `WarmStart` says why (the solve runs cold)."""
-        table = planners()
+        table = registry.planners()
         names = [n for n in AUTO_PLANNERS
                  if n in table and self.graph is not None
                  and graph_view(self.graph) in table[n].views]
@@ -426,7 +427,7 @@ AUTO_PLANNERS = ("knapsack", "mutwo", "chen_greedy")
 def run_named_planner(name: str, graph: Graph, budget: int | None) -> Plan:
     """Run planner `name` from the registry (`schedlang.plans.planners`); `no_recompute` works
     even while the registry does not list it (the simulator's reference plan)."""
-    if name == "no_recompute" and name not in planners():
+    if name == "no_recompute" and name not in registry.planners():
         plan = no_recompute_plan(graph)
         plan.budget_peak = budget
         return plan
@@ -435,7 +436,7 @@ def run_named_planner(name: str, graph: Graph, budget: int | None) -> Plan:
 
 def check_planner_name(name: str) -> None:
     """`SchedError` (exit 2) naming the known planners when `name` is not one of them."""
-    known = dict.fromkeys(["no_recompute", *planners()])
+    known = dict.fromkeys(["no_recompute", *registry.planners()])
     if name not in known:
         raise SchedError(f"unknown planner '{name}'{did_you_mean(name, known)}; planners: "
                          f"{', '.join(known)}")

@@ -9,11 +9,17 @@ import pytest
 from schedlang.cli.main import load_graph
 from schedlang.graphs.graph import Graph, Node
 from schedlang.plans.planners import planners, run_planner
-from schedlang.plans.planners.baselines import (PLANNERS, _CView, knapsack_choose,
-                                          sequential_checkpoints, sqrt_checkpoints)
-from schedlang.problem import resolve_budget
+from schedlang.plans.planners.baselines import (
+    PLANNERS,
+    knapsack_choose,
+    sequential_checkpoints,
+    sqrt_checkpoints,
+)
 from schedlang.plans.planners.no_recompute import no_recompute_plan
+from schedlang.plans.planners.sequences import CheckmateView
 from schedlang.plans.simulate import simulate
+from schedlang.problem import resolve_budget
+
 from .paths import EXAMPLES, GRAPHS
 
 NO_LIMIT = 1 << 62
@@ -217,7 +223,7 @@ def test_articulation_candidates_on_a_diamond():
              ("loss", "ge"), ("e", "ge"), ("ge", "gd"), ("d", "gd"), ("gd", "gb"), ("gd", "gc"),
              ("b", "gb"), ("c", "gc"), ("gb", "ga"), ("gc", "ga"), ("a", "ga")]
     graph = Graph(name="diamond", nodes=nodes, edges=edges)
-    view = _CView(graph)
+    view = CheckmateView(graph)
     assert [view.names[u] for u in view.articulation_units()] == ["a", "d"]
     for name in BASELINES:
         check(graph, name, None)

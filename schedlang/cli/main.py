@@ -25,9 +25,10 @@ from ..language.paths import writable_file
 from ..language.program import load_program, set_params
 from ..language.units import format_size
 from ..parallel import default_jobs, import_ray
+from ..plans import planners as registry
 from ..plans.allocator import format_summary, summary
 from ..plans.plan import Plan
-from ..plans.planners import graph_view, planners
+from ..plans.planners import graph_view
 from ..plans.simulate import simulate
 from ..problem import load
 from ..solve import strategy
@@ -663,7 +664,7 @@ def cmd_plan(args) -> int:
     `fits_budget` says its peak (and, on layered data, its loss-phase memory) is within the
     budgets. `status` is "feasible" when it fits or there is no budget, else "infeasible".
     """
-    table = planners()
+    table = registry.planners()
     if args.list:
         rows = [{"name": p.name, "views": list(p.views), "description": p.description}
                 for p in table.values()]

@@ -186,254 +186,291 @@ class _Infeasible(Exception):
 
 def presolve(ir: IRModel, max_rounds: int = 50) -> tuple[IRModel, Postsolve]:
     """Reduce `ir`; see the module docstring. Returns (reduced model, postsolve)."""
-    n = ir.n_columns
-    names = _Names(ir)
-    A, lo, hi = ir.stacked()
-    A = sp.csr_matrix(A, dtype=float, copy=True)
-    A.sum_duplicates()
-    A.eliminate_zeros()
-    m = A.shape[0]
-    lo = lo.astype(float).copy()
-    hi = hi.astype(float).copy()
-    lb, ub = (v.astype(float).copy() for v in ir.column_bounds())
-    is_int = ir.integrality()
-    obj = ir.objective
-    c = obj.c.astype(float) if obj is not None else np.zeros(n)
-    cmin = -c if (obj is not None and obj.sense == "max") else c  # minimisation sense
+    state = _Presolver(ir)
+    try:
+        for rnd in range(max_rounds):
+            state.stats["rounds"] = rnd + 1
+            changed = state.fix_met_columns()
+            changed = state.empty_and_singleton_rows() or changed
+            changed = state.activity_bounds() or changed
+            changed = state.lonely_columns() or changed
+            if not changed:
+                break
+        else:
+            # out of rounds: still fix what the last round decided
+            state.round_integer_bounds()
+        state.fix_last_round()
+    except _Infeasible as exc:
+        post = Postsolve.identity(ir)
+        post.infeasible = str(exc)
+        post.stats = state.stats
+        return ir, post
+    return state.reduced()
 
-    # Entries as three parallel arrays, compacted as rows and columns disappear.
-    er = np.repeat(np.arange(m, dtype=np.int64), np.diff(A.indptr))
-    ej = A.indices.astype(np.int64)
-    ea = A.data.copy()
 
-    row_alive = np.ones(m, dtype=bool)
-    col_alive = np.ones(n, dtype=bool)
-    value = np.zeros(n)  # the value of each fixed column
-    shift = np.zeros(m)  # fixed contributions moved out of each row (for messages)
-    lb_src = np.full(n, -1, dtype=np.int64)  # the row that last tightened a bound
-    ub_src = np.full(n, -1, dtype=np.int64)
-    stats = {"columns": n, "rows": m, "rounds": 0, "bounds_tightened": 0,
-             "forcing_rows": 0, "singleton_rows": 0, "empty_columns": 0}
+class _Presolver:
+    """The state of one presolve: the matrix as three parallel arrays of entries (compacted as
+    rows and columns disappear), row sides, column bounds and which rows and columns are
+    alive; one method per reduction of the module docstring, each saying whether it changed
+    anything."""
 
-    def bound_problem(j: int) -> str:
-        text = (f"variable {names.column(j)} cannot take a value: its lower bound "
-                f"{_num(lb[j])} is above its upper bound {_num(ub[j])}")
-        srcs = [s for s in (lb_src[j], ub_src[j]) if s >= 0]
+    def __init__(self, ir: IRModel) -> None:
+        self.ir = ir
+        self.n = ir.n_columns
+        self.names = _Names(ir)
+        self.A, self.lo, self.hi = ir.stacked()
+        self.A = sp.csr_matrix(self.A, dtype=float, copy=True)
+        self.A.sum_duplicates()
+        self.A.eliminate_zeros()
+        self.m = self.A.shape[0]
+        self.lo = self.lo.astype(float).copy()
+        self.hi = self.hi.astype(float).copy()
+        self.lb, self.ub = (v.astype(float).copy() for v in ir.column_bounds())
+        self.is_int = ir.integrality()
+        obj = ir.objective
+        self.c = obj.c.astype(float) if obj is not None else np.zeros(self.n)
+        # the objective in the minimisation sense
+        self.cmin = -self.c if (obj is not None and obj.sense == "max") else self.c
+
+        # Entries as three parallel arrays, compacted as rows and columns disappear.
+        self.er = np.repeat(np.arange(self.m, dtype=np.int64), np.diff(self.A.indptr))
+        self.ej = self.A.indices.astype(np.int64)
+        self.ea = self.A.data.copy()
+
+        self.row_alive = np.ones(self.m, dtype=bool)
+        self.col_alive = np.ones(self.n, dtype=bool)
+        self.value = np.zeros(self.n)  # the value of each fixed column
+        self.shift = np.zeros(self.m)  # fixed contributions moved out of each row (for messages)
+        self.lb_src = np.full(self.n, -1, dtype=np.int64)  # the row that last tightened a bound
+        self.ub_src = np.full(self.n, -1, dtype=np.int64)
+        self.stats = {"columns": self.n, "rows": self.m, "rounds": 0, "bounds_tightened": 0,
+                      "forcing_rows": 0, "singleton_rows": 0, "empty_columns": 0}
+
+    def bound_problem(self, j: int) -> str:
+        text = (f"variable {self.names.column(j)} cannot take a self.value: its lower bound "
+                f"{_num(self.lb[j])} is above its upper bound {_num(self.ub[j])}")
+        srcs = [s for s in (self.lb_src[j], self.ub_src[j]) if s >= 0]
         if srcs:
             text += " (implied by constraint " + " and ".join(
-                names.row(int(s)) + _where(names.row_loc(int(s))) for s in srcs) + ")"
+                self.names.row(int(s)) + _where(self.names.row_loc(int(s))) for s in srcs) + ")"
         else:
-            text += _where(names.column_loc(j))
+            text += _where(self.names.column_loc(j))
         return text
 
-    def round_integer_bounds() -> None:
-        idx = np.flatnonzero(is_int & col_alive)
+    def round_integer_bounds(self) -> None:
+        idx = np.flatnonzero(self.is_int & self.col_alive)
         if idx.size:
-            lb[idx] = np.ceil(lb[idx] - INT_TOL)
-            ub[idx] = np.floor(ub[idx] + INT_TOL)
+            self.lb[idx] = np.ceil(self.lb[idx] - INT_TOL)
+            self.ub[idx] = np.floor(self.ub[idx] + INT_TOL)
 
-    def check_bounds():
-        alive_idx = np.flatnonzero(col_alive)
-        span = ub[alive_idx] - lb[alive_idx]
-        tol = FEAS_TOL * np.maximum(1.0, _finite_abs(ub[alive_idx]))
-        crossed = alive_idx[(span < -tol) | np.isposinf(lb[alive_idx])
-                            | np.isneginf(ub[alive_idx])]
+    def check_bounds(self):
+        alive_idx = np.flatnonzero(self.col_alive)
+        span = self.ub[alive_idx] - self.lb[alive_idx]
+        tol = FEAS_TOL * np.maximum(1.0, _finite_abs(self.ub[alive_idx]))
+        crossed = alive_idx[(span < -tol) | np.isposinf(self.lb[alive_idx])
+                            | np.isneginf(self.ub[alive_idx])]
         if crossed.size:
-            msg = bound_problem(int(crossed[0]))
+            msg = self.bound_problem(int(crossed[0]))
             if crossed.size > 1:
                 msg += f"; {crossed.size - 1} more variables have crossed bounds"
             raise _Infeasible(msg)
         return alive_idx, span, tol
 
-    try:
-        for rnd in range(max_rounds):
-            stats["rounds"] = rnd + 1
-            changed = False
-
-            # 1. bounds: round, check, fix the columns whose bounds meet ----------------------
-            round_integer_bounds()
-            alive_idx, span, tol = check_bounds()
-            newly = alive_idx[(span <= tol) & np.isfinite(lb[alive_idx])
-                              & np.isfinite(ub[alive_idx])]
-            if newly.size:
-                changed = True
-                value[newly] = np.where(lb[newly] <= ub[newly], lb[newly],
-                                        0.5 * (lb[newly] + ub[newly]))
-                col_alive[newly] = False
-                hit = ~col_alive[ej]
-                if hit.any():
-                    contrib = np.bincount(er[hit], weights=ea[hit] * value[ej[hit]], minlength=m)
-                    lo -= contrib  # -inf and +inf stay infinite
-                    hi -= contrib
-                    shift += contrib
-                    keep = ~hit
-                    er, ej, ea = er[keep], ej[keep], ea[keep]
-
-            # 2. empty and singleton rows -----------------------------------------------------
-            counts = np.bincount(er, minlength=m)
-            rtol = FEAS_TOL * (1.0 + np.maximum(_finite_abs(lo), _finite_abs(hi)))
-            empty = np.flatnonzero(row_alive & (counts == 0))
-            if empty.size:
-                bad = empty[(lo[empty] > rtol[empty]) | (hi[empty] < -rtol[empty])]
-                if bad.size:
-                    i = int(bad[0])
-                    msg = (f"constraint {names.row(i)} cannot be satisfied: once the variables "
-                           f"forced by the model are fixed it reads {_num(shift[i])} in "
-                           f"[{_num(lo[i] + shift[i])}, {_num(hi[i] + shift[i])}]"
-                           f"{_where(names.row_loc(i))}")
-                    if bad.size > 1:
-                        msg += f"; {bad.size - 1} more rows are violated"
-                    raise _Infeasible(msg)
-                row_alive[empty] = False
-                changed = True
-
-            single = (counts[er] == 1)
-            if single.any():
-                r, j, a = er[single], ej[single], ea[single]
-                pos = a > 0
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    new_lb = np.where(pos, lo[r] / a, hi[r] / a)
-                    new_ub = np.where(pos, hi[r] / a, lo[r] / a)
-                _tighten(lb, ub, lb_src, ub_src, j, r, new_lb, new_ub, stats)
-                row_alive[r] = False
-                stats["singleton_rows"] += int(r.size)
-                keep = ~single
-                er, ej, ea = er[keep], ej[keep], ea[keep]
-                round_integer_bounds()
-                check_bounds()  # activity bounds below assume lb <= ub
-                changed = True
-
-            # 3. activity bounds: infeasible, forcing and redundant rows ---------------------
-            if er.size:
-                lj, uj = lb[ej], ub[ej]
-                pos = ea > 0
-                tmin = np.where(pos, ea * lj, ea * uj)  # each term's smallest value
-                tmax = np.where(pos, ea * uj, ea * lj)
-                inf_min = np.isinf(tmin)
-                inf_max = np.isinf(tmax)
-                n_inf_min = np.bincount(er, weights=inf_min, minlength=m)
-                n_inf_max = np.bincount(er, weights=inf_max, minlength=m)
-                s_min = np.bincount(er, weights=np.where(inf_min, 0.0, tmin), minlength=m)
-                s_max = np.bincount(er, weights=np.where(inf_max, 0.0, tmax), minlength=m)
-                mag = np.bincount(er, weights=np.where(inf_min, 0.0, np.abs(tmin))
-                                  + np.where(inf_max, 0.0, np.abs(tmax)), minlength=m)
-                minact = np.where(n_inf_min > 0, -np.inf, s_min)
-                maxact = np.where(n_inf_max > 0, np.inf, s_max)
-                rtol = (FEAS_TOL * (1.0 + np.maximum(_finite_abs(lo), _finite_abs(hi)))
-                        + 1e-12 * mag)
-                live = row_alive
-                over = live & (minact > hi + rtol)
-                under = live & (maxact < lo - rtol)
-                if over.any() or under.any():
-                    i = int(np.flatnonzero(over | under)[0])
-                    if over[i]:
-                        detail = (f"its smallest possible value is {_num(minact[i] + shift[i])} "
-                                  f"but it must be at most {_num(hi[i] + shift[i])}")
-                    else:
-                        detail = (f"its largest possible value is {_num(maxact[i] + shift[i])} "
-                                  f"but it must be at least {_num(lo[i] + shift[i])}")
-                    msg = (f"constraint {names.row(i)} cannot be satisfied: {detail}"
-                           f"{_where(names.row_loc(i))}")
-                    extra = int((over | under).sum()) - 1
-                    if extra:
-                        msg += f"; {extra} more rows cannot be satisfied"
-                    raise _Infeasible(msg)
-
-                force_min = live & np.isfinite(minact) & (minact >= hi - rtol)
-                force_max = live & np.isfinite(maxact) & (maxact <= lo + rtol) & ~force_min
-                if force_min.any() or force_max.any():
-                    fe_min = force_min[er]
-                    fe_max = force_max[er]
-                    # column goes to lb when the term is at its min with a > 0, or at its max
-                    # with a < 0; to ub otherwise.
-                    to_lb = (fe_min & pos) | (fe_max & ~pos)
-                    to_ub = (fe_min & ~pos) | (fe_max & pos)
-                    want_lb = np.zeros(n, dtype=bool)
-                    want_ub = np.zeros(n, dtype=bool)
-                    want_lb[ej[to_lb]] = True
-                    want_ub[ej[to_ub]] = True
-                    width_tol = FEAS_TOL * np.maximum(1.0, _finite_abs(ub))
-                    clash = np.flatnonzero(want_lb & want_ub & (ub - lb > width_tol))
-                    if clash.size:
-                        j = int(clash[0])
-                        rows = np.unique(er[(ej == j) & (to_lb | to_ub)])
-                        raise _Infeasible(
-                            f"variable {names.column(j)} would have to sit at both of its bounds "
-                            f"[{_num(lb[j])}, {_num(ub[j])}] to satisfy constraints "
-                            + " and ".join(names.row(int(i)) for i in rows[:2])
-                            + _where(names.row_loc(int(rows[0]))))
-                    src_rows = np.full(n, -1, dtype=np.int64)
-                    src_rows[ej[to_lb]] = er[to_lb]
-                    ub_src[want_lb] = src_rows[want_lb]
-                    src_rows[ej[to_ub]] = er[to_ub]
-                    lb_src[want_ub] = src_rows[want_ub]
-                    ub[want_lb] = lb[want_lb]
-                    lb[want_ub] = ub[want_ub]
-                    stats["forcing_rows"] += int(force_min.sum() + force_max.sum())
-                    row_alive[force_min | force_max] = False
-                    changed = True
-
-                # sides the activity can never reach are dropped
-                drop_lo = live & np.isfinite(lo) & (minact >= lo - rtol)
-                drop_hi = live & np.isfinite(hi) & (maxact <= hi + rtol)
-                if drop_lo.any() or drop_hi.any():
-                    lo[drop_lo] = -np.inf
-                    hi[drop_hi] = np.inf
-                    changed = True
-                free = live & np.isneginf(lo) & np.isposinf(hi)
-                if free.any():
-                    row_alive[free] = False
-                    changed = True
-
-            # drop the entries of dead rows
-            keep = row_alive[er]
-            if not keep.all():
-                er, ej, ea = er[keep], ej[keep], ea[keep]
-
-            # 4. columns left in no row: fix at the bound the objective prefers ----------------
-            in_rows = np.zeros(n, dtype=bool)
-            in_rows[ej] = True
-            lonely = np.flatnonzero(col_alive & ~in_rows)
-            if lonely.size:
-                cj, lj, uj = cmin[lonely], lb[lonely], ub[lonely]
-                target = np.where(cj > 0, lj, np.where(cj < 0, uj, np.clip(0.0, lj, uj)))
-                ok = np.isfinite(target) & (lj <= uj)
-                sel = lonely[ok]
-                if sel.size:
-                    lb[sel] = target[ok]
-                    ub[sel] = target[ok]
-                    stats["empty_columns"] += int(sel.size)
-                    changed = True
-
-            if not changed:
-                break
-        else:
-            # out of rounds: still fix what the last round decided
-            round_integer_bounds()
-        # columns fixed in the last round (bounds met) leave the model too
-        alive_idx, span, tol = check_bounds()
-        newly = alive_idx[(span <= tol) & np.isfinite(lb[alive_idx]) & np.isfinite(ub[alive_idx])]
+    def fix_met_columns(self) -> bool:
+        """Round and check the bounds; fix the columns whose bounds meet."""
+        changed = False
+        # 1. bounds: round, check, fix the columns whose bounds meet ----------------------
+        self.round_integer_bounds()
+        alive_idx, span, tol = self.check_bounds()
+        newly = alive_idx[(span <= tol) & np.isfinite(self.lb[alive_idx])
+                          & np.isfinite(self.ub[alive_idx])]
         if newly.size:
-            value[newly] = lb[newly]
-            col_alive[newly] = False
-            hit = ~col_alive[ej]
+            changed = True
+            self.value[newly] = np.where(self.lb[newly] <= self.ub[newly], self.lb[newly],
+                                    0.5 * (self.lb[newly] + self.ub[newly]))
+            self.col_alive[newly] = False
+            hit = ~self.col_alive[self.ej]
             if hit.any():
-                contrib = np.bincount(er[hit], weights=ea[hit] * value[ej[hit]], minlength=m)
-                lo -= contrib
-                hi -= contrib
-    except _Infeasible as exc:
-        post = Postsolve.identity(ir)
-        post.infeasible = str(exc)
-        post.stats = stats
-        return ir, post
+                contrib = np.bincount(self.er[hit], weights=self.ea[hit] * self.value[self.ej[hit]], minlength=self.m)
+                self.lo -= contrib  # -inf and +inf stay infinite
+                self.hi -= contrib
+                self.shift += contrib
+                keep = ~hit
+                self.er, self.ej, self.ea = self.er[keep], self.ej[keep], self.ea[keep]
+        return changed
 
-    kept = np.flatnonzero(col_alive)
-    rows_kept = np.flatnonzero(row_alive)
-    stats["columns_removed"] = int(n - kept.size)
-    stats["rows_removed"] = int(m - rows_kept.size)
-    value[kept] = 0.0
-    reduced = _build_reduced(ir, A, lo, hi, lb, ub, c, value, kept, row_alive)
-    return reduced, Postsolve(n, kept, value, None, stats)
+    def empty_and_singleton_rows(self) -> bool:
+        """Check and drop empty rows; a singleton row becomes a bound."""
+        changed = False
+        # 2. empty and singleton rows -----------------------------------------------------
+        counts = np.bincount(self.er, minlength=self.m)
+        rtol = FEAS_TOL * (1.0 + np.maximum(_finite_abs(self.lo), _finite_abs(self.hi)))
+        empty = np.flatnonzero(self.row_alive & (counts == 0))
+        if empty.size:
+            bad = empty[(self.lo[empty] > rtol[empty]) | (self.hi[empty] < -rtol[empty])]
+            if bad.size:
+                i = int(bad[0])
+                msg = (f"constraint {self.names.row(i)} cannot be satisfied: once the variables "
+                       f"forced by the model are fixed it reads {_num(self.shift[i])} in "
+                       f"[{_num(self.lo[i] + self.shift[i])}, {_num(self.hi[i] + self.shift[i])}]"
+                       f"{_where(self.names.row_loc(i))}")
+                if bad.size > 1:
+                    msg += f"; {bad.size - 1} more rows are violated"
+                raise _Infeasible(msg)
+            self.row_alive[empty] = False
+            changed = True
+
+        single = (counts[self.er] == 1)
+        if single.any():
+            r, j, a = self.er[single], self.ej[single], self.ea[single]
+            pos = a > 0
+            with np.errstate(invalid="ignore", divide="ignore"):
+                new_lb = np.where(pos, self.lo[r] / a, self.hi[r] / a)
+                new_ub = np.where(pos, self.hi[r] / a, self.lo[r] / a)
+            _tighten(self.lb, self.ub, self.lb_src, self.ub_src, j, r, new_lb, new_ub, self.stats)
+            self.row_alive[r] = False
+            self.stats["singleton_rows"] += int(r.size)
+            keep = ~single
+            self.er, self.ej, self.ea = self.er[keep], self.ej[keep], self.ea[keep]
+            self.round_integer_bounds()
+            self.check_bounds()  # activity bounds below assume lb <= ub
+            changed = True
+        return changed
+
+    def activity_bounds(self) -> bool:
+        """Row activity bounds: infeasible, forcing and redundant rows; then the entries of
+        dead rows go."""
+        changed = False
+        # 3. activity bounds: infeasible, forcing and redundant rows ---------------------
+        if self.er.size:
+            lj, uj = self.lb[self.ej], self.ub[self.ej]
+            pos = self.ea > 0
+            tmin = np.where(pos, self.ea * lj, self.ea * uj)  # each term's smallest value
+            tmax = np.where(pos, self.ea * uj, self.ea * lj)
+            inf_min = np.isinf(tmin)
+            inf_max = np.isinf(tmax)
+            n_inf_min = np.bincount(self.er, weights=inf_min, minlength=self.m)
+            n_inf_max = np.bincount(self.er, weights=inf_max, minlength=self.m)
+            s_min = np.bincount(self.er, weights=np.where(inf_min, 0.0, tmin), minlength=self.m)
+            s_max = np.bincount(self.er, weights=np.where(inf_max, 0.0, tmax), minlength=self.m)
+            mag = np.bincount(self.er, weights=np.where(inf_min, 0.0, np.abs(tmin))
+                              + np.where(inf_max, 0.0, np.abs(tmax)), minlength=self.m)
+            minact = np.where(n_inf_min > 0, -np.inf, s_min)
+            maxact = np.where(n_inf_max > 0, np.inf, s_max)
+            rtol = (FEAS_TOL * (1.0 + np.maximum(_finite_abs(self.lo), _finite_abs(self.hi)))
+                    + 1e-12 * mag)
+            live = self.row_alive
+            over = live & (minact > self.hi + rtol)
+            under = live & (maxact < self.lo - rtol)
+            if over.any() or under.any():
+                i = int(np.flatnonzero(over | under)[0])
+                if over[i]:
+                    detail = (f"its smallest possible self.value is {_num(minact[i] + self.shift[i])} "
+                              f"but it must be at most {_num(self.hi[i] + self.shift[i])}")
+                else:
+                    detail = (f"its largest possible self.value is {_num(maxact[i] + self.shift[i])} "
+                              f"but it must be at least {_num(self.lo[i] + self.shift[i])}")
+                msg = (f"constraint {self.names.row(i)} cannot be satisfied: {detail}"
+                       f"{_where(self.names.row_loc(i))}")
+                extra = int((over | under).sum()) - 1
+                if extra:
+                    msg += f"; {extra} more rows cannot be satisfied"
+                raise _Infeasible(msg)
+
+            force_min = live & np.isfinite(minact) & (minact >= self.hi - rtol)
+            force_max = live & np.isfinite(maxact) & (maxact <= self.lo + rtol) & ~force_min
+            if force_min.any() or force_max.any():
+                fe_min = force_min[self.er]
+                fe_max = force_max[self.er]
+                # column goes to lb when the term is at its min with a > 0, or at its max
+                # with a < 0; to ub otherwise.
+                to_lb = (fe_min & pos) | (fe_max & ~pos)
+                to_ub = (fe_min & ~pos) | (fe_max & pos)
+                want_lb = np.zeros(self.n, dtype=bool)
+                want_ub = np.zeros(self.n, dtype=bool)
+                want_lb[self.ej[to_lb]] = True
+                want_ub[self.ej[to_ub]] = True
+                width_tol = FEAS_TOL * np.maximum(1.0, _finite_abs(self.ub))
+                clash = np.flatnonzero(want_lb & want_ub & (self.ub - self.lb > width_tol))
+                if clash.size:
+                    j = int(clash[0])
+                    rows = np.unique(self.er[(self.ej == j) & (to_lb | to_ub)])
+                    raise _Infeasible(
+                        f"variable {self.names.column(j)} would have to sit at both of its bounds "
+                        f"[{_num(self.lb[j])}, {_num(self.ub[j])}] to satisfy constraints "
+                        + " and ".join(self.names.row(int(i)) for i in rows[:2])
+                        + _where(self.names.row_loc(int(rows[0]))))
+                src_rows = np.full(self.n, -1, dtype=np.int64)
+                src_rows[self.ej[to_lb]] = self.er[to_lb]
+                self.ub_src[want_lb] = src_rows[want_lb]
+                src_rows[self.ej[to_ub]] = self.er[to_ub]
+                self.lb_src[want_ub] = src_rows[want_ub]
+                self.ub[want_lb] = self.lb[want_lb]
+                self.lb[want_ub] = self.ub[want_ub]
+                self.stats["forcing_rows"] += int(force_min.sum() + force_max.sum())
+                self.row_alive[force_min | force_max] = False
+                changed = True
+
+            # sides the activity can never reach are dropped
+            drop_lo = live & np.isfinite(self.lo) & (minact >= self.lo - rtol)
+            drop_hi = live & np.isfinite(self.hi) & (maxact <= self.hi + rtol)
+            if drop_lo.any() or drop_hi.any():
+                self.lo[drop_lo] = -np.inf
+                self.hi[drop_hi] = np.inf
+                changed = True
+            free = live & np.isneginf(self.lo) & np.isposinf(self.hi)
+            if free.any():
+                self.row_alive[free] = False
+                changed = True
+
+        # drop the entries of dead rows
+        keep = self.row_alive[self.er]
+        if not keep.all():
+            self.er, self.ej, self.ea = self.er[keep], self.ej[keep], self.ea[keep]
+        return changed
+
+    def lonely_columns(self) -> bool:
+        """Columns left in no row: fixed at the bound the objective prefers."""
+        changed = False
+        # 4. columns left in no row: fix at the bound the objective prefers ----------------
+        in_rows = np.zeros(self.n, dtype=bool)
+        in_rows[self.ej] = True
+        lonely = np.flatnonzero(self.col_alive & ~in_rows)
+        if lonely.size:
+            cj, lj, uj = self.cmin[lonely], self.lb[lonely], self.ub[lonely]
+            target = np.where(cj > 0, lj, np.where(cj < 0, uj, np.clip(0.0, lj, uj)))
+            ok = np.isfinite(target) & (lj <= uj)
+            sel = lonely[ok]
+            if sel.size:
+                self.lb[sel] = target[ok]
+                self.ub[sel] = target[ok]
+                self.stats["empty_columns"] += int(sel.size)
+                changed = True
+        return changed
+
+    def fix_last_round(self) -> None:
+        """Columns fixed in the last round (bounds met) leave the model too."""
+        # columns fixed in the last round (bounds met) leave the model too
+        alive_idx, span, tol = self.check_bounds()
+        newly = alive_idx[(span <= tol) & np.isfinite(self.lb[alive_idx]) & np.isfinite(self.ub[alive_idx])]
+        if newly.size:
+            self.value[newly] = self.lb[newly]
+            self.col_alive[newly] = False
+            hit = ~self.col_alive[self.ej]
+            if hit.any():
+                contrib = np.bincount(self.er[hit], weights=self.ea[hit] * self.value[self.ej[hit]], minlength=self.m)
+                self.lo -= contrib
+                self.hi -= contrib
+
+    def reduced(self) -> tuple[IRModel, Postsolve]:
+        """The reduced model and its postsolve."""
+        kept = np.flatnonzero(self.col_alive)
+        rows_kept = np.flatnonzero(self.row_alive)
+        self.stats["columns_removed"] = int(self.n - kept.size)
+        self.stats["rows_removed"] = int(self.m - rows_kept.size)
+        self.value[kept] = 0.0
+        reduced = _build_reduced(self.ir, self.A, self.lo, self.hi, self.lb, self.ub, self.c, self.value, kept, self.row_alive)
+        return reduced, Postsolve(self.n, kept, self.value, None, self.stats)
 
 
 def _tighten(lb, ub, lb_src, ub_src, j, r, new_lb, new_ub, stats) -> None:

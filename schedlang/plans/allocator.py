@@ -74,7 +74,8 @@ from dataclasses import dataclass
 from ..graphs.graph import Graph
 from ..language.errors import DataError, Loc
 from ..language.units import format_size
-from .plan import Plan
+from .interpreter import PlanInterpreter
+from .plan import Op, Plan
 from .simulate import NO_LIMIT, simulate
 
 METHODS = ("inplace", "pool", "greedy_by_size")
@@ -218,104 +219,146 @@ def _validate(plan: Plan, graph: Graph) -> None:
                         f"{res.errors[0]}{more}", graph.loc or Loc(graph.name or "<graph>"))
 
 
-def _build_checkmate(plan: Plan, graph: Graph, b: _Builder) -> list[str | None]:
-    arr = graph.checkmate_index()
-    cur: dict[int, int] = {}
-    op_names: list[str | None] = []
-    for k, op in enumerate(plan.ops):
-        node = k + 1
-        op_names.append(op.node if op.op == "compute" else None)
-        if op.op == "compute":
-            i = arr.index[op.node]
-            for p in arr.preds[i]:
-                b.use(node, cur[p])
-            if i in cur:  # recomputation: the old copy goes when the new one exists
-                b.free(node, cur[i])
-            cur[i] = b.new(node, "data", arr.names[i], arr.size[i])
-        elif op.op == "delete":
-            b.free(node, cur.pop(arr.index[op.data]))
-    exit_node = len(plan.ops) + 1
-    for v in cur.values():
-        b.use(exit_node, v, read=False)
-    return op_names
+class _Values(PlanInterpreter):
+    """The values a plan defines and uses, op by op (node k + 1 is op k; node 0 the inputs,
+    the last node the plan's end), for the liveness analysis."""
+
+    def __init__(self, b: _Builder) -> None:
+        self.b = b
+        self.op_names: list[str | None] = []
+
+    @property
+    def node(self) -> int:
+        return self.index + 1
+
+    def before_op(self, op: Op) -> None:
+        self.op_names.append(op.node if op.op == "compute" else None)
+
+    def values(self, plan: Plan) -> list[str | None]:
+        self.run(plan.ops)
+        exit_node = len(plan.ops) + 1
+        for v in self.live_at_end():
+            self.b.use(exit_node, v, read=False)
+        return self.op_names
+
+    def live_at_end(self) -> list[int]:
+        raise NotImplementedError
 
 
-def _build_layered(plan: Plan, graph: Graph, b: _Builder) -> list[str | None]:
-    ha = graph.layered_index()
-    ncre = [len(c) for c in ha.creators]
-    cur: dict[int, int] = {}
-    mask: dict[int, int] = {}
-    ph: dict[int, int] = {}
-    for d in ha.inputs:
-        cur[d] = b.new(0, "data", ha.data[d], ha.size[d])
-        mask[d] = 0
-    op_names: list[str | None] = []
-    sending: dict[tuple, list[int]] = {}  # offloads not waited yet: tensor -> device values read
-    incoming: dict[tuple, list] = {}  # prefetch rounds: tensor -> [buffer value, fraction so far]
-    host_phantom: dict[int, int] = {}  # layer -> bytes of the phantom copy on the host
-    for k, op in enumerate(plan.ops):
-        node = k + 1
-        op_names.append(op.node if op.op == "compute" else None)
-        if op.op == "offload" and op.layer is not None:
-            j = ha.layer_index[op.layer]
-            host_phantom[j] = b.size_of(ph[j])
-        if op.op == "compute":
-            i = ha.index[op.node]
-            o = 0 if op.option is None else ha.opt_index[i][op.option]
-            kind, j, lo = ha.kind[i], ha.layer[i], ha.opt_layer_opt[i][o]
-            read = list(ha.uses[i]) + (list(ha.opt_uses[i][o]) if kind == "bwd" else [])
-            for d in read:
-                b.use(node, cur[d])
-            if kind == "bwd":  # consumes its layer's phantom
-                b.use(node, ph.pop(j), read=False)
-            for d, bit in ha.creates[i]:
-                if d in cur and ncre[d] > 1 and not (mask[d] & bit):
-                    b.use(node, cur[d], read=False)  # accumulated into the live gradient
-                    mask[d] |= bit
-                    continue
-                if d in cur:
-                    b.free(node, cur[d])
-                cur[d] = b.new(node, "data", ha.data[d], ha.size[d])
-                mask[d] = bit
-            if kind == "fwd" and lo >= 0:
-                if j in ph:
-                    b.free(node, ph[j])
-                ph[j] = b.new(node, "phantom", ha.layers[j], ha.phantom[j][lo])
-            work = max([ha.opt_overhead[i][o]] + [s[0] for s in ha.opt_steps[i][o]])
-            if work > 0:
-                b.new(node, "workspace", f"op{k}", work)
-        elif op.op == "delete":
-            d = ha.data_index[op.data]
-            b.free(node, cur.pop(d))
-            mask.pop(d, None)
-        elif op.op == "drop_phantom":
-            b.free(node, ph.pop(ha.layer_index[op.layer]))
-        elif op.op in ("offload", "prefetch"):
-            key = ("data", ha.data_index[op.data]) if op.data is not None else ("layer", ha.layer_index[op.layer])
-            live = cur if key[0] == "data" else ph
-            if op.op == "offload":  # the device copy is read until the transfer is waited
-                b.use(node, live[key[1]], read=False)
-                sending.setdefault(key, []).append(live[key[1]])
+class _CheckmateValues(_Values):
+    """The Checkmate view: one value per computed output."""
+
+    def __init__(self, graph: Graph, b: _Builder) -> None:
+        super().__init__(b)
+        self.arr = graph.checkmate_index()
+        self.cur: dict[int, int] = {}
+
+    def on_compute(self, op: Op) -> None:
+        arr, b, node = self.arr, self.b, self.node
+        i = arr.index[op.node]
+        for p in arr.preds[i]:
+            b.use(node, self.cur[p])
+        if i in self.cur:  # recomputation: the old copy goes when the new one exists
+            b.free(node, self.cur[i])
+        self.cur[i] = b.new(node, "data", arr.names[i], arr.size[i])
+
+    def on_delete(self, op: Op) -> None:
+        self.b.free(self.node, self.cur.pop(self.arr.index[op.data]))
+
+    def live_at_end(self) -> list[int]:
+        return list(self.cur.values())
+
+
+class _LayeredValues(_Values):
+    """The layered view: data (with their contributions), phantoms, workspaces, and the
+    buffers of transfers until they are waited."""
+
+    def __init__(self, graph: Graph, b: _Builder) -> None:
+        super().__init__(b)
+        ha = self.ha = graph.layered_index()
+        self.ncre = [len(c) for c in ha.creators]
+        self.cur: dict[int, int] = {}
+        self.mask: dict[int, int] = {}
+        self.ph: dict[int, int] = {}
+        for d in ha.inputs:
+            self.cur[d] = b.new(0, "data", ha.data[d], ha.size[d])
+            self.mask[d] = 0
+        self.sending: dict[tuple, list[int]] = {}  # offloads not waited: tensor -> values read
+        self.incoming: dict[tuple, list] = {}  # prefetch rounds: tensor -> [buffer, fraction]
+        self.host_phantom: dict[int, int] = {}  # layer -> bytes of its phantom's host copy
+
+    def on_compute(self, op: Op) -> None:
+        ha, b, node, cur, mask, ph = self.ha, self.b, self.node, self.cur, self.mask, self.ph
+        i = ha.index[op.node]
+        o = 0 if op.option is None else ha.opt_index[i][op.option]
+        kind, j, lo = ha.kind[i], ha.layer[i], ha.opt_layer_opt[i][o]
+        read = list(ha.uses[i]) + (list(ha.opt_uses[i][o]) if kind == "bwd" else [])
+        for d in read:
+            b.use(node, cur[d])
+        if kind == "bwd":  # consumes its layer's phantom
+            b.use(node, ph.pop(j), read=False)
+        for d, bit in ha.creates[i]:
+            if d in cur and self.ncre[d] > 1 and not (mask[d] & bit):
+                b.use(node, cur[d], read=False)  # accumulated into the live gradient
+                mask[d] |= bit
                 continue
-            if key not in incoming:  # a prefetch round allocates the whole tensor at its start
-                kind, name, size = (("data", ha.data[key[1]], ha.size[key[1]]) if key[0] == "data" else
-                                    ("phantom", ha.layers[key[1]], host_phantom[key[1]]))
-                incoming[key] = [b.new(node, kind, name, size), 0.0]
-            incoming[key][1] += 1.0 if op.fraction is None else op.fraction
-        elif op.op == "wait":
-            for key in [x for x in list(sending) + list(incoming) if _waits_for(op, x, ha)]:
-                if op.channel == "offload" and key in sending:
-                    for v in sending.pop(key):
-                        b.use(node, v, read=False)
-                elif op.channel == "prefetch" and key in incoming and incoming[key][1] >= 1.0 - 1e-9:
-                    value, _ = incoming.pop(key)
-                    (cur if key[0] == "data" else ph)[key[1]] = value
-                    if key[0] == "data":
-                        mask[key[1]] = ha.full[key[1]]
-    exit_node = len(plan.ops) + 1
-    for v in list(cur.values()) + list(ph.values()):
-        b.use(exit_node, v, read=False)
-    return op_names
+            if d in cur:
+                b.free(node, cur[d])
+            cur[d] = b.new(node, "data", ha.data[d], ha.size[d])
+            mask[d] = bit
+        if kind == "fwd" and lo >= 0:
+            if j in ph:
+                b.free(node, ph[j])
+            ph[j] = b.new(node, "phantom", ha.layers[j], ha.phantom[j][lo])
+        work = max([ha.opt_overhead[i][o]] + [s[0] for s in ha.opt_steps[i][o]])
+        if work > 0:
+            b.new(node, "workspace", f"op{self.index}", work)
+
+    def on_delete(self, op: Op) -> None:
+        d = self.ha.data_index[op.data]
+        self.b.free(self.node, self.cur.pop(d))
+        self.mask.pop(d, None)
+
+    def on_drop_phantom(self, op: Op) -> None:
+        self.b.free(self.node, self.ph.pop(self.ha.layer_index[op.layer]))
+
+    def _tensor(self, op: Op) -> tuple[tuple, dict[int, int]]:
+        ha = self.ha
+        key = (("data", ha.data_index[op.data]) if op.data is not None
+               else ("layer", ha.layer_index[op.layer]))
+        return key, (self.cur if key[0] == "data" else self.ph)
+
+    def on_offload(self, op: Op) -> None:
+        key, live = self._tensor(op)
+        if op.layer is not None:
+            self.host_phantom[key[1]] = self.b.size_of(self.ph[key[1]])
+        # the device copy is read until the transfer is waited
+        self.b.use(self.node, live[key[1]], read=False)
+        self.sending.setdefault(key, []).append(live[key[1]])
+
+    def on_prefetch(self, op: Op) -> None:
+        ha = self.ha
+        key, _ = self._tensor(op)
+        if key not in self.incoming:  # a prefetch round allocates the whole tensor at its start
+            kind, name, size = (("data", ha.data[key[1]], ha.size[key[1]]) if key[0] == "data"
+                                else ("phantom", ha.layers[key[1]], self.host_phantom[key[1]]))
+            self.incoming[key] = [self.b.new(self.node, kind, name, size), 0.0]
+        self.incoming[key][1] += 1.0 if op.fraction is None else op.fraction
+
+    def on_wait(self, op: Op) -> None:
+        ha, sending, incoming = self.ha, self.sending, self.incoming
+        for key in [x for x in list(sending) + list(incoming) if _waits_for(op, x, ha)]:
+            if op.channel == "offload" and key in sending:
+                for v in sending.pop(key):
+                    self.b.use(self.node, v, read=False)
+            elif op.channel == "prefetch" and key in incoming and incoming[key][1] >= 1.0 - 1e-9:
+                value, _ = incoming.pop(key)
+                (self.cur if key[0] == "data" else self.ph)[key[1]] = value
+                if key[0] == "data":
+                    self.mask[key[1]] = ha.full[key[1]]
+
+    def live_at_end(self) -> list[int]:
+        return list(self.cur.values()) + list(self.ph.values())
 
 
 def _waits_for(op, key: tuple, ha) -> bool:
@@ -339,10 +382,8 @@ def liveness(plan: Plan, graph: Graph, *, free_at: str = "delete",
         _validate(plan, graph)
     n = len(plan.ops)
     b = _Builder(n, free_at)
-    if graph.is_layered:
-        op_names = _build_layered(plan, graph, b)
-    else:
-        op_names = _build_checkmate(plan, graph, b)
+    walk = _LayeredValues(graph, b) if graph.is_layered else _CheckmateValues(graph, b)
+    op_names = walk.values(plan)
 
     # the dataflow equations on the CFG ENTRY -> op 0 -> ... -> EXIT, by round-robin sweeps in
     # reverse order until nothing changes (one sweep and a confirming one for a straight line)

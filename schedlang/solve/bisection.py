@@ -11,10 +11,9 @@ heuristic planners' plan as its start.
 """
 from __future__ import annotations
 
-from .. import progress
+from .. import progress, sweep
 from ..compile.parametric import BudgetLowering
 from ..language.units import format_size
-from ..sweep import reference, solve_at
 from .solution import Status
 
 __all__ = ["explain_infeasible", "smallest_feasible"]
@@ -52,7 +51,7 @@ def explain_infeasible(prob, budget: int, backend: str = "pyomo", solver: str = 
     Each step's solve gets `time_limit` (default 60 s) and stops at its first plan."""
     if prob.graph is None:
         return None, None
-    ref_peak, _ = reference(prob.graph)
+    ref_peak, _ = sweep.reference(prob.graph)
     if not ref_peak or ref_peak <= budget:
         return None, ref_peak
     lowering = BudgetLowering(prob.program, {**prob.program.budgets, "peak": int(ref_peak)},
@@ -60,7 +59,7 @@ def explain_infeasible(prob, budget: int, backend: str = "pyomo", solver: str = 
     limit = 60.0 if time_limit is None else time_limit
 
     def feasible(b: int) -> bool:
-        point = solve_at(prob.program, b, backend=backend, solver=solver, time_limit=limit,
+        point = sweep.solve_at(prob.program, b, backend=backend, solver=solver, time_limit=limit,
                          gap=1.0, lowering=lowering, warm_start="auto",
                          max_elements=prob.max_elements)
         return point.status in (Status.OPTIMAL, Status.FEASIBLE)

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import time
 
-from ..plans.planners import graph_view, planners
+from ..plans import planners as registry
+from ..plans.planners import graph_view
 from ..plans.simulate import simulate
 from ..results import Result
 from .solution import Status
@@ -56,7 +57,7 @@ def outside_incumbent(problem, ir, tried):
     fits the budgets and its time compares with the model's objective. None when `shift`
     does not apply."""
     graph = problem.graph
-    table = planners()
+    table = registry.planners()
     if "shift" not in table or graph_view(graph) not in table["shift"].views \
             or any(ws.planner == "shift" for ws in tried):
         return None

@@ -52,8 +52,8 @@ from ...compile.ir import IRModel, Objective
 from ...compile.presolve import Postsolve, trivial_infeasibility
 from ...compile.presolve import presolve as run_presolve
 from ...language.errors import SchedError
+from .. import relaxation
 from ..progress import Progress
-from ..relaxation import lp_duals
 from ..solution import Solution, Status
 from ..solvers import (
     BACKEND_NAMES,
@@ -279,7 +279,7 @@ def _cutoff(model: IRModel, post: Postsolve, start: np.ndarray, gap: float | Non
                     or not model.integrality().any():
                 break
             limit = None if deadline is None else CUTOFF_LP_SHARE * (deadline - time.monotonic())
-            y = lp_duals(model, limit, interrupts)
+            y = relaxation.lp_duals(model, limit, interrupts)
             if y is None:
                 if interrupts.requested is None:
                     notes.append("cutoff: the LP relaxation was not solved in time")
