@@ -12,11 +12,11 @@ import pytest
 
 import schedlang
 from schedlang.graphs.graph import Graph
+from schedlang.graphs.writer import write_graph
 from schedlang.plans.planners.no_recompute import no_recompute_peak
 from schedlang.plans.simulate import simulate
-from schedlang.graphs.writer import write_graph
-from .bruteforce_offload import best_offload_plan
-from .layered_instances import MiB, chain, opt
+from schedlang.testing.bruteforce_offload import best_offload_plan
+from schedlang.testing.layered_instances import MiB, chain, opt
 
 INF = math.inf
 
@@ -142,10 +142,10 @@ def linked_plan(prep, budget, bandwidth):
     option `offload` for blocks): what `fit` compares with recomputation alone. Tests that
     run such a plan pass it to ``fit(..., bandwidth=..., plan=...)``, which keeps it whichever
     plan is faster."""
+    import torch
+
     from schedlang.pytorch.fit import resolve_fit_budget, solve_extra, solve_plan
     from schedlang.pytorch.hostlink import linked, resolve_link
-
-    import torch
 
     link, _ = resolve_link(bandwidth, torch.device("cpu"))
     lp = linked(prep, link)

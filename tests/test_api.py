@@ -12,16 +12,20 @@ import pytest
 
 import schedlang
 from schedlang import budgets
-from schedlang.solve.backends import solve_ir
 from schedlang.cli.main import main
 from schedlang.language.errors import CheckError, DataError
 from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.solve.backends import solve_ir
 from schedlang.solve.solution import Status
 from schedlang.solve.solvers import (
-    ADAPTERS, BACKEND_NAMES, SOLVER_NAMES, SOLVERS, is_available, native_options,
+    ADAPTERS,
+    BACKEND_NAMES,
+    SOLVER_NAMES,
+    SOLVERS,
+    is_available,
+    native_options,
 )
-
-from .irmodels import make_ir
+from schedlang.testing.irmodels import make_ir
 
 ROOT = Path(__file__).resolve().parent.parent
 # max x0 + 2 x1 + 3 x2 with at most two of three: 5
@@ -252,7 +256,13 @@ def test_classic_plugin_quirks():
     not be installed, so the log readings are checked on their own)."""
     from schedlang.solve.solvers import cbc, glpk
     from schedlang.solve.status import (
-        INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult,
+        INF_OR_UNBD,
+        INFEASIBLE,
+        LIMIT,
+        OPTIMAL,
+        UNBOUNDED,
+        UNKNOWN,
+        RawResult,
     )
 
     def glpk_says(term, log, is_mip=True, x=None):

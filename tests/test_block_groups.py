@@ -10,10 +10,10 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from schedlang.plans.planners.baselines import plan_checkpoint_groups  # noqa: E402
+from schedlang.plans.simulate import simulate  # noqa: E402
 from schedlang.pytorch.blocks import BlockError  # noqa: E402
 from schedlang.pytorch.fit import _group_plans_priced, fit, prepare  # noqa: E402
 from schedlang.pytorch.hooked import GROUP, block_chains, group_plans, plan_choices  # noqa: E402
-from schedlang.plans.simulate import simulate  # noqa: E402
 
 from .hf_models import HF  # noqa: E402
 from .test_real_models import _assert_same, _step, make_bn_cnn  # noqa: E402

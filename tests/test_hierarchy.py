@@ -614,8 +614,7 @@ def test_a_stepped_backward_ends_without_what_it_freed():
     frees that the plan deletes right after, minus the phantom the backward consumed (a
     profile describes the whole node); an input the plan keeps is counted."""
     from schedlang.plans.simulate import replay
-
-    from .layered_instances import MiB, chain, opt
+    from schedlang.testing.layered_instances import MiB, chain, opt
 
     g = chain("stepped1", [2, 4], [[opt("keep", 1, 1, 3, ["out"],
                                         bwd_steps=[(1, ["gin", "out"], ["gout"])])]],

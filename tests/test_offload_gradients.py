@@ -18,7 +18,8 @@ from schedlang.graphs.graph import DataNode, Graph, Layer, Loss
 from schedlang.plans.plan import Op, Plan
 from schedlang.plans.simulate import simulate
 from schedlang.solve.solution import Status
-from .layered_instances import MiB, opt, resolved
+from schedlang.testing.layered_instances import MiB, opt, resolved
+
 from .offload_cases import replay, solve
 
 

@@ -313,7 +313,7 @@ def _checkpoint_sequential_instance():
     backward layer 1 runs again saving its phantom and layer 2 is recomputed by its backward."""
     from schedlang.plans.plan import Op, Plan
 
-    from .layered_instances import MiB, chain, opt
+    from schedlang.testing.layered_instances import MiB, chain, opt
 
     g = chain("seq", [1, 1, 1, 1, 4],
               [[opt("autograd", 1, 1, 8), opt("recompute", 1, 2, 0)] for _ in range(4)])

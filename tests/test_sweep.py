@@ -8,10 +8,11 @@ import pytest
 import schedlang
 from schedlang.cli.main import main
 from schedlang.language.errors import DataError
-from schedlang.problem import Result, resolve_budget
 from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.problem import Result, resolve_budget
 from schedlang.solve.solution import Status
 from schedlang.sweep import SweepPoint, exit_code, parse_budgets, prepare, sweep
+
 from .paths import ROOT
 
 CHAIN = str(ROOT / "examples" / "chain.sched")
