@@ -242,7 +242,7 @@ class Problem:
         sol.message = "; ".join(m for m in (*notes, sol.message) if m)
         return sol, plan, sim
 
-    def prepare_warm_start(self, warm_start, ir: IRModel | None = None) -> "WarmStart":
+    def prepare_warm_start(self, warm_start, ir: IRModel | None = None) -> WarmStart:
         """A `WarmStart` for a planner name, a `Plan` or a vector: the plan replayed by the
         simulator, encoded, and the vector checked against the model's rows and bounds.
         An unknown planner name raises `SchedError`; every other failure is reported in the
@@ -314,7 +314,7 @@ class Problem:
                 ws.message = f"its encoding violates the model: {why}"
         return ws
 
-    def plan(self, name: str, budget=None) -> "PlanReport":
+    def plan(self, name: str, budget=None) -> PlanReport:
         """Planner `name` (`schedlang.plans.planners`) run on the graph data, its plan replayed by
         the simulator and checked against the budgets: `budget` (bytes, a size, a percent
         of the no-recomputation peak), else the data's peak budget; the save budget is the
@@ -354,7 +354,7 @@ class Problem:
                           timings)
 
 
-    def auto_warm_start(self, ir: IRModel | None = None) -> "WarmStart":
+    def auto_warm_start(self, ir: IRModel | None = None) -> WarmStart:
         """The best MIP start among the cheap heuristic planners (`AUTO_PLANNERS` that apply
         to the graph): the feasible encoding with the lowest objective. When none is feasible,
         the first candidate's `WarmStart` says why (the solve runs cold)."""

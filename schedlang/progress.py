@@ -54,7 +54,7 @@ HEARTBEAT = 3.0
 #: in ``"lines"`` mode, the least time between two lines of one phase (phase starts excepted)
 INTERVAL = 1.0
 
-_active: ContextVar["Session | None"] = ContextVar("schedlang_progress", default=None)
+_active: ContextVar[Session | None] = ContextVar("schedlang_progress", default=None)
 
 
 @dataclass
@@ -182,7 +182,7 @@ class Session:
             self._live.start()
 
     # --- the session's lifetime ------------------------------------------------------------
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         self._token = _active.set(self)
         if self._thread:
             self._ticker = threading.Thread(target=self._run, name="schedlang-progress",

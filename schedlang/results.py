@@ -28,7 +28,7 @@ class Result:
     message: str = ""
     budget_bytes: int | None = None
     plan_path: str | None = None
-    warm_start: "WarmStart | None" = None
+    warm_start: WarmStart | None = None
     strategy: object = None  # the default solve's route (`schedlang.solve.strategy.Route`), if it ran
 
     def to_json(self) -> dict:

@@ -93,7 +93,7 @@ ORACLE = oracle_instances()
 BANDWIDTHS = {"0": 0, "small": 1 * MiB, "large": 4 * MiB, "inf": INF}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def oracle(name: str, bw: str, peak: int, save: int | None = None):
     g = with_bandwidth(ORACLE[name], BANDWIDTHS[bw])
     return best_offload_plan(g, peak, save)

@@ -174,7 +174,8 @@ class Domains:
                 raise CheckError(f"'{e.op}' of sets of {a.cols.shape[1]}- and {b.cols.shape[1]}-tuples", e.loc)
             return self._maybe_const(_combine(e.op, a, b, len(self.u)), t)
         if isinstance(e, ast.SetLit):
-            if e.items and (e.where is not None or all(isinstance(x, ast.Member) and is_pattern(x.element) for x in e.items)):
+            if e.items and (e.where is not None
+                            or all(isinstance(x, ast.Member) and is_pattern(x.element) for x in e.items)):
                 inner = self.domain(ast.Index(e.loc, e.items, e.where), with_row_id(t))
                 names = [n for x in e.items for n in pattern(x.element) if n != "_"]
                 names = list(dict.fromkeys(names))

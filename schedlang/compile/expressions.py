@@ -108,7 +108,8 @@ class Expressions:
                 raise DataError("division by zero", e.loc)
             return Const(np.broadcast_to(out, (t.m,)).copy())
         if e.op in "+-":
-            la, lb = self._lin(e.left, t) if not isinstance(a, Lin) else a, self._lin(e.right, t) if not isinstance(b, Lin) else b
+            la = self._lin(e.left, t) if not isinstance(a, Lin) else a
+            lb = self._lin(e.right, t) if not isinstance(b, Lin) else b
             return la + (lb.scale(-np.ones(t.m)) if e.op == "-" else lb)
         if e.op == "*":
             if isinstance(a, Const):
@@ -238,7 +239,8 @@ class Expressions:
         v = self.value(e.body, inner)
         if e.op == "sum":
             if isinstance(v, Const):
-                return Const(np.bincount(group, np.broadcast_to(v.v.astype(float), (inner.m,)), minlength=t.m)[: t.m], v.dim)
+                weights = np.broadcast_to(v.v.astype(float), (inner.m,))
+                return Const(np.bincount(group, weights, minlength=t.m)[: t.m], v.dim)
             return v.reduce(group, t.m)
         if not isinstance(v, Const):
             raise CheckError(f"{e.op}() over variables is not linear", e.loc)

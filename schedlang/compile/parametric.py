@@ -49,8 +49,8 @@ def budget_dependents(program: Program, kinds=SWEPT) -> set[str]:
     and constraints whose value reads a budget (directly or through params and expressions;
     `when` guards and `+=` terms included), variables whose bounds or domain do, constraints
     with a big-M (logic over binaries) over such a variable, and "objective" when the
-    objective's value reads a budget. `kinds`: the budgets that move. A variable's *value* does not depend on the budget:
-    a constraint that only mentions one is not redone."""
+    objective's value reads a budget. `kinds`: the budgets that move. A variable's *value*
+    does not depend on the budget: a constraint that only mentions one is not redone."""
     decls = program.decls
     refs: dict[str, set[str]] = {}
     for name, d in decls.items():

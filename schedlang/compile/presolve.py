@@ -77,7 +77,7 @@ class Postsolve:
         return (f"presolve: {s['columns_removed']} of {s['columns']} columns and "
                 f"{s['rows_removed']} of {s['rows']} rows removed in {s['rounds']} rounds")
 
-    def then(self, inner: "Postsolve") -> "Postsolve":
+    def then(self, inner: Postsolve) -> Postsolve:
         """This postsolve after `inner`, a presolve of this one's reduced model: one map
         from `inner`'s reduced columns to the original ones (statistics added up)."""
         stats = dict(self.stats)
@@ -87,7 +87,7 @@ class Postsolve:
                          stats=stats)
 
     @classmethod
-    def identity(cls, ir: IRModel) -> "Postsolve":
+    def identity(cls, ir: IRModel) -> Postsolve:
         n = ir.n_columns
         return cls(n, np.arange(n), np.zeros(n))
 
@@ -469,7 +469,8 @@ class _Presolver:
         self.stats["columns_removed"] = int(self.n - kept.size)
         self.stats["rows_removed"] = int(self.m - rows_kept.size)
         self.value[kept] = 0.0
-        reduced = _build_reduced(self.ir, self.A, self.lo, self.hi, self.lb, self.ub, self.c, self.value, kept, self.row_alive)
+        reduced = _build_reduced(self.ir, self.A, self.lo, self.hi, self.lb, self.ub, self.c, self.value,
+                                 kept, self.row_alive)
         return reduced, Postsolve(self.n, kept, self.value, None, self.stats)
 
 

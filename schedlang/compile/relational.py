@@ -161,13 +161,13 @@ class Table:
     homes: dict[str, SetVal | None] = field(default_factory=dict)  # for next/prev
 
     @staticmethod
-    def unit() -> "Table":
+    def unit() -> Table:
         return Table(1)
 
-    def take(self, rows: np.ndarray) -> "Table":
+    def take(self, rows: np.ndarray) -> Table:
         return Table(len(rows), {k: v[rows] for k, v in self.cols.items()}, dict(self.homes))
 
-    def with_col(self, name: str, values: np.ndarray, home: SetVal | None = None) -> "Table":
+    def with_col(self, name: str, values: np.ndarray, home: SetVal | None = None) -> Table:
         cols = dict(self.cols)
         cols[name] = values
         homes = dict(self.homes)
@@ -233,20 +233,20 @@ class Lin:
     const: np.ndarray
 
     @staticmethod
-    def constant(values: np.ndarray) -> "Lin":
+    def constant(values: np.ndarray) -> Lin:
         e = np.zeros(0, dtype=np.int64)
         return Lin(len(values), e, e, np.zeros(0), np.asarray(values, dtype=np.float64))
 
-    def __add__(self, other: "Lin") -> "Lin":
+    def __add__(self, other: Lin) -> Lin:
         return Lin(self.m, np.concatenate([self.rows, other.rows]), np.concatenate([self.cols, other.cols]),
                    np.concatenate([self.coefs, other.coefs]), self.const + other.const)
 
-    def scale(self, factor: np.ndarray) -> "Lin":
+    def scale(self, factor: np.ndarray) -> Lin:
         """Multiply row i by factor[i] (factor of length m)."""
         factor = np.broadcast_to(np.asarray(factor, dtype=np.float64), (self.m,))
         return Lin(self.m, self.rows, self.cols, self.coefs * factor[self.rows], self.const * factor)
 
-    def gather(self, src_rows: np.ndarray) -> "Lin":
+    def gather(self, src_rows: np.ndarray) -> Lin:
         """A new Lin whose row r is this Lin's row src_rows[r] (0 where src_rows[r] == -1)."""
         m = len(src_rows)
         valid = src_rows >= 0
@@ -265,11 +265,11 @@ class Lin:
         pick = order[np.repeat(starts[src], counts) + offsets]
         return Lin(m, out_rows, self.cols[pick], self.coefs[pick], const)
 
-    def reduce(self, group: np.ndarray, m: int) -> "Lin":
+    def reduce(self, group: np.ndarray, m: int) -> Lin:
         """Sum rows into m groups (row r goes to group[r])."""
         return Lin(m, group[self.rows], self.cols, self.coefs, np.bincount(group, self.const, minlength=m)[:m])
 
-    def take_rows(self, keep: np.ndarray) -> "Lin":
+    def take_rows(self, keep: np.ndarray) -> Lin:
         """Keep the rows where keep is True, renumbered."""
         new_id = np.cumsum(keep) - 1
         t = keep[self.rows]

@@ -26,8 +26,9 @@ may be edited between two uses; they must not be mutated.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..language.errors import DataError, Loc
 from ..language.units import MAX_BYTES

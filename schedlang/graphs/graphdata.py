@@ -103,7 +103,7 @@ def build_graph(decl: ast.GraphDecl) -> Graph:
             g.layers.append(_layer(item, times))
         elif isinstance(item, ast.LossStmt):
             if g.loss is not None:
-                raise DataError("a graph has one loss (first at %s)" % g.loss.loc, item.loc)
+                raise DataError(f"a graph has one loss (first at {g.loss.loc})", item.loc)
             g.loss = Loss([str(n) for n in item.inputs], [str(n) for n in item.outputs],
                           times(item.time, "time of the loss"), item.loc)
 

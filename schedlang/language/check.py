@@ -71,7 +71,8 @@ class Checker:
             try:
                 t = self.expr(obj.body, {})
                 if t.kind not in ("num", "lin"):
-                    raise CheckError(f"the objective must be a number or a linear expression, not {_describe(t)}", obj.body.loc)
+                    raise CheckError("the objective must be a number or a linear expression, "
+                                     f"not {_describe(t)}", obj.body.loc)
             except CheckError as e:
                 self.errors.append(e)
         if self.p.has_formulation and self.p.objective is None:
@@ -598,7 +599,7 @@ def _set_text(e) -> str:
     return "..."
 
 
-def _op_loc(e) -> "Loc":
+def _op_loc(e) -> Loc:
     """Where a binary expression's operator is written (the start of the expression if unknown)."""
     return name_loc(e.op, e.loc)
 

@@ -72,7 +72,7 @@ class _Builder(Transformer):
     def L(self, meta) -> Loc:  # noqa: N802 - short on purpose, used everywhere below
         return _loc(self.path, meta)
 
-    def at(self, tok) -> "_GName":
+    def at(self, tok) -> _GName:
         """A token's text that remembers where it was written (for errors that point at it)."""
         return _GName(str(tok), Loc(self.path, tok.line, tok.column))
 

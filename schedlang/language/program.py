@@ -248,7 +248,8 @@ class _Merger:
                                  f"'{item.name}'{have}", loc)
             if p.objective.sense != item.sense:
                 word = "minimize" if p.objective.sense == "min" else "maximize"
-                raise CheckError(f"objective '{item.name}' is a {word[:-1]}ation: write `{word} {item.name} += ...`", loc)
+                raise CheckError(f"objective '{item.name}' is a {word[:-1]}ation: "
+                                 f"write `{word} {item.name} += ...`", loc)
             p.objective_terms.append(item)
             return
         key = ("objective",)  # not a declaration name

@@ -106,7 +106,7 @@ class Plan:
         return out
 
     @classmethod
-    def from_json(cls, obj: Any, source: str = "<plan>") -> "Plan":
+    def from_json(cls, obj: Any, source: str = "<plan>") -> Plan:
         """Build a plan from a decoded JSON value; problems raise a `DataError` at `source`."""
         loc = Loc(source)
 
@@ -181,7 +181,7 @@ class Plan:
         write_file(path, self.dumps())
 
     @classmethod
-    def load(cls, path: str | Path) -> "Plan":
+    def load(cls, path: str | Path) -> Plan:
         source = str(path)
         try:
             text = read_text(path, what="plan file")
@@ -190,7 +190,7 @@ class Plan:
         return cls.loads(text, source)
 
     @classmethod
-    def loads(cls, text: str, source: str = "<plan>") -> "Plan":
+    def loads(cls, text: str, source: str = "<plan>") -> Plan:
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:

@@ -87,8 +87,9 @@ channels: compute, offload (device -> host) and prefetch (host -> device). A ten
   creators, holding some of their contributions; a phantom: saved), not pinned; its host copy
   grows by the fraction (at most 1 in all; it persists to the end, and is valid for the same
   value recomputed later; a datum's host copy holds the contributions its device copy had,
-  every fraction the same ones; a phantom's host copy belongs to the option that saved it). Host memory = sum of host fractions x bytes, checked against the host
-  budget (``host_budget``, else ``graph.budgets["host"]``) at each offload. Until the offload
+  every fraction the same ones; a phantom's host copy belongs to the option that saved it).
+  Host memory = sum of host fractions x bytes, checked against the host budget
+  (``host_budget``, else ``graph.budgets["host"]``) at each offload. Until the offload
   is waited, freeing x's device copy (delete, drop_phantom, a backward consuming the phantom,
   a recomputation replacing x) is an error.
 * ``prefetch(x, fraction)``: the first prefetch of a round needs x off the device and
@@ -96,8 +97,8 @@ channels: compute, offload (device -> host) and prefetch (host -> device). A ten
   included). The fractions of a round must stay within the fraction of x whose offload has
   ended by the prefetch's issue time. A ``wait`` on the prefetch channel covering x when the
   round's fractions sum to 1 completes it: x is on the device again (a datum, with the
-  contributions of its host copy; a phantom, saved with the option of its host copy). Using x, or creating it, while a round is
-  in progress is an error, as is a round never completed.
+  contributions of its host copy; a phantom, saved with the option of its host copy). Using x,
+  or creating it, while a round is in progress is an error, as is a round never completed.
 
 Code: the replay is a state machine per view, `CheckmateReplay` and `LayeredReplay`, one
 method per op kind (``compute``, ``delete``, ``drop_phantom``, ``offload``, ``prefetch``,

@@ -62,8 +62,7 @@ from itertools import product
 from schedlang.graphs.graph import Graph
 from schedlang.plans.plan import Op, Plan
 from schedlang.plans.simulate import simulate
-
-from schedlang.testing.bruteforce_rockmate import _Evaluator, _below, best_rockmate_plan
+from schedlang.testing.bruteforce_rockmate import _below, _Evaluator, best_rockmate_plan
 
 MAX_COMPUTE_NODES = 5  # 2 layers: 2 forwards, the loss, 2 backwards
 
@@ -138,7 +137,7 @@ def _search(sp: _Space, peak_budget: int, save_budget: int | None, host_budget: 
     ev = sp.ev
     T, loss, nd, nl = sp.T, sp.loss, sp.nd, sp.nl
     reads, writes, kind, layer, opt_lo = ev.reads, ev.writes, ev.kind, ev.layer, ev.opt_lo
-    size, full, phantom, over, steps = ev.size, ev.full, ev.phantom, ev.opt_over, ev.steps
+    size, full, phantom = ev.size, ev.full, ev.phantom
     is_output = ev.is_output
     W = sp.steps_per_whole
     rest = [0.0] * (T + 1)

@@ -50,7 +50,7 @@ def odd_checkmate() -> Graph:
                      ("f1", "g2"), ("g2", "g1")])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rockmate_brute(peak: int):
     return best_rockmate_plan(odd_chain(), peak)[0]
 

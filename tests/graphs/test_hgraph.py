@@ -92,8 +92,10 @@ def test_layered_data_round_trips_through_the_writer_with_profiles(tmp_path):
     out = tmp_path / "again.sched"
     out.write_text(write_graph(g))
     again = load_program([out]).graph
-    strip = lambda layers: [(l.name, l.inputs, l.outputs, [(o.name, o.phantom, o.needs, o.fwd_steps, o.bwd_steps)
-                                                         for o in l.options]) for l in layers]  # noqa: E731
+    def strip(layers):
+        return [(l.name, l.inputs, l.outputs, [(o.name, o.phantom, o.needs, o.fwd_steps, o.bwd_steps)
+                                               for o in l.options]) for l in layers]
+
     assert strip(again.layers) == strip(g.layers)
     assert any(o.fwd_steps for l in again.layers for o in l.options)
 

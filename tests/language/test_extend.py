@@ -82,7 +82,8 @@ def test_terms_added_to_a_constraint_side(base):
     assert solved(base + "constraint total: rhs += 1\n") == pytest.approx(3)
     assert solved(base + "constraint total: lhs += 1\n") == pytest.approx(1)
     # several terms add up, each on its own rows
-    text = base + "constraint cap[t in T where ord(t) == 1]: lhs += 1\nconstraint cap[t in T where ord(t) == 2]: lhs += 1\n"
+    text = (base + "constraint cap[t in T where ord(t) == 1]: lhs += 1\n"
+            "constraint cap[t in T where ord(t) == 2]: lhs += 1\n")
     assert solved(text) == pytest.approx(2)  # x[1] = x[2] = 0, x[3] + x[4] <= 2
 
 
@@ -113,7 +114,8 @@ def test_decode_roles_are_added_to_the_used_decode(tmp_path):
 # ============================================================================ when
 
 def test_when_false_removes_the_declaration(base):
-    guarded = base + "param on = 0\nwhen on == 1\nvar bonus binary\nwhen on == 1\nconstraint none: sum(t in T) x[t] <= 0\n" \
+    guarded = base + "param on = 0\nwhen on == 1\nvar bonus binary\n" \
+        "when on == 1\nconstraint none: sum(t in T) x[t] <= 0\n" \
         "when on == 1\nset S = {1, 2}\nmaximize o += 3 * bonus + card(S)\n"
     assert solved(guarded) == pytest.approx(2)  # no bonus column, no `none` row, S empty
     ir = schedlang.load(text=guarded).lower()

@@ -252,7 +252,7 @@ def test_logic_lowering_is_exact(name):
 def test_logic_optimum_matches_brute_force(name, backend):
     n, body, pred = LOGIC[name]
     for weights in WEIGHTS[:2]:
-        want = brute(n, pred, lambda x: sum(w * x[i] for i, w in zip(range(1, n + 1), weights)))
+        want = brute(n, pred, lambda x, weights=weights: sum(w * x[i] for i, w in zip(range(1, n + 1), weights)))
         assert solve(logic_model(n, body, weights), backend) == pytest.approx(want), weights
 
 

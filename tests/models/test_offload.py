@@ -52,7 +52,7 @@ from ..offload_cases import (
 from ..paths import ROOT
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def example(name: str) -> Graph:
     return load_program([ROOT / "examples" / f"{name}.sched"]).graph
 
@@ -117,7 +117,7 @@ def graph_named(name: str) -> Graph:
     return RANDOM[int(name[6:])] if name.startswith("random") else example(name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rockmate_optimum(name: str, peak: int):
     _prob, res = solve(with_bandwidth(graph_named(name), None), peak, model="rockmate")
     return res.status, res.objective

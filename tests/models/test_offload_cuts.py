@@ -19,7 +19,7 @@ from schedlang.testing.layered_instances import MiB, chain, opt, skip3
 from ..offload_cases import ORACLE, replay, tiny_random, with_bandwidth
 
 
-def transformer_like(n: int) -> "schedlang.graphs.graph.Graph":
+def transformer_like(n: int) -> schedlang.graphs.graph.Graph:
     """bench/instances.transformer_chain's ratios scaled down 16x: 1 MiB activations, phantoms
     of 6 (autograd), 0 (recompute) and 2.5 MiB (selective), forwards of 2 time units, a host
     link of 1.43 MiB per unit (24 GB/s against 2 ms forwards)."""

@@ -11,8 +11,8 @@ The solution never runs a creator on a live copy of its datum (`creators_run_on_
 the model's `one_version_during` and `single_creator_allocates` rule it out; before them a tied
 optimum did, and the decoded plan did not replay). Random DAGs whose gradients have two or three
 creators (`random_dag`) and a `.sched` extension that forces an accumulated gradient's creator
-to re-run check the exact contents of accumulated data (issue 12 item 2). The search itself is checked against the simulator (its replay on
-random sequences, and a search that replays every prefix with `simulate`).
+to re-run check the exact contents of accumulated data (issue 12 item 2). The search itself is
+checked against the simulator (its replay on random sequences, and a search that replays every prefix with `simulate`).
 """
 from __future__ import annotations
 
@@ -101,12 +101,12 @@ MAIN = tuple(INSTANCES)  # the instances above (the minimal reproducers at the e
 
 
 # ---------------------------------------------------------------------- budgets
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def brute(name: str, peak: int, save: int | None):
     return best_rockmate_plan(INSTANCES[name], peak, save)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tightest_peak(name: str) -> int:
     """The least peak budget (whole MiB) at which the space has a plan."""
     hi = no_recompute_peak(INSTANCES[name]) // MiB
@@ -262,7 +262,7 @@ def test_evaluator_agrees_with_the_simulator(name):
     rng = random.Random(5)
     huge = 2**50
     valid = 0
-    for n in range(600):
+    for _ in range(600):
         seq = random_sequence(ev, rng, rng.choice([0.0, 0.1, 0.25]))
         e = ev.evaluate(seq, final=True, want_ops=True)
         sim = simulate(ev.plan_of(e), graph, budget=huge, save_budget=huge)

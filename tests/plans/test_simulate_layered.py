@@ -320,7 +320,8 @@ def test_save_budget_violated_during_the_loss_phase():
     r = simulate(plan, g)
     assert not r.valid and r.fits_budget is False
     assert r.save_peak_bytes == 200 * MiB and r.save_budget_bytes == 120 * MiB
-    assert r.errors == [f"memory during the loss phase reaches {200 * MiB} B (after op 2 and the frees that follow it), over "
+    assert r.errors == [f"memory during the loss phase reaches {200 * MiB} B (after op 2 and the frees that "
+                        "follow it), over "
                         f"the save budget {120 * MiB} B by {80 * MiB} B"]
     # the argument wins over the plan; the peak is fine, so only the save budget fails
     assert simulate(plan, g, save_budget=200 * MiB).valid

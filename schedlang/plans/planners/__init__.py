@@ -10,8 +10,8 @@ the reverse) raises `PlannerNotApplicable` (exit 2) saying why.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ...graphs.graph import Graph
 from ...language.errors import SchedError, did_you_mean

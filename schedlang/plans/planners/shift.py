@@ -57,8 +57,9 @@ from __future__ import annotations
 import random
 import time as _time
 from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ...graphs.graph import Graph
 from ...language.errors import DataError
@@ -84,7 +85,7 @@ class Dag:
 
     @classmethod
     def build(cls, ops: Sequence[str], edges: Iterable[tuple[str, str]] = (),
-              allocs: Iterable[tuple[int, Iterable[str]]] = ()) -> "Dag":
+              allocs: Iterable[tuple[int, Iterable[str]]] = ()) -> Dag:
         index: dict[str, int] = {}
         for i, name in enumerate(ops):
             if name in index:
@@ -446,7 +447,7 @@ class ShiftScheduler:
 
     # --- the ladder ------------------------------------------------------------------------
     def run(self, max_rotations: int | None = None, time_limit: float | None = None,
-            max_rung: int | None = None) -> "ShiftScheduler":
+            max_rung: int | None = None) -> ShiftScheduler:
         t0 = _time.perf_counter()
         n = self.n
         stats = self.stats

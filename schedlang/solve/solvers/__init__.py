@@ -17,7 +17,7 @@ far from the optimum.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 
 from ...language.errors import Loc, SolverUnavailable, did_you_mean
 from . import cbc, cpsat, glpk, gurobi, highs, scip
@@ -80,7 +80,7 @@ def _pyomo_interface_available(adapter: SolverAdapter, interface: str) -> bool:
         return False
 
 
-@lru_cache(maxsize=None)
+@cache
 def pyomo_interface(solver: str) -> str | None:
     """The Pyomo interface name used for `solver`, or None when none is available."""
     adapter = SOLVERS[solver]
@@ -90,7 +90,7 @@ def pyomo_interface(solver: str) -> str | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cvxpy_installed() -> frozenset:
     try:
         import cvxpy
