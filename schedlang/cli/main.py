@@ -36,16 +36,7 @@ from ..solve.bisection import explain_infeasible
 from ..solve.solution import EXIT_CODES, Status
 from ..solve.solvers import DEFAULT_SOLVER, SOLVERS, resolve
 from ..solve.solvers.highs import threads_left_running
-from ..sweep import (
-    PointLog,
-    check_plot_target,
-    exit_code,
-    parse_budgets,
-    plot_sweep,
-    prepare,
-    reference,
-    sweep_problem,
-)
+from ..sweep import PointLog, check_plot_target, exit_code, parse_budgets, plot_sweep, prepare, reference, sweep_problem
 from . import output
 
 

@@ -5,12 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..language import ast
-from ..language.builtins import (
-    BUILTIN_SCALARS,
-    BUILTIN_SETS,
-    CHECKMATE_VIEW,
-    FUNCTIONS,
-)
+from ..language.builtins import BUILTIN_SCALARS, BUILTIN_SETS, CHECKMATE_VIEW, FUNCTIONS
 from ..language.check import Checker
 from ..language.errors import CheckError, DataError
 from .relational import (

@@ -8,11 +8,7 @@ import scipy.sparse as sp
 from ..language import ast
 from .ir import ConstraintBlock, Objective
 from .logic import Rows
-from .relational import (
-    Family,
-    Lin,
-    Table,
-)
+from .relational import Family, Lin, Table
 from .walk import lowering
 
 

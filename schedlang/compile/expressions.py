@@ -5,23 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..language import ast
-from ..language.builtins import (
-    FUNCTIONS,
-    SCALARS,
-)
+from ..language.builtins import FUNCTIONS, SCALARS
 from ..language.errors import CheckError, DataError
 from ..language.units import UNITS, dimension
 from .logic import NeedsLowering
-from .relational import (
-    INVALID,
-    Const,
-    Elem,
-    KeyIndex,
-    Lin,
-    SetVal,
-    Table,
-    with_row_id,
-)
+from .relational import INVALID, Const, Elem, KeyIndex, Lin, SetVal, Table, with_row_id
 
 
 class Expressions:

@@ -20,9 +20,7 @@ import scipy.sparse as sp
 
 from ..graphs.graph import Graph
 from ..language import ast
-from ..language.builtins import (
-    GraphData,
-)
+from ..language.builtins import GraphData
 from ..language.parser import name_loc
 from ..language.program import Program
 from .domains import Domains
@@ -31,12 +29,7 @@ from .expressions import Expressions
 from .ir import ConstraintBlock, IRModel, Observed, VarFamily
 from .logic import Formulas
 from .params import Params
-from .relational import (
-    Family,
-    SetRel,
-    SetVal,
-    Universe,
-)
+from .relational import Family, SetRel, SetVal, Universe
 from .sizes import DEFAULT_MAX_ELEMENTS, SizeError, size_message
 from .variables import Variables
 from .walk import index_names, references

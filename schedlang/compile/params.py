@@ -6,13 +6,7 @@ import numpy as np
 
 from ..language import ast
 from ..language.errors import CheckError, DataError, Loc, did_you_mean
-from .relational import (
-    Const,
-    Family,
-    KeyIndex,
-    SetRel,
-    Table,
-)
+from .relational import Const, Family, KeyIndex, SetRel, Table
 from .walk import index_names, lowering, pattern, references
 
 

@@ -9,12 +9,7 @@ from ..language.errors import CheckError, DataError
 from ..language.parser import name_loc
 from .ir import VarFamily
 from .logic import TOL
-from .relational import (
-    Const,
-    Family,
-    Lin,
-    Table,
-)
+from .relational import Const, Family, Lin, Table
 from .walk import lowering
 
 

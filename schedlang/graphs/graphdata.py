@@ -13,18 +13,7 @@ from ..language import ast
 from ..language.errors import DataError, Loc, did_you_mean
 from ..language.parser import name_loc
 from ..language.units import SIZE_UNITS, TIME_UNITS, dimension, exact_bytes, format_size
-from .graph import (
-    SEGMENT_KINDS,
-    DataNode,
-    Graph,
-    Layer,
-    Loss,
-    Node,
-    Option,
-    Segment,
-    Segments,
-    Step,
-)
+from .graph import SEGMENT_KINDS, DataNode, Graph, Layer, Loss, Node, Option, Segment, Segments, Step
 from .hgraph import FAST_FORWARD
 
 

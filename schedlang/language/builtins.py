@@ -17,16 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compile.relational import (
-    INVALID,
-    Const,
-    Elem,
-    KeyIndex,
-    SetRel,
-    SetVal,
-    Universe,
-    with_row_id,
-)
+from ..compile.relational import INVALID, Const, Elem, KeyIndex, SetRel, SetVal, Universe, with_row_id
 from ..graphs.graph import Graph
 from .errors import CheckError, DataError, Loc
 from .units import budget_value, float_at_least

@@ -5,12 +5,7 @@ import dataclasses
 import functools
 
 from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import (
-    UnexpectedCharacters,
-    UnexpectedEOF,
-    UnexpectedInput,
-    UnexpectedToken,
-)
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from . import ast
 from .errors import DataError, Loc, SyntaxProblem

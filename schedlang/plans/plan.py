@@ -126,19 +126,11 @@ class Plan:
             raise fail("'graph' must be a string (the graph's name)"
                        if "graph" in obj else "missing 'graph' (the graph's name)")
 
-        budget = obj.get("budget", {})
-        if budget is None:
-            budget = {}
-        if not isinstance(budget, dict):
-            raise fail(f"'budget' must be an object, not {_json_type(budget)}")
+        budget = _object(obj, "budget", fail)
         budget_peak = _opt_bytes(budget.get("peak_bytes"), "budget.peak_bytes", fail)
         budget_save = _opt_bytes(budget.get("save_bytes"), "budget.save_bytes", fail)
 
-        predicted = obj.get("predicted", {})
-        if predicted is None:
-            predicted = {}
-        if not isinstance(predicted, dict):
-            raise fail(f"'predicted' must be an object, not {_json_type(predicted)}")
+        predicted = _object(obj, "predicted", fail)
         predicted_peak = _opt_bytes(predicted.get("peak_bytes"), "predicted.peak_bytes", fail)
         predicted_time = _opt_number(predicted.get("time"), "predicted.time", fail)
 
@@ -239,6 +231,16 @@ def _json_type(value: Any) -> str:
     if isinstance(value, dict):
         return "an object"
     return type(value).__name__
+
+
+def _object(obj: dict, key: str, fail) -> dict:
+    """The optional JSON object `obj[key]` ({} when absent or null)."""
+    value = obj.get(key, {})
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise fail(f"'{key}' must be an object, not {_json_type(value)}")
+    return value
 
 
 def _opt_bytes(value: Any, what: str, fail) -> int | None:

@@ -135,3 +135,17 @@ def best_checkmate_schedule(graph: Graph, budget: int) -> tuple[float | None, Pl
                 predicted_peak=model.peak(best_seq), predicted_time=best_time,
                 meta={"planner": "bruteforce"})
     return best_time, plan
+
+
+def assert_oracle_optimum(result, best: float | None, where: str = "", rel: float = 1e-6) -> bool:
+    """A solve's result against an oracle's optimum `best` (None: no plan fits): infeasible
+    exactly when the oracle found nothing, else optimal with the oracle's objective. Returns
+    whether there is a plan to check further."""
+    if best is None:
+        assert result.status.value == "infeasible", f"{where}: oracle infeasible, solver {result.status}: " \
+            f"{result.message}"
+        return False
+    assert result.status.value == "optimal", f"{where}: oracle {best}, solver {result.status}: {result.message}"
+    assert math.isclose(result.objective, best, rel_tol=rel, abs_tol=1e-12), \
+        f"{where}: solver {result.objective} != oracle {best}"
+    return True

@@ -259,16 +259,7 @@ def _search(sp: _Space, peak_budget: int, save_budget: int | None, host_budget: 
             for combo in product(*(ch for _, ch in choices)):
                 freed = [d for (d, _), keep in zip(choices, combo) if not keep]
                 here = ev.op_peak(k, o, mem, add, new, ph, freed)
-                c2 = list(c)
-                w2 = w
-                m3 = m2
-                for (d, _), keep in zip(choices, combo):
-                    if keep:
-                        w2 |= 1 << d
-                    else:
-                        c2[d] = -1
-                        w2 &= ~(1 << d)
-                        m3 -= size[d]
+                c2, w2, m3 = _after_frees(choices, combo, c, w, m2, size)
                 ok = here <= peak_budget and not (sample and save_budget is not None
                                                   and m3 > save_budget)
                 step = ("c", k, o, tuple(freed))
@@ -427,16 +418,7 @@ def _search(sp: _Space, peak_budget: int, save_budget: int | None, host_budget: 
             for combo in product(*(ch for _, ch in choices)):
                 freed = [d for (d, _), keep in zip(choices, combo) if not keep]
                 here = ev.op_peak(t, o, m0, add, new, ph, freed)
-                c2 = list(c)
-                w2 = w
-                m3 = m2
-                for (d, _), keep in zip(choices, combo):
-                    if keep:
-                        w2 |= 1 << d
-                    else:
-                        c2[d] = -1
-                        w2 &= ~(1 << d)
-                        m3 -= size[d]
+                c2, w2, m3 = _after_frees(choices, combo, c, w, m2, size)
                 for pcombo in product(*(ch for _, ch in pch)):
                     sv2 = list(sv)
                     m4 = m3
@@ -564,3 +546,17 @@ def best_offload_plan(graph: Graph, peak_budget: int, save_budget: int | None = 
     plan.predicted_peak = res.peak_bytes
     plan.predicted_time = res.time
     return res.time, plan
+
+
+def _after_frees(choices, combo, created, written, mem, size):
+    """The state after an op's frees: each datum of `choices` kept (`combo` True: marked
+    written) or freed (its creator forgotten, unwritten, its bytes released)."""
+    created = list(created)
+    for (d, _), keep in zip(choices, combo):
+        if keep:
+            written |= 1 << d
+        else:
+            created[d] = -1
+            written &= ~(1 << d)
+            mem -= size[d]
+    return created, written, mem

@@ -21,15 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ..fuzzing import (
-    PATH_KINDS,
-    dump_json,
-    mutate,
-    mutate_json,
-    peak_rss_bytes,
-    run_cli,
-    weird_path,
-)
+from ..fuzzing import PATH_KINDS, dump_json, mutate, mutate_json, peak_rss_bytes, run_cli, weird_path
 from ..paths import EXAMPLES, ROOT
 from ..sched_strategies import node_link_json, plan_json, sched_program
 

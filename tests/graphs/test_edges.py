@@ -9,13 +9,7 @@ import re
 
 import pytest
 
-from schedlang.language.units import (
-    MAX_BYTES,
-    exact_bytes,
-    float_at_least,
-    float_at_most,
-    parse_size,
-)
+from schedlang.language.units import MAX_BYTES, exact_bytes, float_at_least, float_at_most, parse_size
 from schedlang.problem import load
 
 from ..fuzzing import run_cli

@@ -9,12 +9,7 @@ import pytest
 from schedlang.cli.main import load_graph
 from schedlang.graphs.graph import Graph, Node
 from schedlang.plans.planners import planners, run_planner
-from schedlang.plans.planners.baselines import (
-    PLANNERS,
-    knapsack_choose,
-    sequential_checkpoints,
-    sqrt_checkpoints,
-)
+from schedlang.plans.planners.baselines import PLANNERS, knapsack_choose, sequential_checkpoints, sqrt_checkpoints
 from schedlang.plans.planners.no_recompute import no_recompute_plan
 from schedlang.plans.planners.sequences import CheckmateView
 from schedlang.plans.simulate import simulate

@@ -465,9 +465,7 @@ def test_reorder_keeps_the_graph():
     assert sorted(g2.edges) == sorted(g.edges) and g2.name == g.name
     assert [n.name for n in g.nodes][0] == "big0" and g.nodes[1].name == "big1"  # untouched
     assert no_recompute_peak(g2) == simulate(run_planner("shift", g), g).peak_bytes
-    from schedlang.graphs.writer import (
-        write_graph,  # the reordered graph writes as .sched data
-    )
+    from schedlang.graphs.writer import write_graph  # the reordered graph writes as .sched data
     assert "node big0" in write_graph(g2)
 
 

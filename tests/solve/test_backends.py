@@ -17,12 +17,7 @@ from schedlang.solve import backends as B
 from schedlang.solve import solvers
 from schedlang.solve.backends import BACKENDS, build_model, solve_ir
 from schedlang.solve.solution import Status
-from schedlang.solve.solvers import (
-    SOLVER_NAMES,
-    available_solvers,
-    is_available,
-    native_options,
-)
+from schedlang.solve.solvers import SOLVER_NAMES, available_solvers, is_available, native_options
 from schedlang.testing.irmodels import make_ir
 
 INF = np.inf

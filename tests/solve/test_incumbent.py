@@ -11,12 +11,7 @@ import pytest
 
 import schedlang
 from schedlang.cli.main import main
-from schedlang.compile.bounds import (
-    cutoff_bounds,
-    lagrangian_bound,
-    objective_step,
-    round_bound,
-)
+from schedlang.compile.bounds import cutoff_bounds, lagrangian_bound, objective_step, round_bound
 from schedlang.compile.presolve import presolve
 from schedlang.graphs.checkmate_nx import load_checkmate_nx
 from schedlang.plans.simulate import simulate

@@ -40,17 +40,7 @@ import time
 import numpy as np
 
 from ..progress import Progress
-from ..status import (
-    ERROR,
-    INFEASIBLE,
-    LIMIT,
-    OPTIMAL,
-    UNBOUNDED,
-    UNKNOWN,
-    RawResult,
-    by_termination,
-    termination,
-)
+from ..status import ERROR, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult, by_termination, termination
 from .base import NativeOptions, SolverAdapter, spell
 from .highs import LEFT_RUNNING, Interrupts
 

@@ -11,15 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..status import (
-    INF_OR_UNBD,
-    INFEASIBLE,
-    LIMIT,
-    OPTIMAL,
-    UNBOUNDED,
-    UNKNOWN,
-    RawResult,
-)
+from ..status import INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult
 from .base import CvxpyAnswer, NativeOptions, SolverAdapter, read_cvxpy_status
 
 

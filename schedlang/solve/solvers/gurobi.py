@@ -8,17 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..status import (
-    ERROR,
-    INF_OR_UNBD,
-    INFEASIBLE,
-    LIMIT,
-    OPTIMAL,
-    UNBOUNDED,
-    RawResult,
-    by_termination,
-    termination,
-)
+from ..status import ERROR, INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, RawResult, by_termination, termination
 from .base import CvxpyAnswer, NativeOptions, SolverAdapter, spell
 
 SIZE_LIMIT = 2000  # variables or rows a size-limited licence allows

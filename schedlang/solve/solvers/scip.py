@@ -5,16 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..status import (
-    INF_OR_UNBD,
-    INFEASIBLE,
-    LIMIT,
-    OPTIMAL,
-    UNBOUNDED,
-    RawResult,
-    by_termination,
-    termination,
-)
+from ..status import INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, RawResult, by_termination, termination
 from .base import CvxpyAnswer, NativeOptions, SolverAdapter, spell
 
 # SCIP status strings (Model.getStatus()) -> termination
