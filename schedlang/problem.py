@@ -29,7 +29,7 @@ from .plans.planners import graph_view, run_planner
 from .plans.planners.no_recompute import no_recompute_plan
 from .plans.simulate import NO_LIMIT, SimResult, simulate
 from .results import PlanReport, Result, WarmStart
-from .solve.backends import solve_ir
+from .solve import backends
 from .solve.incumbent import at_bound, keep_better, outside_incumbent, outside_result
 from .solve.solution import Solution, Status
 from .solve.solvers import requested_gap, supports_warm_start
@@ -130,7 +130,7 @@ class Problem:
         with reporting.phase("solving"):  # the solver's incumbent and bound, where it has them
             reporting.step(None, f"{solver}, {ir.size_summary().get('variables', '?')} "
                                  "variables")
-            sol = solve_ir(ir, warm_start=x0, **args)
+            sol = backends.solve_ir(ir, warm_start=x0, **args)
         if ws is not None and ws.passed:
             ignored = sol.warm_start_ignored
             ws.accepted = (supports_warm_start(sol.solver, sol.backend) and not ignored
@@ -216,7 +216,7 @@ class Problem:
             solves += 1
             ir_at = lower_program(self.program, self.graph, at, self.max_elements)
             start = x0 if x0 is not None and check_point(ir_at, x0)[0] else None
-            sol = solve_ir(ir_at, warm_start=start, **args)
+            sol = backends.solve_ir(ir_at, warm_start=start, **args)
             if not sol.status.has_solution:
                 sol.message = "; ".join(m for m in (*notes, sol.message) if m)
                 return sol, None, None

@@ -15,8 +15,9 @@ from schedlang.graphs.graph import Graph
 from schedlang.graphs.writer import write_graph
 from schedlang.plans.planners.no_recompute import no_recompute_peak
 from schedlang.plans.simulate import simulate
-from schedlang.testing.bruteforce_offload import best_offload_plan
 from schedlang.testing.layered_instances import MiB, chain, opt
+
+from .bruteforce_offload import best_offload_plan
 
 INF = math.inf
 

@@ -195,7 +195,8 @@ def test_termination_tables_name_real_native_statuses():
     from pyomo.contrib.solver.common.results import TerminationCondition as Contrib
     from pyomo.opt import TerminationCondition as Classic
 
-    from schedlang.solve.solvers import highs, status
+    from schedlang.solve import status
+    from schedlang.solve.solvers import highs
 
     def names(enum):
         return {m.name for m in enum}

@@ -30,13 +30,14 @@ from ..plans.allocator import format_summary, summary
 from ..plans.plan import Plan
 from ..plans.planners import graph_view
 from ..plans.simulate import simulate
+from ..plotting import check_plot_target, plot_sweep
 from ..problem import load
 from ..solve import strategy
 from ..solve.bisection import explain_infeasible
 from ..solve.solution import EXIT_CODES, Status
 from ..solve.solvers import DEFAULT_SOLVER, SOLVERS, resolve
 from ..solve.solvers.highs import threads_left_running
-from ..sweep import PointLog, check_plot_target, exit_code, parse_budgets, plot_sweep, prepare, reference, sweep_problem
+from ..sweep import PointLog, exit_code, parse_budgets, prepare, reference, sweep_problem
 from . import output
 
 

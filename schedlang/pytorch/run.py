@@ -324,7 +324,7 @@ def _check_outputs(args) -> None:
     if args.plot and args.trace and Path(args.plot).resolve() == Path(args.trace).resolve():
         raise RunError("--plot and --trace name the same file", Loc("--trace"))
     if args.plot is not None:
-        from ..sweep import check_plot_target
+        from ..plotting import check_plot_target
 
         check_plot_target(args.plot, Loc("--plot"))
     for flag, path, what in (("--trace", args.trace, "trace"),

@@ -187,7 +187,7 @@ class Timeline:
         to `path` (PNG, matplotlib's Agg backend). Raises `SchedError` when matplotlib is
         missing or `path` cannot be written."""
         from ..language.files import atomic_open
-        from ..sweep import _figure, _size_unit
+        from ..plotting import figure as _figure, size_unit as _size_unit
 
         fig = _figure(loc)
         fig.set_size_inches(11, 5.5)

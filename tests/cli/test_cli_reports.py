@@ -146,7 +146,8 @@ def test_simulate_says_first_that_the_plan_is_for_another_graph(capsys, tmp_path
 
 def test_a_sweep_plot_with_nothing_solved_has_a_readable_axis(capsys, tmp_path):
     pytest.importorskip("matplotlib")
-    from schedlang.sweep import prepare, sweep_figure, sweep_problem
+    from schedlang.plotting import sweep_figure
+    from schedlang.sweep import prepare, sweep_problem
 
     prob = prepare(CHAIN)
     points = sweep_problem(prob, [1 << 20, 2 << 20], jobs=1)

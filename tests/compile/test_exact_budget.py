@@ -25,10 +25,10 @@ from schedlang.language.units import budget_value
 from schedlang.plans.planners.no_recompute import no_recompute_peak
 from schedlang.solve.solution import Status
 from schedlang.testing.bruteforce import best_checkmate_schedule
-from schedlang.testing.bruteforce_rockmate import best_rockmate_plan
 from schedlang.testing.checkmate_instances import graph_of
 from schedlang.testing.layered_instances import chain, opt
 
+from ..bruteforce_rockmate import best_rockmate_plan
 from ..fuzzing import run_cli
 
 MiB = 2**20

@@ -34,9 +34,9 @@ from schedlang.language.program import load_program
 from schedlang.plans.planners.no_recompute import no_recompute_peak, no_recompute_plan
 from schedlang.solve.solution import Status
 from schedlang.testing.bruteforce import assert_oracle_optimum
-from schedlang.testing.bruteforce_offload import OffloadStats, best_offload_plan
 from schedlang.testing.layered_instances import MiB, chain, opt
 
+from ..bruteforce_offload import OffloadStats, best_offload_plan
 from ..offload_cases import (
     BANDWIDTHS,
     GRID,

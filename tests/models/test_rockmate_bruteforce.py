@@ -30,8 +30,9 @@ from schedlang.plans.planners.no_recompute import no_recompute_peak
 from schedlang.plans.simulate import simulate
 from schedlang.solve.solution import Status
 from schedlang.testing.bruteforce import assert_oracle_optimum
-from schedlang.testing.bruteforce_rockmate import SearchStats, _Evaluator, best_rockmate_plan
 from schedlang.testing.layered_instances import MiB, chain, opt, random_dag, skip3
+
+from ..bruteforce_rockmate import SearchStats, _Evaluator, best_rockmate_plan
 
 BACKENDS = ("pyomo", "cvxpy")
 

@@ -62,7 +62,8 @@ from itertools import product
 from schedlang.graphs.graph import Graph
 from schedlang.plans.plan import Op, Plan
 from schedlang.plans.simulate import simulate
-from schedlang.testing.bruteforce_rockmate import _below, _Evaluator, best_rockmate_plan
+
+from .bruteforce_rockmate import _below, _Evaluator, best_rockmate_plan
 
 MAX_COMPUTE_NODES = 5  # 2 layers: 2 forwards, the loss, 2 backwards
 
