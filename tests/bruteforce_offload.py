@@ -42,7 +42,7 @@ Validity, peak, loss-phase memory, host memory and time are those of
 `schedlang.plans.simulate.simulate`, the referee: the search steps the simulator's rules, and the plan
 returned has been replayed by it (valid, within the budgets, its time the returned time; an
 `AssertionError` otherwise). With ``check=True`` every transition the search takes or rejects
-for validity or memory is replayed by `simulate` as well (slow; tests/test_offload.py runs it
+for validity or memory is replayed by `simulate` as well (slow; tests/models/test_offload.py runs it
 on the smallest instances), so the search's stepping is held to the simulator everywhere it
 goes.
 

@@ -36,7 +36,7 @@ departs from the seed):
 * validity, peak, loss-phase memory and time are those of `schedlang.plans.simulate.simulate`, the
   referee: every plan returned has been replayed by it (valid, within both budgets, its time the
   returned time; an `AssertionError` otherwise). The search itself steps the simulator's rules
-  (`schedlang.plans.simulate`'s module docstring) op by op; `tests/test_rockmate_bruteforce.py` checks
+  (`schedlang.plans.simulate`'s module docstring) op by op; `tests/models/test_rockmate_bruteforce.py` checks
   this stepping against `simulate` (`_Evaluator.evaluate` on random sequences) and the search
   against one that replays every prefix with `simulate` itself (``engine="replay",
   prune_with="simulate"``).

@@ -66,7 +66,7 @@ def float_at_most(nbytes: int) -> float:
 
 #: a budget enters a model exact to the byte below 2^BUDGET_EXACT_BITS bytes (8 GiB), and
 #: rounded down to a multiple of 2^(bits - BUDGET_EXACT_BITS) above: a relative resolution of
-#: 2^-33 to 2^-32, which HiGHS resolves (measured on the chain of tests/test_edges.py scaled by
+#: 2^-33 to 2^-32, which HiGHS resolves (measured on the chain of tests/graphs/test_edges.py scaled by
 #: 2^10 to 2^14: a budget a few bytes under a plan's peak, with a margin of 2^-36 of it or
 #: less, made it declare the whole model infeasible; 2^-33 is 8 times that margin)
 BUDGET_EXACT_BITS = 33

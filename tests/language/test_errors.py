@@ -7,7 +7,7 @@ relative to the repository root, where the CLI is run from.
 
 To regenerate after a deliberate change of wording (then review every diff):
 
-    SCHEDLANG_UPDATE_GOLDEN=1 pytest tests/test_errors.py
+    SCHEDLANG_UPDATE_GOLDEN=1 pytest tests/language/test_errors.py
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 `ph_stays`; `param strengthen = 0` leaves them out): they cut only fractional points, so the
 exact optimum is the same with and without them, and the LP relaxation's bound never drops
 (issue 15: without them the root bound of a transformer-like chain is the sum of its compute
-times). The brute-force oracle comparisons of tests/test_offload.py run with them in."""
+times). The brute-force oracle comparisons of tests/models/test_offload.py run with them in."""
 from __future__ import annotations
 
 import copy
