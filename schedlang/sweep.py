@@ -42,7 +42,8 @@ from .parallel import JOBS_LOC, default_jobs, run_jobs
 from .plans.plan import SCHEMA, Plan
 from .plans.planners.no_recompute import no_recompute_peak, no_recompute_plan
 from .plans.simulate import simulate
-from .problem import Problem, Result, WarmStart, load
+from .problem import Problem, load
+from .results import Result, WarmStart
 from .solve.solution import EXIT_CODES, Status
 
 # ---------------------------------------------------------------------------- budget specs

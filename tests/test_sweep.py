@@ -9,7 +9,8 @@ import schedlang
 from schedlang.cli.main import main
 from schedlang.language.errors import DataError
 from schedlang.plans.planners.no_recompute import no_recompute_peak
-from schedlang.problem import Result, resolve_budget
+from schedlang.problem import resolve_budget
+from schedlang.results import Result
 from schedlang.solve.solution import Status
 from schedlang.sweep import SweepPoint, exit_code, parse_budgets, prepare, sweep
 

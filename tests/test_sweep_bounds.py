@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedlang.problem import Result
+from schedlang.results import Result
 from schedlang.solve.solution import Status
 from schedlang.sweep import SweepPoint, budget_monotone, monotone_bounds, prepare
 

@@ -1,7 +1,7 @@
 """Executing a layered Plan on the real PyTorch module, with the simulator's exact semantics.
 
 `PlanExecutor(partitioned, plan, graph)` interprets the ops of a Plan made for the layered
-graph of a partitioned module (see `schedlang.plans.simulate._LayeredReplay` for the semantics):
+graph of a partitioned module (see `schedlang.plans.layered_replay.LayeredReplay` for the semantics):
 
 * every layer runs on *detached* copies of its input data, so the autograd graph of one layer
   never reaches into another: a layer's autograd graph is its **phantom**;

@@ -41,7 +41,8 @@ from ..language.resources import models_dir
 from ..plans.planners.portfolio import plan_best
 from ..plans.planners.prune import prune_recomputations
 from ..plans.simulate import simulate
-from ..problem import AUTO, AUTO_PLANNERS, Problem, Result, run_named_planner
+from ..problem import AUTO, AUTO_PLANNERS, Problem, run_named_planner
+from ..results import Result
 from .incumbent import order_free_bound
 from .solution import Status
 from .solvers import is_available, requested_gap
