@@ -85,6 +85,7 @@ def _plot_curve(ax, points: list[SweepPoint], label: str, color: str, unit: str,
     # several budgets may give the same plan: one marker, the budgets in one label
     groups: dict[tuple, list[SweepPoint]] = {}
     for p in solved:
+        assert p.overhead is not None  # (kept above)
         groups.setdefault((p.simulated_peak, round(100.0 * p.overhead, 9)), []).append(p)
     keys = sorted(groups)
     xs = [k[0] / scale for k in keys]
