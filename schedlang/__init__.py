@@ -6,9 +6,9 @@
     print(result.status, result.objective, result.simulated.peak_bytes)
 """
 from .language.errors import SchedError
+from .plans.simulate import simulate
 from .problem import Problem, load
 from .results import Result
-from .plans.simulate import simulate
 
 __version__ = "0.1.0"
 __all__ = ["load", "simulate", "Problem", "Result", "SchedError", "__version__"]

@@ -30,12 +30,13 @@ Errors are `DataError`s located at `loc` (the flag, or ``budget`` for the API).
 from __future__ import annotations
 
 import math
-from typing import Callable, Union
+from collections.abc import Callable
 
 from .language.errors import DataError, Loc
 from .language.units import parse_size
+from .plans.planners.no_recompute import no_recompute_peak
 
-Reference = Union[int, Callable[[], int], None]  # bytes, computed on demand, or none
+Reference = int | Callable[[], int] | None  # bytes, computed on demand, or none
 
 PERCENT_STEPS = 1000  # a percentage is read to 1/PERCENT_STEPS of a percent
 MAX_RANGE = 1000  # budgets in one range; more is a typo, not a sweep
@@ -106,8 +107,6 @@ def graph_reference(graph) -> Reference:
         return None
 
     def peak() -> int:
-        from .plans.planners.no_recompute import no_recompute_peak
-
         return no_recompute_peak(graph) if graph.nodes or graph.layers else 0
     return peak
 

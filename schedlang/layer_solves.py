@@ -27,7 +27,15 @@ import json
 import os
 from pathlib import Path
 
+import schedlang
+
+from . import __version__, progress
+from .language.errors import Loc
+from .language.files import write_file
+from .language.paths import exists, writable_folder
+from .language.program import load_program, resolve_model
 from .parallel import run_jobs
+from .plans.decoders.segments import segments_of
 
 __all__ = ["solve_series", "solve_segments", "segments_allowed", "cache_path", "CACHE_ENV"]
 
@@ -37,9 +45,6 @@ CACHE_ENV = "SCHEDLANG_CACHE_DIR"
 def solve_segments(budgets: dict, graph, model: str, solver: str, time_limit) -> list | None:
     """One sub-solve (a job): `model` on `graph` at `budgets`; the solution's segments
     (`decoders.segments.segments_of`, sorted), or None when it has no solution."""
-    import schedlang
-
-    from .plans.decoders.segments import segments_of
 
     g = copy.copy(graph)
     g.budgets = dict(budgets)
@@ -57,8 +62,6 @@ def segments_allowed(budgets: dict, graph, model: str, segments: list[tuple],
     them (column bounds), everything else left to the solver (False where a role is an
     expression, not a variable). The generator's own constructions on a solution
     (`options._with_rounds_merged`) are offered only where the formulation allows them."""
-    import schedlang
-
     g = copy.copy(graph)
     g.budgets = dict(budgets)
     prob = schedlang.load(model=model, graph=g)
@@ -90,7 +93,6 @@ def solve_series(graph, series: list[list[dict]], model: str, solver: str = "hig
     flat = [series[i][j] for j, i in order]
     position = {(i, j): k for k, (j, i) in enumerate(order)}
 
-    from . import progress
 
     solved = [0]
 
@@ -122,8 +124,6 @@ def solve_series(graph, series: list[list[dict]], model: str, solver: str = "hig
 
 def _model_text(model: str) -> str:
     """The option model's text and that of the files it `use`s (what its solutions depend on)."""
-    from .language.program import load_program, resolve_model
-
     path = resolve_model(model, Path.cwd(), None)
     texts = [path.read_text(encoding="utf-8")]
     try:
@@ -140,9 +140,6 @@ def cache_path(key, model: str, series, solver: str, cache_dir=None) -> Path | N
     folder = cache_dir or os.environ.get(CACHE_ENV)
     if not folder:
         return None
-    from . import __version__
-    from .language.errors import Loc
-    from .language.paths import writable_folder
 
     # a folder that cannot hold the cache is the user's to fix: said once, located
     writable_folder(folder, Loc(CACHE_ENV if not cache_dir else "cache_dir"), "cache folder")
@@ -152,8 +149,6 @@ def cache_path(key, model: str, series, solver: str, cache_dir=None) -> Path | N
 
 
 def read_cached(path: Path | None) -> list[list] | None:
-    from .language.paths import exists
-
     if path is None or not exists(path):
         return None
     try:
@@ -166,7 +161,6 @@ def read_cached(path: Path | None) -> list[list] | None:
 def write_cached(path: Path | None, found: list[list]) -> None:
     if path is None:
         return
-    from .language.files import write_file
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -190,8 +190,15 @@ def _on_processes(fn, items, args, kwargs, n, on_result, preload) -> list:
     results: list = [None] * len(items)
     clean = False
     try:
+        pending = {}
         with _main_not_imported():  # the workers start as the jobs are submitted
-            pending = {pool.submit(_call, item): k for k, item in enumerate(items)}
+            for k, item in enumerate(items):
+                try:
+                    pending[pool.submit(_call, item)] = k
+                except BrokenProcessPool as exc:  # a worker died before all were submitted
+                    raise JobError(f"a worker process died while the jobs were submitted, at item "
+                                   f"{_short(item)} (killed, or out of memory?): {exc}",
+                                   Loc("<worker>")) from None
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in sorted(finished, key=pending.get):

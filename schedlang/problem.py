@@ -14,17 +14,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import budgets
-from .language.check import check_program
-from .plans.decoders import decode
-from .language.errors import CheckError, SchedError
-from .graphs.graph import Graph
+from . import progress as reporting
 from .compile.ir import IRModel
-from .plans.plan import Plan
-from .plans.planners.no_recompute import no_recompute_plan
+from .compile.lower import lower_program
+from .graphs.graph import Graph
+from .language.check import check_program
+from .language.errors import CheckError, Loc, SchedError, did_you_mean
 from .language.program import Program, attach_graph, load_program, set_params
+from .plans import planners as registry
+from .plans.decoders import decode, encode
+from .plans.decoders.encode import check_point, objective_value
+from .plans.plan import Plan
+from .plans.planners import graph_view, run_planner
+from .plans.planners.no_recompute import no_recompute_plan
 from .plans.simulate import NO_LIMIT, SimResult, simulate
+from .results import PlanReport, Result, WarmStart
+from .solve import backends
+from .solve.incumbent import at_bound, keep_better, outside_incumbent, outside_result
 from .solve.solution import Solution, Status
-
+from .solve.solvers import requested_gap, supports_warm_start
+from .solve.solvers.highs import WATCHDOG_GRACE
+from .solve.status import relative_gap, within_gap
 
 log = logging.getLogger("schedlang")
 
@@ -32,103 +42,6 @@ log = logging.getLogger("schedlang")
 resolve_budget = budgets.for_graph
 
 
-
-
-@dataclass
-class Result:
-    status: Status
-    objective: float | None
-    bound: float | None
-    gap: float | None
-    backend: str
-    solver: str
-    model_size: dict
-    timings: dict
-    plan: Plan | None = None
-    simulated: SimResult | None = None
-    solution: Solution | None = None
-    message: str = ""
-    budget_bytes: int | None = None
-    plan_path: str | None = None
-    warm_start: "WarmStart | None" = None
-    strategy: object = None  # the default solve's route (`schedlang.solve.strategy.Route`), if it ran
-
-    def to_json(self) -> dict:
-        plan_field = self.plan_path if self.plan_path else (
-            [op.to_json() for op in self.plan.ops] if self.plan else None)
-        return {
-            "status": self.status.value,
-            "objective": self.objective,
-            "bound": self.bound,
-            "gap": self.gap,
-            "backend": self.backend,
-            "solver": self.solver,
-            "budget_bytes": self.budget_bytes,
-            "model_size": self.model_size,
-            "timings": {k: round(v, 6) for k, v in self.timings.items()},
-            "predicted": {"peak_bytes": self.plan.predicted_peak if self.plan else None,
-                          "time": self.plan.predicted_time if self.plan else None},
-            "simulated": ({"valid": self.simulated.valid, "peak_bytes": self.simulated.peak_bytes,
-                           "time": self.simulated.time, "errors": self.simulated.errors[:10]}
-                          if self.simulated else None),
-            "message": self.message,
-            "warm_start": self.warm_start.to_json() if self.warm_start else None,
-            "strategy": self.strategy.to_json() if self.strategy is not None else None,
-            "plan": plan_field,
-        }
-
-
-@dataclass
-class WarmStart:
-    """What became of a requested MIP start (`Problem.solve(warm_start=...)`).
-
-    `planner`: the planner's name (a Plan: its meta's planner, else "plan"; a vector: None);
-    `time`, `peak_bytes`, `fits`: the plan replayed by the simulator against the budget
-    (None for a vector); `encoded`: the plan was written in the model's variables;
-    `feasible`: that vector satisfies the model's rows, bounds and integrality; `objective`:
-    its objective value; `passed`: it was handed to the backend (only feasible vectors are);
-    `accepted`: the backend gave it to the solver as a MIP start (the solver takes a feasible
-    start as its first incumbent); `message`: why not, when not.
-    """
-
-    planner: str | None = None
-    time: float | None = None
-    peak_bytes: int | None = None
-    fits: bool | None = None
-    valid: bool | None = None
-    encoded: bool = False
-    feasible: bool = False
-    objective: float | None = None
-    passed: bool = False
-    accepted: bool = False
-    message: str = ""
-    x: object = field(default=None, repr=False)  # the full-length vector, when encoded
-    auto: list | None = None  # warm_start="auto": the planners tried (this one the best)
-    plan: object = field(default=None, repr=False)  # the planner's Plan, when one ran
-    # the plan fits but lies outside the model (e.g. `shift`'s reordering against a fixed-order
-    # model): the solve's incumbent itself, returned when the solver finds nothing better
-    outside: bool = False
-
-    def to_json(self) -> dict:
-        return {"planner": self.planner, "time": self.time, "peak_bytes": self.peak_bytes,
-                "fits": self.fits, "valid": self.valid, "encoded": self.encoded,
-                "feasible": self.feasible, "objective": self.objective,
-                "passed": self.passed, "accepted": self.accepted, "message": self.message,
-                "auto": self.auto}
-
-    def summary(self) -> str:
-        """One line for `Result.message` and the CLI."""
-        who = f"planner {self.planner}" if self.planner else "the given vector"
-        if self.auto:
-            who += f" (best of {', '.join(self.auto)})"
-        if self.time is not None:
-            fit = "fits" if self.fits else ("over the budget" if self.valid else "invalid plan")
-            who += f" (time {self.time:.6g}, {fit})"
-        if self.accepted:
-            return f"warm start from {who}: given to the solver as a MIP start"
-        if self.outside:
-            return f"warm start from {who}: outside the model, kept as the incumbent: {self.message}"
-        return f"warm start from {who} not used, solved cold: {self.message}"
 
 
 @dataclass
@@ -159,13 +72,9 @@ class Problem:
         self.timings["check"] = time.perf_counter() - t0
 
     def lower(self) -> IRModel:
-        from .compile.lower import lower_program
-
         if "check" not in self.timings:
             self.check()
         if not self.program.has_formulation:  # an empty file is not a problem solved
-            from .language.errors import Loc
-
             g = self.program.graph
             hint = ("; layered graph data is solved by `use rockmate`" if g is not None
                     and g.layers else "; write a model, or `use` one (e.g. `use checkmate`)")
@@ -196,9 +105,6 @@ class Problem:
         warm start and the build, less a reserve for decoding and simulating
         (`decode_reserve`), and a watchdog stops HiGHS (through the Pyomo backend) if it
         overruns, keeping its incumbent or the warm start (`solve_ir`'s `deadline`)."""
-        from .solve.backends import solve_ir
-        from .solve.solvers import supports_warm_start
-
         since = time.monotonic() if since is None else since
         ir = self.ir if self.ir is not None else self.lower()
         deadline = None
@@ -214,12 +120,9 @@ class Problem:
             x0 = ws.x if ws.feasible else None
             ws.passed = x0 is not None
             if ws.outside:  # a plan that fits, outside the model (schedlang.solve.incumbent)
-                from .solve.incumbent import at_bound, outside_result
-
                 if at_bound(self, ws):  # optimal among all plans: no solver run
                     return outside_result(self, ir, ws, {**self.timings, "warm_start": ws_time},
                                           backend, solver, "it meets the bound: no solver run")
-        from . import progress as reporting
 
         args = dict(backend=backend, solver=solver, time_limit=time_limit, gap=gap,
                     threads=threads, presolve=presolve, verbose=verbose,
@@ -227,7 +130,7 @@ class Problem:
         with reporting.phase("solving"):  # the solver's incumbent and bound, where it has them
             reporting.step(None, f"{solver}, {ir.size_summary().get('variables', '?')} "
                                  "variables")
-            sol = solve_ir(ir, warm_start=x0, **args)
+            sol = backends.solve_ir(ir, warm_start=x0, **args)
         if ws is not None and ws.passed:
             ignored = sol.warm_start_ignored
             ws.accepted = (supports_warm_start(sol.solver, sol.backend) and not ignored
@@ -254,8 +157,6 @@ class Problem:
                         sol.model_size or ir.size_summary(), timings, plan, sim, sol, message,
                         self.budgets.get("peak"), warm_start=ws)
         if ws is not None and ws.outside:
-            from .solve.incumbent import keep_better
-
             result = keep_better(self, ir, ws, result)
         return result
 
@@ -290,12 +191,6 @@ class Problem:
         result is optimal when the new plan is within the requested gap of it. A plan still
         over a budget is never returned as a solution (status `no_solution`, the plan and its
         replay kept); without a plan at a lowered budget, that solve's status is returned."""
-        from .solve.backends import solve_ir
-        from .plans.decoders.encode import check_point
-        from .compile.lower import lower_program
-        from .solve.solvers import requested_gap
-        from .solve.status import relative_gap, within_gap
-
         cut: dict[str, int] = {}
         notes: list[str] = []
         sol = first
@@ -321,7 +216,7 @@ class Problem:
             solves += 1
             ir_at = lower_program(self.program, self.graph, at, self.max_elements)
             start = x0 if x0 is not None and check_point(ir_at, x0)[0] else None
-            sol = solve_ir(ir_at, warm_start=start, **args)
+            sol = backends.solve_ir(ir_at, warm_start=start, **args)
             if not sol.status.has_solution:
                 sol.message = "; ".join(m for m in (*notes, sol.message) if m)
                 return sol, None, None
@@ -347,15 +242,13 @@ class Problem:
         sol.message = "; ".join(m for m in (*notes, sol.message) if m)
         return sol, plan, sim
 
-    def prepare_warm_start(self, warm_start, ir: IRModel | None = None) -> "WarmStart":
+    def prepare_warm_start(self, warm_start, ir: IRModel | None = None) -> WarmStart:
         """A `WarmStart` for a planner name, a `Plan` or a vector: the plan replayed by the
         simulator, encoded, and the vector checked against the model's rows and bounds.
         An unknown planner name raises `SchedError`; every other failure is reported in the
         result (`feasible` False, `message`)."""
         import numpy as np
 
-        from .plans.decoders import encode
-        from .plans.decoders.encode import check_point, objective_value
 
         ir = ir if ir is not None else (self.ir if self.ir is not None else self.lower())
         budget = self.budgets.get("peak")
@@ -421,7 +314,7 @@ class Problem:
                 ws.message = f"its encoding violates the model: {why}"
         return ws
 
-    def plan(self, name: str, budget=None) -> "PlanReport":
+    def plan(self, name: str, budget=None) -> PlanReport:
         """Planner `name` (`schedlang.plans.planners`) run on the graph data, its plan replayed by
         the simulator and checked against the budgets: `budget` (bytes, a size, a percent
         of the no-recomputation peak), else the data's peak budget; the save budget is the
@@ -461,21 +354,17 @@ class Problem:
                           timings)
 
 
-    def auto_warm_start(self, ir: IRModel | None = None) -> "WarmStart":
+    def auto_warm_start(self, ir: IRModel | None = None) -> WarmStart:
         """The best MIP start among the cheap heuristic planners (`AUTO_PLANNERS` that apply
         to the graph): the feasible encoding with the lowest objective. When none is feasible,
         the first candidate's `WarmStart` says why (the solve runs cold)."""
-        from .plans.planners import graph_view, planners
-
-        table = planners()
+        table = registry.planners()
         names = [n for n in AUTO_PLANNERS
                  if n in table and self.graph is not None
                  and graph_view(self.graph) in table[n].views]
         tried = [self.prepare_warm_start(name, ir) for name in names]
         usable = [ws for ws in tried if ws.feasible and ws.objective is not None]
         if not usable and self.graph is not None:
-            from .solve.incumbent import outside_incumbent
-
             extra = outside_incumbent(self, ir, tried)
             if extra is not None:
                 tried.append(extra)
@@ -494,74 +383,12 @@ class Problem:
         return best
 
 
-@dataclass
-class PlanReport:
-    """A heuristic planner's plan, replayed (`Problem.plan`).
-
-    `simulated.valid`: the plan replays (dependencies, phantoms, every node computed);
-    `fits`: its peak (and, on layered data, its loss-phase memory) is within the budgets;
-    `problems`: the replay errors and the budget excesses; `overhead`: its time over the
-    no-recomputation plan's (`reference`), minus 1."""
-
-    planner: str
-    graph: Graph
-    plan: Plan
-    simulated: SimResult
-    reference: SimResult
-    budget_bytes: int | None
-    save_budget_bytes: int | None
-    fits: bool
-    overhead: float | None
-    problems: list[str]
-    timings: dict
-    plan_path: str | None = None
-
-    @property
-    def status(self) -> str:
-        """"feasible" when the plan fits (or there is no budget), else "infeasible"."""
-        return "feasible" if self.fits else "infeasible"
-
-    @property
-    def exit_code(self) -> int:
-        """`schedlang plan`'s: 0 fits, 3 over a budget, 5 a plan that does not replay."""
-        if not self.simulated.valid:
-            return 5
-        return 0 if self.fits else 3
-
-    def to_json(self) -> dict:
-        from .plans.planners import graph_view
-
-        sim, plan = self.simulated, self.plan
-        return {
-            "status": self.status,
-            "objective": sim.time,
-            "bound": plan.meta.get("lp_bound"),  # a planner that proves one (lp_rounding)
-            "gap": plan.meta.get("gap"),
-            "planner": self.planner,
-            "view": graph_view(self.graph),
-            "budget_bytes": self.budget_bytes,
-            "save_budget_bytes": self.save_budget_bytes,
-            "fits_budget": self.fits,
-            "overhead": self.overhead,
-            "reference": {"peak_bytes": self.reference.peak_bytes, "time": self.reference.time},
-            "timings": {k: round(v, 6) for k, v in self.timings.items()},
-            "predicted": {"peak_bytes": plan.predicted_peak, "time": plan.predicted_time},
-            "simulated": {"valid": sim.valid, "peak_bytes": sim.peak_bytes, "time": sim.time,
-                          "fits_budget": self.fits, "save_peak_bytes": sim.save_peak_bytes,
-                          "errors": self.problems[:10]},
-            "message": "" if sim.valid else "the plan does not replay in the simulator",
-            "plan": self.plan_path if self.plan_path else [op.to_json() for op in plan.ops],
-        }
-
-
 def decode_reserve(ir: IRModel, time_limit: float) -> float:
     """Seconds a whole-run time limit keeps back for the end of the run: the watchdog's grace
     (`solvers.highs.WATCHDOG_GRACE`), then checking, decoding and simulating the point and
     writing the result: a second plus 5 µs a column (resnet50_train's 349,199 columns: 0.3-0.8
     s to decode, as much again for the rest, on a loaded 2-core machine), at most a quarter of
     the limit."""
-    from .solve.solvers.highs import WATCHDOG_GRACE
-
     return min(0.25 * time_limit, WATCHDOG_GRACE + 1.0 + 5e-6 * ir.n_columns)
 
 
@@ -600,10 +427,7 @@ AUTO_PLANNERS = ("knapsack", "mutwo", "chen_greedy")
 def run_named_planner(name: str, graph: Graph, budget: int | None) -> Plan:
     """Run planner `name` from the registry (`schedlang.plans.planners`); `no_recompute` works
     even while the registry does not list it (the simulator's reference plan)."""
-    from .plans.planners import planners, run_planner
-    from .plans.planners.no_recompute import no_recompute_plan
-
-    if name == "no_recompute" and name not in planners():
+    if name == "no_recompute" and name not in registry.planners():
         plan = no_recompute_plan(graph)
         plan.budget_peak = budget
         return plan
@@ -612,10 +436,7 @@ def run_named_planner(name: str, graph: Graph, budget: int | None) -> Plan:
 
 def check_planner_name(name: str) -> None:
     """`SchedError` (exit 2) naming the known planners when `name` is not one of them."""
-    from .language.errors import did_you_mean
-    from .plans.planners import planners
-
-    known = dict.fromkeys(["no_recompute", *planners()])
+    known = dict.fromkeys(["no_recompute", *registry.planners()])
     if name not in known:
         raise SchedError(f"unknown planner '{name}'{did_you_mean(name, known)}; planners: "
                          f"{', '.join(known)}")

@@ -38,6 +38,8 @@ import time
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from .language.errors import Loc, SchedError
+
 __all__ = ["session", "phase", "step", "note", "solver_callback", "MODES", "ENV", "Session"]
 
 log = logging.getLogger("schedlang.progress")
@@ -52,7 +54,7 @@ HEARTBEAT = 3.0
 #: in ``"lines"`` mode, the least time between two lines of one phase (phase starts excepted)
 INTERVAL = 1.0
 
-_active: ContextVar["Session | None"] = ContextVar("schedlang_progress", default=None)
+_active: ContextVar[Session | None] = ContextVar("schedlang_progress", default=None)
 
 
 @dataclass
@@ -180,7 +182,7 @@ class Session:
             self._live.start()
 
     # --- the session's lifetime ------------------------------------------------------------
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         self._token = _active.set(self)
         if self._thread:
             self._ticker = threading.Thread(target=self._run, name="schedlang-progress",
@@ -222,8 +224,6 @@ class _Renderable:
 def resolve_mode(mode: str, stream) -> str:
     """``"live"``, ``"lines"`` or ``"off"`` for a session asked for `mode` on `stream`."""
     if mode not in MODES:
-        from .language.errors import Loc, SchedError
-
         raise SchedError(f"progress must be one of {', '.join(MODES)} (or True/False), got "
                          f"{mode!r}", Loc("progress"))
     if mode != "auto":

@@ -33,15 +33,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import budgets
-from .language.errors import DataError, Loc, SchedError
-from .graphs.graph import Graph
-from .parallel import JOBS_LOC, default_jobs, run_jobs
 from .compile.parametric import BudgetLowering
+from .graphs.graph import Graph
+from .language.errors import DataError, Loc, SchedError
+from .language.files import write_file
+from .language.resources import models_dir
+from .parallel import JOBS_LOC, default_jobs, run_jobs
+from .plans.plan import SCHEMA, Plan
 from .plans.planners.no_recompute import no_recompute_peak, no_recompute_plan
-from .problem import Problem, load
-from .results import Result
-from .results import WarmStart
 from .plans.simulate import simulate
+from .problem import Problem, load
+from .results import Result, WarmStart
 from .solve.solution import EXIT_CODES, Status
 
 # ---------------------------------------------------------------------------- budget specs
@@ -283,7 +285,6 @@ def budget_monotone(program) -> bool:
     """Whether `program` is a shipped formulation of `MONOTONE_MODELS` with its own objective."""
     from pathlib import Path
 
-    from .language.resources import models_dir
 
     obj = program.objective
     if program.model is None or program.model.name not in MONOTONE_MODELS or obj is None \
@@ -387,7 +388,6 @@ class PointLog:
         if resume and self.path.exists():
             self.lines = self._read()
         # start the file from the good lines (a line cut by a kill is dropped), then append
-        from .language.files import write_file
 
         write_file(self.path, "".join(json.dumps(obj) + "\n" for obj in self.lines))
         try:
@@ -445,8 +445,6 @@ class PointLog:
 
 def point_from_json(obj: dict, prob: Problem, loc: Loc) -> SweepPoint:
     """A `SweepPoint` from its JSON line: the plan rebuilt from its ops and replayed again."""
-    from .plans.plan import SCHEMA, Plan
-
     budget = obj["budget_bytes"]
     graph = prob.graph
     plan = sim = None
@@ -478,133 +476,5 @@ def exit_code(points: list[SweepPoint]) -> int:
 
 # ---------------------------------------------------------------------------- plot
 
-def _size_unit(values) -> tuple[str, int]:
-    top = max(values, default=0)
-    return ("GiB", 2**30) if top >= 2**30 else ("MiB", 2**20) if top >= 2**20 else ("KiB", 2**10)
 
 
-def _pct(p: float | None) -> str:
-    return "-" if p is None else f"{p:.4g}%"
-
-
-def plot_sweep(points, out, title: str = "", ref_peak: int | None = None,
-               loc: Loc = Loc("--plot")) -> None:
-    """Write the memory/time Pareto curve of a sweep to `out` (PNG, matplotlib's Agg backend).
-
-    `points` is one sweep (a list of `SweepPoint`) or several, as {label: points} (one curve
-    each, e.g. recompute only / offload only / both). x: simulated peak memory of each solved
-    point; y: time overhead in percent; each point is labelled with its budget(s); budgets
-    without a solution are marked on the x axis at their budget. Raises `SchedError` (exit 2)
-    when matplotlib is missing or `out` cannot be written.
-    """
-    fig = sweep_figure(points, title, ref_peak, loc)
-    from .language.files import atomic_open
-
-    try:
-        with atomic_open(out, "wb") as f:
-            fig.savefig(f, format="png")
-    except DataError as exc:
-        raise DataError(exc.message.replace("cannot write ", "cannot write the plot to ", 1), loc) from None
-
-
-def sweep_figure(points, title: str = "", ref_peak: int | None = None,
-                 loc: Loc = Loc("--plot")):
-    """The matplotlib `Figure` `plot_sweep` writes (see there)."""
-    curves = points if isinstance(points, dict) else {"": points}
-    fig = _figure(loc)
-    every = [p for pts in curves.values() for p in pts]
-    unit, scale = _size_unit([p.simulated_peak for p in every if p.solved and p.simulated_peak is not None]
-                             + [p.budget_bytes for p in every] + ([ref_peak] if ref_peak else []))
-    ax = fig.subplots()
-    colors = ["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
-    ys_all: list[float] = []
-    for n, (label, pts) in enumerate(curves.items()):
-        ys_all += _plot_curve(ax, pts, label, colors[n % len(colors)], unit, scale,
-                              annotate=len(curves) == 1)
-    if ref_peak:
-        ax.axvline(ref_peak / scale, color="gray", linestyle="--", linewidth=1,
-                   label=f"no recomputation ({ref_peak / scale:.3g} {unit})")
-    ax.set_xlabel(f"peak memory ({unit})")
-    ax.set_ylabel("time overhead vs no recomputation (%)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    if ys_all and min(ys_all) >= 0:
-        ax.set_ylim(bottom=min(-0.05 * max(max(ys_all), 1.0), 0))
-    elif not ys_all:  # nothing solved: an axis of overheads, not one around 0 +- 0.04%
-        ax.set_ylim(0, 100)
-        ax.text(0.5, 0.5, "no budget was solved", transform=ax.transAxes, ha="center",
-                va="center", fontsize=12, color="tab:red")
-    fig.tight_layout()
-    return fig
-
-
-def _plot_curve(ax, points: list[SweepPoint], label: str, color: str, unit: str, scale: int,
-                annotate: bool) -> list[float]:
-    """One sweep's solved points as a line, its unsolved budgets on the x axis; the y values."""
-    solved = [p for p in points
-              if p.solved and p.simulated_peak is not None and p.overhead is not None]
-    unsolved = [p for p in points if not p.solved]
-    # several budgets may give the same plan: one marker, the budgets in one label
-    groups: dict[tuple, list[SweepPoint]] = {}
-    for p in solved:
-        groups.setdefault((p.simulated_peak, round(100.0 * p.overhead, 9)), []).append(p)
-    keys = sorted(groups)
-    xs = [k[0] / scale for k in keys]
-    ys = [k[1] for k in keys]
-    prefix = f"{label}: " if label else ""
-    if keys:
-        ax.plot(xs, ys, "-o", color=color, zorder=3,
-                label=prefix + "solved: simulated peak vs time overhead")
-        for x, y, key in zip(xs, ys, keys):
-            if not annotate:
-                continue
-            names = ", ".join(_pct(p.budget_percent) if p.budget_percent is not None
-                              else f"{p.budget_bytes / scale:.3g} {unit}" for p in groups[key])
-            feasible = any(p.status is Status.FEASIBLE for p in groups[key])
-            ax.annotate(names + (" (gap)" if feasible else ""), (x, y),
-                        textcoords="offset points", xytext=(6, 6), fontsize=8)
-    if unsolved:
-        import matplotlib.transforms as mtransforms
-
-        trans = mtransforms.blended_transform_factory(ax.transData, ax.transAxes)
-        for status, marker, mark_color in ((Status.INFEASIBLE, "x", "tab:red"),
-                                           (Status.UNBOUNDED, "x", "tab:red"),
-                                           (Status.NO_SOLUTION, "s", "tab:orange"),
-                                           (Status.ERROR, "D", "tab:gray")):
-            group = [p for p in unsolved if p.status is status]
-            if not group:
-                continue
-            ax.plot([p.budget_bytes / scale for p in group], [0.0] * len(group), marker,
-                    color=mark_color if annotate else color, markersize=9, mew=2, transform=trans,
-                    clip_on=False, zorder=4, label=f"{prefix}{status.value} budget")
-            for p in group:
-                if annotate:
-                    ax.annotate(_pct(p.budget_percent) if p.budget_percent is not None else
-                                f"{p.budget_bytes / scale:.3g} {unit}", (p.budget_bytes / scale, 0.0),
-                                xycoords=trans, textcoords="offset points", xytext=(0, 9),
-                                ha="center", fontsize=8, color=mark_color)
-    return ys
-
-
-def _figure(loc: Loc = Loc("--plot")):
-    """A matplotlib `Figure` on an Agg canvas (no pyplot, no global backend switch), or a
-    `SchedError` that says how to install matplotlib."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise SchedError("plotting needs matplotlib, which is not installed: pip install "
-                         "matplotlib (or pip install 'schedlang[plot]')", loc) from None
-    fig = Figure(figsize=(8, 5), dpi=120)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def check_plot_target(out, loc: Loc = Loc("--plot")) -> None:
-    """Fail early (before a long sweep) when matplotlib is missing or `out` cannot be
-    written (`schedlang.language.paths.writable_file`)."""
-    from .language.paths import writable_file
-
-    _figure(loc)
-    writable_file(out, loc, "plot")

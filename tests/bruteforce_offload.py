@@ -63,7 +63,7 @@ from schedlang.graphs.graph import Graph
 from schedlang.plans.plan import Op, Plan
 from schedlang.plans.simulate import simulate
 
-from .bruteforce_rockmate import _Evaluator, _below, best_rockmate_plan
+from .bruteforce_rockmate import _below, _Evaluator, best_rockmate_plan
 
 MAX_COMPUTE_NODES = 5  # 2 layers: 2 forwards, the loss, 2 backwards
 
@@ -138,7 +138,7 @@ def _search(sp: _Space, peak_budget: int, save_budget: int | None, host_budget: 
     ev = sp.ev
     T, loss, nd, nl = sp.T, sp.loss, sp.nd, sp.nl
     reads, writes, kind, layer, opt_lo = ev.reads, ev.writes, ev.kind, ev.layer, ev.opt_lo
-    size, full, phantom, over, steps = ev.size, ev.full, ev.phantom, ev.opt_over, ev.steps
+    size, full, phantom = ev.size, ev.full, ev.phantom
     is_output = ev.is_output
     W = sp.steps_per_whole
     rest = [0.0] * (T + 1)
@@ -260,16 +260,7 @@ def _search(sp: _Space, peak_budget: int, save_budget: int | None, host_budget: 
             for combo in product(*(ch for _, ch in choices)):
                 freed = [d for (d, _), keep in zip(choices, combo) if not keep]
                 here = ev.op_peak(k, o, mem, add, new, ph, freed)
-                c2 = list(c)
-                w2 = w
-                m3 = m2
-                for (d, _), keep in zip(choices, combo):
-                    if keep:
-                        w2 |= 1 << d
-                    else:
-                        c2[d] = -1
-                        w2 &= ~(1 << d)
-                        m3 -= size[d]
+                c2, w2, m3 = _after_frees(choices, combo, c, w, m2, size)
                 ok = here <= peak_budget and not (sample and save_budget is not None
                                                   and m3 > save_budget)
                 step = ("c", k, o, tuple(freed))
@@ -428,16 +419,7 @@ def _search(sp: _Space, peak_budget: int, save_budget: int | None, host_budget: 
             for combo in product(*(ch for _, ch in choices)):
                 freed = [d for (d, _), keep in zip(choices, combo) if not keep]
                 here = ev.op_peak(t, o, m0, add, new, ph, freed)
-                c2 = list(c)
-                w2 = w
-                m3 = m2
-                for (d, _), keep in zip(choices, combo):
-                    if keep:
-                        w2 |= 1 << d
-                    else:
-                        c2[d] = -1
-                        w2 &= ~(1 << d)
-                        m3 -= size[d]
+                c2, w2, m3 = _after_frees(choices, combo, c, w, m2, size)
                 for pcombo in product(*(ch for _, ch in pch)):
                     sv2 = list(sv)
                     m4 = m3
@@ -565,3 +547,17 @@ def best_offload_plan(graph: Graph, peak_budget: int, save_budget: int | None = 
     plan.predicted_peak = res.peak_bytes
     plan.predicted_time = res.time
     return res.time, plan
+
+
+def _after_frees(choices, combo, created, written, mem, size):
+    """The state after an op's frees: each datum of `choices` kept (`combo` True: marked
+    written) or freed (its creator forgotten, unwritten, its bytes released)."""
+    created = list(created)
+    for (d, _), keep in zip(choices, combo):
+        if keep:
+            written |= 1 << d
+        else:
+            created[d] = -1
+            written &= ~(1 << d)
+            mem -= size[d]
+    return created, written, mem

@@ -184,7 +184,7 @@ class _Evaluator:
         self.ff_dominates = []
         for i, k in enumerate(h.compute):
             row = []
-            for o, opt in enumerate(k.options):
+            for o in range(len(k.options)):
                 if self.kind[i] != "fwd" or self.opt_lo[i][o] < 0:
                     row.append(False)
                     continue

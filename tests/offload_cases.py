@@ -12,11 +12,12 @@ import pytest
 
 import schedlang
 from schedlang.graphs.graph import Graph
+from schedlang.graphs.writer import write_graph
 from schedlang.plans.planners.no_recompute import no_recompute_peak
 from schedlang.plans.simulate import simulate
-from schedlang.graphs.writer import write_graph
-from .bruteforce_offload import best_offload_plan
 from schedlang.testing.layered_instances import MiB, chain, opt
+
+from .bruteforce_offload import best_offload_plan
 
 INF = math.inf
 
@@ -93,7 +94,7 @@ ORACLE = oracle_instances()
 BANDWIDTHS = {"0": 0, "small": 1 * MiB, "large": 4 * MiB, "inf": INF}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def oracle(name: str, bw: str, peak: int, save: int | None = None):
     g = with_bandwidth(ORACLE[name], BANDWIDTHS[bw])
     return best_offload_plan(g, peak, save)
@@ -142,11 +143,10 @@ def linked_plan(prep, budget, bandwidth):
     option `offload` for blocks): what `fit` compares with recomputation alone. Tests that
     run such a plan pass it to ``fit(..., bandwidth=..., plan=...)``, which keeps it whichever
     plan is faster."""
-    from schedlang.pytorch.fit import resolve_fit_budget, solve_extra, solve_plan
-    from schedlang.pytorch.hostlink import resolve_link
-    from schedlang.pytorch.planning import linked
-
     import torch
+
+    from schedlang.pytorch.fit import resolve_fit_budget, solve_extra, solve_plan
+    from schedlang.pytorch.hostlink import linked, resolve_link
 
     link, _ = resolve_link(bandwidth, torch.device("cpu"))
     lp = linked(prep, link)

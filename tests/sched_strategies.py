@@ -58,7 +58,8 @@ def index(draw):
         parts[-1] = f"({names[0]}, {draw(st.sampled_from(INDEX_VARS))}) in {draw(st.sampled_from(SET_NAMES))}"
     where = ""
     if draw(st.integers(0, 3)) == 0:
-        where = f" where {names[0]} {draw(st.sampled_from(['<', '>', '!=', '<=']))} {draw(st.sampled_from(INDEX_VARS + ['1']))}"
+        op = draw(st.sampled_from(['<', '>', '!=', '<=']))
+        where = f" where {names[0]} {op} {draw(st.sampled_from(INDEX_VARS + ['1']))}"
     return "[" + ", ".join(parts) + where + "]", names
 
 
@@ -71,7 +72,8 @@ def num_expr(draw, scope, with_vars, depth=0):
         iv,
         st.builds(lambda p, i: f"{p}[{i}]", st.sampled_from(PARAM_NAMES), iv),
         st.sampled_from(PARAM_NAMES + ["budget.peak", "inf", "card(I)"]),
-        st.builds(lambda f, i: f"{f}({i})", st.sampled_from(["size", "time", "abs", "floor", "first", "next", "card"]), iv),
+        st.builds(lambda f, i: f"{f}({i})",
+                  st.sampled_from(["size", "time", "abs", "floor", "first", "next", "card"]), iv),
     ]
     if with_vars:
         leaves.append(st.builds(lambda x, i: f"{x}[{i}]", st.sampled_from(VAR_NAMES + EXPR_NAMES), iv))
@@ -131,7 +133,7 @@ def graph_data(draw):
     names = [f"n{k}" for k in range(n)]
     title = draw(st.sampled_from(["", ' "title"']))
     lines = [f"graph g{title} {{"]
-    for k, name in enumerate(names):
+    for name in names:
         kind = draw(st.sampled_from(["", "", " backward", " forward"]))
         lines.append(f"  node {name}{kind} time {draw(TIMES)} size {draw(SIZES)}")
     for _ in range(draw(st.integers(0, 2 * n))):

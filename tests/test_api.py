@@ -12,15 +12,12 @@ import pytest
 
 import schedlang
 from schedlang import budgets
-from schedlang.solve.backends import solve_ir
 from schedlang.cli.main import main
 from schedlang.language.errors import CheckError, DataError
 from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.solve.backends import solve_ir
 from schedlang.solve.solution import Status
-from schedlang.solve.solvers import (
-    ADAPTERS, BACKEND_NAMES, SOLVER_NAMES, SOLVERS, is_available, native_options,
-)
-
+from schedlang.solve.solvers import ADAPTERS, BACKEND_NAMES, SOLVER_NAMES, SOLVERS, is_available, native_options
 from schedlang.testing.irmodels import make_ir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -198,8 +195,8 @@ def test_termination_tables_name_real_native_statuses():
     from pyomo.contrib.solver.common.results import TerminationCondition as Contrib
     from pyomo.opt import TerminationCondition as Classic
 
-    from schedlang.solve.solvers import highs
     from schedlang.solve import status
+    from schedlang.solve.solvers import highs
 
     def names(enum):
         return {m.name for m in enum}
@@ -252,9 +249,7 @@ def test_classic_plugin_quirks():
     """What the glpk and cbc adapters make of Pyomo's classic plugins (their binaries may
     not be installed, so the log readings are checked on their own)."""
     from schedlang.solve.solvers import cbc, glpk
-    from schedlang.solve.status import (
-        INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult,
-    )
+    from schedlang.solve.status import INF_OR_UNBD, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawResult
 
     def glpk_says(term, log, is_mip=True, x=None):
         return glpk.ADAPTER.adjust_classic(RawResult(term, x=x), log, is_mip, True).termination

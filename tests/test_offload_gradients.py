@@ -19,6 +19,7 @@ from schedlang.plans.plan import Op, Plan
 from schedlang.plans.simulate import simulate
 from schedlang.solve.solution import Status
 from schedlang.testing.layered_instances import MiB, opt, resolved
+
 from .offload_cases import replay, solve
 
 

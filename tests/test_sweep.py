@@ -8,11 +8,12 @@ import pytest
 import schedlang
 from schedlang.cli.main import main
 from schedlang.language.errors import DataError
+from schedlang.plans.planners.no_recompute import no_recompute_peak
 from schedlang.problem import resolve_budget
 from schedlang.results import Result
-from schedlang.plans.planners.no_recompute import no_recompute_peak
 from schedlang.solve.solution import Status
 from schedlang.sweep import SweepPoint, exit_code, parse_budgets, prepare, sweep
+
 from .paths import ROOT
 
 CHAIN = str(ROOT / "examples" / "chain.sched")

@@ -9,6 +9,7 @@ import pytest
 
 from schedlang.cli.main import main
 from schedlang.language.errors import SchedError
+
 from .paths import ROOT
 
 CHAIN = str(ROOT / "examples" / "chain.sched")

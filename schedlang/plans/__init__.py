@@ -1,1 +1,2 @@
-"""Plans: what runs them (`interpreter`)."""
+"""Plans: the format (plan), what runs one (interpreter, simulate, allocator), and what makes
+one (decoders from solver values, heuristic planners)."""

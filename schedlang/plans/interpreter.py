@@ -34,7 +34,15 @@ class PlanInterpreter:
             self.after_op(op)
 
     def dispatch(self, op: Op) -> None:
-        getattr(self, OP_METHODS[op.op])(op)
+        method = OP_METHODS.get(op.op)
+        if method is None:
+            self.on_unknown(op)
+        else:
+            getattr(self, method)(op)
+
+    def on_unknown(self, op: Op) -> None:
+        """An op of a kind no method runs (`OP_KINDS` lists the known ones)."""
+        raise ValueError(f"op {self.index}: unknown op kind {op.op!r}")
 
     def before_op(self, op: Op) -> None:
         """Called before each op (a timeline's mark, a step counter)."""

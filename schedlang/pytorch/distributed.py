@@ -34,8 +34,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from ..language.errors import SchedError
 from ..graphs.graph import Graph
+from ..language.errors import SchedError
 from ..plans.plan import Plan
 from .frontends.blocks.find import find_blocks
 from .frontends.blocks.hooked import BlockMixin

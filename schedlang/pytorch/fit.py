@@ -49,12 +49,12 @@ from dataclasses import dataclass
 from torch import nn
 
 from .. import progress
-from ..language.errors import SchedError
 from ..graphs.graph import Graph
-from ..plans.plan import Plan
-from ..progress import reporting
-from ..plans.simulate import simulate
+from ..language.errors import SchedError
 from ..language.units import format_size
+from ..plans.plan import Plan
+from ..plans.simulate import simulate
+from ..progress import reporting
 from . import distributed
 from .fitmodule import FitModule
 from .guards import guarded_fit
@@ -72,13 +72,7 @@ from .planning import (
     with_link,
 )
 from .prepare import FRONTENDS, LOSS_RESERVE, Prepared, prepare
-from .probing import (
-    can_generate,
-    faster_measured,
-    plain_measured_peak,
-    probe_until_within,
-    with_generated_options,
-)
+from .probing import can_generate, faster_measured, plain_measured_peak, probe_until_within, with_generated_options
 from .report import MemoryReport
 
 __all__ = ["fit", "FitModule", "FitError", "MemoryReport", "resolve_fit_budget", "prepare",

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from ..graphs.graph import Graph
-from ..plans.plan import Plan
 from ..language.units import format_size
+from ..plans.plan import Plan
 from .distributed import check_not_sharded_after, fsdp_storages
 from .guards import check_call
 from .memory import MemoryTracker, drop_closed_modes

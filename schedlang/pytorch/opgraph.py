@@ -37,8 +37,8 @@ import torch.fx as fx
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
-from ..language.errors import DataError, Loc
 from ..graphs.graph import Graph, Node
+from ..language.errors import DataError, Loc
 from .loss_node import LOSS_TIME
 from .memory import storage_key
 

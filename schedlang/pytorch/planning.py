@@ -12,15 +12,13 @@ import torch
 from torch import nn
 
 from .. import progress
-from ..language.errors import SchedError
 from ..graphs.graph import Graph
+from ..language.errors import SchedError
+from ..language.units import format_size
 from ..plans.plan import Plan
 from ..plans.simulate import simulate
-from ..language.units import format_size
 from . import distributed
-from .frontends.blocks.hooked import (
-    rerun_correction,
-)
+from .frontends.blocks.hooked import rerun_correction
 from .hostlink import HostLink, resolve_link
 from .outputs import loss_moment, released_bytes, uncounted_outputs
 from .prepare import Prepared

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..language.errors import SchedError
 from ..graphs.graph import Graph
+from ..language.errors import SchedError
 from ..plans.planners.no_recompute import no_recompute_plan
 from ..plans.simulate import simulate
 from .frontends.blocks.frontend import BLOCKS

@@ -55,14 +55,10 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.checkpoint import (
-    CheckpointPolicy,
-    checkpoint,
-    create_selective_checkpoint_contexts,
-)
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from ..language.errors import Loc, SchedError
 from ..graphs.hgraph import FAST_FORWARD
+from ..language.errors import Loc, SchedError
 from .frontends.blocks.offload import offloading
 from .frontends.fx.partition import LayerPart, Partitioned
 from .memory import MemoryTracker, storage_bytes, storage_key

@@ -40,9 +40,9 @@ import time
 from dataclasses import dataclass, field
 
 from ..language.errors import DataError, Loc, SchedError
+from ..language.units import format_size
 from ..plans.plan import Op, Plan
 from ..plans.simulate import replay
-from ..language.units import format_size
 
 __all__ = ["CHANNEL_TRACKS", "Recorder", "Timeline", "predicted_series"]
 

@@ -33,8 +33,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..language.errors import DataError, Loc, SchedError
 from ..graphs.graph import DataNode, Graph, Layer, Loss, Option, Step
+from ..language.errors import DataError, Loc, SchedError
 from .factory import load_factory
 from .loss_node import LOSS_TIME, LOSS_VALUE_BYTES
 
@@ -298,8 +298,8 @@ def trace_main(args) -> int:
     except ImportError:
         raise SchedError("`schedlang trace` needs torch: pip install 'schedlang[torch]'",
                          WHERE) from None
-    from ..problem import resolve_budget
     from ..language.units import format_size
+    from ..problem import resolve_budget
 
     if args.repeats is None or args.repeats < 1:
         raise SchedError(f"--repeats must be at least 1, got {args.repeats}", Loc("--repeats"))
@@ -381,10 +381,10 @@ def trace_main(args) -> int:
 
 def _trace_ops_main(args, model, inputs) -> int:
     """`schedlang trace --ops`: the whole model's op graph, Checkmate view, `use checkmate`."""
-    from ..language.files import write_file
-    from ..problem import resolve_budget
-    from ..language.units import format_size
     from ..graphs.writer import write_graph
+    from ..language.files import write_file
+    from ..language.units import format_size
+    from ..problem import resolve_budget
     from .memory import storage_bytes
     from .opgraph import record_ops
 

@@ -54,6 +54,7 @@ def make_dropout_mlp(batch: int = 256, width: int = 32, hidden: int = 64, seed: 
 # that this file also runs as `schedlang run tests/torch_models.py:make_gpt`
 _spec = importlib.util.spec_from_file_location(
     "mymodels", Path(__file__).resolve().parents[2] / "examples" / "mymodels.py")
+assert _spec is not None and _spec.loader is not None  # a path ending in .py always has both
 mymodels = sys.modules.get("mymodels") or importlib.util.module_from_spec(_spec)
 if "mymodels" not in sys.modules:
     sys.modules["mymodels"] = mymodels

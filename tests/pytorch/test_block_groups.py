@@ -10,16 +10,11 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from schedlang.plans.planners.baselines import plan_checkpoint_groups  # noqa: E402
+from schedlang.plans.simulate import simulate  # noqa: E402
 from schedlang.pytorch.fit import fit, prepare  # noqa: E402
 from schedlang.pytorch.frontends.blocks.find import BlockError  # noqa: E402
-from schedlang.pytorch.frontends.blocks.hooked import (  # noqa: E402
-    GROUP,
-    block_chains,
-    group_plans,
-    plan_choices,
-)
+from schedlang.pytorch.frontends.blocks.hooked import GROUP, block_chains, group_plans, plan_choices  # noqa: E402
 from schedlang.pytorch.planning import group_plans_priced  # noqa: E402
-from schedlang.plans.simulate import simulate  # noqa: E402
 from schedlang.testing.hf_models import HF  # noqa: E402
 
 from .test_real_models import _assert_same, _step, make_bn_cnn  # noqa: E402

@@ -251,8 +251,8 @@ def _wrong_orders(name: str, sizes: dict) -> dict:
     """The errors of the wrapping orders fit does not plan (every rank alike: no hang)."""
     from torch.distributed.fsdp import fully_shard
 
-    from schedlang.language.errors import SchedError
     from schedlang.graphs.graph import Graph
+    from schedlang.language.errors import SchedError
     from schedlang.pytorch.fit import fit
     from schedlang.testing.torch_models import ALL
 
@@ -322,11 +322,7 @@ def test_fsdp2_kept_after_forward_then_fit(tmp_path):
 
 def _agreement_worker(rank: int, port: int, out: str) -> None:
     from schedlang.problem import load, run_named_planner
-    from schedlang.pytorch.distributed import (
-        DistributedPlanError,
-        agree_plan,
-        plan_digest,
-    )
+    from schedlang.pytorch.distributed import DistributedPlanError, agree_plan, plan_digest
     from schedlang.pytorch.fit import fit
     from schedlang.testing.torch_models import ALL
 
@@ -373,8 +369,8 @@ def test_fsdp_accounting_on_graph_data():
     the code between units the last buffer; a unit's backward the parameters again, their
     gradients and the reduce-scatter input kept from the unit before; the shards stay."""
     from schedlang.plans.planners.no_recompute import no_recompute_plan
-    from schedlang.pytorch.distributed import fsdp_layer_memory, with_fsdp_memory
     from schedlang.plans.simulate import simulate
+    from schedlang.pytorch.distributed import fsdp_layer_memory, with_fsdp_memory
 
     g = _layered()
     names = [lay.name for lay in g.layers]
@@ -410,11 +406,7 @@ def test_fsdp_accounting_on_graph_data():
 
 
 def test_fsdp_accounting_reads_param_bytes_off_traced_graphs():
-    from schedlang.pytorch.distributed import (
-        fsdp_layer_memory,
-        param_bytes_of,
-        with_fsdp_memory,
-    )
+    from schedlang.pytorch.distributed import fsdp_layer_memory, param_bytes_of, with_fsdp_memory
     from schedlang.pytorch.trace import trace
     from schedlang.testing.torch_models import ALL
 

@@ -219,7 +219,7 @@ def test_generated_options_execute_like_eager():
     # levels of recomputation) are checked deterministically in
     # test_a_nested_option_gives_eager_gradients
     for k in range(len(gen["blocks.0"])):
-        def pick(name):
+        def pick(name, k=k):
             return gen[name][min(k, len(gen[name]) - 1)] if gen[name] else "autograd"
 
         ops = [Op("compute", node=f"{lay.name}.fwd", option=pick(lay.name))
@@ -615,7 +615,6 @@ def test_a_stepped_backward_ends_without_what_it_freed():
     frees that the plan deletes right after, minus the phantom the backward consumed (a
     profile describes the whole node); an input the plan keeps is counted."""
     from schedlang.plans.simulate import replay
-
     from schedlang.testing.layered_instances import MiB, chain, opt
 
     g = chain("stepped1", [2, 4], [[opt("keep", 1, 1, 3, ["out"],

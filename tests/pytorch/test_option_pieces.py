@@ -120,7 +120,7 @@ def test_a_plan_with_pieced_options_runs_as_predicted(monkeypatch):
               for lay, opts in prep.partitioned.op_options.items()}
     assert pieced.get("blocks.0") and pieced.get("blocks.1"), pieced
     for k in range(max(len(v) for v in pieced.values())):
-        def pick(name):
+        def pick(name, k=k):
             return pieced[name][min(k, len(pieced[name]) - 1)] if pieced.get(name) \
                 else "autograd"
 

@@ -14,8 +14,8 @@ import pytest
 
 from schedlang.cli.main import main
 from schedlang.graphs.graph import Option, Segment, Segments
-from schedlang.language.program import load_program
 from schedlang.graphs.writer import write_graph
+from schedlang.language.program import load_program
 
 GRAPH = """\
 graph g {{

@@ -312,7 +312,6 @@ def _checkpoint_sequential_instance():
     on it as a plan: layers 1-2 run without saving (h1 dropped), layers 3-4 plainly; in the
     backward layer 1 runs again saving its phantom and layer 2 is recomputed by its backward."""
     from schedlang.plans.plan import Op, Plan
-
     from schedlang.testing.layered_instances import MiB, chain, opt
 
     g = chain("seq", [1, 1, 1, 1, 4],
@@ -341,9 +340,9 @@ def test_checkpoint_sequential_schedule_is_found_at_its_own_peak():
     that peak. The model's outputs, read by the loss and held by the caller, are counted once
     in the loss phase: counted again (as the save budget did), this budget took a slower plan
     (12 against 11 here; on the bench GPT +38% against checkpoint_sequential(3)'s +30%)."""
+    from schedlang.plans.simulate import simulate
     from schedlang.pytorch.outputs import loss_moment
     from schedlang.pytorch.planning import solve_plan
-    from schedlang.plans.simulate import simulate
 
     g, seq, outputs = _checkpoint_sequential_instance()
     loss_overhead = 4 * 2**20

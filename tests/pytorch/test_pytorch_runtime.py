@@ -11,14 +11,14 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)  # two test workers share the CPUs: no oversubscription
 
-from schedlang.language.errors import SchedError as SchedErrorType  # noqa: E402
 from schedlang.graphs.graph import DataNode, Graph, Layer, Loss, Option  # noqa: E402
+from schedlang.language.errors import SchedError as SchedErrorType  # noqa: E402
 from schedlang.plans.plan import Op, Plan  # noqa: E402
 from schedlang.plans.planners.no_recompute import no_recompute_plan  # noqa: E402
 from schedlang.plans.simulate import simulate  # noqa: E402
 from schedlang.testing.leaks import new_bytes, snapshot  # noqa: E402
-from schedlang.testing.torch_models import ALL, make_dropout_mlp, make_mlp  # noqa: E402
 from schedlang.testing.steps import assert_same, eager_grads, fit_step, module_grads  # noqa: E402
+from schedlang.testing.torch_models import ALL, make_dropout_mlp, make_mlp  # noqa: E402
 
 MODELS = ["mlp", "dropout_mlp", "gpt", "unet"]
 

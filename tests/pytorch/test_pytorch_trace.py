@@ -419,8 +419,8 @@ def _solve_and_replay(text, budget):
 
 @pytest.mark.parametrize("name", sorted(ALL))
 def test_trace_solves_and_replays(name, tmp_path):
-    from schedlang.plans.planners.no_recompute import no_recompute_peak
     from schedlang.language.program import load_program
+    from schedlang.plans.planners.no_recompute import no_recompute_peak
     from schedlang.pytorch.trace import read_trace_info, write_trace
 
     model, graph = _traced(name)

@@ -45,24 +45,17 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ....language.errors import Loc, SchedError
 from ....graphs.graph import DataNode, Graph, Layer, Loss, Option
 from ....graphs.hgraph import FAST_FORWARD
-from ....plans.plan import Op, Plan
+from ....language.errors import Loc, SchedError
 from ....plans.interpreter import PlanInterpreter
+from ....plans.plan import Op, Plan
 from ...loss_node import LOSS_TIME, LOSS_VALUE_BYTES
 from ...model_state import once_stats, own_checkpointing, preserved, running_stats_kept
 from ...profile import OPTIONS, profile, selective_context
 from ...recompute import checkpoint_call, open_checkpoint
 from ..fx.partition import LayerPart, Partitioned
-from .find import (
-    BlockCall,
-    BlockError,
-    FoundBlocks,
-    GlueSegment,
-    find_blocks,
-    training_call,
-)
+from .find import BlockCall, BlockError, FoundBlocks, GlueSegment, find_blocks, training_call
 from .offload import OFFLOAD, module_storages, offloading
 
 __all__ = ["trace_blocks", "BlockWrappers", "plan_choices", "BlockTrace", "PER_BLOCK"]

@@ -63,8 +63,8 @@ import torch
 
 from ....graphs.graph import Graph
 from ....graphs.hgraph import FAST_FORWARD
-from ....plans.plan import Op, Plan
 from ....plans.interpreter import OP_METHODS, PlanInterpreter
+from ....plans.plan import Op, Plan
 from ...guards import check_layer_outputs, checksum_buffer
 from ...model_state import once_stats, running_stats_kept
 from ...options import release_when_consumed

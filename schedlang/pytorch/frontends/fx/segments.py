@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import hashlib
 
-from ....language.errors import DataError, Loc
 from ....graphs.graph import Graph, Segment, Segments
+from ....language.errors import DataError, Loc
 from ...opgraph import record_ops
 from ...options import layer_inputs
 from ...segmented import SegmentedLayer

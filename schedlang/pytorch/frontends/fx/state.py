@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from ....language.errors import SchedError
 from ....graphs.hgraph import FAST_FORWARD
+from ....language.errors import SchedError
 from ....plans.plan import Plan
 
 __all__ = ["PlanError", "recomputed_layers", "deleted_after", "SavedTensor", "StorageBlock",

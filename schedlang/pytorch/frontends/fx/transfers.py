@@ -10,15 +10,7 @@ import torch
 
 from ....plans.plan import Op
 from ...hostlink import host_buffer
-from .state import (
-    CHECKPOINT_OPTIONS,
-    PARAMS_GRAD,
-    Phantom,
-    PlanError,
-    StepState,
-    StorageBlock,
-    Transfer,
-)
+from .state import CHECKPOINT_OPTIONS, PARAMS_GRAD, Phantom, PlanError, StepState, StorageBlock, Transfer
 
 __all__ = ["TransferOps"]
 

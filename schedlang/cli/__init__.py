@@ -1,0 +1,1 @@
+"""The `schedlang` command line (`main`) and what its `--json` prints (`output`)."""

@@ -1,0 +1,4 @@
+"""`python -m schedlang.cli`: the command line."""
+from .main import entry
+
+entry()

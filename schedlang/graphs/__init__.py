@@ -1,0 +1,1 @@
+"""Graph data in memory (graph, hgraph), read (graphdata, checkmate_nx) and written (writer)."""

@@ -1,0 +1,53 @@
+"""Decoders: a solved model's variables -> a Plan.
+
+The compiler knows no formulation by name. A model says which decoder reads it and which of
+its variables play which role, e.g. `decode stages(compute = R, keep = S, free = FREE)`.
+One decoder per file; register it in DECODERS.
+
+`encode` goes the other way (a Plan -> one value per column, e.g. a MIP start), through the
+decoder's encoder in `encode.ENCODERS` (stages: yes; phases: not yet).
+"""
+from __future__ import annotations
+
+from ...language.errors import CheckError, did_you_mean
+from .encode import ENCODERS, NotEncodable
+from .phases import decode_phases
+from .segments import decode_segments
+from .stages import decode_stages
+
+DECODERS = {"stages": decode_stages, "phases": decode_phases, "segments": decode_segments}
+
+
+def decode(program, ir, solution, graph):
+    """The Plan of a solution, or None when the model declares no decoder."""
+    decl = program.decode
+    if decl is None or solution.x is None:
+        return None
+    fn = DECODERS.get(decl.decoder)
+    if fn is None:
+        raise CheckError(f"unknown decoder '{decl.decoder}'{did_you_mean(decl.decoder, DECODERS)}; "
+                         f"decoders: {', '.join(DECODERS)}", decl.loc)
+    return fn(decl, ir, solution, graph)
+
+
+def encode(program, ir, plan, graph, notes: list | None = None):
+    """Values for every column of `ir` that carry out `plan` (the reverse of `decode`: e.g. a
+    MIP start), or None when the model declares no decoder, its decoder has no encoder, or the
+    plan cannot be written in the model's variables; then the reason is appended to `notes`.
+    The vector is not checked against the rows: see `encode.check_point`."""
+    decl = program.decode
+    why = None
+    if decl is None:
+        why = "the model declares no decoder, so no plan can be encoded"
+    elif decl.decoder not in ENCODERS:
+        why = f"the '{decl.decoder}' decoder has no encoder"
+    else:
+        try:
+            return ENCODERS[decl.decoder](decl, ir, plan, graph)
+        except NotEncodable as exc:
+            why = str(exc)
+    if notes is not None:
+        notes.append(why)
+    return None
+
+

@@ -1,0 +1,342 @@
+"""The default solve: the formulation and solvers a problem gets when the user names none.
+
+`schedlang solve FILE` without `--model`, `--solver`, `--backend` or `--warm-start` runs
+`solve(problem, ...)`, which picks one of three routes from the problem and says which in
+`Result.strategy` (the CLI prints it; `--json` has it as "strategy"):
+
+* **as written** -- layered data, a formulation other than the shipped `checkmate.sched` as it
+  is (a user's model or extension), and Checkmate-view graphs of at most `SMALL_NODES` nodes:
+  the file's model with HiGHS, warm-started from the best heuristic plan, as `Problem.solve`
+  does by default. Small graphs close in seconds this way, and their optima and plans stay
+  what they were.
+* **op graph** -- Checkmate-view graphs of `SMALL_NODES` to `LARGE_NODES` nodes solved with the
+  shipped `checkmate`: the same plans' optimum, reformulated as `models/checkmate_tight.sched`
+  (a tighter relaxation, infeasibility proven sooner). The start is the fastest fitting plan
+  of the cheap heuristic planners with its needless recomputations undone (`planners.prune`);
+  when none fits, phase one (HiGHS on `models/extensions/soft_budget.sched`, the budget as a
+  goal, from the lowest-peak heuristic plan, up to `PHASE_ONE_SHARE` of the time) finds one or
+  proves the budget infeasible. CP-SAT then improves the plan (`CPSAT_SHARE` of the time
+  left; on these graphs it finds better plans than HiGHS), and HiGHS, warm-started from
+  CP-SAT's best plan, spends the rest on the bound (its root LP and cuts give the better
+  bounds). Both solve the same model, so either's proof of optimality or infeasibility holds,
+  and the better plan and the better bound are reported. Without CP-SAT installed, HiGHS
+  alone.
+* **large graph** -- above `LARGE_NODES` nodes the stage model has n^2 columns (resnet50's 353
+  nodes: 350,000; 1,000 nodes: over 20 million elements in one declaration): the `best`
+  heuristic planner's plan (shift reordering and recomputation in the gaps between reads
+  included), replayed, with the order-free bound (every node computed once) as its proven
+  bound, so that the plan carries a gap.
+
+The routes' thresholds and shares are measured choices (bench/README.md, issue 29); each route
+returns the `Result` of `Problem.solve`'s kind, every plan replayed by the simulator.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field, replace
+
+from .. import load
+from ..language.resources import models_dir
+from ..plans.planners.portfolio import plan_best
+from ..plans.planners.prune import prune_recomputations
+from ..plans.simulate import simulate
+from ..problem import AUTO, AUTO_PLANNERS, Problem, run_named_planner
+from ..results import Result
+from .incumbent import order_free_bound
+from .solution import Status
+from .solvers import is_available, requested_gap
+from .status import relative_gap, within_gap
+
+#: Checkmate-view graphs up to this many nodes are solved as written (today's path)
+SMALL_NODES = 50
+#: above this many nodes the stage model is not built: heuristic plans with a proven bound
+LARGE_NODES = 300
+#: the share of the time limit CP-SAT gets on the op-graph route (HiGHS the rest)
+CPSAT_SHARE = 0.4
+#: CP-SAT's seconds on the op-graph route without a time limit (HiGHS then runs to the end)
+CPSAT_SECONDS = 60.0
+#: the equivalent reformulation the op-graph route solves
+TIGHT_MODEL = "checkmate_tight"
+#: phase one's extension (the budget as a goal) and its share of the time left
+SOFT_BUDGET = "soft_budget.sched"
+PHASE_ONE_SHARE = 0.8
+
+
+@dataclass
+class Step:
+    """One solve or planner run of a route, as reported."""
+
+    what: str  # "planner", "cpsat", "highs"
+    model: str | None
+    seconds: float
+    status: str
+    objective: float | None = None
+    bound: float | None = None
+    note: str = ""
+
+    def to_json(self) -> dict:
+        return {"what": self.what, "model": self.model, "seconds": round(self.seconds, 3),
+                "status": self.status, "objective": self.objective, "bound": self.bound,
+                "note": self.note}
+
+
+@dataclass
+class Route:
+    name: str  # "as written", "op graph", "large graph"
+    reason: str
+    model: str | None = None
+    steps: list[Step] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"route": self.name, "reason": self.reason, "model": self.model,
+                "steps": [s.to_json() for s in self.steps]}
+
+    def summary(self) -> str:
+        done = "; ".join(f"{s.what}{f' ({s.note})' if s.note else ''} {s.seconds:.1f} s: "
+                         f"{s.status}" for s in self.steps)
+        return f"{self.name} ({self.reason})" + (f": {done}" if done else "")
+
+
+def is_shipped_checkmate(problem: Problem) -> bool:
+    """Whether the formulation is `models/checkmate.sched` as shipped: every declaration and
+    the objective come from that file, nothing extends or overrides them."""
+    program = problem.program
+    shipped = str((models_dir() / "checkmate.sched").resolve())
+    if program.model is None or program.model.name != "checkmate" or program.extensions \
+            or program.objective_terms or program.param_tables or program.objective is None:
+        return False
+
+    def from_shipped(node) -> bool:
+        loc = getattr(node, "loc", None)
+        try:
+            return loc is not None and str(os.path.realpath(loc.path)) == shipped
+        except (TypeError, ValueError):
+            return False
+
+    return all(from_shipped(d) for d in program.decls.values()) and from_shipped(program.objective)
+
+
+def choose(problem: Problem) -> Route:
+    """The route for `problem` (module docstring)."""
+    graph = problem.graph
+    if graph is None or graph.is_layered:
+        return Route("as written", "layered data" if graph is not None else "no graph data")
+    if not is_shipped_checkmate(problem):
+        return Route("as written", f"the formulation is {problem.program.name}, not the shipped "
+                     "checkmate")
+    n = len(graph.nodes)
+    if n <= SMALL_NODES:
+        return Route("as written", f"{n} nodes <= {SMALL_NODES}")
+    if n > LARGE_NODES:
+        return Route("large graph", f"{n} nodes > {LARGE_NODES}: no n^2 stage model")
+    return Route("op graph", f"{n} nodes", TIGHT_MODEL)
+
+
+def solve(problem: Problem, time_limit: float | None = None, gap: float | None = None,
+          threads: int | None = None, presolve: bool = True, verbose: bool = False,
+          progress=None, since: float | None = None) -> Result:
+    """Solve `problem` by its route (`choose`); `Result.strategy` says what was used."""
+    since = time.monotonic() if since is None else since
+    route = choose(problem)
+    if route.name == "large graph":
+        result = _large_graph(problem, route, time_limit, since)
+    elif route.name == "op graph":
+        result = _op_graph(problem, route, time_limit, gap, threads, presolve, verbose,
+                           progress, since)
+    else:
+        if problem.ir is None:
+            problem.lower()
+        t0 = time.perf_counter()
+        result = problem.solve(solver="highs", time_limit=time_limit, gap=gap, threads=threads,
+                               presolve=presolve, warm_start="auto", verbose=verbose,
+                               progress=progress, since=since)
+        route.model = problem.program.name
+        route.steps.append(_step("highs", route.model, t0, result))
+    result.strategy = route
+    return result
+
+
+def _step(what: str, model: str | None, t0: float, result: Result, note: str = "") -> Step:
+    return Step(what, model, time.perf_counter() - t0, result.status.value, result.objective,
+                result.bound, note)
+
+
+def _left(time_limit: float | None, since: float) -> float | None:
+    return None if time_limit is None else max(0.0, since + time_limit - time.monotonic())
+
+
+# --------------------------------------------------------------------------- large graphs
+
+def _large_graph(problem: Problem, route: Route, time_limit: float | None, since: float) -> Result:
+    """The `best` heuristic plan, replayed, with the order-free bound."""
+    t0 = time.perf_counter()
+    peak = problem.budgets.get("peak")
+    left = _left(time_limit, since)
+    # within the time limit, less the replay's and the output's share
+    plan = plan_best(problem.graph, peak, **({} if left is None else {"time_limit": 0.9 * left}))
+    plan.budget_peak = peak
+    timings = {**problem.timings, "plan": time.perf_counter() - t0}
+    t1 = time.perf_counter()
+    sim = simulate(plan, problem.graph, budget=peak)
+    timings["simulate"] = time.perf_counter() - t1
+    chosen = plan.meta.get("chosen", "best")
+    bound = order_free_bound(problem.graph)
+    fits = sim.valid
+    if fits:
+        objective = float(sim.time)
+        at_bound = bound is not None and objective <= bound * (1 + 1e-9) + 1e-12
+        status = Status.OPTIMAL if at_bound else Status.FEASIBLE
+        gap = 0.0 if at_bound else (None if bound is None else
+                                    max(0.0, objective - bound) / max(abs(objective), 1e-12))
+        message = (f"the plan of planner {chosen} (the best of the heuristic planners); bound: "
+                   f"the sum of the node times (every node computed once)")
+    else:
+        objective, gap, status = None, None, Status.NO_SOLUTION
+        message = (f"no heuristic plan fits the budget (the lowest peak, planner {chosen}: "
+                   f"{sim.peak_bytes} B); the stage model of {len(problem.graph.nodes)} nodes "
+                   f"is not built (`--model checkmate` builds it)")
+    route.model = None
+    route.steps.append(Step("planner", None, time.perf_counter() - t0, status.value, objective,
+                            bound, chosen))
+    return Result(status, objective, bound, gap, "none", "none", {}, timings,
+                  plan if fits else None, sim if fits else None, None, message,
+                  problem.budgets.get("peak"))
+
+
+# --------------------------------------------------------------------------- op graphs
+
+def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve, verbose,
+              progress, since) -> Result:
+    """On the tight reformulation: a fitting plan (a heuristic's, else phase one's), CP-SAT
+    from it, then HiGHS from CP-SAT's best plan; the better plan and the better bound."""
+    tight = _load_like(problem, [TIGHT_MODEL])
+    kw = {"gap": gap, "presolve": presolve, "verbose": verbose, "progress": progress}
+    start, start_note, lowest = _start_plan(tight, route)
+    if start is None:
+        start, start_note, proof = _phase_one(problem, route, lowest, time_limit, since, kw)
+        if proof is not None:
+            return proof
+    results: list[Result] = []
+    if is_available("cpsat", "pyomo"):
+        left = _left(time_limit, since)
+        share = CPSAT_SECONDS if left is None else CPSAT_SHARE * left
+        t0 = time.perf_counter()
+        cp = tight.solve(solver="cpsat", time_limit=share, threads=threads,
+                         warm_start=start, **kw)
+        route.steps.append(_step("cpsat", TIGHT_MODEL, t0, cp, start_note))
+        results.append(cp)
+        if cp.status in (Status.OPTIMAL, Status.INFEASIBLE):
+            return _combine(tight, results, gap)
+        if cp.status.has_solution and cp.plan is not None and cp.simulated.valid:
+            start, start_note = cp.plan, "from CP-SAT's plan"
+    t0 = time.perf_counter()
+    hi = tight.solve(solver="highs", time_limit=_left(time_limit, since), threads=threads,
+                     warm_start=start, **kw)
+    route.steps.append(_step("highs", TIGHT_MODEL, t0, hi, start_note))
+    results.append(hi)
+    return _combine(tight, results, gap)
+
+
+def _load_like(problem: Problem, models: list[str]) -> Problem:
+    """`problem`'s graph and budgets with the formulation `models`, lowered."""
+    other = load(model=models, graph=problem.graph)
+    other.program.budgets.update(problem.budgets)
+    other.started = problem.started
+    other.lower()
+    return other
+
+
+def _start_plan(tight: Problem, route: Route):
+    """(the MIP start, how it is described, the plan with the lowest peak): the fastest
+    fitting plan of the auto planners and recompute_gaps (plans in the graph's order, so in
+    the model's stage space), each with its needless recomputations undone
+    (`planners.prune`), or None when none fits."""
+    t0 = time.perf_counter()
+    budget = tight.budgets.get("peak")
+    tried = []
+    for name in (*AUTO_PLANNERS, "recompute_gaps"):
+        try:
+            plan = run_named_planner(name, tight.graph, budget)
+        except Exception:  # noqa: BLE001, S112 (a planner's failure leaves the others)
+            continue
+        plan = prune_recomputations(tight.graph, plan, budget)
+        plan.meta["planner"] = name
+        tried.append(tight.prepare_warm_start(plan))
+    fitting = [ws for ws in tried if ws.feasible and ws.objective is not None]
+    replayed = [ws for ws in tried if ws.valid and ws.plan is not None]
+    lowest = min(replayed, key=lambda ws: ws.peak_bytes).plan if replayed else None
+    seconds = time.perf_counter() - t0
+    if not fitting:
+        route.steps.append(Step("planner", None, seconds, "no_solution",
+                                note="no heuristic plan fits"))
+        return None, "", lowest
+    best = min(fitting, key=lambda ws: ws.objective)
+    route.steps.append(Step("planner", None, seconds, "feasible", best.objective,
+                            note=best.planner))
+    return best.plan, f"from {best.planner}'s plan", lowest
+
+
+def _phase_one(problem: Problem, route: Route, lowest, time_limit, since, kw):
+    """(start, note, proof): HiGHS lowers the excess memory of the lowest-peak heuristic plan
+    (`models/extensions/soft_budget.sched`) until a plan fits (the start), for `PHASE_ONE_SHARE`
+    of the time left; `proof` is an infeasible `Result` when it proves the least excess above
+    zero. Without a fitting plan the start is "auto" (the solvers start cold)."""
+    soft = _load_like(problem, [TIGHT_MODEL, str(models_dir() / "extensions" / SOFT_BUDGET)])
+    left = _left(time_limit, since)
+    t0 = time.perf_counter()
+    res = soft.solve(solver="highs", time_limit=None if left is None else PHASE_ONE_SHARE * left,
+                     warm_start=lowest if lowest is not None else AUTO, **kw)
+    fits = (res.plan is not None and res.simulated is not None and res.simulated.valid
+            and res.objective is not None and res.objective <= 0)
+    note = "excess memory, from the lowest-peak heuristic plan" if lowest is not None else \
+        "excess memory, cold"
+    route.steps.append(_step("highs", SOFT_BUDGET, t0, res, note))
+    if res.status == Status.OPTIMAL and not fits and res.objective is not None:
+        res.status = Status.INFEASIBLE
+        res.message = (f"infeasible: no plan fits the budget (the least excess over it is "
+                       f"{res.objective:.6g} MiB, proven optimal with "
+                       f"models/extensions/{SOFT_BUDGET}); " + res.message)
+        res.plan = res.simulated = None
+        res.objective = res.bound = res.gap = None
+        return None, "", res
+    if res.status == Status.INFEASIBLE:  # (its rows hold for every plan: the graph's own)
+        return None, "", res
+    if fits:
+        plan = prune_recomputations(problem.graph, res.plan, problem.budgets.get("peak"))
+        plan.meta["planner"] = "phase one"
+        return plan, "from phase one's plan", None
+    return AUTO, "cold", None
+
+
+def _combine(tight: Problem, results: list[Result], gap: float | None) -> Result:
+    """The result with the fastest valid plan, with the best bound of all (both solved the
+    same model: each bound and each proof holds for it)."""
+    ir = tight.ir
+    proven = [r for r in results if r.status == Status.INFEASIBLE]
+    if proven:
+        return proven[0]
+    solved = [r for r in results if r.status.has_solution and r.simulated is not None
+              and r.simulated.valid]
+    bounds = [r.bound for r in results if r.bound is not None]
+    if not solved:
+        last = results[-1]
+        if bounds:
+            last.bound = max(bounds)
+        return last
+    best = min(solved, key=lambda r: r.objective)
+    bound = max(bounds) if bounds else best.bound
+    status = best.status
+    if any(r.status == Status.OPTIMAL for r in results) and bound is not None:
+        status = Status.OPTIMAL if within_gap(ir, best.objective, bound, requested_gap(
+            best.solver, gap)) else best.status
+    elif bound is not None and within_gap(ir, best.objective, bound,
+                                          requested_gap(best.solver, gap)):
+        status = Status.OPTIMAL
+    out = replace(best, status=status, bound=bound,
+                  gap=relative_gap(ir, best.objective, bound) if bound is not None else None)
+    others = [f"{r.solver}: {r.status.value}" + (f", bound {r.bound:.6g}" if r.bound else "")
+              for r in results if r is not best]
+    if others:
+        out.message = "; ".join(m for m in (out.message, "also " + ", ".join(others)) if m)
+    return out

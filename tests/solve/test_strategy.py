@@ -1,0 +1,110 @@
+"""The default solve (schedlang/solve/strategy.py): its routes, their answers against the exhaustive
+oracle and against the model as written, every plan replayed, and what the output says."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import schedlang
+from schedlang.cli.main import main
+from schedlang.graphs.writer import write_graph
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.plans.simulate import simulate
+from schedlang.solve import strategy
+from schedlang.solve.solution import Status
+from schedlang.testing.bruteforce import assert_oracle_optimum, best_checkmate_schedule
+from schedlang.testing.checkmate_instances import tiny_graphs
+
+from ..paths import EXAMPLES, OPGRAPHS, ROOT
+
+
+def _problem(graph, budget):
+    graph.budgets = {"peak": budget}
+    return schedlang.load(text=write_graph(graph))
+
+
+def test_small_graphs_and_other_formulations_are_solved_as_written():
+    prob = schedlang.load(EXAMPLES / "chain.sched")
+    assert strategy.choose(prob).name == "as written"
+    result = strategy.solve(prob)
+    assert result.status == Status.OPTIMAL and result.objective == pytest.approx(50)
+    assert result.strategy.model == "checkmate"
+    # a formulation other than the shipped checkmate: as written, whatever the size
+    op = schedlang.load(OPGRAPHS / "gpt1.sched", model="checkmate_tight")
+    assert strategy.choose(op).name == "as written"
+    assert strategy.choose(schedlang.load(OPGRAPHS / "gpt1.sched")).name == "op graph"
+    assert strategy.choose(schedlang.load(EXAMPLES / "unet.sched")).name == "as written"
+
+
+CASES = [(g, frac) for g in tiny_graphs() for frac in (0.5, 0.6, 0.75, 1.0)]
+
+
+@pytest.mark.parametrize("graph,frac", CASES, ids=[f"{g.name}-{f}" for g, f in CASES])
+def test_op_graph_route_matches_brute_force(graph, frac, monkeypatch):
+    # every graph takes the op-graph route here: heuristic start or phase one, CP-SAT, HiGHS
+    monkeypatch.setattr(strategy, "SMALL_NODES", 0)
+    budget = int(no_recompute_peak(graph) * frac)
+    expected, _ = best_checkmate_schedule(graph, budget)
+    result = strategy.solve(_problem(graph, budget), time_limit=60)
+    assert result.strategy.name == "op graph"
+    if not assert_oracle_optimum(result, expected, graph.name):
+        return
+    sim = simulate(result.plan, graph, budget=budget)
+    assert sim.valid and sim.time == pytest.approx(expected)
+
+
+def test_op_graph_route_reports_a_replayed_plan_and_its_bound(monkeypatch):
+    monkeypatch.setattr(strategy, "SMALL_NODES", 10)
+    prob = schedlang.load(OPGRAPHS / "mlp3.sched", budget="90%")
+    result = strategy.solve(prob, time_limit=60)
+    assert [s.what for s in result.strategy.steps][:1] == ["planner"]
+    assert result.strategy.model == "checkmate_tight"
+    expected = schedlang.load(OPGRAPHS / "mlp3.sched", budget="90%").solve(time_limit=60)
+    assert expected.status == Status.OPTIMAL  # checkmate.sched closes this one
+    assert result.status == Status.OPTIMAL
+    assert result.objective == pytest.approx(expected.objective, rel=1e-4)  # the default gap
+    sim = simulate(result.plan, prob.graph, budget=prob.budgets["peak"])
+    assert sim.valid and sim.time == pytest.approx(result.objective)
+
+
+def test_large_graph_route_gives_the_best_plan_with_the_order_free_bound(monkeypatch):
+    monkeypatch.setattr(strategy, "LARGE_NODES", 40)
+    prob = schedlang.load(OPGRAPHS / "gpt1.sched", budget="90%")
+    result = strategy.solve(prob)
+    assert result.strategy.name == "large graph"
+    assert result.status.has_solution
+    sim = simulate(result.plan, prob.graph, budget=prob.budgets["peak"])
+    assert sim.valid and sim.time == pytest.approx(result.objective)
+    assert result.bound == pytest.approx(sum(n.time for n in prob.graph.nodes))
+    assert result.objective >= result.bound
+    assert result.gap == pytest.approx((result.objective - result.bound) / result.objective)
+
+
+def test_cli_says_which_route_and_model_it_used(capsys, monkeypatch):
+    monkeypatch.setattr(strategy, "LARGE_NODES", 40)
+    assert main(["solve", str(OPGRAPHS / "gpt1.sched"), "--budget", "90%", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["strategy"]["route"] == "large graph"
+    assert out["strategy"]["steps"][0]["what"] == "planner"
+    # a solver named on the command line: the model as written, no strategy
+    assert main(["solve", str(EXAMPLES / "chain.sched"), "--solver", "highs", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["strategy"] is None and out["solver"] == "highs"
+    assert main(["solve", str(EXAMPLES / "chain.sched")]) == 0
+    assert "strategy  as written" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("graph,frac", [(g, f) for g in tiny_graphs()[:4] for f in (0.5, 0.7)],
+                         ids=lambda x: getattr(x, "name", str(x)))
+def test_soft_budget_least_excess_is_zero_exactly_when_a_plan_fits(graph, frac):
+    budget = int(no_recompute_peak(graph) * frac)
+    expected, _ = best_checkmate_schedule(graph, budget)
+    graph.budgets = {"peak": budget}
+    prob = schedlang.load(text=write_graph(graph), model=[
+        "checkmate_tight", str(ROOT / "models" / "extensions" / "soft_budget.sched")])
+    result = prob.solve(warm_start="recompute_all")
+    assert result.status == Status.OPTIMAL, result.message
+    assert (result.objective <= 1e-9) == (expected is not None)
+    # the start over the budget is a point of this model: its excess completed by HiGHS
+    assert result.warm_start.feasible, result.warm_start.message
