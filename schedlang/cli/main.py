@@ -39,6 +39,7 @@ from ..solve.solvers import DEFAULT_SOLVER, SOLVERS, resolve
 from ..solve.solvers.highs import threads_left_running
 from ..sweep import PointLog, exit_code, parse_budgets, prepare, reference, sweep_problem
 from . import output
+from .pytorch_args import add_run_arguments, add_trace_arguments
 
 
 def _nonnegative(kind):
@@ -205,8 +206,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
     # PyTorch front end (needs torch; the argument definitions import no torch)
-    from ..pytorch.run import add_run_arguments
-    from ..pytorch.trace import add_trace_arguments
 
     add_trace_arguments(sub.add_parser("trace", help="trace and profile a PyTorch module into "
                                                      "layered graph data (needs torch)"))

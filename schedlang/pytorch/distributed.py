@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from ..graphs.graph import Graph
 from ..language.errors import SchedError
 from ..plans.plan import Plan
+from ..plans.planners.no_recompute import no_recompute_plan
+from ..plans.simulate import simulate
 from .frontends.blocks.find import find_blocks
 from .frontends.blocks.hooked import BlockMixin
 from .inputs import split_inputs
@@ -534,8 +536,6 @@ def prepare_sharded(model, args: tuple, kwargs: dict, layers=None, loss_fn=None,
     (`FSDPModel.layer_memory`, `with_fsdp_memory`), the resident bytes become the rank's
     (`FSDPModel.resident_bytes`), and the found blocks are those of `model` (the wrappers go on
     the sharded blocks, inside FSDP's hooks). Every rank calls this (it all-gathers)."""
-    from ..plans.planners.no_recompute import no_recompute_plan
-    from ..plans.simulate import simulate
 
     if frontend == "fx":
         raise DistributedPlanError(

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from ..language.errors import Loc, SchedError, did_you_mean
+from ..language.paths import exists, readable_file
 
 __all__ = ["load_factory"]
 
@@ -23,7 +24,6 @@ def _module_name(stem: str) -> str:
 
 
 def _import(module_name: str, where: Loc):
-    from ..language.paths import exists, readable_file
 
     if module_name.endswith(".py") or "/" in module_name or exists(module_name):
         path = readable_file(module_name, where, "module")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..language.errors import SchedError
+from ..language.units import parse_rate
 
 __all__ = ["HostLink", "measure_host_link", "resolve_link", "host_buffer", "HOST_COPIES",
            "AUTO"]
@@ -127,7 +128,6 @@ def resolve_link(bandwidth, device: torch.device, measure=None):
     """(`HostLink` or None, a note): the link `fit(bandwidth=...)` plans with on `device`.
     A number or rate text is the same both ways; ``"auto"`` measures it on CUDA (`measure`,
     default `measure_host_link`) and gives None on other devices (`CPU_NOTE`)."""
-    from ..language.units import parse_rate
 
     if isinstance(bandwidth, str) and bandwidth.strip().lower() == AUTO:
         if device.type != "cuda":

@@ -34,7 +34,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import progress
 from ..language.errors import Loc
+from ..layer_solves import cache_path, read_cached, segments_allowed, solve_series, write_cached
 from .memory import MemoryTracker, storage_key
 from .opgraph import OpGraph, record_ops
 from .profile import OptionProfile, Timer
@@ -342,7 +344,6 @@ def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRA
     down to `piece_depth` levels (None: `PIECE_DEPTH`); each solution whose segments get
     pieces is added again with them (nested checkpoints): with one level of pieces, then with
     each checkpointed piece cut deeper on its own, then with all of them."""
-    from ..layer_solves import segments_allowed, solve_series
 
     piece_depth = PIECE_DEPTH if piece_depth is None else piece_depth
 
@@ -438,7 +439,6 @@ def segment_pieces(og: OpGraph, g, first: str, last: str, model: str = "layer_op
     deeper level (`solve_spans`)."""
     import copy
 
-    from ..layer_solves import solve_series
 
     names = [u.name for u in og.units]
     inside = set(names[names.index(first):names.index(last) + 1])
@@ -525,8 +525,6 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
     if cache_key is not None and cache_key in CACHE:
         og, spans_list, measures = CACHE[cache_key]
     else:
-        from .. import progress
-        from ..layer_solves import cache_path, read_cached, write_cached
 
         with progress.phase("recording ops"):
             og = record_ops(module, values, requires, repeats=repeats)
@@ -612,7 +610,6 @@ def add_generated_options(profiled, *, model: str = "layer_options",
     """Add generated options to every layer of `profiled` (a `ProfiledGraph`) that has a
     backward, and register their callables on `profiled.part.op_options`. Returns
     {layer: [GeneratedOption]}. `jobs`, `ray`, `cache_dir`: see `generate_options`."""
-    from .. import progress
 
     part = profiled.part
     repeats = repeats or getattr(profiled, "repeats", 3)

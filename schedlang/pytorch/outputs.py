@@ -38,6 +38,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ..graphs.graph import Graph
 from ..plans.plan import Plan
+from ..plans.simulate import replay
 from .loss_node import LOSS_VALUE_BYTES
 from .memory import MemoryTracker
 from .model_state import preserved
@@ -118,7 +119,6 @@ def measure_released_loss(produce, loss_fn, device) -> tuple[int, int, int]:
 def loss_moment(plan: Plan, graph: Graph) -> int:
     """Memory (graph bytes) right after the plan's loss: what the simulator's replay holds
     then (live data, saved phantoms, and data an offload plan has already prefetched)."""
-    from ..plans.simulate import replay
 
     steps = replay(plan, graph, record=True).steps or []
     for op, step in zip(plan.ops, steps):

@@ -11,12 +11,17 @@ import time
 import torch
 from torch import nn
 
-from .. import progress
+from .. import budgets, progress
 from ..graphs.graph import Graph
-from ..language.errors import SchedError
+from ..language.errors import Loc, SchedError
+from ..language.resources import extension_path
 from ..language.units import format_size
 from ..plans.plan import Plan
 from ..plans.simulate import simulate
+from ..problem import load
+from ..solve.bisection import smallest_feasible as bisect
+from ..solve.solution import Status
+from ..solve.solvers import requested_gap
 from . import distributed
 from .frontends.blocks.hooked import rerun_correction
 from .hostlink import HostLink, resolve_link
@@ -40,8 +45,6 @@ class FitError(SchedError):
 def resolve_fit_budget(budget, plain_peak: int) -> int:
     """Bytes from a size ('2GiB', 3e9, 1000000) or a percentage ('60%') of `plain_peak`
     (`schedlang.budgets`: one parser and one rounding rule for every budget)."""
-    from .. import budgets
-    from ..language.errors import Loc
 
     return budgets.parse(budget, plain_peak, Loc("budget"), "the plain execution peak")
 
@@ -79,12 +82,6 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     a plan not faster than this many seconds (by more than the solver's relative gap) is not
     wanted: None, without the second (least-peak) solve. A plan whose prediction (the loss
     phase's included) is over `activation_budget` is not returned."""
-    import schedlang
-
-    from ..language.resources import extension_path
-    from ..solve.solution import Status
-    from ..solve.solvers import requested_gap
-
     g = copy.copy(graph)
     g.budgets = {"peak": int(activation_budget)}
     # with a host link, recompute or offload (models/offload.sched); else recompute only
@@ -99,7 +96,7 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
         g.budgets["save"] = save
     held = (HELD_OUTPUTS,) if outputs_held else ()
     exts = [str(extension_path(e)) for e in (*held, *extensions)]
-    prob = schedlang.load(model=[model, *exts], graph=g)
+    prob = load(model=[model, *exts], graph=g)
     res = prob.solve(backend=backend, solver=solver, time_limit=time_limit,
                      warm_start=warm_start)
     if res.plan is None or res.status not in (Status.OPTIMAL, Status.FEASIBLE):
@@ -110,7 +107,7 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     # Among plans as fast as this one, the one with the smallest peak: equally fast plans
     # differ in memory, and this choice makes the peak fall as the budget falls.
     fastest = res.objective * (1 + 1e-7) + 1e-12
-    second = None if not least_peak else schedlang.load(
+    second = None if not least_peak else load(
         model=[model, *exts, extension_path(LEAST_PEAK)], graph=g,
                             params={"fastest_time": fastest})
     least = None if second is None else \
@@ -138,7 +135,6 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
     the smallest budget found feasible (within `rel`, at most `max_solves` solves), or None
     if `high` is not. The budget, not the plan's peak: a plan also needs the save budget that
     its budget implies (the loss phase), so a budget of its peak may admit no plan."""
-    from ..solve.bisection import smallest_feasible as bisect
 
     return bisect(  # feasibility only after the first: no least-peak solve
         lambda b: solve_plan(graph, b, solver, time_limit, backend, least_peak=False,
@@ -261,7 +257,6 @@ def solve_linked(base: Prepared, linked: Prepared, want: int, solver, time_limit
     every plan it can express), at the same budget; the offloading plan is kept only when it
     is predicted faster by more than the solver's relative gap. Raises FitError when neither
     meets the budget."""
-    from ..solve.solvers import requested_gap
 
     t0 = time.perf_counter()
     activation = want - base.resident_bytes
@@ -342,7 +337,6 @@ def as_before(prep: Prepared, found: Plan | None, activation: int, solver: str) 
     optimality means): plans of equal predicted time and peak can measure a few hundred bytes
     apart (ViT: which of two identical blocks recomputes, 768 B), so taking the earlier one
     keeps the measured peak from growing as the budget falls. Records the result."""
-    from ..solve.solvers import requested_gap
 
     if found is None or distributed.active():
         return found

@@ -57,6 +57,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from .. import progress
 from ..graphs.hgraph import FAST_FORWARD
 from ..language.errors import Loc, SchedError
 from .frontends.blocks.offload import offloading
@@ -580,7 +581,6 @@ def profile(part: Partitioned, *, repeats: int = 5, options=OPTIONS, device=None
     env = dict(zip(part.inputs, inputs))
     cache: dict[tuple, tuple[str, dict[str, _Measured], dict[str, str]]] = {}
     results: list[LayerProfile] = []
-    from .. import progress
 
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), \
             _param_grads_cleared(params_all), progress.phase("profiling", len(part.layers)):

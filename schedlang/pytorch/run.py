@@ -13,89 +13,34 @@ memory tracker slows every op, the fitted module is timed in as many steps again
 with the budget; a
 Chrome/Perfetto trace of the executed ops.
 
-Wire it into the CLI (schedlang/cli/main.py)::
-
-    # in _parser():
-    from .pytorch.run import add_run_arguments          # imports no torch
-    r = sub.add_parser("run", help="train a PyTorch model a few steps within a budget")
-    add_run_arguments(r)
-
-    # in main()'s dispatch table:
-    "run": cmd_run,
-
-    def cmd_run(args) -> int:
-        from .pytorch.run import run_main
-        return run_main(args)                           # SchedError -> main() prints it
+The command's arguments are `schedlang.cli.pytorch_args.add_run_arguments` (no torch needed
+to build the CLI's parser); `schedlang.cli.main` imports this module when the command runs.
 
 Exit codes: 0 ok, 2 bad input, 3 the budget cannot be met (no plan, or the measured peak
 went over it).
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from pathlib import Path
 
-from ..language.errors import SchedError
+from .. import progress
+from ..cli.output import print_json
+from ..language.errors import Loc, SchedError
+from ..language.paths import writable_file
+from ..language.program import load_program
+from ..language.units import format_size
+from ..plans.plan import Plan
+from ..plotting import check_plot_target
 from .factory import load_factory
+from .fit import fit  # torch: loaded when the command runs, not when the CLI parses
+from .report import link_line
 from .trace import write_trace
 
 
 class RunError(SchedError):
     """Bad `schedlang run` input (module, factory, shapes)."""
-
-
-def add_run_arguments(p) -> None:
-    """Arguments of `schedlang run` on an argparse (sub)parser; imports nothing heavy."""
-    p.add_argument("target", metavar="MODULE:FACTORY",
-                   help="a factory returning (model, sample_inputs[, loss_fn]) or a model; "
-                   "MODULE is a dotted name or a .py path")
-    p.add_argument("--budget", default="100%", help="peak budget of a training step: a size "
-                   "(2GiB) or a percent of plain execution's peak (60%%); default 100%%")
-    p.add_argument("--input-shape", action="append", metavar="SHAPE", default=None,
-                   help="shape of a random input when FACTORY returns a model only "
-                   "(e.g. 8,3,32,32); repeat for several inputs")
-    p.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
-    p.add_argument("--repeats", type=int, default=5, help="profiling runs per layer (default 5)")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--solver", default="highs", help="MILP solver (default highs)")
-    p.add_argument("--time-limit", type=float, default=60.0, help="solver seconds (default 60)")
-    p.add_argument("--layers", default=None, help="comma list of submodules to use as layers")
-    p.add_argument("--frontend", default="auto", choices=("auto", "fx", "blocks"),
-                   help="how the model is cut into layers, as fit's frontend=: fx (a torch.fx "
-                   "trace), blocks (its blocks found by hooks on one run, wrapped in place; no "
-                   "trace) or auto (fx when the model traces, else blocks; the default)")
-    p.add_argument("--op-options", action="store_true", help="also generate options from "
-                   "each layer's op graph while profiling (as `schedlang trace --op-options`; "
-                   "the fx front end)")
-    p.add_argument("--graph", default=None, help="layered graph data of the model (.sched), "
-                   "instead of profiling; its generated options are rebuilt from their "
-                   "`segments`")
-    p.add_argument("--plan", default=None, help="a plan (schedlang.plan/1 JSON) for --graph, "
-                   "instead of solving")
-    p.add_argument("--plan-out", default=None, help="write the plan used here")
-    p.add_argument("--graph-out", default=None, help="write the profiled graph data here")
-    p.add_argument("--bandwidth", default=None, metavar="RATE", help="the host link, as "
-                   "fit's bandwidth=: a rate each way (16GB/s, inf) or auto (measured on CUDA; "
-                   "none on the CPU): data may then be offloaded to host memory as well as "
-                   "recomputed (default: recomputation only)")
-    p.add_argument("--outputs-held", action=argparse.BooleanOptionalAction, default=True,
-                   help="the training loop holds the model's output through the backward "
-                   "(out = model(x); loss_fn(out).backward(), the default), or, with "
-                   "--no-outputs-held, releases it once the loss is computed "
-                   "(loss_fn(model(x)).backward()): the plan, its prediction and the steps "
-                   "run here are for that loop (fit's outputs_held=)")
-    p.add_argument("--no-plain", action="store_true", help="do not also time plain execution")
-    p.add_argument("--plot", default=None, metavar="OUT.png", help="draw memory over the last "
-                   "training step, predicted and measured per op, with the budget (PNG; needs "
-                   "matplotlib)")
-    p.add_argument("--trace", default=None, metavar="OUT.json", help="write the last training "
-                   "step as a Chrome/Perfetto trace: ops on compute, offload and prefetch "
-                   "tracks, memory counters")
-    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr (profiling, "
-                   "solves, bisection, probe and training steps)")
 
 
 def _parse_shape(text: str) -> tuple:
@@ -147,7 +92,6 @@ def _train(module, inputs, loss_fn, steps: int, device, outputs_held: bool = Tru
     backward, or released once the loss is computed (`outputs_held` False)."""
     import torch
 
-    from .. import progress
 
     opt = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=1e-3)
     times, peaks = [], []
@@ -180,8 +124,6 @@ def run_main(args) -> int:
         import torch
     except ImportError:
         raise SchedError("schedlang run needs torch: pip install 'schedlang[torch]'") from None
-    from ..plans.plan import Plan
-    from .fit import fit  # torch: loaded when the command runs, not when the CLI parses
 
     frontend = _checked_frontend(args)
     _check_outputs(args)
@@ -258,7 +200,6 @@ def run_main(args) -> int:
         "plot": args.plot, "trace": args.trace,
     }
     if args.json:
-        from ..cli.output import print_json
 
         print_json(out)
     else:
@@ -270,13 +211,10 @@ def run_main(args) -> int:
 
 def _check_outputs(args) -> None:
     """Fail before profiling and training when an output cannot be written."""
-    from ..language.errors import Loc
-    from ..language.paths import writable_file
 
     if args.plot and args.trace and Path(args.plot).resolve() == Path(args.trace).resolve():
         raise RunError("--plot and --trace name the same file", Loc("--trace"))
     if args.plot is not None:
-        from ..plotting import check_plot_target
 
         check_plot_target(args.plot, Loc("--plot"))
     for flag, path, what in (("--trace", args.trace, "trace"),
@@ -287,7 +225,6 @@ def _check_outputs(args) -> None:
 
 
 def _read_graph(path: str):
-    from ..language.program import load_program
 
     program = load_program([Path(path)], None)
     if program.graph is None or not program.graph.layers:
@@ -318,8 +255,6 @@ def _checked_frontend(args) -> str:
 
 def _print_report(out: dict, rep, args, held: bool, fit_s: float) -> None:
     """`schedlang run`'s text report of `out` (what --json prints)."""
-    from ..language.units import format_size
-    from .report import link_line
 
     step, plain_step, measured = out["step_s"], out["plain_step_s"], out["measured_peak_bytes"]
     err, device = out["prediction_error"], out["device"]

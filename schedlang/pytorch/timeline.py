@@ -40,9 +40,13 @@ import time
 from dataclasses import dataclass, field
 
 from ..language.errors import DataError, Loc, SchedError
+from ..language.files import atomic_open, write_file
 from ..language.units import format_size
 from ..plans.plan import Op, Plan
+from ..plans.planners.no_recompute import no_recompute_plan
 from ..plans.simulate import replay
+from ..plotting import figure as _figure
+from ..plotting import size_unit as _size_unit
 
 __all__ = ["CHANNEL_TRACKS", "Recorder", "Timeline", "predicted_series"]
 
@@ -176,7 +180,6 @@ class Timeline:
 
     def write_trace(self, path, loc: Loc = TRACE_OPTION) -> None:
         """Write `chrome_trace()` to `path` as JSON (atomically)."""
-        from ..language.files import write_file
 
         try:
             write_file(path, json.dumps(self.chrome_trace()))
@@ -189,9 +192,6 @@ class Timeline:
         """Draw memory over the step's ops (predicted and measured peak per op, the budget)
         to `path` (PNG, matplotlib's Agg backend). Raises `SchedError` when matplotlib is
         missing or `path` cannot be written."""
-        from ..language.files import atomic_open
-        from ..plotting import figure as _figure
-        from ..plotting import size_unit as _size_unit
 
         fig = _figure(loc)
         fig.set_size_inches(11, 5.5)
@@ -375,7 +375,6 @@ class Recorder:
         prep = fm._prep
         plan = fm.plan
         if plan is None:
-            from ..plans.planners.no_recompute import no_recompute_plan
 
             plan = no_recompute_plan(prep.graph)
             offset = prep.resident_bytes - prep.executor_bytes  # no executor runs

@@ -20,8 +20,8 @@ comment line of the written file that `read_trace_info` reads back::
 
     # schedlang.pytorch resident_bytes 171904 param_bytes 171904 buffer_bytes 0 device cpu
 
-This module imports torch only when tracing, so that the CLI can import
-`add_trace_arguments` and `trace_main` without it.
+The command's arguments are in `schedlang.cli.pytorch_args`, so that the CLI's parser is
+built without torch; the CLI imports this module when `schedlang trace` runs.
 """
 from __future__ import annotations
 
@@ -33,13 +33,27 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import progress
+from ..cli.pytorch_args import add_trace_arguments
 from ..graphs.graph import DataNode, Graph, Layer, Loss, Option, Step
+from ..graphs.writer import write_graph
 from ..language.errors import DataError, Loc, SchedError
+from ..language.files import write_file
+from ..language.paths import read_text, writable_file
+from ..language.program import resolve_model
+from ..language.units import format_size
+from ..problem import resolve_budget
 from .factory import load_factory
+from .frontends.fx.partition import partition
+from .frontends.fx.segments import describe
 from .loss_node import LOSS_TIME, LOSS_VALUE_BYTES
+from .memory import storage_bytes
+from .opgraph import record_ops
+from .options import add_generated_options
+from .profile import OPTIONS, profile
+from .segmented import SegmentedLayer
 
-__all__ = ["TraceInfo", "to_graph", "trace", "write_trace", "read_trace_info",
-           "add_trace_arguments", "trace_main"]
+__all__ = ["TraceInfo", "to_graph", "trace", "write_trace", "read_trace_info", "trace_main"]
 
 WHERE = Loc("trace")
 _INFO_RE = re.compile(r"#\s*schedlang\.pytorch\s+(.*)$")
@@ -134,8 +148,6 @@ def to_graph(profiled, name: str | None = None, title: str | None = None,
 
 def _segments(callable_):
     """The `segments` of a generated option's callable (None for another callable)."""
-    from .frontends.fx.segments import describe
-    from .segmented import SegmentedLayer
 
     return describe(callable_) if isinstance(callable_, SegmentedLayer) else None
 
@@ -153,10 +165,6 @@ def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, 
         raise SchedError("tracing a PyTorch model needs torch: pip install 'schedlang[torch]'",
                          WHERE)
 
-    from .. import progress
-    from .frontends.fx.partition import partition
-    from .options import add_generated_options
-    from .profile import OPTIONS, profile
 
     with progress.phase("tracing"):
         part = partition(model, sample_inputs, layers)
@@ -171,7 +179,6 @@ def trace(model, sample_inputs, layers=None, *, repeats: int = 5, options=None, 
 
 def graph_text(graph: Graph, info: TraceInfo | None = None, model: str = "rockmate") -> str:
     """The `.sched` text of a traced graph: comments, `use MODEL`, the graph data."""
-    from ..graphs.writer import write_graph
 
     info = info if info is not None else getattr(graph, "trace_info", None)
     lines = []
@@ -189,14 +196,12 @@ def graph_text(graph: Graph, info: TraceInfo | None = None, model: str = "rockma
 
 def write_trace(graph: Graph, path, info: TraceInfo | None = None, model: str = "rockmate") -> None:
     """Write a traced graph as a `.sched` file that `schedlang solve` solves."""
-    from ..language.files import write_file
 
     write_file(path, graph_text(graph, info, model))  # atomic; OSError -> located DataError
 
 
 def read_trace_info(path) -> TraceInfo | None:
     """The `TraceInfo` comment of a traced `.sched` file (None when it has none)."""
-    from ..language.paths import read_text
 
     text = read_text(path, what="graph file")
     info = None
@@ -225,42 +230,6 @@ _DTYPES = {"float32": "float32", "float": "float32", "fp32": "float32", "float16
            "half": "float16", "fp16": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16",
            "float64": "float64", "double": "float64", "int64": "int64", "long": "int64",
            "int32": "int32", "int": "int32", "bool": "bool"}
-
-
-def add_trace_arguments(p: argparse.ArgumentParser) -> None:
-    """The arguments of `schedlang trace` (needs no torch)."""
-    p.add_argument("factory", metavar="MODULE:FACTORY",
-                   help="a callable returning an nn.Module, or (module, inputs[, loss_fn]); "
-                        "MODULE is a dotted module name or a .py file")
-    p.add_argument("--input-shape", action="append", default=[], metavar="8,3,32,32",
-                   help="shape of a random sample input (repeat for several inputs); needed "
-                        "when FACTORY returns no inputs")
-    p.add_argument("--input-dtype", action="append", default=[], metavar="DTYPE",
-                   help="dtype of the matching --input-shape (float32 default; int64 inputs "
-                        "are drawn in [0, 2))")
-    p.add_argument("--layers", help="comma-separated submodule names to use as layers "
-                   "(default: chosen automatically)")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs per measure (median; 5)")
-    p.add_argument("--options", default="autograd,recompute,selective",
-                   help="options to profile (autograd,recompute,selective)")
-    p.add_argument("--device", help="device to move the model and inputs to (cpu, cuda, "
-                   "cuda:1); default: where the factory put them")
-    p.add_argument("--name", help="graph name (default: the model's class name)")
-    p.add_argument("--ops", action="store_true",
-                   help="write the whole model's aten-level op graph as Checkmate-view graph "
-                        "data (`use checkmate`) instead of layered graph data")
-    p.add_argument("--op-options", action="store_true",
-                   help="also generate options from each layer's op graph (ops1, ops2, ...: "
-                        "solves of models/layer_options.sched, measured on the layer), written "
-                        "with the segments `schedlang run --graph` rebuilds them from")
-    p.add_argument("--op-model", metavar="MODEL",
-                   help="with --op-options: the shipped model name or .sched path that "
-                        "generates them (default layer_options)")
-    p.add_argument("--budget", help="also write `budget peak` (a size, or a percent of the "
-                   "no-recomputation peak)")
-    p.add_argument("-o", "--output", required=True, help="the .sched file to write")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr (profiling, "
-                   "option generation)")
 
 
 def _make_inputs(shapes: list[str], dtypes: list[str]):
@@ -298,8 +267,6 @@ def trace_main(args) -> int:
     except ImportError:
         raise SchedError("`schedlang trace` needs torch: pip install 'schedlang[torch]'",
                          WHERE) from None
-    from ..language.units import format_size
-    from ..problem import resolve_budget
 
     if args.repeats is None or args.repeats < 1:
         raise SchedError(f"--repeats must be at least 1, got {args.repeats}", Loc("--repeats"))
@@ -313,11 +280,9 @@ def trace_main(args) -> int:
                          "writes the whole model's op graph instead: give one of them",
                          Loc("--op-options"))
     if op_model:  # an unknown model fails here, before any tracing
-        from ..language.program import resolve_model
 
         resolve_model(op_model, Path.cwd(), Loc("--op-model"))
     options = [o.strip() for o in args.options.split(",") if o.strip()]
-    from ..language.paths import writable_file
 
     writable_file(args.output, Loc("-o"), "graph data")  # before tracing, not after
 
@@ -381,12 +346,6 @@ def trace_main(args) -> int:
 
 def _trace_ops_main(args, model, inputs) -> int:
     """`schedlang trace --ops`: the whole model's op graph, Checkmate view, `use checkmate`."""
-    from ..graphs.writer import write_graph
-    from ..language.files import write_file
-    from ..language.units import format_size
-    from ..problem import resolve_budget
-    from .memory import storage_bytes
-    from .opgraph import record_ops
 
     try:
         og = record_ops(model, inputs, repeats=args.repeats)

@@ -309,8 +309,9 @@ def test_run_command_loop_and_link(tmp_path, capsys):
     import argparse
     import json
 
+    from schedlang.cli.pytorch_args import add_run_arguments
     from schedlang.language.errors import SchedError
-    from schedlang.pytorch.run import add_run_arguments, run_main
+    from schedlang.pytorch.run import run_main
 
     factory = tmp_path / "wide_gpt.py"
     factory.write_text("from schedlang.testing.torch_models import make_gpt\n"

@@ -367,8 +367,9 @@ def test_run_command(tmp_path, capsys):
     import argparse
     import json
 
+    from schedlang.cli.pytorch_args import add_run_arguments
     from schedlang.language.errors import SchedError
-    from schedlang.pytorch.run import add_run_arguments, run_main
+    from schedlang.pytorch.run import run_main
 
     factory = tmp_path / "factories.py"
     factory.write_text("from schedlang.testing.torch_models import make_mlp\n"
@@ -410,8 +411,9 @@ def test_run_command_frontend(tmp_path, capsys, frontend):
     import argparse
     import json
 
+    from schedlang.cli.pytorch_args import add_run_arguments
     from schedlang.language.errors import SchedError
-    from schedlang.pytorch.run import add_run_arguments, run_main
+    from schedlang.pytorch.run import run_main
 
     factory = tmp_path / "gpt_factory.py"
     factory.write_text("from schedlang.testing.torch_models import make_gpt\n"

@@ -176,8 +176,9 @@ def test_timeline_of_plain_execution(tmp_path):
 def test_run_plot_and_trace(tmp_path, capsys):
     import argparse
 
+    from schedlang.cli.pytorch_args import add_run_arguments
     from schedlang.language.errors import SchedError
-    from schedlang.pytorch.run import add_run_arguments, run_main
+    from schedlang.pytorch.run import run_main
 
     pytest.importorskip("matplotlib")
     factory = tmp_path / "factories.py"

@@ -45,11 +45,13 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from .... import progress
 from ....graphs.graph import DataNode, Graph, Layer, Loss, Option
 from ....graphs.hgraph import FAST_FORWARD
 from ....language.errors import Loc, SchedError
 from ....plans.interpreter import PlanInterpreter
 from ....plans.plan import Op, Plan
+from ....plans.planners.baselines import plan_checkpoint_groups
 from ...loss_node import LOSS_TIME, LOSS_VALUE_BYTES
 from ...model_state import once_stats, own_checkpointing, preserved, running_stats_kept
 from ...profile import OPTIONS, profile, selective_context
@@ -162,7 +164,6 @@ def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats:
     submodules the automatic block choice must not split (`find_blocks`). `offload`: measure
     the blocks' option ``offload`` too (`block_offload.offload_profiles`, for a host link),
     while the sample values it runs on are at hand."""
-    from .... import progress
 
     with progress.phase("finding blocks"):
         found = find_blocks(model, args, kwargs, names, whole)
@@ -340,7 +341,6 @@ def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
     express a group: a group's blocks after the first keep nothing, not even their input."""
     from torch.utils import checkpoint as torch_checkpoint
 
-    from ....plans.planners.baselines import plan_checkpoint_groups
 
     if not hasattr(torch_checkpoint, "_checkpoint_without_reentrant_generator"):
         return  # a torch without the checkpoint `_Group` opens across calls: no group plans
