@@ -1,6 +1,6 @@
 """The `schedlang` command line: a thin layer over schedlang.problem (docs/architecture.md).
 
-The commands, flags and exit codes are a contract: the README's commands table.
+The commands, flags and exit codes are a contract: docs/cli.md's commands table.
 
 Exit codes: 0 ok / solved (optimal or feasible at a limit), 2 bad input, 3 infeasible (or an
 invalid plan for `simulate`), 4 no solution within the limit, 5 solver unavailable or failed.

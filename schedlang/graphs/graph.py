@@ -84,7 +84,7 @@ class Segment:
 @dataclass
 class Segments:
     """A generated option's forward as segments of the layer's op units, which the runtime
-    rebuilds it from (`schedlang.pytorch.segments`); `signature`: the structure signature of
+    rebuilds it from (`schedlang.pytorch.frontends.fx.segments`); `signature`: the structure signature of
     the op graph the positions refer to."""
 
     signature: str

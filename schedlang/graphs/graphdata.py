@@ -168,7 +168,7 @@ def _segments(stmt: ast.SegmentsStmt, what: str) -> Segments:
     """`segments "SIG" (...)` of an option: the kinds known, the positions whole numbers, and
     each list of segments consecutive (the top level from unit 0, a segment's own cut over
     exactly its units). Whether they end at the layer's last unit is checked against the op
-    graph when the runtime rebuilds the option (`schedlang.pytorch.segments`)."""
+    graph when the runtime rebuilds the option (`schedlang.pytorch.frontends.fx.segments`)."""
     if not stmt.signature:
         raise DataError(f"the segments of {what} need the signature of the layer's op graph",
                         stmt.loc)
