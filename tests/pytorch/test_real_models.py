@@ -82,7 +82,10 @@ def _fit_at(make, sizes, budgets, with_loss_fn=True, frontend="auto", bound=None
     ref = _step(model, model, args, kwargs, loss_fn)
     made = snapshot()
     given = loss_fn if with_loss_fn else None
+    # a host link later (fit(bandwidth=...)): the blocks' option offload is measured with
+    # the profile, while the sample values are at hand
     prep = prepare(model, args, loss_fn=given, sample_kwargs=kwargs, frontend=frontend,
+                   offload=bandwidth is not None,
                    repeats=1)
     rows = []
     for pct in budgets:
