@@ -101,7 +101,7 @@ class _Lives:
             for q in self.preds[x]:
                 if q in chained:
                     last[q] = i
-        out = [(x, []) for x in seq]
+        out: list[tuple[str, list[str]]] = [(x, []) for x in seq]
         for q, i in last.items():
             out[i][1].append(q)
         # a chain node no recomputation reads (none today) goes right after its computation
