@@ -48,6 +48,20 @@ def test_op_graph_plan_fits_where_the_profile_does():
     assert sim.time > sum(n.time for n in graph.nodes)  # it recomputes something
 
 
+def test_long_chains_fit_the_tiny_op_graph_at_60_percent():
+    # its parameter gradients all live until the step's end: the plan fits only by computing
+    # them again late through long chains of ancestors (more than 20 nodes), each chain node
+    # deleted once read; the greedy's profile bounds the replay (here from above: it counts
+    # each recomputed output over its whole position)
+    graph, budget = _load(OPGRAPHS / "tiny.sched", "60%")
+    plan = run_planner("recompute_gaps", graph, budget)
+    sim = simulate(plan, graph, budget=budget)
+    assert sim.valid, sim.errors  # (valid: within the budget too)
+    assert sim.peak_bytes <= plan.predicted_peak
+    short = plan_recompute_gaps(graph, budget, chain_limit=20)
+    assert simulate(short, graph, budget=NO_LIMIT).peak_bytes > budget
+
+
 @needs_graphs
 def test_shift_order_with_cuts_fits_the_random_layered_graph():
     # Moccasin's n100 graph at 70%: the shift order alone is over the budget; with cuts the
