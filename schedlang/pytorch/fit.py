@@ -223,7 +223,7 @@ def split_inputs(sample_inputs, sample_kwargs=None) -> tuple[tuple, dict]:
 
 def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = None,
             loss_fn=None, frontend: str = "auto", sample_kwargs: dict | None = None,
-            outputs_held: bool = True, **trace_kwargs) -> Prepared:
+            outputs_held: bool = True, block_options=False, **trace_kwargs) -> Prepared:
     """Partition and profile `model` (or take `graph`, e.g. read from a .sched file).
 
     `frontend`: ``"fx"`` cuts the model into layers with a whole-model `torch.fx` trace
@@ -235,7 +235,9 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
 
     `outputs_held`: the plan is for a loop that holds the model's outputs through the backward
     (``out = model(x); loss_fn(out).backward()``); False: one that releases them once the
-    loss is computed (``loss_fn(model(x)).backward()``; `schedlang.pytorch.outputs`)."""
+    loss is computed (``loss_fn(model(x)).backward()``; `schedlang.pytorch.outputs`).
+    `block_options` (the hook front end; True or a dict of arguments): generated block
+    options, run as selective-checkpoint policies (`schedlang.pytorch.block_ops`)."""
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
     if frontend not in FRONTENDS:
         raise SchedError(f"frontend must be one of {', '.join(FRONTENDS)}, got {frontend!r}")
@@ -259,7 +261,8 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
         from .hooked import BlockWrappers, trace_blocks
 
         with BlockWrappers.plain(model):  # a model an earlier fit wrapped: profiled plain
-            tr = trace_blocks(model, args, kwargs, layers, **trace_kwargs)
+            tr = trace_blocks(model, args, kwargs, layers, op_options=block_options,
+                              **trace_kwargs)
         graph, part = tr.graph, tr
         if own_checkpointing(model):
             log.warning("schedlang fit: the model's own gradient checkpointing is on; it is "
@@ -919,6 +922,7 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
             else:
                 prep = prepare(model, args, layers=layers, graph=graph, loss_fn=loss_fn,
                                frontend=frontend, sample_kwargs=kwargs, outputs_held=held,
+                               block_options=op_options if op_options != "auto" else False,
                                **trace_kwargs)
         except FitError:
             raise

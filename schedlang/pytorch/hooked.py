@@ -47,6 +47,7 @@ from ..errors import Loc, SchedError
 from ..graph import DataNode, Graph, Layer, Loss, Option
 from ..hgraph import FAST_FORWARD
 from ..plan import Plan
+from .block_ops import is_op_option, policy_context
 from .block_offload import OFFLOAD
 from .blocks import (BlockCall, BlockError, FoundBlocks, find_blocks, own_checkpointing,
                      training_call)
@@ -153,14 +154,24 @@ def _profile_blocks(found: FoundBlocks, repeats: int, options):
 
 
 def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats: int = 5,
-                 options=None, name: str | None = None, whole=()) -> BlockTrace:
+                 options=None, name: str | None = None, whole=(),
+                 op_options=False) -> BlockTrace:
     """Find, profile and describe the blocks of `model` (see the module docstring); `whole`:
-    submodules the automatic block choice must not split (`find_blocks`)."""
+    submodules the automatic block choice must not split (`find_blocks`); `op_options`
+    (True, or a dict of `block_ops.add_block_op_options` arguments): also each block's
+    options generated from op-level solves, run as selective-checkpoint policies."""
     from .. import progress
 
     with progress.phase("finding blocks"):
         found = find_blocks(model, args, kwargs, names, whole)
     profiled = _profile_blocks(found, repeats, options)
+    if op_options:
+        from .block_ops import add_block_op_options
+        from .blocks import preserved
+
+        with preserved(found.model):
+            add_block_op_options(profiled, **(op_options if isinstance(op_options, dict)
+                                              else {}))
     graph, glue = _to_graph(found, profiled, name or type(model).__name__)
     # the sample values served the profile: a fitted model keeps no activations of them
     found.release_samples()
@@ -480,13 +491,14 @@ class _BlockMixin:
         else:
             hooks = contextlib.nullcontext()
         with hooks:
-            if choice in ("recompute", "selective"):
+            if choice in ("recompute", "selective") or is_op_option(choice):
                 from .profile import selective_context
                 from .recompute import checkpoint_call
 
+                context = selective_context if choice == "selective" else \
+                    policy_context(self, choice) if choice != "recompute" else None
                 # the RNG of every device of a positional *or keyword* tensor is replayed
-                return checkpoint_call(once_stats(self, fwd), args, kwargs,
-                                       selective_context if choice == "selective" else None)
+                return checkpoint_call(once_stats(self, fwd), args, kwargs, context)
             return fwd(*args, **kwargs)
 
 
@@ -735,7 +747,7 @@ class BlockWrappers:
                 continue
             base, _, extra = c.partition("+")
             kind = next((k for k in ("recompute", "selective", "autograd") if base.startswith(k)),
-                        None)
+                        base if is_op_option(base) else None)
             if kind is None:
                 raise BlockError(f"block '{name}': option '{c}' has no wrapper", WHERE)
             self._choices[name] = None if (kind == "autograd" and not extra) \
