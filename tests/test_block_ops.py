@@ -8,6 +8,7 @@ measured within its budget; the kept calls are those of the solution's kept segm
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
@@ -78,13 +79,23 @@ def test_every_generated_block_option_gives_eager_gradients_with_dropout(name):
 
 
 def test_a_fit_with_generated_block_options_is_measured_within_its_budget():
-    from schedlang.pytorch.fit import fit
+    """Whatever plan the solver and the probe steps settle on: gradients equal eager, the
+    measured peak within the budget; or `FitError` naming a smallest feasible budget above
+    the one asked (at 80% of plain execution a plan exists: the fixed options reach it)."""
+    from schedlang.pytorch.fit import FitError, fit
 
     model, args, kwargs, loss_fn, prep = _prepared("gpt2")
     assert any(_generated(prep).values())
     ref = _step(model, model, args, kwargs, loss_fn)
     for pct in (80, 65):
-        fm = fit(model, args, f"{pct}%", loss_fn=loss_fn, sample_kwargs=kwargs, prepared=prep)
+        try:
+            fm = fit(model, args, f"{pct}%", loss_fn=loss_fn, sample_kwargs=kwargs,
+                     prepared=prep)
+        except FitError as exc:
+            assert pct != 80, str(exc)
+            found = re.search(r"smallest feasible budget found is .*?\((\d+) B\)", str(exc))
+            assert found and int(found.group(1)) > pct / 100 * prep.plain_peak, str(exc)
+            continue
         got = _step(fm, model, args, kwargs, loss_fn)
         for a, b in zip(ref[0], got[0]):
             if a is not None:

@@ -24,8 +24,12 @@ once, as `options.generate_options` caches fx layers), `add_block_op_options`
    with the fx front end's `options.measure`, and keeps those no other option (fixed or
    generated) dominates, at most `options.MAX_OPTIONS`, named ``ops1``, ``ops2``, ...
 
-`policy_context(module, option)` is what the wrappers (`hooked._BlockMixin`) give the
-checkpoint of a block running a generated option.
+Where a block's tensor arguments are its input data, each once and whole, it also gets the fx
+front end's generated options (`options.generate_options`: segments, nested checkpoints;
+`_Segmented` runs them in place of the block's forward and rebuilds its output): those lower
+the block's own backward below a whole-block recomputation, which no policy can.
+`run_op_option(module, option, ...)` is what the wrappers (`hooked._BlockMixin`) call for a
+block running a generated option.
 """
 from __future__ import annotations
 
@@ -55,7 +59,7 @@ from .profile import OptionProfile, draws_random_numbers
 
 log = logging.getLogger("schedlang.pytorch")
 
-__all__ = ["OpPolicy", "add_block_op_options", "is_op_option", "policy_context", "saved_calls"]
+__all__ = ["OpPolicy", "add_block_op_options", "is_op_option", "run_op_option", "saved_calls"]
 
 #: block module -> {option name: OpPolicy} (weak: a fitted model's blocks carry no cycle)
 POLICIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -173,15 +177,6 @@ class OpPolicy:
         return self.last_forward is not None and self.last_forward == self.expected
 
 
-def policy_context(module: nn.Module, option: str):
-    """The `context_fn` for `module`'s generated option `option`."""
-    try:
-        return POLICIES[module][option].context
-    except KeyError:
-        raise SchedError(f"block {type(module).__name__} has no generated option '{option}'"
-                         ) from None
-
-
 def _checkpointed(fn, policy: OpPolicy):
     from .recompute import checkpoint_call
 
@@ -246,13 +241,153 @@ def _generate(fn, values, requires, out_grads, owned, resident, fixed, key, name
     return [(f"{OPS_PREFIX}{k}", policy, m) for k, (_, policy, m) in enumerate(kept, 1)]
 
 
+class _Segmented:
+    """A block's generated option cut into segments (`options.SegmentedLayer`, nested
+    checkpoints: its backward recomputes one segment at a time), run in place of the
+    block's forward on the call's tensors; the block's output rebuilt as the block returns
+    it (the recorded structure, its tensors from the segments' outputs)."""
+
+    def __init__(self, layer, spec, template: list):
+        self.layer = layer
+        self.spec = spec
+        self.template = template  # per output leaf: ("out", k), ("in", k) or the value
+
+    def __call__(self, args: tuple, kwargs: dict):
+        from torch.utils._pytree import tree_flatten, tree_unflatten
+
+        xs = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+        outs = self.layer(*xs)
+        leaves = [outs[t[1]] if isinstance(t, tuple) and t[0] == "out"
+                  else xs[t[1]] if isinstance(t, tuple) and t[0] == "in" else t
+                  for t in self.template]
+        return tree_unflatten(leaves, self.spec)
+
+
+def _segmentable(call) -> bool:
+    """Whether each tensor argument of a block is one of its input data or a view of one,
+    each datum once: the segments then take the call's tensors as they come."""
+    leaves = list(call.leaves)
+    return None not in leaves and len(set(leaves)) == len(leaves)
+
+
+def _flat_args(call):
+    from torch.utils._pytree import tree_flatten
+
+    return tree_flatten((call.args, call.kwargs))
+
+
+class _LeafFn:
+    """The block over its call's tensor arguments (views included) as they come:
+    ``fn(*tensor leaves) -> tuple of its new outputs`` (`hooked._BlockFn` takes the data the
+    leaves are views of); `raw`: the block's output as it returns it."""
+
+    def __init__(self, call, raw: bool = False):
+        self.call = call
+        self.module = call.module
+        self.raw = raw
+
+    def __call__(self, *xs):
+        from torch.utils._pytree import tree_flatten, tree_unflatten
+
+        it = iter(xs)
+        flat, spec = _flat_args(self.call)
+        a, kw = tree_unflatten([next(it) if isinstance(x, torch.Tensor) else x for x in flat],
+                               spec)
+        out = self.module(*a, **kw)
+        if self.raw:
+            return out
+        tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        by_name: dict = {}
+        for t, d in zip(tensors, self.call.out_leaves):
+            if d in self.call.outputs:
+                by_name.setdefault(d, t)
+        return tuple(by_name[d] for d in self.call.outputs)
+
+
+def _leaf_values(call, values) -> list:
+    """The call's tensor arguments from its input data's values (views taken again)."""
+    out = []
+    for d, view in zip(call.leaves, call.views):
+        v = values[call.inputs.index(d)]
+        out.append(v if view is None else v.as_strided(*view))
+    return out
+
+
+def _output_template(call, leaves) -> tuple:
+    """(the block's output structure, its leaves as `_Segmented.template`)."""
+    from torch.utils._pytree import tree_flatten
+
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        out = _LeafFn(call, raw=True)(*leaves)
+    flat, spec = tree_flatten(out)
+    template, k = [], 0
+    for x in flat:
+        if isinstance(x, torch.Tensor):
+            d = call.out_leaves[k]
+            k += 1
+            if d in call.outputs:
+                template.append(("out", call.outputs.index(d)))
+            elif d in call.leaves:
+                template.append(("in", call.leaves.index(d)))
+            else:
+                raise SchedError(f"block output {d} is neither new nor an argument")
+        else:
+            template.append(x)
+    return spec, template
+
+
+def _segmented_options(lp, layer, values, requires, out_grads, owned, resident, fixed, key,
+                       **generate) -> list:
+    """[(option name, _Segmented, Measured)]: `options.generate_options` on the block over
+    its call's tensors (the fx front end's generated options, nested checkpoints
+    included), the inputs their backward reads mapped back to the block's data."""
+    import dataclasses
+
+    from .options import generate_options
+
+    call = layer.module.call
+    if not _segmentable(call):
+        return []
+    leaves = _leaf_values(call, values)
+    spec, template = _output_template(call, leaves)
+    wants = [requires[call.inputs.index(d)] for d in call.leaves]
+    gens = generate_options(_BlockModule(_LeafFn(call)), leaves, wants, out_grads, owned,
+                            resident, fixed=fixed, key=("leaves",) + key, name=lp.name,
+                            jobs=1, **generate)
+    out = []
+    for g in gens:
+        m = g.measured
+        if m.needs_in is not None:
+            m = dataclasses.replace(m, needs_in=sorted({call.inputs.index(call.leaves[i])
+                                                        for i in m.needs_in}))
+        out.append((g.name, _Segmented(g.layer, spec, template), m))
+    return out
+
+
+def run_op_option(module: nn.Module, option: str, fwd, args: tuple, kwargs: dict, first_run):
+    """`module`'s generated option `option` on the call (args, kwargs): a policy under the
+    block's checkpoint, or its segments."""
+    from .recompute import checkpoint_call
+
+    try:
+        how = POLICIES[module][option]
+    except KeyError:
+        raise SchedError(f"block {type(module).__name__} has no generated option '{option}'"
+                         ) from None
+    if isinstance(how, _Segmented):
+        return how(args, kwargs)
+    return checkpoint_call(first_run, args, kwargs, how.context)
+
+
 def add_block_op_options(profiled, *, model: str = "layer_options",
                          fractions=DEFAULT_FRACTIONS, solver: str = "highs",
                          time_limit: float | None = 30.0, repeats: int | None = None,
-                         max_options: int = MAX_OPTIONS, cache_dir=None) -> dict[str, list]:
+                         max_options: int = MAX_OPTIONS, cache_dir=None, jobs=None,
+                         ray=None) -> dict[str, list]:
     """Generated options for every block of `profiled` (the hook front end's `ProfiledGraph`,
     its sample inputs still at hand) that has a backward: added to its layer profile, their
-    policies registered for its module. Returns {block: [option names]}."""
+    policies registered for its module. Returns {block: [option names]}. `jobs`, `ray`: taken
+    for `fit(op_options={...})`'s sake; the sub-solves of one block run in this process."""
     from .. import progress
 
     part = profiled.part
@@ -276,15 +411,23 @@ def add_block_op_options(profiled, *, model: str = "layer_options",
             fixed = [Measured(o.fwd_time, o.bwd_time, o.fwd_overhead, o.bwd_overhead,
                               o.phantom, []) for o in lp.options]
             key = (layer.signature, tuple(tuple(v.shape) for v in values), tuple(requires))
-            made = _generate(layer.module, values, requires, out_grads,
-                             [named[p] for p in lp.param_grads], resident, fixed, key,
-                             lp.name, model=model, fractions=fractions, solver=solver,
-                             time_limit=time_limit, repeats=repeats, max_options=max_options,
-                             cache_dir=cache_dir)
-            for opt, policy, m in made:
-                needs = list(layer.inputs) + list(layer.outputs)
+            owned = [named[p] for p in lp.param_grads]
+            common = {"model": model, "fractions": fractions, "solver": solver,
+                      "time_limit": time_limit, "repeats": repeats,
+                      "max_options": max_options, "cache_dir": cache_dir}
+            made = _segmented_options(lp, layer, values, requires, out_grads, owned, resident,
+                                      fixed, key, **common)
+            made += [(f"{OPS_PREFIX}{len(made) + int(opt[len(OPS_PREFIX):])}", policy, m)
+                     for opt, policy, m in _generate(layer.module, values, requires,
+                                                     out_grads, owned, resident, fixed, key,
+                                                     lp.name, **common)]
+            for opt, how, m in made:
+                ins = range(len(layer.inputs)) if m.needs_in is None else m.needs_in
+                needs = [layer.inputs[i] for i in ins] + (
+                    list(layer.outputs) if isinstance(how, OpPolicy)
+                    else [layer.outputs[i] for i in m.needs_out])
                 lp.options.append(OptionProfile(opt, m.fwd_time, m.bwd_time, m.fwd_overhead,
                                                 m.bwd_overhead, m.phantom, needs, m.fwd_delta))
-                POLICIES.setdefault(layer.module.module, {})[opt] = policy
+                POLICIES.setdefault(layer.module.module, {})[opt] = how
             result[lp.name] = [opt for opt, _, _ in made]
     return result

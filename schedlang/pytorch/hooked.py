@@ -47,7 +47,7 @@ from ..errors import Loc, SchedError
 from ..graph import DataNode, Graph, Layer, Loss, Option
 from ..hgraph import FAST_FORWARD
 from ..plan import Plan
-from .block_ops import is_op_option, policy_context
+from .block_ops import is_op_option, run_op_option
 from .block_offload import OFFLOAD
 from .blocks import (BlockCall, BlockError, FoundBlocks, find_blocks, own_checkpointing,
                      training_call)
@@ -491,14 +491,15 @@ class _BlockMixin:
         else:
             hooks = contextlib.nullcontext()
         with hooks:
-            if choice in ("recompute", "selective") or is_op_option(choice):
+            if is_op_option(choice):  # generated: a policy, or segments (block_ops.py)
+                return run_op_option(self, choice, fwd, args, kwargs, once_stats(self, fwd))
+            if choice in ("recompute", "selective"):
                 from .profile import selective_context
                 from .recompute import checkpoint_call
 
-                context = selective_context if choice == "selective" else \
-                    policy_context(self, choice) if choice != "recompute" else None
                 # the RNG of every device of a positional *or keyword* tensor is replayed
-                return checkpoint_call(once_stats(self, fwd), args, kwargs, context)
+                return checkpoint_call(once_stats(self, fwd), args, kwargs,
+                                       selective_context if choice == "selective" else None)
             return fwd(*args, **kwargs)
 
 
