@@ -237,7 +237,7 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     (``out = model(x); loss_fn(out).backward()``); False: one that releases them once the
     loss is computed (``loss_fn(model(x)).backward()``; `schedlang.pytorch.outputs`).
     `block_options` (the hook front end; True or a dict of arguments): generated block
-    options, run as selective-checkpoint policies (`schedlang.pytorch.block_ops`)."""
+    options, segments and selective-checkpoint policies (`schedlang.pytorch.block_ops`)."""
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
     if frontend not in FRONTENDS:
         raise SchedError(f"frontend must be one of {', '.join(FRONTENDS)}, got {frontend!r}")
@@ -890,7 +890,9 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     meets the budget, then plans again once (seconds to tens of seconds for a small model: one
     op-level solve series per distinct layer, cached for the process); ``True``, or a dict of
     `add_generated_options` arguments (``{"jobs": 2}``, ``{"model": "my.sched"}``), always
-    (before the first solve); ``False`` never.
+    (before the first solve); ``False`` never. The hook front end generates its blocks'
+    options (`schedlang.pytorch.block_ops`: segments and selective-checkpoint policies) only
+    with ``True`` or a dict (``"auto"``: none).
 
     `progress`: what `fit` is doing (profiling block i of n, generating options, each solve,
     the bisection towards the smallest budget, probe steps) on stderr, as `schedlang.progress`

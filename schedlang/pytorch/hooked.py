@@ -159,7 +159,7 @@ def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats:
     """Find, profile and describe the blocks of `model` (see the module docstring); `whole`:
     submodules the automatic block choice must not split (`find_blocks`); `op_options`
     (True, or a dict of `block_ops.add_block_op_options` arguments): also each block's
-    options generated from op-level solves, run as selective-checkpoint policies."""
+    options generated from op-level solves (segments and selective-checkpoint policies)."""
     from .. import progress
 
     with progress.phase("finding blocks"):
