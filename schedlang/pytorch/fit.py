@@ -263,7 +263,9 @@ def _prepare(model: nn.Module, args: tuple, kwargs: dict, graph, opts: FitOption
                                            **trace_kwargs)
     return prepare(model, args, layers=opts.layers, graph=graph, loss_fn=opts.loss_fn,
                    frontend=opts.frontend, sample_kwargs=kwargs, outputs_held=opts.held,
-                   offload=opts.bandwidth is not None, **trace_kwargs)
+                   offload=opts.bandwidth is not None,
+                   block_options=opts.op_options if opts.op_options != "auto" else False,
+                   **trace_kwargs)
 
 
 def _with_plan(model: nn.Module, prep: Prepared, plan: Plan, budget, opts: FitOptions):

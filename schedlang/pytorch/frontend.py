@@ -67,10 +67,12 @@ class Frontend(ABC):
 
     @abstractmethod
     def prepare(self, model, args: tuple, kwargs: dict, layers, graph, *, offload: bool,
-                trace_kwargs: dict) -> tuple:
+                trace_kwargs: dict, block_options=False) -> tuple:
         """(layered graph data, the partitioned model the runner executes) for `model`;
         `graph`: given graph data (fx: read from a file) instead of a profile; `offload`:
-        measure what a host link needs while the sample values are at hand."""
+        measure what a host link needs while the sample values are at hand; `block_options`:
+        the hook front end's generated block options (`schedlang.pytorch.frontends.blocks.block_ops`; the fx
+        front end generates its own after profiling)."""
 
     def executor_bytes(self, model) -> int:
         """Bytes the plan executor keeps alive through every step (resident)."""

@@ -492,7 +492,7 @@ def normal_spans(og: OpGraph, spans) -> list[tuple]:
     return top + [p for first, last, ckpt in top for p in pieces(first, last, ckpt, 1)]
 
 
-def _dominated(m: Measured, others: list[Measured]) -> bool:
+def dominated(m: Measured, others: list[Measured]) -> bool:
     def key(x):
         low = x.bwd_overhead + x.phantom
         if getattr(x, "bwd_low", None) is not None:
@@ -552,7 +552,7 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
             CACHE[cache_key] = (og, spans_list, measures)
     out: list[GeneratedOption] = []
     pool = [m for _, _, m in measures] + list(fixed)
-    kept = [(spans, nested, m) for spans, nested, m in measures if not _dominated(m, pool)]
+    kept = [(spans, nested, m) for spans, nested, m in measures if not dominated(m, pool)]
     if len(kept) > max_options:  # spread along the front: phantom + backward overhead
         kept.sort(key=lambda r: r[2].phantom + r[2].bwd_overhead)
         step = (len(kept) - 1) / (max_options - 1) if max_options > 1 else 0

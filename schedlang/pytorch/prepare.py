@@ -98,7 +98,8 @@ FRONTENDS = {"auto": None, FX.name: FX, BLOCKS.name: BLOCKS}
 
 def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = None,
             loss_fn=None, frontend: str = "auto", sample_kwargs: dict | None = None,
-            outputs_held: bool = True, offload: bool = False, **trace_kwargs) -> Prepared:
+            outputs_held: bool = True, offload: bool = False, block_options=False,
+            **trace_kwargs) -> Prepared:
     """Partition and profile `model` (or take `graph`, e.g. read from a .sched file).
 
     `frontend`: ``"fx"`` cuts the model into layers with a whole-model `torch.fx` trace
@@ -115,7 +116,9 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     loss is computed (``loss_fn(model(x)).backward()``; `schedlang.pytorch.outputs`).
 
     `offload`: the hook front end measures its blocks' option ``offload`` too (for
-    `fit(bandwidth=...)`), while it holds the sample values."""
+    `fit(bandwidth=...)`), while it holds the sample values. `block_options` (the hook front
+    end; True or a dict of arguments): generated block options, segments and
+    selective-checkpoint policies (`schedlang.pytorch.frontends.blocks.block_ops`)."""
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
     if frontend not in FRONTENDS:
         raise SchedError(f"frontend must be one of {', '.join(FRONTENDS)}, got {frontend!r}")
@@ -127,6 +130,7 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
             log.info("schedlang fit: %s; using the hook front end (blocks)", note)
     front = FRONTENDS[frontend]
     graph, part = front.prepare(model, args, kwargs, layers, graph, offload=offload,
+                                block_options=block_options,
                                 trace_kwargs=trace_kwargs)
     info = getattr(graph, "trace_info", None)
     # a copy whose data sizes may change (not a deep copy: the trace info holds the model)

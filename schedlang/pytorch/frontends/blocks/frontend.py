@@ -58,9 +58,10 @@ class BlocksFrontend(Frontend):
     replans_on_probe_excess = True
 
     def prepare(self, model, args: tuple, kwargs: dict, layers, graph, *, offload: bool,
-                trace_kwargs: dict) -> tuple:
+                trace_kwargs: dict, block_options=False) -> tuple:
         with BlockWrappers.plain(model):  # a model an earlier fit wrapped: profiled plain
-            tr = trace_blocks(model, args, kwargs, layers, offload=offload, **trace_kwargs)
+            tr = trace_blocks(model, args, kwargs, layers, offload=offload,
+                              op_options=block_options, **trace_kwargs)
         if own_checkpointing(model):
             log.warning("schedlang fit: the model's own gradient checkpointing is on; it is "
                         "off while the model is fitted (the plan decides what is recomputed; "

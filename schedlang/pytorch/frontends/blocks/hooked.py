@@ -57,6 +57,7 @@ from ...model_state import once_stats, own_checkpointing, preserved, running_sta
 from ...profile import OPTIONS, profile, selective_context
 from ...recompute import checkpoint_call, open_checkpoint
 from ..fx.partition import LayerPart, Partitioned
+from .block_ops import add_block_op_options, is_op_option, run_op_option
 from .find import BlockCall, BlockError, FoundBlocks, GlueSegment, find_blocks, training_call
 from .offload import OFFLOAD, module_storages, offloading
 
@@ -159,19 +160,24 @@ def _profile_blocks(found: FoundBlocks, repeats: int, options):
 
 def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats: int = 5,
                  options=None, name: str | None = None, whole=(),
-                 offload: bool = False) -> BlockTrace:
+                 offload: bool = False, op_options=False) -> BlockTrace:
     """Find, profile and describe the blocks of `model` (see the module docstring); `whole`:
     submodules the automatic block choice must not split (`find_blocks`). `offload`: measure
     the blocks' option ``offload`` too (`block_offload.offload_profiles`, for a host link),
-    while the sample values it runs on are at hand."""
+    while the sample values it runs on are at hand. `op_options` (True, or a dict of
+    `block_ops.add_block_op_options` arguments): also each block's options generated from
+    op-level solves (segments and selective-checkpoint policies)."""
 
     with progress.phase("finding blocks"):
         found = find_blocks(model, args, kwargs, names, whole)
     profiled = _profile_blocks(found, repeats, options)
+    if op_options:
+        with preserved(found.model):
+            add_block_op_options(profiled, **(op_options if isinstance(op_options, dict)
+                                              else {}))
     graph, glue = _to_graph(found, profiled, name or type(model).__name__)
     tr = BlockTrace(found, graph, profiled, glue)
     if offload:
-
         offload_profiles(tr, block_partition(found))
     # the sample values served the profiles: a fitted model keeps no activations of them
     found.release_samples()
@@ -506,6 +512,8 @@ class BlockMixin:
         else:
             hooks = contextlib.nullcontext()
         with hooks:
+            if is_op_option(choice):  # generated: a policy, or segments (block_ops.py)
+                return run_op_option(self, choice, fwd, args, kwargs, once_stats(self, fwd))
             if choice in ("recompute", "selective"):
 
                 # the RNG of every device of a positional *or keyword* tensor is replayed
@@ -715,7 +723,7 @@ class BlockWrappers:
                 continue
             base, _, extra = c.partition("+")
             kind = next((k for k in ("recompute", "selective", "autograd") if base.startswith(k)),
-                        None)
+                        base if is_op_option(base) else None)
             if kind is None:
                 raise BlockError(f"block '{name}': option '{c}' has no wrapper", WHERE)
             self._choices[name] = None if (kind == "autograd" and not extra) \

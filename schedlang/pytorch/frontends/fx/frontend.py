@@ -62,7 +62,7 @@ class FxFrontend(Frontend):
         return ""
 
     def prepare(self, model, args: tuple, kwargs: dict, layers, graph, *, offload: bool,
-                trace_kwargs: dict) -> tuple:
+                trace_kwargs: dict, block_options=False) -> tuple:
         if kwargs:
             raise SchedError("frontend 'fx' takes positional tensor inputs only; use "
                              "frontend='blocks' for keyword inputs")

@@ -1,0 +1,375 @@
+"""fit on `transformers` models against what their users already have, side by side in one run.
+
+    python bench/bench_baselines.py [--models llama gpt2 bert bart vit] [--steps 11]
+        [--warmup 2] [--between 3] [--repeats 5] [--op-options] [--json OUT]
+
+Models: `schedlang/testing/hf_models.py`'s Llama, GPT-2, BERT, BART and ViT (random weights, dropout on)
+at bench sizes where activations outweigh parameters (`SIZES`). Each takes the hook front end,
+as every `transformers` model does. Methods, each on a copy of the model with the same weights
+(fit wraps the model's own blocks in place):
+
+* `plain`: the model as it is;
+* `hf-gc`: transformers' own `gradient_checkpointing_enable()` (non-reentrant);
+* `ckpt-block`: every block of the model's stack under `torch.utils.checkpoint`;
+* `ckpt-seq(s)`: `checkpoint_sequential`'s schedule over the stack in s segments (each segment
+  but the last one checkpointed as a whole; s = 2 and round(sqrt(blocks))), run on the model's
+  own forward by the hook front end's group wrappers (`hooked._Group`: the model calls its
+  blocks one by one, so `checkpoint_sequential` itself cannot take it);
+* `sac-op`: a uniform selective activation checkpoint per block that keeps matmul, convolution
+  and attention outputs and recomputes the rest, as torchtitan's `op` mode does
+  (`profile.selective_policy`, the one home of that policy);
+* `fit @B`: `fit` with the budget set to baseline B's measured peak (bytes);
+* `fit k/n`: `fit` at budgets between `hf-gc`'s measured peak and plain's (`--between` points);
+* `fit min`: `fit` at the smallest feasible budget its `FitError` names (a 1-byte budget asked).
+
+Peak: one training step (forward, loss, backward, the output held through the backward:
+`out = model(**batch); loss_fn(out).backward()`) under `MemoryTracker` (every live CPU tensor
+storage, the parameters and inputs resident), gradients set to None first. Step time: the
+median of `--steps` steps after `--warmup` per method, methods interleaved round by round, one
+intra-op thread (`torch.set_num_threads(1)`). Gradients: each method's step from the same RNG
+seed against eager PyTorch's (the plain model's), the largest absolute difference over all
+parameters relative to the largest eager gradient (dropout on: equal only when every
+recomputation replays the RNG).
+
+The physical floor: what any schedule of a step holds at its worst moment, from the profile
+`fit` solves on (`floor_bytes`): the resident bytes (parameters, buffers, inputs, the loss's
+targets), the parameters' gradients, the model's outputs (held through the backward), plus the
+largest single backward's working set over the layers of the graph (blocks and glue): its
+inputs, the gradients it reads and writes, and its least (phantom + backward overhead) over its
+options — a layer recomputed from its inputs in its own backward, nothing else alive.
+
+Targets (issue 28), printed per model: (a) `fit min` measures at most `ckpt-block`'s peak;
+(b) at `hf-gc`'s measured peak, fit's step is at most 0.95x the baseline's; (c) at each budget
+between that and plain, fit is faster than every baseline that fits it.
+CUDA rows are not measured here (a CPU run); `--device cuda` runs the same table on a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch
+from torch import nn
+
+from schedlang.pytorch.blocks import find_blocks
+from schedlang.pytorch.fit import FitError, fit, prepare
+from schedlang.pytorch.hooked import GROUP, BlockWrappers
+from schedlang.pytorch.memory import MemoryTracker
+from schedlang.testing import hf_models
+
+#: bench sizes: batch x sequence (or images), 64-wide, activations well above parameters
+SIZES = {
+    "llama": {"batch": 8, "seq": 128, "layers": 4, "dim": 64},
+    "gpt2": {"batch": 8, "seq": 128, "layers": 4, "dim": 64},
+    "bert": {"batch": 8, "seq": 64, "layers": 4, "dim": 64},
+    "bart": {"batch": 8, "seq": 64, "layers": 3, "dim": 64},
+    "vit": {"batch": 16, "size": 64, "layers": 4, "dim": 64},
+}
+MiB = 2 ** 20
+
+
+# --- the training step, measured ------------------------------------------------------------
+def step(fn, model, loss_fn):
+    model.zero_grad(set_to_none=True)
+    out = fn()
+    loss_fn(out).backward()
+    del out
+
+
+def tensors_of(args, kwargs) -> list[torch.Tensor]:
+    return [x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)]
+
+
+def peak_of(fn, model, inputs, loss_fn) -> int:
+    model.zero_grad(set_to_none=True)
+    with MemoryTracker(resident=[model, *inputs], existing=False) as mt:
+        step(fn, model, loss_fn)
+    return mt.peak
+
+
+def grads_of(fn, model, loss_fn, seed=123) -> dict[str, torch.Tensor]:
+    torch.manual_seed(seed)
+    step(fn, model, loss_fn)
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def grad_error(got: dict, want: dict) -> float:
+    """Largest |got - want| over every parameter, over the largest |want| (inf: a gradient
+    missing or extra)."""
+    if set(got) != set(want):
+        return math.inf
+    scale = max(float(g.abs().max()) for g in want.values())
+    return max(float((got[n] - want[n]).abs().max()) for n in want) / scale
+
+
+# --- the baselines ---------------------------------------------------------------------------
+class HFCheckpointing(nn.Module):
+    """transformers' own gradient checkpointing, on for the duration of each call."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args, **kwargs):
+        m = self.model
+        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        try:
+            return m(*args, **kwargs)
+        finally:
+            m.gradient_checkpointing_disable()
+
+
+class Wrapped(nn.Module):
+    """A copy of the model with its stack's blocks wrapped in place (the hook front end's
+    wrappers), each running `choices`: per-block checkpoint, SAC, or checkpointed groups."""
+
+    def __init__(self, model, found, choices: dict[str, str]):
+        super().__init__()
+        self.model = model
+        self.wrappers = BlockWrappers(found)
+        self.wrappers.set(choices)
+
+    def forward(self, *args, **kwargs):
+        self.wrappers.ensure()
+        return self.model(*args, **kwargs)
+
+
+def stacks_of(found) -> list[list[str]]:
+    """The model's repeated stacks: the blocks of each class called more than once, in call
+    order (BART: its encoder's layers, then its decoder's)."""
+    by_class: dict[type, list[str]] = {}
+    for b in found.blocks:
+        by_class.setdefault(type(b.module), []).append(b.name)
+    return [names for names in by_class.values() if len(names) > 1]
+
+
+def sequential_choices(stacks: list[list[str]], segments: int) -> dict[str, str]:
+    """checkpoint_sequential(segments) on each stack: every segment but the last one
+    checkpointed whole (a one-block segment: that block checkpointed)."""
+    out = {}
+    for stack in stacks:
+        size = math.ceil(len(stack) / segments)
+        for i in range(0, len(stack) - size, size):
+            members = stack[i:i + size]
+            for m in members:
+                out[m] = "recompute" if len(members) == 1 else GROUP + "|".join(members)
+    return out
+
+
+def baselines(name, args, kwargs) -> dict:
+    """{method: (module to call, the model whose parameters it trains)}, each on its copy."""
+    make = hf_models.HF[name]
+    out = {}
+    for label in ("plain", "hf-gc", "ckpt-block", "sac-op", "seq"):
+        model, *_ = make(**SIZES[name])
+        if label == "plain":
+            out[label] = (model, model)
+        elif label == "hf-gc":
+            out[label] = (HFCheckpointing(model), model)
+        else:
+            found = find_blocks(model, args, kwargs)
+            found.release_samples()
+            stacks = stacks_of(found)
+            blocks = [b for stack in stacks for b in stack]
+            if label == "ckpt-block":
+                out[label] = (Wrapped(model, found, dict.fromkeys(blocks, "recompute")), model)
+            elif label == "sac-op":
+                out[label] = (Wrapped(model, found, dict.fromkeys(blocks, "selective")), model)
+            else:
+                longest = max(len(stack) for stack in stacks)
+                for s in sorted({2, max(2, round(math.sqrt(longest)))}):
+                    m = model if s == 2 else make(**SIZES[name])[0]
+                    f = found if s == 2 else find_blocks(m, args, kwargs)
+                    out[f"ckpt-seq({s})"] = (Wrapped(m, f, sequential_choices(stacks, s)), m)
+    return out
+
+
+# --- the floor ---------------------------------------------------------------------------------
+def floor_bytes(prep, model) -> tuple[int, str]:
+    """(floor, where its working set is): see the module docstring."""
+    g = prep.graph
+    size = {d.name: int(d.size) for d in g.data}
+    grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    worst, where = 0, ""
+    for lay in g.layers:
+        io = sum(size.get(x, 0) for x in {*lay.inputs, *lay.grad_inputs, *lay.grad_outputs})
+        least = min(o.phantom + max(o.bwd_overhead, 0) for o in lay.options)
+        if io + least > worst:
+            worst, where = io + least, lay.name
+    return prep.resident_bytes + grads + prep.output_bytes + worst, where
+
+
+# --- the bench -----------------------------------------------------------------------------------
+def run_model(name: str, args_ns) -> dict:
+    model, args, kwargs, loss_fn = hf_models.HF[name](**SIZES[name])
+    inputs = tensors_of(args, kwargs)
+    t0 = time.perf_counter()
+    block_options = {"fractions": (0.8, 0.6, 0.4, 0.2), "time_limit": 10} \
+        if args_ns.op_options else False
+    prep = prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, frontend="blocks",
+                   repeats=args_ns.repeats, block_options=block_options)
+    profile_s = time.perf_counter() - t0
+    call = (lambda m: lambda: m(*args, **kwargs))
+    # eager PyTorch's gradients, and each baseline's peak and gradients with no other copy of
+    # the model alive (fit's probe step counts every tensor alive, as CUDA does)
+    want = grads_of(call(model), model, loss_fn)
+    model.zero_grad(set_to_none=True)
+    peaks: dict[str, int] = {}
+    errors: dict[str, float] = {}
+    for k, (m, owner) in baselines(name, args, kwargs).items():
+        peaks[k] = peak_of(call(m), owner, inputs, loss_fn)
+        errors[k] = grad_error(grads_of(call(m), owner, loss_fn), want)
+        del m, owner
+    gc.collect()
+    notes: dict[str, str] = {}
+    fits: dict[str, nn.Module] = {}
+
+    def add_fit(label, budget):
+        t1 = time.perf_counter()
+        try:
+            fm = fit(model, args, budget, loss_fn=loss_fn, sample_kwargs=kwargs, prepared=prep,
+                     measure=False, calibrate=False)
+        except FitError as exc:
+            notes[label] = "infeasible: " + str(exc).split(": ", 1)[-1][:120]
+            return
+        fits[label] = fm
+        peaks[label] = peak_of(call(fm), model, inputs, loss_fn)
+        errors[label] = grad_error(grads_of(call(fm), model, loss_fn), want)
+        rep = fm.memory_report()
+        notes[label] = (f"budget {int(rep.budget_bytes or 0) / MiB:.2f}, predicted "
+                        f"{rep.predicted_peak_bytes / MiB:.2f} MiB "
+                        f"{100 * rep.plan_time_overhead:+.1f}%, solve "
+                        f"{time.perf_counter() - t1:.1f}s" + (" (plain)" if fm.plain else ""))
+
+    for b in [k for k in peaks if k != "plain"]:
+        add_fit(f"fit @{b}", peaks[b])
+    low, high = peaks["hf-gc"], peaks["plain"]
+    n = args_ns.between
+    for k in range(1, n + 1):
+        add_fit(f"fit {k}/{n + 1}", int(low + (high - low) * k / (n + 1)))
+    smallest = None
+    try:  # the least budget fit accepts: the resident bytes and one more
+        fit(model, args, prep.resident_bytes + 1, loss_fn=loss_fn, sample_kwargs=kwargs,
+            prepared=prep, measure=False, calibrate=False)
+    except FitError as exc:
+        found = re.search(r"smallest feasible budget found is [^(]*\((\d+) B\)", str(exc))
+        smallest = int(found.group(1)) if found else None
+        if smallest is None:
+            notes["fit min"] = "not found: " + str(exc)[:160]
+    if smallest is not None:
+        add_fit("fit min", smallest)
+    methods = {k: (m, model) for k, m in fits.items()}
+    methods.update(baselines(name, args, kwargs))
+    times = timed(methods, call, loss_fn, args_ns)
+    floor, where = floor_bytes(prep, model)
+    return {"model": name, "size": SIZES[name], "profile_s": profile_s, "peaks": peaks,
+            "median_s": times, "grad_error": errors, "notes": notes, "floor": floor,
+            "floor_layer": where, "resident": prep.resident_bytes, "smallest": smallest,
+            "params": sum(p.numel() * p.element_size() for p in model.parameters())}
+
+
+def timed(methods, call, loss_fn, args_ns) -> dict[str, float]:
+    for m, owner in methods.values():
+        for _ in range(args_ns.warmup):
+            step(call(m), owner, loss_fn)
+    times: dict[str, list[float]] = {k: [] for k in methods}
+    for _ in range(args_ns.steps):
+        for k, (m, owner) in methods.items():
+            t0 = time.perf_counter()
+            step(call(m), owner, loss_fn)
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def targets(res) -> list[str]:
+    p, t = res["peaks"], res["median_s"]
+    base = [k for k in p if not k.startswith(("fit", "plain"))]
+    out = []
+    if "fit min" in p:
+        ok = p["fit min"] <= p["ckpt-block"]
+        out.append(f"  (a) smallest feasible {p['fit min'] / MiB:.2f} MiB vs ckpt-block "
+                   f"{p['ckpt-block'] / MiB:.2f} MiB, floor {res['floor'] / MiB:.2f} MiB "
+                   f"(fit min / floor {p['fit min'] / res['floor']:.2f}): "
+                   + ("met" if ok else "NOT met"))
+    else:
+        out.append("  (a) smallest feasible: not found")
+    f = "fit @hf-gc"
+    if f in t:
+        r = t[f] / t["hf-gc"]
+        out.append(f"  (b) at hf-gc's peak: fit {1000 * t[f]:.1f} ms vs {1000 * t['hf-gc']:.1f} "
+                   f"ms = {r:.2f}x (peak {p[f] / MiB:.2f} vs {p['hf-gc'] / MiB:.2f} MiB): "
+                   + ("met" if r <= 0.95 and p[f] <= p["hf-gc"] else "NOT met"))
+    for k in sorted(x for x in p if x.startswith("fit ") and "/" in x):
+        fitting = [b for b in base if p[b] <= p[k]]
+        faster = all(t[k] < t[b] for b in fitting)
+        out.append(f"  (c) {k} ({p[k] / MiB:.2f} MiB, {1000 * t[k]:.1f} ms) vs fitting "
+                   f"baselines {', '.join(f'{b} {1000 * t[b]:.1f}' for b in fitting) or 'none'}"
+                   f": " + ("met" if faster else "NOT met"))
+    return out
+
+
+def report(res) -> list[str]:
+    p, t, e = res["peaks"], res["median_s"], res["grad_error"]
+    plain_p, plain_t = p["plain"], t["plain"]
+    lines = [(f"\n{res['model']} {res['size']}: parameters {res['params'] / MiB:.2f} MiB, "
+             f"resident {res['resident'] / MiB:.2f} MiB, physical floor "
+             f"{res['floor'] / MiB:.2f} MiB (largest backward: {res['floor_layer']}), "
+             f"profile {res['profile_s']:.1f} s"),
+             (f"{'method':<18} {'peak MiB':>9} {'/plain':>7} {'/floor':>7} {'step ms':>8} "
+             f"{'/plain':>7} {'grad err':>9}  notes")]
+    order = [k for k in p if not k.startswith("fit")] + sorted(
+        (k for k in set(p) | set(res["notes"]) if k.startswith("fit")),
+        key=lambda k: -p.get(k, 0))
+    for k in order:
+        if k not in p:
+            lines.append(f"{k:<18} {'-':>9}  {res['notes'][k]}")
+            continue
+        lines.append(f"{k:<18} {p[k] / MiB:9.2f} {p[k] / plain_p:7.3f} {p[k] / res['floor']:7.2f} "
+                     f"{1000 * t[k]:8.1f} {t[k] / plain_t:7.3f} {e[k]:9.1e}  "
+                     f"{res['notes'].get(k, '')}")
+    return lines + targets(res)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=list(SIZES), choices=list(SIZES))
+    ap.add_argument("--steps", type=int, default=11, help="timed steps per method (median)")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--between", type=int, default=3,
+                    help="budgets between hf-gc's peak and plain's")
+    ap.add_argument("--repeats", type=int, default=5, help="profiling runs per block")
+    ap.add_argument("--op-options", action="store_true", help="fit with generated block "
+                    "options too (schedlang.pytorch.frontends.blocks.block_ops: selective-checkpoint policies)")
+    ap.add_argument("--json", help="write the results here")
+    args_ns = ap.parse_args()
+    torch.set_num_threads(1)
+    load = os.getloadavg()
+    print(f"device cpu, torch {torch.__version__}, 1 thread, median of {args_ns.steps} steps "
+          f"after {args_ns.warmup} warm-up, methods interleaved; load average {load[0]:.2f}")
+    results = []
+    for name in args_ns.models:
+        res = run_model(name, args_ns)
+        results.append(res)
+        print("\n".join(report(res)), flush=True)
+    load = os.getloadavg()
+    print(f"\nload average at end {load[0]:.2f}; CUDA rows: not measured (CPU run)")
+    if args_ns.json:
+        from schedlang.language.files import write_file
+
+        write_file(args_ns.json, json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Is fit's time model one to trust? The README's `transformers` example, fitted N times.
+
+    python bench/bench_time_model.py [--runs 5] [--budget 60%] [--steps 15] [--threads 1]
+
+Each run is a fresh process that runs the README's "PyTorch" example as written (the Llama
+config, `input_ids` 8 x 128, next-token cross-entropy, `fit(model, batch, budget="60%",
+loss_fn=loss_fn)` and its three steps with AdamW) with `torch.set_num_threads(--threads)`
+for the whole run (profile and timing), then, the peak tracker off, times `--steps` steps of plain PyTorch (the model unwrapped) and of the fitted
+module, interleaved, after two warm-up steps each: the measured overhead is the ratio of the
+medians less one. Per run it prints the plan's identity (a digest of its ops: equal digests,
+equal plans), the predicted peak and time overhead (`memory_report()`), and the measured
+overhead; then the spread of the predictions over the runs and each one against the
+measurement. Target (issue 28): the same plan every run, predicted overheads within +-15% of
+each other and of the measured one, and never a negative overhead for a plan that recomputes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+ONE_RUN = r'''
+import hashlib, json, statistics, sys, time
+import torch, transformers
+torch.set_num_threads(int(sys.argv[1]))
+import schedlang.pytorch as sp
+
+config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                  num_hidden_layers=4, num_attention_heads=4, use_cache=False)
+model = transformers.LlamaForCausalLM(config)
+batch = {"input_ids": torch.randint(0, 128, (8, 128))}
+
+def loss_fn(out):
+    return torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, 128),
+                                             batch["input_ids"][:, 1:].reshape(-1))
+
+wrapped = sp.fit(model, batch, budget=sys.argv[2], loss_fn=loss_fn, progress=False)
+optimizer = torch.optim.AdamW(model.parameters())
+for _ in range(3):  # the README's loop: measured steps (a re-plan with the optimizer's state)
+    loss = loss_fn(wrapped(**batch)); loss.backward(); optimizer.step(); optimizer.zero_grad()
+rep = wrapped.memory_report()
+wrapped.measure = False  # timed without the tracker (a dispatch mode on the CPU)
+plan = wrapped.plan
+ops = [] if plan is None else [(o.op, o.node, getattr(o, "option", None)) for o in plan.ops]
+digest = hashlib.sha256(repr(ops).encode()).hexdigest()[:12]
+recomputes = len([o for o in ops if o[0] == "compute"]) > len({(o[0], o[1]) for o in ops
+                                                                if o[0] == "compute"})
+
+def step(m):
+    model.zero_grad(set_to_none=True)
+    out = m(**batch)
+    loss_fn(out).backward()
+    del out
+
+steps = int(sys.argv[3])
+from schedlang.pytorch.hooked import BlockWrappers  # inside plain(): the blocks unwrapped
+times = {"plain": [], "fit": []}
+for r in range(steps + 2):
+    for k in ("plain", "fit"):
+        t0 = time.perf_counter()
+        if k == "plain":
+            with BlockWrappers.plain(model):
+                step(model)
+        else:
+            step(wrapped)
+        if r >= 2:
+            times[k].append(time.perf_counter() - t0)
+med = {k: statistics.median(v) for k, v in times.items()}
+print(json.dumps({"digest": digest, "predicted_peak": rep.predicted_peak_bytes,
+                  "measured_peak": rep.measured_peak_bytes,
+                  "predicted": rep.plan_time_overhead, "measured": med["fit"] / med["plain"] - 1,
+                  "plain_ms": 1000 * med["plain"], "fit_ms": 1000 * med["fit"],
+                  "recomputes": recomputes, "threads": torch.get_num_threads(),
+                  "report": str(rep)}))
+'''
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--budget", default="60%")
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", help="write the runs here")
+    args = ap.parse_args()
+    env = dict(os.environ, SCHEDLANG_PROGRESS="off", PYTHONPATH=str(ROOT))
+    print(f"the README's Llama example, budget {args.budget}, {args.threads} thread(s), "
+          f"{args.runs} fresh processes; load average {os.getloadavg()[0]:.2f}")
+    runs = []
+    for k in range(args.runs):
+        done = subprocess.run([sys.executable, "-W", "ignore", "-c", ONE_RUN,
+                               str(args.threads), args.budget, str(args.steps)],
+                              capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+        if done.returncode:
+            print(f"run {k + 1} failed:\n{done.stderr[-2000:]}")
+            return 1
+        run = json.loads(done.stdout.strip().splitlines()[-1])
+        runs.append(run)
+        print(f"run {k + 1}: plan {run['digest']}, predicted peak {run['predicted_peak']} B, "
+              f"overhead predicted {100 * run['predicted']:+.1f}% measured "
+              f"{100 * run['measured']:+.1f}% (plain {run['plain_ms']:.1f} ms, fit "
+              f"{run['fit_ms']:.1f} ms)", flush=True)
+    pred = [r["predicted"] for r in runs]
+    meas = [r["measured"] for r in runs]
+    plans = {r["digest"] for r in runs}
+    mid = statistics.median(pred)
+    spread = (max(pred) - min(pred)) / abs(mid) if mid else float("inf")
+    vs = [abs(p - m) / abs(m) if m else float("inf") for p, m in zip(pred, meas)]
+    print(f"plans: {len(plans)} distinct ({', '.join(sorted(plans))})")
+    print(f"predicted overheads {', '.join(f'{100 * p:+.1f}%' for p in pred)}: spread "
+          f"(max - min) / median {100 * spread:.1f}%")
+    print(f"predicted against measured (|p - m| / m per run): "
+          f"{', '.join(f'{100 * v:.0f}%' for v in vs)}")
+    negative = [r for r in runs if r["recomputes"] and r["predicted"] < 0]
+    print("negative predicted overhead for a recomputing plan: "
+          + ("none" if not negative else f"{len(negative)} run(s)"))
+    ok = len(plans) == 1 and spread <= 0.30 and max(vs) <= 0.15 and not negative
+    print("target (same plan; predictions within +-15% of each other and of the measured): "
+          + ("met" if ok else "NOT met"))
+    print(f"load average at end {os.getloadavg()[0]:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(runs, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
