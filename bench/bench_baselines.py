@@ -62,9 +62,9 @@ sys.path.insert(0, str(ROOT))
 import torch
 from torch import nn
 
-from schedlang.pytorch.blocks import find_blocks
+from schedlang.pytorch.frontends.blocks.find import find_blocks
 from schedlang.pytorch.fit import FitError, fit, prepare
-from schedlang.pytorch.hooked import GROUP, BlockWrappers
+from schedlang.pytorch.frontends.blocks.hooked import GROUP, BlockWrappers
 from schedlang.pytorch.memory import MemoryTracker
 from schedlang.testing import hf_models
 

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from schedlang.testing.hf_models import HF  # noqa: E402
+from schedlang.testing.steps import measured_step  # noqa: E402
 from schedlang.testing.torch_models import ALL  # noqa: E402
 
 #: the sizes of the test suite's models where activations outweigh parameters
@@ -70,13 +71,7 @@ def first_step(name: str, pct: int, bandwidth, outputs_held: bool, device: str,
         row["plain_text"] = plain.group(1) if plain else None
         return row
     row["fit_s"] = time.perf_counter() - t0
-    if outputs_held:
-        out = fm(*args, **kwargs)
-        loss_fn(out).backward()
-        del out
-    else:
-        loss_fn(fm(*args, **kwargs)).backward()
-    rep = fm.memory_report()
+    rep = measured_step(fm, model, args, kwargs, loss_fn, outputs_held)
     plan = fm.plan
     row.update(budget=rep.budget_bytes, predicted=rep.predicted_peak_bytes,
                measured=rep.measured_peak_bytes, plain=rep.plain, frontend=rep.extra["frontend"],

@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from schedlang.testing.hf_models import HF  # noqa: E402
+from schedlang.testing.steps import measured_step  # noqa: E402
 from schedlang.testing.torch_models import ALL  # noqa: E402
 
 #: the fx GPT with a vocabulary of 1,024 (1 MiB of logits), GPT-2 and Llama (hook front end)
@@ -57,14 +58,7 @@ def main() -> int:
             smallest = None if act is None else act + prep.resident_bytes
             fm = fit(model, args, f"{a.budget}%", loss_fn=loss_fn, sample_kwargs=kwargs,
                      prepared=prep, calibrate=False)
-            model.zero_grad(set_to_none=True)
-            if held:
-                out = fm(*args, **kwargs)
-                loss_fn(out).backward()
-                del out
-            else:
-                loss_fn(fm(*args, **kwargs)).backward()
-            rep = fm.memory_report()
+            rep = measured_step(fm, model, args, kwargs, loss_fn, held)
             fm.unwrap()
             got[held] = (prep.plain_peak, smallest)
             print(f"{name:<10}{'held' if held else 'released':<10}{prep.output_bytes:>10}"

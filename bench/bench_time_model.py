@@ -59,7 +59,7 @@ def step(m):
     del out
 
 steps = int(sys.argv[3])
-from schedlang.pytorch.hooked import BlockWrappers  # inside plain(): the blocks unwrapped
+from schedlang.pytorch.frontends.blocks.hooked import BlockWrappers  # inside plain(): the blocks unwrapped
 times = {"plain": [], "fit": []}
 for r in range(steps + 2):
     for k in ("plain", "fit"):

@@ -146,7 +146,8 @@ def linked_plan(prep, budget, bandwidth):
     import torch
 
     from schedlang.pytorch.fit import resolve_fit_budget, solve_extra, solve_plan
-    from schedlang.pytorch.hostlink import linked, resolve_link
+    from schedlang.pytorch.hostlink import resolve_link
+    from schedlang.pytorch.planning import linked
 
     link, _ = resolve_link(bandwidth, torch.device("cpu"))
     lp = linked(prep, link)

@@ -59,3 +59,17 @@ def fit_step(fm, model, inputs, loss_fn, seed=123, hold_output=True):
     loss.backward()
     return host_copy(([p.grad for p in model.parameters()], [x.grad for x in ins],
                       loss.detach(), torch.get_rng_state()))
+
+
+def measured_step(fm, model, args, kwargs, loss_fn, held: bool = True):
+    """One training step in the loop `fit` planned for — the output held through the
+    backward, or released once the loss is computed — and the module's memory report (its
+    first measured step: the prediction against the measurement)."""
+    model.zero_grad(set_to_none=True)
+    if held:
+        out = fm(*args, **kwargs)
+        loss_fn(out).backward()
+        del out
+    else:
+        loss_fn(fm(*args, **kwargs)).backward()
+    return fm.memory_report()

@@ -7,11 +7,16 @@ every intermediate tensor); an FSDP unit (`whole=`) is never split.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")  # test_real_models' helpers import it
 torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 from schedlang.testing.torch_models import make_stages  # noqa: E402
@@ -52,15 +57,27 @@ def test_split_stages_reach_a_budget_whole_stages_cannot():
 
 def test_an_fsdp_unit_is_not_split(tmp_path):
     """`fully_shard` on the stages (one process, gloo): fit keeps each unit one block;
-    `fit(..., fsdp=True)` shards the blocks it chooses, the residual blocks."""
+    `fit(..., fsdp=True)` shards the blocks it chooses, the residual blocks. In a child
+    process: torch's DTensor caches keep the device meshes (and their mesh tensors) for the
+    process, memory every later measured step in this one would count."""
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with gloo is needed")
+    code = (f"from tests.pytorch.test_block_choice import check_fsdp_units; "
+            f"check_fsdp_units({str(tmp_path)!r})")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def check_fsdp_units(folder: str) -> None:
+    """The body of `test_an_fsdp_unit_is_not_split`, run in its child process."""
+    import torch.distributed as dist
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     from schedlang.pytorch.fit import fit
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+    dist.init_process_group("gloo", init_method=f"file://{Path(folder) / 'store'}", rank=0,
                             world_size=1)
     try:
         model, args, _, loss_fn = make_stages()
@@ -80,19 +97,3 @@ def test_an_fsdp_unit_is_not_split(tmp_path):
         assert rep.measured_peak_bytes <= rep.budget_bytes
     finally:
         dist.destroy_process_group()
-        _drop_dtensor_caches()
-
-
-def _drop_dtensor_caches() -> None:
-    """torch's DTensor caches keep the device meshes, and their mesh tensors, for the process:
-    memory every later measured step in this test process would count (a few bytes on the
-    CPU, what a GPU's allocator would not see there)."""
-    from torch.distributed.tensor import DTensor, _redistribute
-
-    for clear in (getattr(_redistribute, "clear_redistribute_planner_cache", None),
-                  getattr(getattr(_redistribute, "_gen_transform_infos", None), "cache_clear",
-                          None),
-                  getattr(getattr(getattr(DTensor._op_dispatcher, "sharding_propagator", None),
-                                  "propagate_op_sharding", None), "cache_clear", None)):
-        if clear is not None:
-            clear()

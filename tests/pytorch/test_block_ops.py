@@ -17,6 +17,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 torch.set_num_threads(1)
 
+# slow, run on their own (`-m slow`): generating block options leaves about 400 KB alive in the
+# process (a known defect, open), which the measured steps of the tests after them count
+pytestmark = pytest.mark.slow
+
 from schedlang.testing.hf_models import HF
 from schedlang.testing.leaks import host_copy
 
@@ -55,7 +59,7 @@ def _generated(prep) -> dict[str, list[str]]:
 @pytest.mark.parametrize("name", ["gpt2", pytest.param("llama", marks=pytest.mark.slow),
                                   pytest.param("bert", marks=pytest.mark.slow)])
 def test_every_generated_block_option_gives_eager_gradients_with_dropout(name):
-    from schedlang.pytorch.hooked import BlockWrappers
+    from schedlang.pytorch.frontends.blocks.hooked import BlockWrappers
 
     model, args, kwargs, loss_fn, prep = _prepared(name)
     assert any(m.p > 0 for m in model.modules() if isinstance(m, torch.nn.Dropout))

@@ -20,21 +20,10 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
+from schedlang.testing.steps import measured_step  # noqa: E402
 from schedlang.testing.torch_models import ALL  # noqa: E402
 
 GPT_WIDE = dict(batch=4, context=64, dim=32, heads=4, layers=6, vocab=1024)  # 1 MiB of logits
-
-
-def _first_step(fm, model, args, kwargs, loss_fn, held: bool):
-    """One training step in the loop `fit` planned for; the report."""
-    model.zero_grad(set_to_none=True)
-    if held:
-        out = fm(*args, **kwargs)
-        loss_fn(out).backward()
-        del out
-    else:
-        loss_fn(fm(*args, **kwargs)).backward()
-    return fm.memory_report()
 
 
 def _exact(rep, rel=0.01):
@@ -58,7 +47,7 @@ def test_released_outputs_fx_plan_measures_its_prediction_and_needs_less():
     for held, prep in preps.items():
         fm = fit(model, inputs, "55%", loss_fn=loss_fn, prepared=prep, calibrate=False)
         assert not fm.plain
-        rep = _first_step(fm, model, inputs, {}, loss_fn, held)
+        rep = measured_step(fm, model, inputs, {}, loss_fn, held)
         _exact(rep, rel=0)  # the fx plan executor frees what the plan deletes
         assert rep.extra["outputs_held"] is held
     smallest = {}
@@ -78,7 +67,7 @@ def test_released_outputs_hook_front_end():
     model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)
     fm = fit(model, args, "50%", loss_fn=loss_fn, sample_kwargs=kwargs, outputs_held=False)
     assert fm.frontend == "blocks" and not fm.plain
-    rep = _first_step(fm, model, args, kwargs, loss_fn, held=False)
+    rep = measured_step(fm, model, args, kwargs, loss_fn, held=False)
     _exact(rep)
     assert "released once the loss is computed" in str(rep)
     fm.unwrap()
@@ -238,7 +227,7 @@ def test_offload_plan_first_step_fx():
 
     model, inputs, loss_fn = ALL["gpt"](batch=4, context=64, layers=6)
     fm = fit(model, inputs, "50%", loss_fn=loss_fn, bandwidth="16GB/s")
-    rep = _first_step(fm, model, inputs, {}, loss_fn, held=True)
+    rep = measured_step(fm, model, inputs, {}, loss_fn, held=True)
     _exact(rep)
 
 
@@ -254,7 +243,7 @@ def test_offload_plan_first_step_hook_front_end():
     fm = fit(model, args, "50%", loss_fn=loss_fn, sample_kwargs=kwargs, bandwidth="16GB/s")
     blocks = [b.name for b in fm._prep.partitioned.found.blocks]
     choices = plan_choices(fm.plan, fm.graph, blocks)
-    rep = _first_step(fm, model, args, kwargs, loss_fn, held=True)
+    rep = measured_step(fm, model, args, kwargs, loss_fn, held=True)
     _exact(rep)
     if any(c.endswith("+offload") for c in choices.values()):
         assert rep.extra["host_link"]["kept"] == "with the link"
