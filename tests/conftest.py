@@ -7,6 +7,7 @@ plans and texts are under `data/` (see tests/README.md)."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -32,3 +33,29 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+
+
+@pytest.fixture(autouse=True)
+def _measured_as_in_a_process_of_its_own(monkeypatch):
+    """A measured training step counts every storage alive when it starts, as CUDA's allocator
+    does: in the suite, that includes what earlier tests in the same worker left to torch's and
+    Python's caches (device meshes, cached graphs). Each test measures as if it ran in a
+    process of its own: the storages alive when it starts are not counted (held here, so that
+    no storage of the test reuses their addresses); what the test itself keeps is. (Only where
+    the PyTorch wing is loaded already: the other tests measure no steps.)"""
+    memory = sys.modules.get("schedlang.pytorch.memory")
+    if memory is None:
+        yield
+        return
+    import gc
+
+    from schedlang.pytorch.live import live_storages
+
+    gc.collect()
+    earlier = live_storages()
+
+    def without_earlier(device="cpu"):
+        return {k: s for k, s in live_storages(device).items() if k not in earlier}
+
+    monkeypatch.setattr(memory, "live_storages", without_earlier)
+    yield
