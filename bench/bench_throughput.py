@@ -22,12 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from graphs import load_shared  # noqa: E402
 
-import schedlang  # noqa: E402
 from schedlang.graphs.graph import Graph, Node  # noqa: E402
 from schedlang.plans.plan import Op, Plan  # noqa: E402
 from schedlang.plans.planners import run_planner  # noqa: E402
 from schedlang.plans.planners.no_recompute import no_recompute_plan  # noqa: E402
 from schedlang.plans.simulate import simulate  # noqa: E402
+from schedlang.testing.layered_instances import long_plan_on_a_deep_chain  # noqa: E402
 
 
 def checkmate_case() -> tuple[Plan, Graph]:
@@ -39,24 +39,6 @@ def checkmate_case() -> tuple[Plan, Graph]:
     while len(ops) < 100_000:
         ops.extend(base)
     return Plan(graph="g", ops=ops), g
-
-
-def layered_case() -> tuple[Plan, Graph]:
-    n = 200
-    lines = ["graph deep {", "  data x 1MiB input"]
-    lines += [f"  data h{i} {1 + i % 3}MiB" for i in range(1, n + 1)]
-    lines += ["  data lv 4B"] + [f"  data h{i}.grad 1MiB" for i in range(n, 0, -1)]
-    lines += ["  data x.grad 1MiB output"]
-    for i in range(1, n + 1):
-        src = "x" if i == 1 else f"h{i - 1}"
-        lines.append(f"  layer b{i} ({src}) -> (h{i}) {{ grad (h{i}.grad) -> ({src}.grad)\n"
-                     f"    option ag fwd 1ms overhead 1MiB bwd 2ms phantom 3MiB\n"
-                     f"    option rc fwd 1ms bwd 3ms phantom 0 needs ({src}) }}")
-    lines += [f"  loss (h{n}) -> (lv, h{n}.grad) time 1ms", "}"]
-    g = schedlang.load(text="use rockmate\n" + "\n".join(lines) + "\n").graph
-    base = no_recompute_plan(g)
-    pad = [Op("compute", node="b1.fwd", option="fast_forward"), Op("delete", data="h1")]
-    return Plan(graph="deep", ops=pad * ((100_000 - len(base.ops)) // 2) + base.ops), g
 
 
 def median_seconds(fn, reps: int) -> float:
@@ -74,7 +56,7 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for name, (plan, g), target in (("simulate, checkmate view", checkmate_case(), 3.0),
-                                    ("simulate, layered view", layered_case(), 1.0)):
+                                    ("simulate, layered view", long_plan_on_a_deep_chain(), 1.0)):
         assert simulate(plan, g).valid
         s = median_seconds(lambda: simulate(plan, g), args.reps)
         rows.append((f"{name}, {len(plan.ops)} ops", s, target))

@@ -110,22 +110,7 @@ class _Space:
                 self.fwd_of[j] = i
             elif ev.kind[i] == "bwd":
                 self.bwd_of[j] = i
-        self.readers: list[set[int]] = [set() for _ in range(self.nd)]
-        for i in range(self.T):
-            for per in ev.reads[i]:
-                for d in per:
-                    self.readers[d].add(i)
-
-    def may_read(self, d: int, t: int, i: int) -> bool:
-        """Some compute can still read d after node i of phase t (`bruteforce_rockmate`)."""
-        T, loss = self.T, self.loss
-        for u in self.readers[d]:
-            if u == loss:
-                if t < loss or (t == loss and i < loss):
-                    return True
-            elif t < T - 1 or i < u <= t:
-                return True
-        return False
+        self.readers, self.may_read = ev.readers, ev.may_read
 
     def read_later(self, d: int, t: int) -> bool:
         """Some compute of a phase after t can read d."""

@@ -197,6 +197,21 @@ class _Evaluator:
                          if self.steps[i][o] else ph + self.opt_over[i][o])
                 row.append(self.opt_time[i][ff] <= self.opt_time[i][o] and ff_most <= least)
             self.ff_dominates.append(row)
+        self.readers: list[set[int]] = [set() for _ in self.data]  # the computes reading each datum
+        for i in range(self.T):
+            for per in self.reads[i]:
+                for d in per:
+                    self.readers[d].add(i)
+
+    def may_read(self, d: int, t: int, i: int) -> bool:
+        """Some compute can still read datum d after node i of phase t."""
+        for u in self.readers[d]:
+            if u == self.loss:
+                if t < self.loss or (t == self.loss and i < self.loss):
+                    return True
+            elif t < self.T - 1 or i < u <= t:
+                return True
+        return False
 
     def op_peak(self, i: int, o: int, mem: int, add: int, new, ph: int, freed) -> int:
         """Memory while (i, o) runs (the simulator's rule): `mem` before it, `add` bytes of the
@@ -422,21 +437,7 @@ def _search_states(ev: _Evaluator, peak_budget: int, save_budget: int | None, do
     reads, writes, kind, layer, opt_lo = ev.reads, ev.writes, ev.kind, ev.layer, ev.opt_lo
     size, full, phantom, over, steps = ev.size, ev.full, ev.phantom, ev.opt_over, ev.steps
     is_output = ev.is_output
-    readers: list[set[int]] = [set() for _ in range(nd)]
-    for i in range(T):
-        for per in reads[i]:
-            for d in per:
-                readers[d].add(i)
-
-    def may_read(d: int, t: int, i: int) -> bool:
-        """Some compute can still read d after node i of phase t."""
-        for u in readers[d]:
-            if u == loss:
-                if t < loss or (t == loss and i < loss):
-                    return True
-            elif t < T - 1 or i < u <= t:
-                return True
-        return False
+    readers, may_read = ev.readers, ev.may_read
 
     rest = [0.0] * (T + 1)  # cheapest frontier computations of phases t..T-1
     for t in range(T - 1, -1, -1):

@@ -204,6 +204,24 @@ def normalize(ir: IRModel, model: IRModel, post, raw: RawResult, solver: str,
 
 # --------------------------------------------------------------------------- helpers
 
+def infeasible_or_unbounded(raw: RawResult, check: RawResult, model: IRModel) -> RawResult:
+    """Settle a solver's infeasible-or-unbounded `raw` by `check`, the same rows solved with a
+    zero objective: a feasible point means unbounded, proven infeasible rows infeasible."""
+    if check.termination == OPTIMAL or (check.termination in (LIMIT, UNKNOWN)
+                                        and check.x is not None
+                                        and is_feasible(model, check.x)[0]):
+        raw.termination = UNBOUNDED
+        raw.detail += "; a re-solve with a zero objective found a feasible point"
+    elif check.termination == INFEASIBLE:
+        raw.termination = INFEASIBLE
+        raw.detail += "; a re-solve with a zero objective proved the rows infeasible"
+    else:
+        raw.termination = ERROR
+        raw.detail = (f"the solver reported infeasible-or-unbounded and a feasibility "
+                      f"check ended with '{check.termination}' {check.detail}").strip()
+    return raw
+
+
 def join(notes: list[str]) -> str:
     return "; ".join(n for n in notes if n)
 

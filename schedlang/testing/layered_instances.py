@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from schedlang.graphs.graph import DataNode, Graph, Layer, Loss, Option, Step
+from schedlang.plans.plan import Op, Plan
+from schedlang.plans.planners.no_recompute import no_recompute_plan
+from schedlang.problem import load
 
 MiB = 2**20
 
@@ -110,3 +113,23 @@ def random_dag(name: str, seed: int, layers: int = 3) -> Graph:
                               [resolved(o, names) for o in opts]))
     g.loss = Loss([acts[-1]], ["loss", f"{acts[-1]}.grad"], 1)
     return g
+
+
+def long_plan_on_a_deep_chain(n: int = 200, ops: int = 100_000) -> tuple[Plan, Graph]:
+    """A plan of about `ops` ops on x -> b1 -> ... -> bn -> loss (each layer with a stored
+    option `ag` and a recomputing one `rc`): the no-recomputation plan after pairs of
+    (b1.fwd without autograd, delete h1), for the simulator's speed on long plans."""
+    lines = ["use rockmate", "graph deep {", "  data x 1MiB input"]
+    lines += [f"  data h{i} {1 + i % 3}MiB" for i in range(1, n + 1)]
+    lines += ["  data lv 4B"] + [f"  data h{i}.grad 1MiB" for i in range(n, 0, -1)]
+    lines += ["  data x.grad 1MiB output"]
+    for i in range(1, n + 1):
+        src = "x" if i == 1 else f"h{i - 1}"
+        lines.append(f"  layer b{i} ({src}) -> (h{i}) {{ grad (h{i}.grad) -> ({src}.grad)\n"
+                     f"    option ag fwd 1ms overhead 1MiB bwd 2ms phantom 3MiB\n"
+                     f"    option rc fwd 1ms bwd 3ms phantom 0 needs ({src}) }}")
+    lines += [f"  loss (h{n}) -> (lv, h{n}.grad) time 1ms", "}"]
+    g = load(text="\n".join(lines) + "\n").graph
+    base = no_recompute_plan(g).ops
+    pad = [Op("compute", node="b1.fwd", option="fast_forward"), Op("delete", data="h1")]
+    return Plan(graph="deep", ops=pad * ((ops - len(base)) // 2) + base), g

@@ -467,16 +467,6 @@ def recomputed_reader() -> Graph:
     return g
 
 
-def test_prefetch_for_a_recomputed_reader():
-    g = recomputed_reader()
-    best, plan = best_offload_plan(g, 16 * MiB)
-    assert best == pytest.approx(25)
-    assert any(op.op == "prefetch" and op.data == "x" for op in plan.ops)
-    _prob, res = solve(g, 16 * MiB, extra=GRID)
-    assert res.status == Status.OPTIMAL
-    assert res.objective == pytest.approx(best)
-
-
 def lost_contribution() -> Graph:
     """2 layers; L1.bwd ("sel") needs h1. At peak 7 MiB the optimum (time 12) offloads h1
     and L1's phantom while L2.fwd runs, deletes / drops them, and prefetches both while L2.bwd
@@ -491,12 +481,17 @@ def lost_contribution() -> Graph:
     return g
 
 
-def test_prefetched_activation_is_complete():
-    g = lost_contribution()
-    best, plan = best_offload_plan(g, 7 * MiB)
-    assert best == pytest.approx(12)
-    assert any(op.op == "prefetch" and op.data == "h1" for op in plan.ops)
-    _prob, res = solve(g, 7 * MiB, extra=GRID)
+@pytest.mark.parametrize("make, peak_mib, best_time, prefetched", [
+    (recomputed_reader, 16, 25, "x"),  # a prefetch for a recomputed reader
+    (lost_contribution, 7, 12, "h1"),  # a prefetched activation is complete
+])
+def test_optimum_prefetches(make, peak_mib, best_time, prefetched):
+    g = make()
+    best, plan = best_offload_plan(g, peak_mib * MiB)
+    assert best == pytest.approx(best_time)
+    assert any(op.op == "prefetch" and op.data == prefetched for op in plan.ops)
+    _prob, res = solve(g, peak_mib * MiB, extra=GRID)
+    assert res.status == Status.OPTIMAL
     assert res.objective == pytest.approx(best)
 
 

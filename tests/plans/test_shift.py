@@ -342,15 +342,20 @@ def test_limits_stop_early():
 
 
 # --- incremental costs -----------------------------------------------------------------------
+def random_scheduler(rng: random.Random, seed: int, n: int, allocs: int, most_readers: int):
+    """A random DAG of `n` ops with `allocs` allocations of 1-9 B, each used by 1 to
+    `most_readers` random ops, and a shift scheduler on it from a random topological order."""
+    ops = [f"n{i}" for i in range(n)]
+    used = [(rng.randint(1, 9), rng.sample(ops, rng.randint(1, most_readers))) for _ in range(allocs)]
+    dag = Dag.build(ops, [(ops[u], ops[v]) for u, v in random_dag(n, seed)], used)
+    return dag, ShiftScheduler(dag, initial="random", seed=seed)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_incremental_delta_matches_scratch(seed):
     rng = random.Random(seed)
     n = 30
-    edges = random_dag(n, seed)
-    ops = [f"n{i}" for i in range(n)]
-    allocs = [(rng.randint(1, 9), rng.sample(ops, rng.randint(1, 5))) for _ in range(40)]
-    dag = Dag.build(ops, [(ops[u], ops[v]) for u, v in edges], allocs)
-    s = ShiftScheduler(dag, initial="random", seed=seed)
+    dag, s = random_scheduler(rng, seed, n, allocs=40, most_readers=5)
     for _ in range(300):
         a = rng.randrange(n - 1)
         b = rng.randrange(a + 1, n)
@@ -376,11 +381,7 @@ def test_ripple_best_move_is_brute_force_best(seed):
     move chosen is the best valid one over >= k ops."""
     rng = random.Random(100 + seed)
     n = 24
-    edges = random_dag(n, seed)
-    ops = [f"n{i}" for i in range(n)]
-    allocs = [(rng.randint(1, 9), rng.sample(ops, rng.randint(1, 4))) for _ in range(30)]
-    dag = Dag.build(ops, [(ops[u], ops[v]) for u, v in edges], allocs)
-    s = ShiftScheduler(dag, initial="random", seed=seed)
+    dag, s = random_scheduler(rng, seed, n, allocs=30, most_readers=4)
     base = sum_liveness_of(dag, s.order)
     for k in (1, 2, 3):
         for start in range(n - k + 1):

@@ -15,7 +15,8 @@ from schedlang.language.program import load_program
 from schedlang.plans.plan import Op, Plan
 from schedlang.plans.planners.no_recompute import no_recompute_peak, no_recompute_plan
 from schedlang.plans.simulate import simulate
-from schedlang.testing.layered_instances import TINY_TEXT
+from schedlang.testing.layered_instances import TINY_TEXT, long_plan_on_a_deep_chain
+from schedlang.testing.plan_steps import TINY_LOSS_AND_BLOCK2_BACKWARD, plan_of
 
 from ..paths import ROOT
 
@@ -36,48 +37,23 @@ def tiny(text: str = TINY_TEXT):
         return load_program([path]).graph
 
 
-def plan_of(steps: str, graph: str = "tiny_transformer", **kw) -> Plan:
-    """One op per line: `c NODE [OPTION]`, `d DATA`, `p LAYER` (drop_phantom)."""
-    ops = []
-    for line in steps.strip().splitlines():
-        parts = line.split()
-        if not parts:
-            continue
-        if parts[0] == "c":
-            ops.append(Op("compute", node=parts[1], option=parts[2] if len(parts) > 2 else None))
-        elif parts[0] == "d":
-            ops.append(Op("delete", data=parts[1]))
-        else:
-            assert parts[0] == "p"
-            ops.append(Op("drop_phantom", layer=parts[1]))
-    return Plan(graph=graph, ops=ops, **kw)
-
-
 # x 8, h1 8, h2 8, loss 4 B, h2.grad 8, h1.grad 8, x.grad 8 (MiB)
-TINY_NO_RECOMPUTE = """
+TINY_NO_RECOMPUTE = f"""
 c block1.fwd autograd
 d x
 c block2.fwd autograd
 d h1
-c loss
-d h2
-d loss
-c block2.bwd autograd
-d h2.grad
+{TINY_LOSS_AND_BLOCK2_BACKWARD}
 c block1.bwd autograd
 d h1.grad
 """
 
 # block1 runs without autograd first (no phantom), then again with its option before its backward
-TINY_RECOMPUTE = """
+TINY_RECOMPUTE = f"""
 c block1.fwd fast_forward
 c block2.fwd autograd
 d h1
-c loss
-d h2
-d loss
-c block2.bwd autograd
-d h2.grad
+{TINY_LOSS_AND_BLOCK2_BACKWARD}
 c block1.fwd recompute
 d h1
 c block1.bwd recompute
@@ -705,22 +681,10 @@ def test_the_mutations_include_each_kind_of_failure(three):
 
 
 # --- speed -----------------------------------------------------------------------------------
-def test_long_plans_on_200_layers(tmp_path):
+def test_long_plans_on_200_layers():
     n = 200
-    lines = ["graph deep {", "  data x 1MiB input"]
-    lines += [f"  data h{i} {1 + i % 3}MiB" for i in range(1, n + 1)]
-    lines += ["  data lv 4B"] + [f"  data h{i}.grad 1MiB" for i in range(n, 0, -1)] + \
-        ["  data x.grad 1MiB output"]
-    for i in range(1, n + 1):
-        src = "x" if i == 1 else f"h{i - 1}"
-        lines.append(f"  layer b{i} ({src}) -> (h{i}) {{ grad (h{i}.grad) -> ({src}.grad)\n"
-                     f"    option ag fwd 1ms overhead 1MiB bwd 2ms phantom 3MiB\n"
-                     f"    option rc fwd 1ms bwd 3ms phantom 0 needs ({src}) }}")
-    lines += [f"  loss (h{n}) -> (lv, h{n}.grad) time 1ms", "}"]
-    g = graph_of("\n".join(lines) + "\n", tmp_path)
+    plan, g = long_plan_on_a_deep_chain(n)
     base = no_recompute_plan(g)
-    pad = [Op("compute", node="b1.fwd", option="fast_forward"), Op("delete", data="h1")]
-    plan = Plan(graph="deep", ops=pad * ((100_000 - len(base.ops)) // 2) + base.ops)
     assert len(plan.ops) >= 99_000
     r = simulate(plan, g)  # its speed is measured in bench/bench_throughput.py
     assert r.valid, r.errors[:3]

@@ -16,6 +16,7 @@ from schedlang.language.program import load_program
 from schedlang.plans.plan import SCHEMA, Op, Plan
 from schedlang.plans.simulate import simulate
 from schedlang.testing.layered_instances import TINY_TEXT
+from schedlang.testing.plan_steps import TINY_LOSS_AND_BLOCK2_BACKWARD, plan_of
 
 from ..paths import ROOT
 
@@ -43,40 +44,9 @@ def tiny(offload_s: float | None = None, prefetch_s: float | None = None):
     return g
 
 
-def plan_of(steps: str) -> Plan:
-    """One op per line: `c NODE [OPTION]`, `d DATA`, `p LAYER` (drop_phantom),
-    `o TARGET [FRACTION]` (offload), `f TARGET [FRACTION]` (prefetch),
-    `w CHANNEL [TARGET]`, where TARGET is `d:DATA` or `l:LAYER`."""
-    ops = []
-
-    def target(text: str) -> dict:
-        kind, name = text.split(":", 1)
-        return {"data": name} if kind == "d" else {"layer": name}
-
-    for line in steps.strip().splitlines():
-        parts = line.split()
-        if not parts:
-            continue
-        head = parts[0]
-        if head == "c":
-            ops.append(Op("compute", node=parts[1], option=parts[2] if len(parts) > 2 else None))
-        elif head == "d":
-            ops.append(Op("delete", data=parts[1]))
-        elif head == "p":
-            ops.append(Op("drop_phantom", layer=parts[1]))
-        elif head in ("o", "f"):
-            fraction = float(parts[2]) if len(parts) > 2 else None
-            ops.append(Op("offload" if head == "o" else "prefetch", fraction=fraction,
-                          **target(parts[1])))
-        else:
-            assert head == "w"
-            ops.append(Op("wait", channel=parts[1], **(target(parts[2]) if len(parts) > 2 else {})))
-    return Plan(graph="tiny_transformer", ops=ops)
-
-
 # The phantom of block1 (96MiB) is offloaded while block2.fwd runs, dropped, and prefetched
 # after block2.bwd, just before block1.bwd.
-PLAN_A = """
+PLAN_A = f"""
 c block1.fwd autograd
 o l:block1
 d x
@@ -84,11 +54,7 @@ c block2.fwd autograd
 d h1
 w offload l:block1
 p block1
-c loss
-d h2
-d loss
-c block2.bwd autograd
-d h2.grad
+{TINY_LOSS_AND_BLOCK2_BACKWARD}
 f l:block1
 w prefetch l:block1
 c block1.bwd autograd
@@ -198,18 +164,14 @@ def test_halves_over_two_steps_time_like_one_whole_transfer():
 
 def test_a_datum_goes_to_the_host_and_back():
     # block1 runs without autograd, x goes to the host, then comes back for the recomputation
-    steps = """
+    steps = f"""
 c block1.fwd fast_forward
 o d:x
 c block2.fwd autograd
 w offload d:x
 d x
 d h1
-c loss
-d h2
-d loss
-c block2.bwd autograd
-d h2.grad
+{TINY_LOSS_AND_BLOCK2_BACKWARD}
 f d:x
 w prefetch
 c block1.fwd recompute
@@ -394,7 +356,7 @@ def test_prefetching_what_is_on_the_device():
 
 
 def test_creating_during_a_prefetch_round():
-    steps = """
+    steps = f"""
 c block1.fwd autograd
 c block2.fwd autograd
 o d:h1
@@ -403,11 +365,7 @@ d h1
 f d:h1
 c block1.fwd fast_forward
 w prefetch
-c loss
-d h2
-d loss
-c block2.bwd autograd
-d h2.grad
+{TINY_LOSS_AND_BLOCK2_BACKWARD}
 c block1.bwd autograd
 d h1.grad
 d h1

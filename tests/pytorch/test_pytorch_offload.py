@@ -295,23 +295,18 @@ def test_offload_plans_measure_their_prediction_on_every_model(name, pct):
 def test_run_command_loop_and_link(tmp_path, capsys):
     """`schedlang run --no-outputs-held --bandwidth RATE|auto`: the steps run the loop the
     plan is for, and the report gives the link."""
-    import argparse
     import json
 
-    from schedlang.cli.pytorch_args import add_run_arguments
     from schedlang.language.errors import SchedError
-    from schedlang.pytorch.run import run_main
 
-    factory = tmp_path / "wide_gpt.py"
-    factory.write_text("from schedlang.testing.torch_models import make_gpt\n"
-                       "def wide():\n    return make_gpt(batch=4, context=64, layers=4, "
-                       "vocab=1024)\n")
-    ap = argparse.ArgumentParser()
-    add_run_arguments(ap)
+    from .run_command import RunCommand
+
+    command = RunCommand(tmp_path, "from schedlang.testing.torch_models import make_gpt\n"
+                         "def wide():\n    return make_gpt(batch=4, context=64, layers=4, "
+                         "vocab=1024)\n")
 
     def run(*argv):
-        return run_main(ap.parse_args([f"{factory}:wide", "--steps", "2", "--repeats", "1",
-                                       "--no-plain", *argv]))
+        return command.quick("wide", *argv)
 
     assert run("--budget", "55%", "--no-outputs-held", "--bandwidth", "16GB/s", "--json") == 0
     out = json.loads(capsys.readouterr().out)

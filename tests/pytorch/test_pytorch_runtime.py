@@ -364,22 +364,16 @@ def test_gpt2_from_transformers():
 
 def test_run_command(tmp_path, capsys):
     """`schedlang run MODULE:FACTORY`: text and JSON reports; user errors are SchedErrors."""
-    import argparse
     import json
 
-    from schedlang.cli.pytorch_args import add_run_arguments
     from schedlang.language.errors import SchedError
-    from schedlang.pytorch.run import run_main
 
-    factory = tmp_path / "factories.py"
-    factory.write_text("from schedlang.testing.torch_models import make_mlp\n"
-                       "def small():\n    return make_mlp(batch=512, width=64, depth=2)\n"
-                       "def model_only():\n    return small()[0]\n")
-    ap = argparse.ArgumentParser()
-    add_run_arguments(ap)
+    from .run_command import RunCommand
 
-    def run(*argv):
-        return run_main(ap.parse_args(list(argv)))
+    run = RunCommand(tmp_path, "from schedlang.testing.torch_models import make_mlp\n"
+                     "def small():\n    return make_mlp(batch=512, width=64, depth=2)\n"
+                     "def model_only():\n    return small()[0]\n")
+    factory = run.factory
 
     assert run(f"{factory}:small", "--budget", "90%", "--steps", "2", "--repeats", "1",
                "--no-plain", "--json", "--plan-out", str(tmp_path / "plan.json"),
@@ -408,28 +402,22 @@ def test_run_command(tmp_path, capsys):
 def test_run_command_frontend(tmp_path, capsys, frontend):
     """`schedlang run --frontend fx|blocks` fits with that front end (as fit's frontend=):
     the report names it, and the measured peak is within the budget."""
-    import argparse
     import json
 
-    from schedlang.cli.pytorch_args import add_run_arguments
     from schedlang.language.errors import SchedError
-    from schedlang.pytorch.run import run_main
 
-    factory = tmp_path / "gpt_factory.py"
-    factory.write_text("from schedlang.testing.torch_models import make_gpt\n"
-                       "def small():\n    return make_gpt(batch=4, context=32, layers=3)\n")
-    ap = argparse.ArgumentParser()
-    add_run_arguments(ap)
-    assert run_main(ap.parse_args([f"{factory}:small", "--frontend", frontend, "--budget", "80%",
-                                   "--steps", "2", "--repeats", "1", "--no-plain",
-                                   "--json"])) == 0
+    from .run_command import RunCommand
+
+    run = RunCommand(tmp_path, "from schedlang.testing.torch_models import make_gpt\n"
+                     "def small():\n    return make_gpt(batch=4, context=32, layers=3)\n")
+    factory, ap = run.factory, run.parser
+    assert run.quick("small", "--frontend", frontend, "--budget", "80%", "--json") == 0
     out = json.loads(capsys.readouterr().out)
     assert out["frontend"] == frontend
     assert out["fits_budget"] is True
     if frontend == "blocks":
         with pytest.raises(SchedError, match="does not go with --frontend blocks"):
-            run_main(ap.parse_args([f"{factory}:small", "--frontend", "blocks", "--graph",
-                                    str(tmp_path / "g.sched")]))
+            run(f"{factory}:small", "--frontend", "blocks", "--graph", str(tmp_path / "g.sched"))
     with pytest.raises(SystemExit):  # argparse: a usage error, exit code 2
         ap.parse_args([f"{factory}:small", "--frontend", "trace"])
 

@@ -174,22 +174,16 @@ def test_timeline_of_plain_execution(tmp_path):
 
 # --- the command -------------------------------------------------------------------------------
 def test_run_plot_and_trace(tmp_path, capsys):
-    import argparse
-
-    from schedlang.cli.pytorch_args import add_run_arguments
     from schedlang.language.errors import SchedError
-    from schedlang.pytorch.run import run_main
+
+    from .run_command import RunCommand
 
     pytest.importorskip("matplotlib")
-    factory = tmp_path / "factories.py"
-    factory.write_text("from schedlang.testing.torch_models import make_mlp\n"
-                       "def small():\n    return make_mlp(batch=512, width=64, depth=2)\n")
-    ap = argparse.ArgumentParser()
-    add_run_arguments(ap)
+    command = RunCommand(tmp_path, "from schedlang.testing.torch_models import make_mlp\n"
+                         "def small():\n    return make_mlp(batch=512, width=64, depth=2)\n")
 
     def run(*argv):
-        return run_main(ap.parse_args([f"{factory}:small", "--steps", "2", "--repeats", "1",
-                                       "--no-plain", *argv]))
+        return command.quick("small", *argv)
 
     png, js = tmp_path / "m.png", tmp_path / "t.json"
     assert run("--budget", "90%", "--json", "--plot", str(png), "--trace", str(js)) == 0

@@ -15,6 +15,7 @@ from schedlang.compile.ir import ConstraintBlock, IRModel, Objective, VarFamily
 from schedlang.language.errors import SchedError, SolverUnavailable
 from schedlang.solve import backends as B
 from schedlang.solve import solvers
+from schedlang.solve import status as S
 from schedlang.solve.backends import BACKENDS, build_model, solve_ir
 from schedlang.solve.solution import Status
 from schedlang.solve.solvers import SOLVER_NAMES, available_solvers, is_available, native_options
@@ -160,7 +161,7 @@ def test_pyomo_highs_interfaces_agree(interface):
                      interface=interface)
     for ir, opt in ((ASSIGNMENT, ASSIGNMENT_OPT), (KNAPSACK, KNAPSACK_OPT), (LP, LP_OPT)):
         raw = pyomo_backend.solve(ir, run)
-        assert raw.termination == B.OPTIMAL, raw.detail
+        assert raw.termination == S.OPTIMAL, raw.detail
         assert raw.objective == pytest.approx(opt)
         assert raw.bound == pytest.approx(opt, rel=1e-4)
         x = raw.x.copy()
@@ -404,19 +405,19 @@ def test_status_rules(monkeypatch):
     x, obj = good.x, good.objective
     cases = [
         # solver says optimal, but the gap to its bound is 10%: feasible
-        (B.RawResult(B.OPTIMAL, x=x, bound=obj * 1.1), Status.FEASIBLE),
-        (B.RawResult(B.OPTIMAL, x=x, bound=obj * (1 + 5e-5)), Status.OPTIMAL),
-        (B.RawResult(B.OPTIMAL, x=x, bound=None), Status.OPTIMAL),
-        (B.RawResult(B.LIMIT, x=x, bound=obj), Status.FEASIBLE),
-        (B.RawResult(B.LIMIT, x=np.full(ir.n_columns, 0.5)), Status.NO_SOLUTION),  # not integral
-        (B.RawResult(B.LIMIT, x=np.ones(ir.n_columns)), Status.NO_SOLUTION),  # over capacity
-        (B.RawResult(B.LIMIT), Status.NO_SOLUTION),
-        (B.RawResult(B.UNKNOWN, x=x), Status.FEASIBLE),
-        (B.RawResult(B.UNKNOWN), Status.ERROR),
-        (B.RawResult(B.ERROR, detail="boom"), Status.ERROR),
+        (S.RawResult(S.OPTIMAL, x=x, bound=obj * 1.1), Status.FEASIBLE),
+        (S.RawResult(S.OPTIMAL, x=x, bound=obj * (1 + 5e-5)), Status.OPTIMAL),
+        (S.RawResult(S.OPTIMAL, x=x, bound=None), Status.OPTIMAL),
+        (S.RawResult(S.LIMIT, x=x, bound=obj), Status.FEASIBLE),
+        (S.RawResult(S.LIMIT, x=np.full(ir.n_columns, 0.5)), Status.NO_SOLUTION),  # not integral
+        (S.RawResult(S.LIMIT, x=np.ones(ir.n_columns)), Status.NO_SOLUTION),  # over capacity
+        (S.RawResult(S.LIMIT), Status.NO_SOLUTION),
+        (S.RawResult(S.UNKNOWN, x=x), Status.FEASIBLE),
+        (S.RawResult(S.UNKNOWN), Status.ERROR),
+        (S.RawResult(S.ERROR, detail="boom"), Status.ERROR),
         (RuntimeError("solver crashed"), Status.ERROR),
-        (B.RawResult(B.INFEASIBLE), Status.INFEASIBLE),
-        (B.RawResult(B.UNBOUNDED), Status.UNBOUNDED),
+        (S.RawResult(S.INFEASIBLE), Status.INFEASIBLE),
+        (S.RawResult(S.UNBOUNDED), Status.UNBOUNDED),
     ]
     for raw, expected in cases:
         _with_fake(monkeypatch, raw)
@@ -429,7 +430,7 @@ def test_status_rules(monkeypatch):
     _with_fake(monkeypatch, RuntimeError("solver crashed"))
     assert "solver crashed" in solve_ir(ir, presolve=False).message
     # a bound on the wrong side of the objective is dropped, not trusted
-    _with_fake(monkeypatch, B.RawResult(B.OPTIMAL, x=x, bound=obj * 0.5))
+    _with_fake(monkeypatch, S.RawResult(S.OPTIMAL, x=x, bound=obj * 0.5))
     sol = solve_ir(ir, presolve=False)
     assert sol.bound is None and "wrong side" in sol.message
 
@@ -437,11 +438,11 @@ def test_status_rules(monkeypatch):
 def test_infeasible_or_unbounded_is_resolved_by_a_feasibility_check(monkeypatch):
     ir = KNAPSACK
     x = solve_ir(ir, presolve=False).x
-    fake = _with_fake(monkeypatch, B.RawResult(B.INF_OR_UNBD), B.RawResult(B.OPTIMAL, x=x))
+    fake = _with_fake(monkeypatch, S.RawResult(S.INF_OR_UNBD), S.RawResult(S.OPTIMAL, x=x))
     assert solve_ir(ir, presolve=False).status == Status.UNBOUNDED and fake.calls == 2
-    _with_fake(monkeypatch, B.RawResult(B.INF_OR_UNBD), B.RawResult(B.INFEASIBLE))
+    _with_fake(monkeypatch, S.RawResult(S.INF_OR_UNBD), S.RawResult(S.INFEASIBLE))
     assert solve_ir(ir, presolve=False).status == Status.INFEASIBLE
-    _with_fake(monkeypatch, B.RawResult(B.INF_OR_UNBD), B.RawResult(B.ERROR))
+    _with_fake(monkeypatch, S.RawResult(S.INF_OR_UNBD), S.RawResult(S.ERROR))
     assert solve_ir(ir, presolve=False).status == Status.ERROR
 
 

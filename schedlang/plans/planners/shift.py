@@ -374,61 +374,47 @@ class ShiftScheduler:
 
     def _best_move(self, s: int, k: int) -> tuple[int, int, int, int] | None:
         """The best reducing move of block [s, s+k) over >= k ops: (delta, a, b, c)."""
-        sch, pos, op_allocs, span = self.sch, self.pos, self.op_allocs, self._span_change
+        sch, pos = self.sch, self.pos
         block = sch[s:s + k]
-        block_allocs = set()
+        block_allocs: set[int] = set()
         for op in block:
-            block_allocs.update(op_allocs[op])
-        best: tuple[int, int, int, int] | None = None
+            block_allocs.update(self.op_allocs[op])
         end = s + k
         # backwards: past ops [a, s); not past a producer of a block op
-        lo = -1
-        for op in block:
-            for u in self.preds[op]:
-                q = pos[u]
-                if lo < q < s:
-                    lo = q
-        if s - lo - 1 >= k:
-            contrib: dict[int, int] = {}
-            total = 0
-            for a in range(s - 1, lo, -1):
-                x = sch[a]
-                for al in op_allocs[x]:
-                    if al not in block_allocs:
-                        v = span(al, a, s, end)
-                        total += v - contrib.get(al, 0)
-                        contrib[al] = v
-                if s - a >= k:
-                    self.stats.candidates += 1
-                    t = total
-                    for al in block_allocs:
-                        t += span(al, a, s, end)
-                    if t < 0 and (best is None or t < best[0]):
-                        best = (t, a, s, end)
+        lo = max((q for op in block for u in self.preds[op] if (q := pos[u]) < s), default=-1)
         # forwards: past ops [s+k, c); not past a consumer of a block op
-        hi = self.n
-        for op in block:
-            for v in self.succs[op]:
-                q = pos[v]
-                if end <= q < hi:
-                    hi = q
+        hi = min((q for op in block for v in self.succs[op] if (q := pos[v]) >= end),
+                 default=self.n)
+        best = None
+        if s - lo - 1 >= k:
+            backwards = ((sch[a], s - a, (a, s, end)) for a in range(s - 1, lo, -1))
+            best = self._best_rotation(backwards, block_allocs, k, best)
         if hi - end >= k:
-            contrib = {}
-            total = 0
-            for c in range(end + 1, hi + 1):
-                y = sch[c - 1]
-                for al in op_allocs[y]:
-                    if al not in block_allocs:
-                        v = span(al, s, end, c)
-                        total += v - contrib.get(al, 0)
-                        contrib[al] = v
-                if c - end >= k:
-                    self.stats.candidates += 1
-                    t = total
-                    for al in block_allocs:
-                        t += span(al, s, end, c)
-                    if t < 0 and (best is None or t < best[0]):
-                        best = (t, s, end, c)
+            forwards = ((sch[c - 1], c - end, (s, end, c)) for c in range(end + 1, hi + 1))
+            best = self._best_rotation(forwards, block_allocs, k, best)
+        return best
+
+    def _best_rotation(self, rotations: Iterable[tuple[int, int, tuple[int, int, int]]],
+                       block_allocs: set[int], k: int,
+                       best: tuple[int, int, int, int] | None
+                       ) -> tuple[int, int, int, int] | None:
+        """Scan rotations (op passed, ops passed so far, (a, b, c)) in order of distance,
+        keeping the running span change of the passed ops' allocations (each counted once, at
+        its latest rotation); the best reducing one of >= k ops passed, or `best`."""
+        span = self._span_change
+        contrib: dict[int, int] = {}
+        total = 0
+        for passed, count, (a, b, c) in rotations:
+            for al in self.op_allocs[passed]:
+                if al not in block_allocs:
+                    v = span(al, a, b, c)
+                    total += v - contrib.get(al, 0)
+                    contrib[al] = v
+            if count >= k:
+                self.stats.candidates += 1
+                t = total + sum(span(al, a, b, c) for al in block_allocs)
+                if t < 0 and (best is None or t < best[0]):
+                    best = (t, a, b, c)
         return best
 
     def _room(self, s: int, k: int) -> int:

@@ -67,15 +67,12 @@ from ..solvers import (
 )
 from ..solvers.base import output_to_stderr
 from ..solvers.highs import Interrupts
-from ..status import (  # noqa: F401  (the termination words, for the backends)
+from ..status import (
     ERROR,
     INF_OR_UNBD,
-    INFEASIBLE,
     LIMIT,
-    OPTIMAL,
-    UNBOUNDED,
-    UNKNOWN,
     RawResult,
+    infeasible_or_unbounded,
     is_feasible,
     join,
     normalize,
@@ -319,16 +316,4 @@ def _disambiguate(backend: str, model: IRModel, run: SolveRun, raw: RawResult) -
                                                    None, run.verbose))
     raw.build_time += check.build_time
     raw.solve_time += check.solve_time
-    if check.termination == OPTIMAL or (check.termination in (LIMIT, UNKNOWN)
-                                        and check.x is not None
-                                        and is_feasible(model, check.x)[0]):
-        raw.termination = UNBOUNDED
-        raw.detail += "; a re-solve with a zero objective found a feasible point"
-    elif check.termination == INFEASIBLE:
-        raw.termination = INFEASIBLE
-        raw.detail += "; a re-solve with a zero objective proved the rows infeasible"
-    else:
-        raw.termination = ERROR
-        raw.detail = (f"the solver reported infeasible-or-unbounded and a feasibility "
-                      f"check ended with '{check.termination}' {check.detail}").strip()
-    return raw
+    return infeasible_or_unbounded(raw, check, model)
