@@ -130,6 +130,7 @@ def long_plan_on_a_deep_chain(n: int = 200, ops: int = 100_000) -> tuple[Plan, G
                      f"    option rc fwd 1ms bwd 3ms phantom 0 needs ({src}) }}")
     lines += [f"  loss (h{n}) -> (lv, h{n}.grad) time 1ms", "}"]
     g = load(text="\n".join(lines) + "\n").graph
+    assert g is not None  # the text is a graph
     base = no_recompute_plan(g).ops
     pad = [Op("compute", node="b1.fwd", option="fast_forward"), Op("delete", data="h1")]
     return Plan(graph="deep", ops=pad * ((ops - len(base)) // 2) + base), g
