@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -104,7 +105,11 @@ def configurations(options: dict[str, list[str]]) -> list[dict[str, str]]:
 
 
 class _Stamps:
-    """Per step: each block's forward and backward seconds (hooks), summed over its calls."""
+    """Per step: each block's forward and backward seconds (hooks), summed over its calls.
+
+    A block none of whose positional tensor arguments needs a gradient (the first block of a
+    model fed its input directly) gets no full backward hook call at its end: its backward
+    ends with the last gradient accumulated into its parameters (`close_blind`)."""
 
     def __init__(self, modules: dict[str, nn.Module], clock):
         self.clock = clock
@@ -112,30 +117,51 @@ class _Stamps:
         self.bwd: dict[str, float] = {}
         self._fwd_open: dict[str, list[float]] = {}
         self._bwd_open: dict[str, list[float]] = {}
+        self.blind: set[str] = set()
+        self._param_end: dict[str, float] = {}
         self.handles = []
         for name, m in modules.items():
             self.handles += [
-                m.register_forward_pre_hook(self._opener(name, self._fwd_open)),
+                m.register_forward_pre_hook(self._opener(name, self._fwd_open, check=True)),
                 m.register_forward_hook(self._closer(name, self._fwd_open, self.fwd)),
                 m.register_full_backward_pre_hook(self._opener(name, self._bwd_open)),
                 m.register_full_backward_hook(self._closer(name, self._bwd_open, self.bwd)),
             ]
+            self.handles += [p.register_post_accumulate_grad_hook(self._param_done(name))
+                             for p in m.parameters() if p.requires_grad]
 
-    def _opener(self, name, open_):
-        def hook(*_):
+    def _opener(self, name, open_, check=False):
+        def hook(_module, args=()):
+            if check and not any(isinstance(a, torch.Tensor) and a.requires_grad
+                                 for a in args):
+                self.blind.add(name)
             open_.setdefault(name, []).append(self.clock())
         return hook
 
     def _closer(self, name, open_, into):
         def hook(*_):
             starts = open_.get(name)
-            if starts:
+            if starts and not (open_ is self._bwd_open and name in self.blind):
                 into[name] = into.get(name, 0.0) + self.clock() - starts.pop()
         return hook
 
+    def _param_done(self, name):
+        def hook(_param):
+            self._param_end[name] = self.clock()
+        return hook
+
+    def close_blind(self) -> None:
+        """After the backward: each blind block's backward, from its outputs' gradients to
+        the last of its parameters' gradients."""
+        for name in self.blind:
+            starts, end = self._bwd_open.get(name), self._param_end.get(name)
+            if starts and end is not None:
+                self.bwd[name] = self.bwd.get(name, 0.0) + end - starts[0]
+
     def reset(self) -> None:
-        for d in (self.fwd, self.bwd, self._fwd_open, self._bwd_open):
+        for d in (self.fwd, self.bwd, self._fwd_open, self._bwd_open, self._param_end):
             d.clear()  # in place: the hooks hold these dicts
+        self.blind.clear()
 
     def remove(self) -> None:
         for h in self.handles:
@@ -154,8 +180,11 @@ def _step(model, args, kwargs, params, stamps: _Stamps, clock) -> tuple[float, f
     outs = [t for t in flat(out) if isinstance(t, torch.Tensor) and t.requires_grad]
     grads = [torch.ones_like(t) for t in outs]
     t2 = clock()
-    torch.autograd.backward(outs, grads)
+    with warnings.catch_warnings():  # a blind block's hook (`_Stamps`) fires early: known
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        torch.autograd.backward(outs, grads)
     t3 = clock()
+    stamps.close_blind()
     del out, outs, grads
     return t1 - t0, t3 - t2
 
@@ -173,7 +202,13 @@ def time_in_context(found: FoundBlocks, wrappers, options: dict[str, list[str]],
     pooled = pooled or {}
     clock = host_clock()
     configs = configurations(options)
-    params = [p for p in model.parameters() if p.requires_grad]
+    # the steps set the gradients of the parameters and of inputs that require one: cleared
+    # before each step, as `zero_grad` does, and restored after (a gradient left on an input
+    # would make the next step accumulate into it, a temporary the plan does not count)
+    params = [p for p in model.parameters() if p.requires_grad] + [
+        x for x in flat((args, kwargs)) if isinstance(x, torch.Tensor) and x.is_leaf
+        and x.requires_grad]
+    held = [(p, p.grad) for p in params]
     stamps = _Stamps({b.name: b.module for b in found.blocks}, clock)
     # samples: (config, block, "fwd"/"bwd") -> seconds; (config, "glue", side) -> seconds
     samples: dict[tuple, list[float]] = {}
@@ -201,6 +236,8 @@ def time_in_context(found: FoundBlocks, wrappers, options: dict[str, list[str]],
     finally:
         wrappers.set(None)
         stamps.remove()
+        for p, g in held:
+            p.grad = g
     return _medians(samples, configs, options, pooled, rounds - 1, tol)
 
 
