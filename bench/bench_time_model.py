@@ -1,6 +1,6 @@
 """Is fit's time model one to trust? The README's `transformers` example, fitted N times.
 
-    python bench/bench_time_model.py [--runs 5] [--budget 60%] [--steps 31] [--threads 1]
+    python bench/bench_time_model.py [--runs 5] [--budget 60%] [--steps 61] [--threads 1]
 
 Each run is a fresh process that runs the README's "PyTorch" example as written (the Llama
 config, `input_ids` 8 x 128, next-token cross-entropy, `fit(model, batch, budget="60%",
@@ -95,7 +95,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--budget", default="60%")
-    ap.add_argument("--steps", type=int, default=31)
+    ap.add_argument("--steps", type=int, default=61)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", help="write the runs here")
     args = ap.parse_args()

@@ -46,13 +46,15 @@ from ...tensors import flat
 from .find import FoundBlocks
 from .offload import OFFLOAD
 
-__all__ = ["ContextTimes", "settled", "settled_median", "time_in_context", "configurations",
-           "DEFAULT_TOL"]
+__all__ = ["ContextTimes", "settled", "sample_until_settled", "all_settled", "time_in_context",
+           "configurations", "timed_in_context", "apply_times", "glue_times", "DEFAULT_TOL"]
 
 log = logging.getLogger("schedlang.pytorch")
 
 #: a median is settled when its samples' median absolute deviation is within this share of it
-DEFAULT_TOL = 0.03
+DEFAULT_TOL = 0.05
+#: the samples' key of the whole step with every block plain
+STEP_KEY = (0, "step", "")
 
 
 def settled(samples: list[float], tol: float = DEFAULT_TOL) -> bool:
@@ -66,14 +68,39 @@ def settled(samples: list[float], tol: float = DEFAULT_TOL) -> bool:
     return mad <= tol * abs(mid)
 
 
-def settled_median(sample: Callable[[], float], *, min_rounds: int = 5, max_rounds: int = 15,
-                   tol: float = DEFAULT_TOL) -> tuple[float, int]:
-    """(median, samples taken) of `sample()` called until its samples are `settled` (at least
-    `min_rounds`, at most `max_rounds`): the rule `time_in_context` applies to every time."""
-    got = [sample() for _ in range(min_rounds)]
-    while len(got) < max_rounds and not settled(got, tol):
-        got.append(sample())
-    return statistics.median(got), len(got)
+class _Untimeable(Exception):
+    """A step whose blocks the hooks cannot time (`_record`)."""
+
+
+def sample_until_settled(take_round: Callable[[], None], samples: dict, *, min_rounds: int,
+                         max_rounds: int, tol: float = DEFAULT_TOL,
+                         scale_key=None) -> int:
+    """Call `take_round()` (one more sample appended to each list of `samples`) at least
+    `min_rounds` and at most `max_rounds` times, until every list is `settled`; a list whose
+    key's second item is ``"glue"`` is judged against the median of `samples[scale_key]`
+    instead of its own (a difference of totals, small beside them). Returns the rounds taken.
+    An outlier (a step the machine's load slowed) does not move a median: a spread that does
+    is timed again rather than averaged in."""
+    rounds = 0
+    while rounds < max_rounds:
+        take_round()
+        rounds += 1
+        if rounds >= min_rounds and all_settled(samples, tol, scale_key):
+            break
+    return rounds
+
+
+def all_settled(samples: dict, tol: float = DEFAULT_TOL, scale_key=None) -> bool:
+    """Every list of `samples` `settled` (see `sample_until_settled` for the glue's)."""
+    scale = statistics.median(samples[scale_key]) if scale_key in samples else None
+    for key, v in samples.items():
+        if scale is not None and isinstance(key, tuple) and key[1:2] == ("glue",):
+            mid = statistics.median(v)
+            if len(v) < 3 or statistics.median(abs(s - mid) for s in v) > tol * scale:
+                return False
+        elif not settled(v, tol):
+            return False
+    return True
 
 
 @dataclass
@@ -191,7 +218,7 @@ def _step(model, args, kwargs, params, stamps: _Stamps, clock) -> tuple[float, f
 
 def time_in_context(found: FoundBlocks, wrappers, options: dict[str, list[str]],
                     args: tuple, kwargs: dict, *, pooled: dict[str, str] | None = None,
-                    min_rounds: int = 5, max_rounds: int = 15,
+                    min_rounds: int = 4, max_rounds: int = 9,
                     tol: float = DEFAULT_TOL) -> ContextTimes | None:
     """Time `options` (block -> option names, ``autograd`` first) in whole steps of
     `found.model` on (`args`, `kwargs`), its blocks run by `wrappers` (a
@@ -212,22 +239,27 @@ def time_in_context(found: FoundBlocks, wrappers, options: dict[str, list[str]],
     stamps = _Stamps({b.name: b.module for b in found.blocks}, clock)
     # samples: (config, block, "fwd"/"bwd") -> seconds; (config, "glue", side) -> seconds
     samples: dict[tuple, list[float]] = {}
-    rounds = 0
+
+    def one_round(warm_up: bool = False) -> None:
+        for k, config in enumerate(configs):
+            wrappers.set(config)
+            fwd, bwd = _step(model, args, kwargs, params, stamps, clock)
+            if not warm_up and not _record(samples, k, config, stamps, fwd, bwd, pooled,
+                                           options):
+                raise _Untimeable
+        progress.step(None, "a round of steps")
+
     try:
         with preserved(model), torch.random.fork_rng(devices=[]), \
-                progress.phase("timing blocks in context", max_rounds + 1):
-            while True:
-                for k, config in enumerate(configs):
-                    wrappers.set(config)
-                    fwd, bwd = _step(model, args, kwargs, params, stamps, clock)
-                    if rounds == 0:
-                        continue  # warm-up
-                    if not _record(samples, k, config, stamps, fwd, bwd, pooled, options):
-                        return None
-                rounds += 1
-                progress.step(rounds, f"round {rounds}")
-                if rounds > min_rounds and (rounds > max_rounds or _all_settled(samples, tol)):
-                    break
+                progress.phase("timing blocks in context"):
+            one_round(warm_up=True)
+            rounds = sample_until_settled(one_round, samples, min_rounds=min_rounds,
+                                          max_rounds=max_rounds, tol=tol,
+                                          scale_key=STEP_KEY)
+    except _Untimeable:
+        log.info("schedlang fit: a block's backward could not be timed in context (its "
+                 "inputs come as keyword arguments only); the layer profile's times stand")
+        return None
     except (RuntimeError, TypeError, ValueError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         log.info("schedlang fit: the blocks could not be timed in context (%s); the layer "
@@ -238,7 +270,7 @@ def time_in_context(found: FoundBlocks, wrappers, options: dict[str, list[str]],
         stamps.remove()
         for p, g in held:
             p.grad = g
-    return _medians(samples, configs, options, pooled, rounds - 1, tol)
+    return _medians(samples, configs, options, pooled, rounds, tol)
 
 
 def _record(samples, k, config, stamps: _Stamps, fwd: float, bwd: float, pooled,
@@ -254,25 +286,11 @@ def _record(samples, k, config, stamps: _Stamps, fwd: float, bwd: float, pooled,
     if k == 0:  # every block plain: the glue's times
         samples.setdefault((0, "glue", "fwd"), []).append(max(0.0, fwd - blocks_fwd))
         samples.setdefault((0, "glue", "bwd"), []).append(max(0.0, bwd - blocks_bwd))
-        samples.setdefault((0, "step", ""), []).append(fwd + bwd)
+        samples.setdefault(STEP_KEY, []).append(fwd + bwd)
     for name, option in config.items():
         key = pooled.get(name, name)
         samples.setdefault((option, key, "fwd"), []).append(stamps.fwd[name])
         samples.setdefault((option, key, "bwd"), []).append(stamps.bwd.get(name, 0.0))
-    return True
-
-
-def _all_settled(samples: dict, tol: float) -> bool:
-    """Every block's times `settled`; the glue's (a difference of totals, small beside them)
-    within `tol` of the whole step's median."""
-    step = statistics.median(samples[(0, "step", "")])
-    for key, v in samples.items():
-        if key[1] == "glue":
-            mid = statistics.median(v)
-            if len(v) < 3 or statistics.median(abs(s - mid) for s in v) > tol * step:
-                return False
-        elif not settled(v, tol):
-            return False
     return True
 
 
@@ -287,7 +305,7 @@ def _medians(samples, configs, options, pooled, rounds: int, tol: float) -> Cont
                         if k[1] not in ("glue", "step") and not settled(v, tol)})
     return ContextTimes(blocks, statistics.median(samples[(0, "glue", "fwd")]),
                         statistics.median(samples[(0, "glue", "bwd")]), torch.get_num_threads(),
-                        rounds, statistics.median(samples[(0, "step", "")]), unsettled)
+                        rounds, statistics.median(samples[STEP_KEY]), unsettled)
 
 
 def timed_in_context(found: FoundBlocks, profiled, wrappers, args: tuple,
