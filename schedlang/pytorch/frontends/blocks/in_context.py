@@ -14,9 +14,9 @@ forward), and it is noisy on a loaded CPU. Here:
 * per step, module hooks stamp each block's forward (pre-hook to hook) and backward (torch's
   full backward pre-hook: its outputs' gradients are ready; full backward hook: its inputs'
   gradients are computed) with the profile's clock (`profile.host_clock`: the thread's CPU
-  time with one intra-op thread). A recomputation runs inside the backward: it is part of the
-  block's backward, as the solver prices it. The glue is the rest of the step: forward and
-  backward totals, less the blocks.
+  time with one intra-op thread; on CUDA, wall time once the device is done). A
+  recomputation runs inside the backward: it is part of the block's backward, as the solver
+  prices it. The glue is the rest of the step: forward and backward totals, less the blocks.
 * rounds go on (`min_rounds` .. `max_rounds`) until every median is *settled*
   (`settled`): its samples' median absolute deviation within `tol` of the median, so an
   outlier (a step the machine's load slowed) is timed again rather than averaged in.
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -216,6 +217,19 @@ def _step(model, args, kwargs, params, stamps: _Stamps, clock) -> tuple[float, f
     return t1 - t0, t3 - t2
 
 
+def _clock(model: nn.Module):
+    """The profile's clock on the CPU (`host_clock`); on CUDA, wall time after the device
+    has finished what was queued (a hook runs when its kernels are launched, not done)."""
+    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    if dev.type != "cuda":
+        return host_clock()
+
+    def clock() -> float:
+        torch.cuda.synchronize(dev)
+        return time.perf_counter()
+    return clock
+
+
 def time_in_context(found: FoundBlocks, wrappers, options: dict[str, list[str]],
                     args: tuple, kwargs: dict, *, pooled: dict[str, str] | None = None,
                     min_rounds: int = 4, max_rounds: int = 9,
@@ -227,7 +241,7 @@ def time_in_context(found: FoundBlocks, wrappers, options: dict[str, list[str]],
     docstring; None when a step cannot be timed so."""
     model = found.model
     pooled = pooled or {}
-    clock = host_clock()
+    clock = _clock(model)
     configs = configurations(options)
     # the steps set the gradients of the parameters and of inputs that require one: cleared
     # before each step, as `zero_grad` does, and restored after (a gradient left on an input
