@@ -7,7 +7,9 @@ config, `input_ids` 8 x 128, next-token cross-entropy, `fit(model, batch, budget
 loss_fn=loss_fn)` and its three steps with AdamW) with `torch.set_num_threads(--threads)`
 for the whole run (profile and timing), then, the peak tracker off, times `--steps` steps of
 plain PyTorch (the model unwrapped) and of the fitted module, interleaved, after two warm-up
-steps each: the measured overhead is the ratio of the medians less one. With one thread the
+steps each: the measured overhead is the median, over the rounds, of the ratio of a round's
+two steps (run next to each other, under the same load), less one; the ratio of the medians
+is printed beside it. With one thread the
 steps are timed by the thread's CPU time (`time.thread_time`, the clock `fit` profiles with:
 what the step costs, not how long the loaded machine kept it waiting); the wall-clock overhead
 is printed beside it. Per run it prints the plan's identity (a digest of its ops: equal
@@ -81,9 +83,13 @@ for r in range(steps + 2):
             walls[k].append(time.perf_counter() - w0)
 med = {k: statistics.median(v) for k, v in times.items()}
 wall = {k: statistics.median(v) for k, v in walls.items()}
+# each round's two steps ran next to each other, under the same load: the median of their
+# ratios cancels the load's drift from round to round
+paired = statistics.median(f / p for f, p in zip(times["fit"], times["plain"])) - 1
 print(json.dumps({"digest": digest, "predicted_peak": rep.predicted_peak_bytes,
                   "measured_peak": rep.measured_peak_bytes,
-                  "predicted": rep.plan_time_overhead, "measured": med["fit"] / med["plain"] - 1,
+                  "predicted": rep.plan_time_overhead, "measured": paired,
+                  "measured_medians": med["fit"] / med["plain"] - 1,
                   "plain_ms": 1000 * med["plain"], "fit_ms": 1000 * med["fit"],
                   "measured_wall": wall["fit"] / wall["plain"] - 1, "fit_s": t_fit,
                   "recomputes": recomputes, "threads": torch.get_num_threads(),
@@ -115,7 +121,8 @@ def main() -> int:
         print(f"run {k + 1}: plan {run['digest']}, predicted peak {run['predicted_peak']} B, "
               f"overhead predicted {100 * run['predicted']:+.1f}% measured "
               f"{100 * run['measured']:+.1f}% (plain {run['plain_ms']:.1f} ms, fit "
-              f"{run['fit_ms']:.1f} ms; wall clock {100 * run['measured_wall']:+.1f}%); "
+              f"{run['fit_ms']:.1f} ms, their ratio {100 * run['measured_medians']:+.1f}%; "
+              f"wall clock {100 * run['measured_wall']:+.1f}%); "
               f"fit() took {run['fit_s']:.2f} s", flush=True)
     pred = [r["predicted"] for r in runs]
     meas = [r["measured"] for r in runs]

@@ -62,11 +62,11 @@ def test_re_timing_stops_at_the_limit_and_keeps_every_sample():
 
 
 def test_the_glue_is_judged_against_the_whole_step():
-    """The glue's time is a difference of totals: a spread that is small beside the step
-    counts as settled, though large beside the glue itself."""
-    step = (0, "step", "")
-    samples = {step: [0.050, 0.050, 0.051], (0, "glue", "fwd"): [0.001, 0.002, 0.0015]}
-    assert all_settled(samples, 0.05, scale_key=step)
+    """The glue's time is a difference of totals, kept as a share of the step: a spread small
+    beside the step counts as settled, though large beside the glue itself."""
+    glue = (0, "glue", "fwd")
+    samples = {glue: [0.02, 0.04, 0.03]}
+    assert all_settled(samples, 0.05, of_step={glue})
     assert not all_settled(samples, 0.05)  # judged on its own, the glue is spread
 
 

@@ -56,6 +56,8 @@ log = logging.getLogger("schedlang.pytorch")
 DEFAULT_TOL = 0.05
 #: the samples' key of the whole step with every block plain
 STEP_KEY = (0, "step", "")
+#: ... and of the glue's forward and backward
+GLUE_KEYS = ((0, "glue", "fwd"), (0, "glue", "bwd"))
 
 
 def settled(samples: list[float], tol: float = DEFAULT_TOL) -> bool:
@@ -74,30 +76,28 @@ class _Untimeable(Exception):
 
 
 def sample_until_settled(take_round: Callable[[], None], samples: dict, *, min_rounds: int,
-                         max_rounds: int, tol: float = DEFAULT_TOL,
-                         scale_key=None) -> int:
+                         max_rounds: int, tol: float = DEFAULT_TOL, of_step=()) -> int:
     """Call `take_round()` (one more sample appended to each list of `samples`) at least
-    `min_rounds` and at most `max_rounds` times, until every list is `settled`; a list whose
-    key's second item is ``"glue"`` is judged against the median of `samples[scale_key]`
-    instead of its own (a difference of totals, small beside them). Returns the rounds taken.
-    An outlier (a step the machine's load slowed) does not move a median: a spread that does
-    is timed again rather than averaged in."""
+    `min_rounds` and at most `max_rounds` times, until `all_settled(samples, tol, of_step)`.
+    Returns the rounds taken. An outlier (a step the machine's load slowed) does not move a
+    median: a spread that does is timed again rather than averaged in."""
     rounds = 0
     while rounds < max_rounds:
         take_round()
         rounds += 1
-        if rounds >= min_rounds and all_settled(samples, tol, scale_key):
+        if rounds >= min_rounds and all_settled(samples, tol, of_step):
             break
     return rounds
 
 
-def all_settled(samples: dict, tol: float = DEFAULT_TOL, scale_key=None) -> bool:
-    """Every list of `samples` `settled` (see `sample_until_settled` for the glue's)."""
-    scale = statistics.median(samples[scale_key]) if scale_key in samples else None
+def all_settled(samples: dict, tol: float = DEFAULT_TOL, of_step=()) -> bool:
+    """Every list of `samples` `settled`; those whose keys are in `of_step` (shares of the
+    whole step, small beside it: the glue, a difference of totals) when their median absolute
+    deviation is within `tol` of the step."""
     for key, v in samples.items():
-        if scale is not None and isinstance(key, tuple) and key[1:2] == ("glue",):
+        if key in of_step:
             mid = statistics.median(v)
-            if len(v) < 3 or statistics.median(abs(s - mid) for s in v) > tol * scale:
+            if len(v) < 3 or statistics.median(abs(s - mid) for s in v) > tol:
                 return False
         elif not settled(v, tol):
             return False
@@ -268,8 +268,7 @@ def time_in_context(found: FoundBlocks, wrappers, options: dict[str, list[str]],
                 progress.phase("timing blocks in context"):
             one_round(warm_up=True)
             rounds = sample_until_settled(one_round, samples, min_rounds=min_rounds,
-                                          max_rounds=max_rounds, tol=tol,
-                                          scale_key=STEP_KEY)
+                                          max_rounds=max_rounds, tol=tol, of_step=GLUE_KEYS)
     except _Untimeable:
         log.info("schedlang fit: a block's backward could not be timed in context (its "
                  "inputs come as keyword arguments only); the layer profile's times stand")
@@ -289,37 +288,43 @@ def time_in_context(found: FoundBlocks, wrappers, options: dict[str, list[str]],
 
 def _record(samples, k, config, stamps: _Stamps, fwd: float, bwd: float, pooled,
             options) -> bool:
-    """Add one step's stamps to `samples`; False when a block with a backward got no backward
-    stamp (its inputs are keyword arguments only: the full backward hook cannot see them)."""
+    """Add one step's stamps to `samples`, each as a share of the plain step of the same
+    round (configuration 0 runs first in each): the load that slows a whole round cancels
+    out. False when a block with a backward got no backward stamp (its inputs are keyword
+    arguments only: the full backward hook cannot see them)."""
     for name in config:
         with_bwd = len(options.get(name, ())) > 0
         if name not in stamps.fwd or (with_bwd and stamps.bwd.get(name, 0.0) <= 0.0):
             return False
-    blocks_fwd = sum(stamps.fwd.values())
-    blocks_bwd = sum(stamps.bwd.values())
-    if k == 0:  # every block plain: the glue's times
-        samples.setdefault((0, "glue", "fwd"), []).append(max(0.0, fwd - blocks_fwd))
-        samples.setdefault((0, "glue", "bwd"), []).append(max(0.0, bwd - blocks_bwd))
+    if k == 0:  # every block plain: the step, and the glue's times
         samples.setdefault(STEP_KEY, []).append(fwd + bwd)
+    step = samples[STEP_KEY][-1]
+    if k == 0:
+        glue_fwd, glue_bwd = GLUE_KEYS
+        samples.setdefault(glue_fwd, []).append(max(0.0, fwd - sum(stamps.fwd.values())) / step)
+        samples.setdefault(glue_bwd, []).append(max(0.0, bwd - sum(stamps.bwd.values())) / step)
     for name, option in config.items():
         key = pooled.get(name, name)
-        samples.setdefault((option, key, "fwd"), []).append(stamps.fwd[name])
-        samples.setdefault((option, key, "bwd"), []).append(stamps.bwd.get(name, 0.0))
+        samples.setdefault((option, key, "fwd"), []).append(stamps.fwd[name] / step)
+        samples.setdefault((option, key, "bwd"), []).append(stamps.bwd.get(name, 0.0) / step)
     return True
 
 
 def _medians(samples, configs, options, pooled, rounds: int, tol: float) -> ContextTimes:
+    step = statistics.median(samples[STEP_KEY])
+
+    def seconds(key) -> float:
+        return step * statistics.median(samples[key])
+
     blocks: dict[str, dict[str, tuple[float, float]]] = {}
     for name, opts in options.items():
         key = pooled.get(name, name)
-        blocks[name] = {o: (statistics.median(samples[(o, key, "fwd")]),
-                            statistics.median(samples[(o, key, "bwd")]))
+        blocks[name] = {o: (seconds((o, key, "fwd")), seconds((o, key, "bwd")))
                         for o in dict.fromkeys(opts) if (o, key, "fwd") in samples}
     unsettled = sorted({f"{k[1]}:{k[0]}" for k, v in samples.items()
                         if k[1] not in ("glue", "step") and not settled(v, tol)})
-    return ContextTimes(blocks, statistics.median(samples[(0, "glue", "fwd")]),
-                        statistics.median(samples[(0, "glue", "bwd")]), torch.get_num_threads(),
-                        rounds, statistics.median(samples[STEP_KEY]), unsettled)
+    return ContextTimes(blocks, seconds(GLUE_KEYS[0]), seconds(GLUE_KEYS[1]),
+                        torch.get_num_threads(), rounds, step, unsettled)
 
 
 def timed_in_context(found: FoundBlocks, profiled, wrappers, args: tuple,
