@@ -217,6 +217,11 @@ def _step(model, args, kwargs, params, stamps: _Stamps, clock) -> tuple[float, f
     return t1 - t0, t3 - t2
 
 
+def _ranks() -> int:
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 def _clock(model: nn.Module):
     """The profile's clock on the CPU (`host_clock`); on CUDA, wall time after the device
     has finished what was queued (a hook runs when its kernels are launched, not done)."""
@@ -242,6 +247,8 @@ def time_in_context(found: FoundBlocks, wrappers, options: dict[str, list[str]],
     model = found.model
     pooled = pooled or {}
     clock = _clock(model)
+    if _ranks() > 1:  # a DDP model's steps are collectives: as many on every rank
+        min_rounds = max_rounds
     configs = configurations(options)
     # the steps set the gradients of the parameters and of inputs that require one: cleared
     # before each step, as `zero_grad` does, and restored after (a gradient left on an input
