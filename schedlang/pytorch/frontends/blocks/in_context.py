@@ -17,6 +17,9 @@ forward), and it is noisy on a loaded CPU. Here:
   time with one intra-op thread; on CUDA, wall time once the device is done). A
   recomputation runs inside the backward: it is part of the block's backward, as the solver
   prices it. The glue is the rest of the step: forward and backward totals, less the blocks.
+* each sample is kept as a share of the same round's plain step (configuration 0, run first
+  in each round), and scaled back by that step's median at the end: load that slows a whole
+  round cancels out.
 * rounds go on (`min_rounds` .. `max_rounds`) until every median is *settled*
   (`settled`): its samples' median absolute deviation within `tol` of the median, so an
   outlier (a step the machine's load slowed) is timed again rather than averaged in.
@@ -24,9 +27,12 @@ forward), and it is noisy on a loaded CPU. Here:
   their samples: identical blocks get identical times, and the solver's choice among them
   does not depend on noise.
 
-`time_in_context` returns the medians (`ContextTimes`), or None when a step cannot be timed so
-(a block whose inputs come only as keyword arguments has no full backward hook to stamp its
-end; a model that changes a block's output in place), and the profile's times stand.
+A block none of whose positional tensor arguments needs a gradient (the first block fed the
+input, a block called with keyword arguments only) has no full backward hook call at its end:
+its backward ends with the last gradient accumulated into its parameters. `time_in_context`
+returns the medians (`ContextTimes`), or None when a step cannot be timed so (such a block
+without parameters; a model that changes a block's output in place), and the profile's times
+stand.
 """
 from __future__ import annotations
 
@@ -277,8 +283,9 @@ def time_in_context(found: FoundBlocks, wrappers, options: dict[str, list[str]],
             rounds = sample_until_settled(one_round, samples, min_rounds=min_rounds,
                                           max_rounds=max_rounds, tol=tol, of_step=GLUE_KEYS)
     except _Untimeable:
-        log.info("schedlang fit: a block's backward could not be timed in context (its "
-                 "inputs come as keyword arguments only); the layer profile's times stand")
+        log.info("schedlang fit: a block's backward could not be timed in context (no "
+                 "positional input and no parameter of it gets a gradient); the layer "
+                 "profile's times stand")
         return None
     except (RuntimeError, TypeError, ValueError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -297,8 +304,7 @@ def _record(samples, k, config, stamps: _Stamps, fwd: float, bwd: float, pooled,
             options) -> bool:
     """Add one step's stamps to `samples`, each as a share of the plain step of the same
     round (configuration 0 runs first in each): the load that slows a whole round cancels
-    out. False when a block with a backward got no backward stamp (its inputs are keyword
-    arguments only: the full backward hook cannot see them)."""
+    out. False when a block with a backward got no backward stamp (`_Stamps`)."""
     for name in config:
         with_bwd = len(options.get(name, ())) > 0
         if name not in stamps.fwd or (with_bwd and stamps.bwd.get(name, 0.0) <= 0.0):
