@@ -25,8 +25,9 @@ as every `transformers` model does. Methods, each on a copy of the model with th
 Peak: one training step (forward, loss, backward, the output held through the backward:
 `out = model(**batch); loss_fn(out).backward()`) under `MemoryTracker` (every live CPU tensor
 storage, the parameters and inputs resident), gradients set to None first. Step time: the
-median of `--steps` steps after `--warmup` per method, methods interleaved round by round, one
-intra-op thread (`torch.set_num_threads(1)`). Gradients: each method's step from the same RNG
+median of `--steps` steps after `--warmup` per method, methods interleaved round by round (the
+order rotating), one intra-op thread (`torch.set_num_threads(1)`), timed by the thread's CPU
+time (`time.thread_time`, the clock `fit` profiles with: a loaded machine's waits left out). Gradients: each method's step from the same RNG
 seed against eager PyTorch's (the plain model's), the largest absolute difference over all
 parameters relative to the largest eager gradient (dropout on: equal only when every
 recomputation replays the RNG).
@@ -284,11 +285,16 @@ def timed(methods, call, loss_fn, args_ns) -> dict[str, float]:
         for _ in range(args_ns.warmup):
             step(call(m), owner, loss_fn)
     times: dict[str, list[float]] = {k: [] for k in methods}
-    for _ in range(args_ns.steps):
-        for k, (m, owner) in methods.items():
-            t0 = time.perf_counter()
+    # one intra-op thread: the thread's CPU time (what a step costs, not how long the loaded
+    # machine kept it waiting), as fit profiles; the order rotates round by round
+    clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
+    order = list(methods)
+    for r in range(args_ns.steps):
+        for k in order[r % len(order):] + order[:r % len(order)]:
+            m, owner = methods[k]
+            t0 = clock()
             step(call(m), owner, loss_fn)
-            times[k].append(time.perf_counter() - t0)
+            times[k].append(clock() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
 
 

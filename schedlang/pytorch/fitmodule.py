@@ -110,6 +110,7 @@ class FitModule(nn.Module):
                             calibrated=None if self._calibrated is None
                             else dict(self._calibrated),
                             extra={"frontend": self._prep.frontend,
+                                   "timing": dict(self._prep.timing),
                                    "probes": [dict(p) for p in self._probes],
                                    **({"generated": dict(self._prep.generated)}
                                       if self._prep.generated else {}),

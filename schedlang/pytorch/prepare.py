@@ -16,6 +16,7 @@ from ..language.errors import SchedError
 from ..plans.planners.no_recompute import no_recompute_plan
 from ..plans.simulate import simulate
 from .frontends.blocks.frontend import BLOCKS
+from .frontends.blocks.offload import OFFLOAD
 from .frontends.fx.frontend import FX
 from .inputs import split_inputs
 from .live import read_before
@@ -72,6 +73,9 @@ class Prepared:
     outputs_held: bool = True
     # fit(bandwidth=...): the host link planned with and which plan was kept (`solve_linked`)
     host_link: dict | None = None
+    # how the times were taken: {"threads": intra-op threads while timing, "in_context": the
+    # hook front end's whole-step timing (`in_context`), "rounds": its steps per option}
+    timing: dict = field(default_factory=dict)
 
     @property
     def front(self):
@@ -169,9 +173,11 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     base = no_recompute_plan(graph)
     sim = simulate(base, graph)
     peak = max(sim.peak_bytes, loss_moment(base, graph) + loss_overhead)
+    timing = dict(getattr(part, "timing", None) or {"threads": torch.get_num_threads(),
+                                                     "in_context": False})
     return Prepared(part, graph, resident, peak + resident, sim.time, info, loss_overhead,
                     out_bytes, loss_fn is None, frontend, note, executor_bytes=executor_bytes,
-                    outputs_held=outputs_held)
+                    outputs_held=outputs_held, timing=timing)
 
 
 def _with_accumulation(graph: Graph) -> list:
@@ -205,18 +211,23 @@ def _consistent_times(layer):
     """A copy of `layer` whose option times obey what the options run: a ``recompute``
     backward runs the forward again and then the backward, so it takes at least its own
     forward plus ``autograd``'s backward; a ``selective`` backward at least ``autograd``'s.
-    Profiles of small layers on a loaded CPU break these bounds (timer noise), and the solver
-    then prefers recomputation because the noise made it look cheaper."""
+    Any other option that recomputes (``selective``, generated ones) runs at least what
+    ``autograd`` runs: its forward and backward together take no less than ``autograd``'s, so
+    that a plan which recomputes never predicts a negative overhead. Profiles of small layers
+    on a loaded CPU break these bounds (timer noise), and the solver then prefers
+    recomputation because the noise made it look cheaper."""
     auto = next((o for o in layer.options if o.name == "autograd"), None)
     if auto is None:
         return layer
     fixed = []
     for o in layer.options:
         low = None
+        if o.name not in ("autograd", OFFLOAD):
+            low = auto.fwd_time + auto.bwd_time - o.fwd_time
         if o.name == "recompute":
-            low = o.fwd_time + auto.bwd_time
+            low = max(low or 0.0, o.fwd_time + auto.bwd_time)
         elif o.name == "selective":
-            low = auto.bwd_time
+            low = max(low or 0.0, auto.bwd_time)
         if low is not None and o.bwd_time < low:
             o = copy.copy(o)
             o.bwd_time = low

@@ -36,7 +36,9 @@ measures, per option, what the runtime will execute:
 Times are medians of `repeats` runs after one warm-up, in seconds: CUDA events on a GPU; on
 the CPU `host_clock()`, the calling thread's CPU time when PyTorch computes with one intra-op
 thread (so that other processes on a loaded machine do not distort the layers' times, which
-are taken one after the other), wall time otherwise. Memory is measured with `MemoryTracker` in one
+are taken one after the other), wall time otherwise (the hook front end then times its blocks
+again in whole steps, as its wrappers run them: `frontends/blocks/in_context.py`). Memory is
+measured with `MemoryTracker` in one
 more run: the forward
 overhead is the forward's peak above (memory before + outputs + phantom), the backward overhead
 the backward's peak above (memory before, the phantom it consumes included, + the gradients

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from ..language.units import format_size
 from .prepare import LOSS_RESERVE, LOSS_SCALAR_BYTES
 
-__all__ = ["MemoryReport", "link_line"]
+__all__ = ["MemoryReport", "link_line", "timing_line"]
 
 
 @dataclass
@@ -51,6 +51,9 @@ class MemoryReport:
                          "wrapped in place)" + probed)
         elif fe == "fx":
             lines.append("front end       fx (torch.fx layers, run by the plan executor)")
+        timing = self.extra.get("timing")
+        if timing:
+            lines.append("timing          " + timing_line(timing))
         gen = self.extra.get("generated")
         if gen:
             lines.append(f"layer options   {gen['options']} generated from op-level solves in "
@@ -69,6 +72,19 @@ class MemoryReport:
                          f"prediction {_fmt(c['predicted'])}: re-planned with a margin of "
                          f"{_fmt(c['margin'])}" + ("" if c["replanned"] else " (no plan fits)"))
         return "\n".join(lines)
+
+
+def timing_line(timing: dict) -> str:
+    """The timing line of `MemoryReport.__str__`: the intra-op threads the times were taken
+    with (times hold for that count), and how."""
+    n = timing.get("threads")
+    threads = f"{n} intra-op thread{'' if n == 1 else 's'}" if n else "threads unknown"
+    if timing.get("in_context"):
+        how = (f"blocks timed in whole steps as the plan runs them (medians of "
+               f"{timing.get('rounds')} steps per option)")
+    else:
+        how = "layers timed alone (medians of repeats)"
+    return f"{threads}; {how}"
 
 
 def link_line(link: dict) -> str:

@@ -59,6 +59,7 @@ from ...recompute import checkpoint_call, open_checkpoint
 from ..fx.partition import LayerPart, Partitioned
 from .block_ops import add_block_op_options, is_op_option, run_op_option
 from .find import BlockCall, BlockError, FoundBlocks, GlueSegment, find_blocks, training_call
+from .in_context import glue_times, timed_in_context
 from .offload import OFFLOAD, module_storages, offloading
 
 __all__ = ["trace_blocks", "BlockWrappers", "plan_choices", "BlockTrace", "PER_BLOCK"]
@@ -110,6 +111,8 @@ class BlockTrace:
     glue_layers: list[str] = field(default_factory=list)
     # block -> its option ``offload`` as measured (`block_offload.offload_profiles`)
     offload: dict | None = None
+    # how the times were taken (`in_context.ContextTimes.summary`), for `memory_report()`
+    timing: dict = field(default_factory=dict)
 
     # what `fit.prepare` reads from a partitioned model
     @property
@@ -160,13 +163,15 @@ def _profile_blocks(found: FoundBlocks, repeats: int, options):
 
 def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats: int = 5,
                  options=None, name: str | None = None, whole=(),
-                 offload: bool = False, op_options=False) -> BlockTrace:
+                 offload: bool = False, op_options=False, in_context: bool = True) -> BlockTrace:
     """Find, profile and describe the blocks of `model` (see the module docstring); `whole`:
     submodules the automatic block choice must not split (`find_blocks`). `offload`: measure
     the blocks' option ``offload`` too (`block_offload.offload_profiles`, for a host link),
     while the sample values it runs on are at hand. `op_options` (True, or a dict of
     `block_ops.add_block_op_options` arguments): also each block's options generated from
-    op-level solves (segments and selective-checkpoint policies)."""
+    op-level solves (segments and selective-checkpoint policies). `in_context`: the options'
+    and the glue's times measured in whole steps, as the wrappers run them
+    (`in_context.timed_in_context`); else the layer profile's and the recording run's."""
 
     with progress.phase("finding blocks"):
         found = find_blocks(model, args, kwargs, names, whole)
@@ -175,8 +180,11 @@ def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats:
         with preserved(found.model):
             add_block_op_options(profiled, **(op_options if isinstance(op_options, dict)
                                               else {}))
-    graph, glue = _to_graph(found, profiled, name or type(model).__name__)
-    tr = BlockTrace(found, graph, profiled, glue)
+    timed = timed_in_context(found, profiled, BlockWrappers(found), tuple(args), kwargs or {}) \
+        if in_context else None
+    graph, glue = _to_graph(found, profiled, name or type(model).__name__, timed)
+    tr = BlockTrace(found, graph, profiled, glue, timing=timed.summary() if timed else
+                    {"threads": torch.get_num_threads(), "in_context": False})
     if offload:
         offload_profiles(tr, block_partition(found))
     # the sample values served the profiles: a fitted model keeps no activations of them
@@ -185,7 +193,7 @@ def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats:
     return tr
 
 
-def _to_graph(found: FoundBlocks, profiled, name: str) -> tuple[Graph, list[str]]:
+def _to_graph(found: FoundBlocks, profiled, name: str, timed=None) -> tuple[Graph, list[str]]:
     import re
 
     meta = found.data
@@ -257,6 +265,8 @@ def _to_graph(found: FoundBlocks, profiled, name: str) -> tuple[Graph, list[str]
             loss_outputs.append(f"{d}.grad")
     input_grads = [d for d in found.inputs if d in has]
     glue = []
+    glue_t = glue_times({lname(x): (x.time_s, bool(grad_in[lname(x)])) for x in order
+                         if isinstance(x, GlueSegment)}, timed)
     for x in reversed(order):
         n = lname(x)
         for d in grad_out[n]:
@@ -275,8 +285,8 @@ def _to_graph(found: FoundBlocks, profiled, name: str) -> tuple[Graph, list[str]
             glue.append(n)
             io = set(ins(x)) | set(outs(x))
             needs = [d for d in x.needs if d in io]
-            bwd = 2 * x.time_s if grad_in[n] else 0.0
-            opts = [Option("autograd", _t(x.time_s), int(x.overhead), _t(bwd),
+            fwd, bwd = glue_t[n]
+            opts = [Option("autograd", _t(fwd), int(x.overhead), _t(bwd),
                            int(x.overhead + x.saved) if grad_in[n] else 0, int(x.saved),
                            needs)]
         else:
@@ -385,7 +395,8 @@ def rerun_correction(plan: Plan, graph: Graph) -> float:
     recomputation a ``recompute`` block runs inside its backward, which the profile measured
     apart (that backward's time over autograd's). They differ on the CPU, where a first
     forward writes fresh memory (bench/README.md). Priced so, a group of one block costs what
-    the option ``recompute`` costs."""
+    the option ``recompute`` costs; and a rerun never less than the forward it runs again
+    (so a group plan never predicts a negative overhead)."""
     layers = {lay.name: lay for lay in graph.layers}
     extra, backward = 0.0, False
     for op in plan.ops:
@@ -397,7 +408,7 @@ def rerun_correction(plan: Plan, graph: Graph) -> float:
             opts = {o.name: o for o in layers[layer].options}
             auto, rec = opts.get("autograd"), opts.get("recompute")
             if auto is not None and rec is not None:
-                extra += max(0.0, rec.bwd_time - auto.bwd_time) - auto.fwd_time
+                extra += max(auto.fwd_time, rec.bwd_time - auto.bwd_time) - auto.fwd_time
     return extra
 
 
