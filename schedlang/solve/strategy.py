@@ -15,12 +15,14 @@
   of the cheap heuristic planners with its needless recomputations undone (`planners.prune`);
   when none fits, phase one (HiGHS on `models/extensions/soft_budget.sched`, the budget as a
   goal, from the lowest-peak heuristic plan, up to `PHASE_ONE_SHARE` of the time) finds one or
-  proves the budget infeasible. CP-SAT then improves the plan (`CPSAT_SHARE` of the time
-  left; on these graphs it finds better plans than HiGHS), and HiGHS, warm-started from
-  CP-SAT's best plan, spends the rest on the bound (its root LP and cuts give the better
-  bounds). Both solve the same model, so either's proof of optimality or infeasibility holds,
-  and the better plan and the better bound are reported. Without CP-SAT installed, HiGHS
-  alone.
+  proves the budget infeasible. The window bound (`schedlang.solve.window_bound`: the least
+  recomputation that the memory at a chain of computations forces, up to `BOUND_SHARE` of the
+  time left) is computed next; on op graphs it is far above the solvers' bounds. CP-SAT then
+  improves the plan (`CPSAT_SHARE` of the time left; on these graphs it finds better plans
+  than HiGHS), and HiGHS, warm-started from CP-SAT's best plan, spends the rest, unless
+  CP-SAT's plan is already within the requested gap of the window bound. Both solve the same
+  model, so either's proof of optimality or infeasibility holds, and the better plan and the
+  best of the three bounds are reported. Without CP-SAT installed, HiGHS alone.
 * **large graph** -- above `LARGE_NODES` nodes the stage model has n^2 columns (resnet50's 353
   nodes: 350,000; 1,000 nodes: over 20 million elements in one declaration): the `best`
   heuristic planner's plan (shift reordering and recomputation in the gaps between reads
@@ -47,6 +49,7 @@ from .incumbent import order_free_bound
 from .solution import Status
 from .solvers import is_available, requested_gap
 from .status import relative_gap, within_gap
+from .window_bound import window_bound
 
 #: Checkmate-view graphs up to this many nodes are solved as written (today's path)
 SMALL_NODES = 50
@@ -61,6 +64,9 @@ TIGHT_MODEL = "checkmate_tight"
 #: phase one's extension (the budget as a goal) and its share of the time left
 SOFT_BUDGET = "soft_budget.sched"
 PHASE_ONE_SHARE = 0.8
+#: the share of the time left (and the most seconds) the op-graph route's window bound may take
+BOUND_SHARE = 0.1
+BOUND_SECONDS = 30.0
 
 
 @dataclass
@@ -208,8 +214,9 @@ def _large_graph(problem: Problem, route: Route, time_limit: float | None, since
 
 def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve, verbose,
               progress, since) -> Result:
-    """On the tight reformulation: a fitting plan (a heuristic's, else phase one's), CP-SAT
-    from it, then HiGHS from CP-SAT's best plan; the better plan and the better bound."""
+    """On the tight reformulation: a fitting plan (a heuristic's, else phase one's), the
+    window bound (`window_bound`), CP-SAT from the plan, then HiGHS from CP-SAT's best plan,
+    unless the bound already closes the gap; the better plan and the best bound."""
     tight = _load_like(problem, [TIGHT_MODEL])
     kw = {"gap": gap, "presolve": presolve, "verbose": verbose, "progress": progress}
     start, start_note, lowest = _start_plan(tight, route)
@@ -217,6 +224,7 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
         start, start_note, proof = _phase_one(problem, route, lowest, time_limit, since, kw)
         if proof is not None:
             return proof
+    windows = _window_bound(tight, route, time_limit, since)
     results: list[Result] = []
     if is_available("cpsat", "pyomo"):
         left = _left(time_limit, since)
@@ -226,8 +234,8 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
                          warm_start=start, **kw)
         route.steps.append(_step("cpsat", TIGHT_MODEL, t0, cp, start_note))
         results.append(cp)
-        if cp.status in (Status.OPTIMAL, Status.INFEASIBLE):
-            return _combine(tight, results, gap)
+        if cp.status in (Status.OPTIMAL, Status.INFEASIBLE) or _closed(tight, cp, windows, gap):
+            return _combine(tight, results, gap, windows)
         if cp.status.has_solution and cp.plan is not None and cp.simulated.valid:
             start, start_note = cp.plan, "from CP-SAT's plan"
     t0 = time.perf_counter()
@@ -235,7 +243,28 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
                      warm_start=start, **kw)
     route.steps.append(_step("highs", TIGHT_MODEL, t0, hi, start_note))
     results.append(hi)
-    return _combine(tight, results, gap)
+    return _combine(tight, results, gap, windows)
+
+
+def _window_bound(tight: Problem, route: Route, time_limit, since):
+    """The window bound (`schedlang.solve.window_bound`) within its share of the time left,
+    as a step of the route; None when it does not apply."""
+    left = _left(time_limit, since)
+    seconds = BOUND_SECONDS if left is None else min(BOUND_SECONDS, BOUND_SHARE * left)
+    t0 = time.perf_counter()
+    windows = window_bound(tight.graph, tight.budgets.get("peak"), time_limit=seconds)
+    if windows is not None:
+        route.steps.append(Step("bound", None, time.perf_counter() - t0, "bound",
+                                bound=windows.bound, note="memory windows"))
+    return windows
+
+
+def _closed(tight: Problem, result: Result, windows, gap: float | None) -> bool:
+    """Whether `result`'s plan is within the requested gap of the window bound."""
+    return (windows is not None and result.status.has_solution and result.objective is not None
+            and result.simulated is not None and result.simulated.valid
+            and within_gap(tight.ir, result.objective, windows.bound,
+                           requested_gap(result.solver, gap)))
 
 
 def _load_like(problem: Problem, models: list[str]) -> Problem:
@@ -309,9 +338,9 @@ def _phase_one(problem: Problem, route: Route, lowest, time_limit, since, kw):
     return AUTO, "cold", None
 
 
-def _combine(tight: Problem, results: list[Result], gap: float | None) -> Result:
+def _combine(tight: Problem, results: list[Result], gap: float | None, windows=None) -> Result:
     """The result with the fastest valid plan, with the best bound of all (both solved the
-    same model: each bound and each proof holds for it)."""
+    same model: each bound and each proof holds for it, and so does the window bound)."""
     ir = tight.ir
     proven = [r for r in results if r.status == Status.INFEASIBLE]
     if proven:
@@ -319,6 +348,8 @@ def _combine(tight: Problem, results: list[Result], gap: float | None) -> Result
     solved = [r for r in results if r.status.has_solution and r.simulated is not None
               and r.simulated.valid]
     bounds = [r.bound for r in results if r.bound is not None]
+    if windows is not None:
+        bounds.append(windows.bound)
     if not solved:
         last = results[-1]
         if bounds:
@@ -337,6 +368,8 @@ def _combine(tight: Problem, results: list[Result], gap: float | None) -> Result
                   gap=relative_gap(ir, best.objective, bound) if bound is not None else None)
     others = [f"{r.solver}: {r.status.value}" + (f", bound {r.bound:.6g}" if r.bound else "")
               for r in results if r is not best]
+    if windows is not None:
+        others.append(f"window bound {windows.bound:.6g} ({windows.describe()})")
     if others:
         out.message = "; ".join(m for m in (out.message, "also " + ", ".join(others)) if m)
     return out
