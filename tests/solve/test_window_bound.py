@@ -21,17 +21,18 @@ from schedlang.testing.checkmate_instances import graph_of, tiny_graphs
 from ..paths import OPGRAPHS
 
 
+def _random_graph(rng: random.Random, name: str):
+    names = [f"n{i}" for i in range(6)]
+    nodes = [(x, rng.randint(1, 9), rng.randint(1, 6) << 20) for x in names]
+    edges = [(names[i], names[i + 1]) for i in range(5)]
+    edges += [(names[i], names[j]) for i in range(6) for j in range(i + 2, 6)
+              if rng.random() < 0.45]
+    return graph_of(name, nodes, edges)
+
+
 def _random_graphs(count: int, seed: int) -> list:
     rng = random.Random(seed)
-    out = []
-    for k in range(count):
-        names = [f"n{i}" for i in range(6)]
-        nodes = [(x, rng.randint(1, 9), rng.randint(1, 6) << 20) for x in names]
-        edges = [(names[i], names[i + 1]) for i in range(5)]
-        edges += [(names[i], names[j]) for i in range(6) for j in range(i + 2, 6)
-                  if rng.random() < 0.45]
-        out.append(graph_of(f"dag{k}", nodes, edges))
-    return out
+    return [_random_graph(rng, f"dag{k}") for k in range(count)]
 
 
 GRAPHS = tiny_graphs() + _random_graphs(12, seed=29)
@@ -60,6 +61,23 @@ def test_above_the_node_times_where_the_budget_forces_recomputation():
     found = window_bound(graph, budget)
     assert optimum == pytest.approx(11) and sum(n.time for n in graph.nodes) == 9
     assert found.bound == pytest.approx(11) and found.chain == ["g3"]
+
+
+# graphs whose best chain has two windows (found by a search over seeds): the windows' least
+# recomputations add up, and on two of them to exactly the exhaustive optimum
+CHAINS = [(100, 0.9, None), (233, 0.9, None), (269, 0.9, 33), (336, 0.8, 35), (386, 0.8, None)]
+
+
+@pytest.mark.parametrize("seed,frac,exact", CHAINS)
+def test_chains_of_windows_add_up_below_the_optimum(seed, frac, exact):
+    graph = _random_graph(random.Random(seed), f"s{seed}")
+    budget = int(no_recompute_peak(graph) * frac)
+    optimum, _ = best_checkmate_schedule(graph, budget)
+    found = window_bound(graph, budget, points=6)
+    assert len(found.chain) == 2
+    assert sum(n.time for n in graph.nodes) < found.bound <= optimum + 1e-9
+    if exact is not None:
+        assert found.bound == pytest.approx(exact) == optimum
 
 
 def test_a_working_set_over_the_budget_gives_no_bound():
