@@ -35,6 +35,9 @@ from scipy.sparse import coo_matrix
 
 #: how many computations the chain of windows chooses from (the largest LP values)
 POINTS = 20
+#: how many computations, those with the most bytes over the budget without recomputation,
+#: get their LP value computed (the others' windows need no recomputation, or less)
+SCREENED = 3 * POINTS
 #: seconds one window's MILP may take (its dual bound is used when it stops early)
 WINDOW_SECONDS = 5.0
 
@@ -69,10 +72,28 @@ class _Graph:
             self.inputs[iv].append(iu)
             self.readers[iu].append(iv)
 
-    def window(self, b: int, end: int, budget: float, integral: bool) -> float:
+    def over_budget(self, budget: float) -> tuple[np.ndarray, np.ndarray]:
+        """(bytes over `budget` at each P_b if nothing were recomputed: the outputs before b
+        read by b or after it, and b's, less the budget; the same for b's working set alone,
+        its inputs and output)."""
+        n = len(self.names)
+        last = np.array([max(r, default=-1) for r in self.readers])
+        index = np.arange(n)
+        excess = np.empty(n)
+        working = np.empty(n)
+        for b in range(n):
+            inputs = list(self.inputs[b])
+            crossing = (index < b) & (last > b)
+            crossing[inputs] = True
+            excess[b] = self.size[crossing].sum() + self.size[b] - budget
+            working[b] = self.size[sorted(set(inputs))].sum() + self.size[b] - budget
+        return excess, working
+
+    def window(self, b: int, end: int, budget: float, integral: bool,
+               seconds: float = WINDOW_SECONDS) -> float:
         """The least recomputation time in the window (P_b, P_end] (module docstring): the
-        MILP's proven dual bound, or its LP value when not `integral`; inf when b's inputs and
-        output alone exceed the budget."""
+        MILP's proven dual bound (stopped after `seconds`), or its LP value when not
+        `integral`; inf when b's inputs and output alone exceed the budget."""
         n = b
         read = {v for v in range(b) if any(b < w <= end for w in self.readers[v])}
         read.update(self.inputs[b])
@@ -108,7 +129,7 @@ class _Graph:
         c = np.concatenate([np.zeros(n), self.cost[:n] * scale])
         res = milp(c, constraints=LinearConstraint(matrix, lo, hi), bounds=Bounds(lower, upper),
                    integrality=np.full(2 * n, 1 if integral else 0),
-                   options={"time_limit": WINDOW_SECONDS, "mip_rel_gap": 1e-7})
+                   options={"time_limit": max(0.1, seconds), "mip_rel_gap": 1e-7})
         if res.status == 2:  # infeasible: not even b's working set fits
             return float("inf")
         if not integral:
@@ -134,31 +155,41 @@ def window_bound(graph, budget: float | None, time_limit: float | None = None,
         return None
     n = len(g.names)
     total = float(g.cost.sum())
+    excess, working = g.over_budget(float(budget))
+    if (working > 0).any():
+        return None
+
+    def seconds() -> float:
+        return WINDOW_SECONDS if deadline is None else \
+            min(WINDOW_SECONDS, deadline - time.monotonic())
+
+    # a point whose outputs fit without recomputation has windows that need none
+    screened = sorted((b for b in range(1, n) if excess[b] > 0), key=lambda b: -excess[b])
     lp = []
-    for b in range(1, n):
-        value = g.window(b, n, float(budget), integral=False)
-        if value == float("inf"):
-            return None
-        if value > 0:
-            lp.append((value, b))
+    complete = True
+    for b in screened[:SCREENED]:
         if deadline is not None and time.monotonic() > deadline:
+            complete = False
             break
-    chosen = sorted(b for _, b in sorted(lp, reverse=True)[:points])
+        lp.append((g.window(b, n, float(budget), integral=False), b))
+    chosen = sorted(b for value, b in sorted(lp, reverse=True)[:points] if value > 0)
     # longest chain from each point: best[b] = (extra, chain); windows to the end first
     best: dict[int, tuple[float, list[int]]] = {}
-    complete = True
     for i in reversed(range(len(chosen))):
         if deadline is not None and time.monotonic() > deadline:
             complete = False
             break
         b = chosen[i]
-        to_end = g.window(b, n, float(budget), integral=True)
+        to_end = g.window(b, n, float(budget), integral=True, seconds=seconds())
         here = (to_end, [b])
         for c in chosen[i + 1:]:
+            if deadline is not None and time.monotonic() > deadline:
+                complete = False
+                break
             after, chain = best[c]
             if to_end + after <= here[0]:  # the window (b, c] is at most the window to the end
                 continue
-            value = g.window(b, c, float(budget), integral=True) + after
+            value = g.window(b, c, float(budget), integral=True, seconds=seconds()) + after
             if value > here[0]:
                 here = (value, [b, *chain])
         best[b] = here

@@ -80,6 +80,12 @@ def test_chains_of_windows_add_up_below_the_optimum(seed, frac, exact):
         assert found.bound == pytest.approx(exact) == optimum
 
 
+def test_stopped_at_once_it_is_still_a_bound():
+    graph = next(g for g in tiny_graphs() if g.name == "train6")
+    found = window_bound(graph, int(no_recompute_peak(graph) * 0.75), time_limit=0)
+    assert not found.complete and found.bound == pytest.approx(9) and found.chain == []
+
+
 def test_a_working_set_over_the_budget_gives_no_bound():
     graph = next(g for g in tiny_graphs() if g.name == "chain4")
     assert window_bound(graph, 8 << 20) is None  # ga reads gb and a, and writes 4 MiB: 12 MiB
