@@ -123,7 +123,9 @@ def row_solve(path: Path, pct: int, method: str, args) -> dict:
     sim = out.get("simulated") or {}
     return {"status": out["status"], "objective": out.get("objective"), "bound": out.get("bound"),
             "gap": out.get("gap"), "wall_s": wall, "valid": sim.get("valid"),
-            "first_plan_s": first_plan_seconds(steps), "note": note}
+            "first_plan_s": first_plan_seconds(steps), "note": note,
+            "steps": [{k: s.get(k) for k in ("what", "seconds", "status", "objective", "bound")}
+                      for s in steps]}
 
 
 def first_plan_seconds(steps: list[dict]) -> float | None:

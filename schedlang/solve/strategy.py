@@ -11,16 +11,22 @@
   what they were.
 * **op graph** -- Checkmate-view graphs of `SMALL_NODES` to `LARGE_NODES` nodes solved with the
   shipped `checkmate`: the same plans' optimum, reformulated as `models/checkmate_tight.sched`
-  (a tighter relaxation, infeasibility proven sooner). The start is the fastest fitting plan
+  (a tighter relaxation, infeasibility proven sooner). First planner shift reorders the nodes
+  (up to `SHIFT_SHARE` of the time): the model keeps the graph's order, and a reordered plan
+  that recomputes nothing is optimal in any order (returned at once); one that is faster than
+  the model's best plan at the end is returned instead of it, with the order-free bound. The
+  model's start is the fastest fitting plan
   of the cheap heuristic planners with its needless recomputations undone (`planners.prune`);
   when none fits, phase one (HiGHS on `models/extensions/soft_budget.sched`, the budget as a
   goal, from the lowest-peak heuristic plan, up to `PHASE_ONE_SHARE` of the time) finds one or
-  proves the budget infeasible. CP-SAT then improves the plan (`CPSAT_SHARE` of the time
-  left; on these graphs it finds better plans than HiGHS), and HiGHS, warm-started from
-  CP-SAT's best plan, spends the rest on the bound (its root LP and cuts give the better
-  bounds). Both solve the same model, so either's proof of optimality or infeasibility holds,
-  and the better plan and the better bound are reported. Without CP-SAT installed, HiGHS
-  alone.
+  proves the budget infeasible. The window bound (`schedlang.solve.window_bound`: the least
+  recomputation that the memory at a chain of computations forces, up to `BOUND_SHARE` of the
+  time left) is computed next; on op graphs it is far above the solvers' bounds. CP-SAT then
+  improves the plan (`CPSAT_SHARE` of the time left; on these graphs it finds better plans
+  than HiGHS), and HiGHS, warm-started from CP-SAT's best plan, spends the rest, unless
+  CP-SAT's plan is already within the requested gap of the window bound. Both solve the same
+  model, so either's proof of optimality or infeasibility holds, and the better plan and the
+  best of the three bounds are reported. Without CP-SAT installed, HiGHS alone.
 * **large graph** -- above `LARGE_NODES` nodes the stage model has n^2 columns (resnet50's 353
   nodes: 350,000; 1,000 nodes: over 20 million elements in one declaration): the `best`
   heuristic planner's plan (shift reordering and recomputation in the gaps between reads
@@ -38,6 +44,7 @@ from dataclasses import dataclass, field, replace
 
 from .. import load
 from ..language.resources import models_dir
+from ..plans import planners as registry
 from ..plans.planners.portfolio import plan_best
 from ..plans.planners.prune import prune_recomputations
 from ..plans.simulate import simulate
@@ -47,6 +54,7 @@ from .incumbent import order_free_bound
 from .solution import Status
 from .solvers import is_available, requested_gap
 from .status import relative_gap, within_gap
+from .window_bound import window_bound
 
 #: Checkmate-view graphs up to this many nodes are solved as written (today's path)
 SMALL_NODES = 50
@@ -61,6 +69,12 @@ TIGHT_MODEL = "checkmate_tight"
 #: phase one's extension (the budget as a goal) and its share of the time left
 SOFT_BUDGET = "soft_budget.sched"
 PHASE_ONE_SHARE = 0.8
+#: the share of the time left (and the most seconds) the op-graph route's window bound may take
+BOUND_SHARE = 0.1
+BOUND_SECONDS = 30.0
+#: the same for planner shift's reordering on the op-graph route
+SHIFT_SHARE = 0.05
+SHIFT_SECONDS = 10.0
 
 
 @dataclass
@@ -181,26 +195,36 @@ def _large_graph(problem: Problem, route: Route, time_limit: float | None, since
     sim = simulate(plan, problem.graph, budget=peak)
     timings["simulate"] = time.perf_counter() - t1
     chosen = plan.meta.get("chosen", "best")
-    bound = order_free_bound(problem.graph)
-    fits = sim.valid
-    if fits:
-        objective = float(sim.time)
-        at_bound = bound is not None and objective <= bound * (1 + 1e-9) + 1e-12
-        status = Status.OPTIMAL if at_bound else Status.FEASIBLE
-        gap = 0.0 if at_bound else (None if bound is None else
-                                    max(0.0, objective - bound) / max(abs(objective), 1e-12))
-        message = (f"the plan of planner {chosen} (the best of the heuristic planners); bound: "
-                   f"the sum of the node times (every node computed once)")
-    else:
-        objective, gap, status = None, None, Status.NO_SOLUTION
-        message = (f"no heuristic plan fits the budget (the lowest peak, planner {chosen}: "
-                   f"{sim.peak_bytes} B); the stage model of {len(problem.graph.nodes)} nodes "
-                   f"is not built (`--model checkmate` builds it)")
     route.model = None
-    route.steps.append(Step("planner", None, time.perf_counter() - t0, status.value, objective,
-                            bound, chosen))
-    return Result(status, objective, bound, gap, "none", "none", {}, timings,
-                  plan if fits else None, sim if fits else None, None, message,
+    if sim.valid:
+        result = _replayed(problem, plan, sim, f"{chosen} (the best of the heuristic planners)",
+                           timings)
+        route.steps.append(Step("planner", None, time.perf_counter() - t0, result.status.value,
+                                result.objective, result.bound, chosen))
+        return result
+    message = (f"no heuristic plan fits the budget (the lowest peak, planner {chosen}: "
+               f"{sim.peak_bytes} B); the stage model of {len(problem.graph.nodes)} nodes "
+               f"is not built (`--model checkmate` builds it)")
+    bound = order_free_bound(problem.graph)
+    route.steps.append(Step("planner", None, time.perf_counter() - t0,
+                            Status.NO_SOLUTION.value, None, bound, chosen))
+    return Result(Status.NO_SOLUTION, None, bound, None, "none", "none", {}, timings, None, None,
+                  None, message, problem.budgets.get("peak"))
+
+
+def _replayed(problem: Problem, plan, sim, chosen: str, timings: dict) -> Result:
+    """The `Result` of a heuristic plan that fits (replayed: `sim`), with the order-free bound
+    (every node computed once, in any order): optimal when its time meets it."""
+    bound = order_free_bound(problem.graph)
+    objective = float(sim.time)
+    at_bound = bound is not None and objective <= bound * (1 + 1e-9) + 1e-12
+    status = Status.OPTIMAL if at_bound else Status.FEASIBLE
+    gap = 0.0 if at_bound else (None if bound is None else
+                                max(0.0, objective - bound) / max(abs(objective), 1e-12))
+    message = (f"the plan of planner {chosen}; bound: the sum of the node times (every node "
+               f"computed once)")
+    return Result(status, objective, bound, gap, "none", "none", {},
+                  {**problem.timings, **timings}, plan, sim, None, message,
                   problem.budgets.get("peak"))
 
 
@@ -208,15 +232,20 @@ def _large_graph(problem: Problem, route: Route, time_limit: float | None, since
 
 def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve, verbose,
               progress, since) -> Result:
-    """On the tight reformulation: a fitting plan (a heuristic's, else phase one's), CP-SAT
-    from it, then HiGHS from CP-SAT's best plan; the better plan and the better bound."""
+    """On the tight reformulation: a fitting plan (a heuristic's, else phase one's), the
+    window bound (`window_bound`), CP-SAT from the plan, then HiGHS from CP-SAT's best plan,
+    unless the bound already closes the gap; the better plan and the best bound."""
+    reordered = _reordered(problem, route, time_limit, since)
+    if reordered is not None and reordered.status == Status.OPTIMAL:
+        return reordered  # no recomputation: no plan in any order is faster
     tight = _load_like(problem, [TIGHT_MODEL])
     kw = {"gap": gap, "presolve": presolve, "verbose": verbose, "progress": progress}
     start, start_note, lowest = _start_plan(tight, route)
     if start is None:
         start, start_note, proof = _phase_one(problem, route, lowest, time_limit, since, kw)
         if proof is not None:
-            return proof
+            return _faster(proof, reordered)
+    windows = _window_bound(tight, route, time_limit, since)
     results: list[Result] = []
     if is_available("cpsat", "pyomo"):
         left = _left(time_limit, since)
@@ -226,8 +255,8 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
                          warm_start=start, **kw)
         route.steps.append(_step("cpsat", TIGHT_MODEL, t0, cp, start_note))
         results.append(cp)
-        if cp.status in (Status.OPTIMAL, Status.INFEASIBLE):
-            return _combine(tight, results, gap)
+        if cp.status in (Status.OPTIMAL, Status.INFEASIBLE) or _closed(tight, cp, windows, gap):
+            return _faster(_combine(tight, results, gap, windows), reordered)
         if cp.status.has_solution and cp.plan is not None and cp.simulated.valid:
             start, start_note = cp.plan, "from CP-SAT's plan"
     t0 = time.perf_counter()
@@ -235,7 +264,69 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
                      warm_start=start, **kw)
     route.steps.append(_step("highs", TIGHT_MODEL, t0, hi, start_note))
     results.append(hi)
-    return _combine(tight, results, gap)
+    return _faster(_combine(tight, results, gap, windows), reordered)
+
+
+def _reordered(problem: Problem, route: Route, time_limit, since) -> Result | None:
+    """Planner shift's plan (the nodes reordered, nothing recomputed, within its share of the
+    time left) as a `Result` with the order-free bound when it fits the budget, else None.
+    The stage model keeps the graph's order: a reordered plan may be faster than its optimum
+    (random layered graphs at 90%: no recomputation at all)."""
+    table = registry.planners()
+    if "shift" not in table:
+        return None
+    left = _left(time_limit, since)
+    seconds = SHIFT_SECONDS if left is None else min(SHIFT_SECONDS, SHIFT_SHARE * left)
+    peak = problem.budgets.get("peak")
+    t0 = time.perf_counter()
+    try:
+        plan = table["shift"].run(problem.graph, peak, time_limit=max(0.5, seconds))
+    except Exception:  # noqa: BLE001 (the model's route goes on without it)
+        return None
+    plan.budget_peak = peak
+    sim = simulate(plan, problem.graph, budget=peak)
+    if not sim.valid:
+        route.steps.append(Step("planner", None, time.perf_counter() - t0, "no_solution",
+                                note="shift (reordered): over the budget"))
+        return None
+    result = _replayed(problem, plan, sim, "shift", {"plan": time.perf_counter() - t0})
+    route.steps.append(Step("planner", None, time.perf_counter() - t0, result.status.value,
+                            result.objective, result.bound, "shift (reordered)"))
+    return result
+
+
+def _faster(result: Result, reordered: Result | None) -> Result:
+    """`reordered` when it is faster than `result`'s plan (or `result` has none), with what
+    the model proved in its message; else `result`."""
+    if reordered is None or (result.objective is not None and result.plan is not None
+                             and result.objective <= reordered.objective):
+        return result
+    said = f"the model in the graph's order: {result.status.value}" + (
+        f", {result.objective:.6g}" if result.objective is not None else "") + (
+        f", bound {result.bound:.6g}" if result.bound is not None else "")
+    reordered.message = f"{reordered.message}; faster than {said}"
+    return reordered
+
+
+def _window_bound(tight: Problem, route: Route, time_limit, since):
+    """The window bound (`schedlang.solve.window_bound`) within its share of the time left,
+    as a step of the route; None when it does not apply."""
+    left = _left(time_limit, since)
+    seconds = BOUND_SECONDS if left is None else min(BOUND_SECONDS, BOUND_SHARE * left)
+    t0 = time.perf_counter()
+    windows = window_bound(tight.graph, tight.budgets.get("peak"), time_limit=seconds)
+    if windows is not None:
+        route.steps.append(Step("bound", None, time.perf_counter() - t0, "bound",
+                                bound=windows.bound, note="memory windows"))
+    return windows
+
+
+def _closed(tight: Problem, result: Result, windows, gap: float | None) -> bool:
+    """Whether `result`'s plan is within the requested gap of the window bound."""
+    return (windows is not None and result.status.has_solution and result.objective is not None
+            and result.simulated is not None and result.simulated.valid
+            and within_gap(tight.ir, result.objective, windows.bound,
+                           requested_gap(result.solver, gap)))
 
 
 def _load_like(problem: Problem, models: list[str]) -> Problem:
@@ -309,9 +400,9 @@ def _phase_one(problem: Problem, route: Route, lowest, time_limit, since, kw):
     return AUTO, "cold", None
 
 
-def _combine(tight: Problem, results: list[Result], gap: float | None) -> Result:
+def _combine(tight: Problem, results: list[Result], gap: float | None, windows=None) -> Result:
     """The result with the fastest valid plan, with the best bound of all (both solved the
-    same model: each bound and each proof holds for it)."""
+    same model: each bound and each proof holds for it, and so does the window bound)."""
     ir = tight.ir
     proven = [r for r in results if r.status == Status.INFEASIBLE]
     if proven:
@@ -319,6 +410,8 @@ def _combine(tight: Problem, results: list[Result], gap: float | None) -> Result
     solved = [r for r in results if r.status.has_solution and r.simulated is not None
               and r.simulated.valid]
     bounds = [r.bound for r in results if r.bound is not None]
+    if windows is not None:
+        bounds.append(windows.bound)
     if not solved:
         last = results[-1]
         if bounds:
@@ -337,6 +430,8 @@ def _combine(tight: Problem, results: list[Result], gap: float | None) -> Result
                   gap=relative_gap(ir, best.objective, bound) if bound is not None else None)
     others = [f"{r.solver}: {r.status.value}" + (f", bound {r.bound:.6g}" if r.bound else "")
               for r in results if r is not best]
+    if windows is not None:
+        others.append(f"window bound {windows.bound:.6g} ({windows.describe()})")
     if others:
         out.message = "; ".join(m for m in (out.message, "also " + ", ".join(others)) if m)
     return out

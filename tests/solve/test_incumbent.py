@@ -16,6 +16,7 @@ from schedlang.compile.presolve import presolve
 from schedlang.graphs.checkmate_nx import load_checkmate_nx
 from schedlang.plans.simulate import simulate
 from schedlang.problem import resolve_budget
+from schedlang.solve import strategy
 from schedlang.solve.relaxation import highs_solve, lp_duals
 from schedlang.solve.solution import Status
 from schedlang.solve.status import is_feasible
@@ -57,6 +58,24 @@ def test_a_fitting_plan_outside_the_model_is_the_answer(tmp_path, n, seed, pct):
         assert res.bound <= exact.objective + 1e-6
     else:
         assert exact.status == Status.INFEASIBLE
+
+
+@pytest.mark.parametrize("n,seed,pct", OUTSIDE)
+def test_the_default_op_graph_route_returns_it_too(tmp_path, n, seed, pct, monkeypatch):
+    # the op-graph route solves the model in the graph's order; shift's reordered plan, when
+    # faster, is the answer there as well, with the order-free bound
+    monkeypatch.setattr(strategy, "SMALL_NODES", 0)
+    graph, _ = _graph(tmp_path, n, seed)
+    budget = resolve_budget(pct, graph)
+    res = strategy.solve(schedlang.load(graph=graph, budget=budget), time_limit=60)
+    written = schedlang.load(graph=graph, budget=budget).solve(warm_start="auto", time_limit=60)
+    assert res.strategy.name == "op graph" and written.status.has_solution
+    sim = simulate(res.plan, graph, budget=budget)
+    assert sim.valid and res.objective == pytest.approx(sim.time)
+    assert res.objective <= written.objective + 1e-6
+    assert res.bound <= res.objective + 1e-9
+    if res.objective < written.objective - 1e-6 or res.plan.meta.get("planner") == "shift":
+        assert res.bound == pytest.approx(sum(n.time for n in graph.nodes))
 
 
 def test_solve_cli_returns_the_outside_plan(tmp_path, capsys):
