@@ -240,13 +240,31 @@ def _generate(fn, values, requires, out_grads, owned, resident, fixed, key, name
     return [(f"{OPS_PREFIX}{k}", policy, m) for k, (_, policy, m) in enumerate(kept, 1)]
 
 
+class _BlockParams:
+    """The parameters and buffers a block's segments run with, read from the block (held
+    weakly) when they run: `POLICIES` is weak by block, and a value that held its block
+    would keep the block, and the model's parameters, alive for good."""
+
+    def __init__(self, block: nn.Module):
+        self.block = weakref.ref(block)
+
+    def parameters(self):
+        return self.block().parameters()
+
+    def buffers(self):
+        return self.block().buffers()
+
+
 class _Segmented:
     """A block's generated option cut into segments (`options.SegmentedLayer`, nested
     checkpoints: its backward recomputes one segment at a time), run in place of the
     block's forward on the call's tensors; the block's output rebuilt as the block returns
-    it (the recorded structure, its tensors from the segments' outputs)."""
+    it (the recorded structure, its tensors from the segments' outputs). The segments read
+    the block's parameters through `_BlockParams` (the order `_BlockModule`'s, whose only
+    submodule is the block), not through the module they were recorded with."""
 
-    def __init__(self, layer, spec, template: list):
+    def __init__(self, layer, block: nn.Module, spec, template: list):
+        layer.module = _BlockParams(block)
         self.layer = layer
         self.spec = spec
         self.template = template  # per output leaf: ("out", k), ("in", k) or the value
@@ -358,7 +376,7 @@ def _segmented_options(lp, layer, values, requires, out_grads, owned, resident, 
         if m.needs_in is not None:
             m = dataclasses.replace(m, needs_in=sorted({call.inputs.index(call.leaves[i])
                                                         for i in m.needs_in}))
-        out.append((g.name, _Segmented(g.layer, spec, template), m))
+        out.append((g.name, _Segmented(g.layer, call.module, spec, template), m))
     return out
 
 
