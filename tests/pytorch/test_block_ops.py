@@ -68,22 +68,20 @@ def _generated(prep) -> dict[str, list[str]]:
             for lay in prep.graph.layers}
 
 
-@pytest.mark.parametrize("name,sizes,generate", CONFIGS)
-def test_every_generated_block_option_gives_eager_gradients_with_dropout(name, sizes, generate):
-    """Each generated option of each distinct block (blocks of equal structure share their
-    options' names and policies), run by every block that has it, the others keeping
-    everything: gradients, loss and the RNG stream after the step are eager PyTorch's."""
+def _assert_every_option_eager(model, args, kwargs, loss_fn, prep) -> None:
+    """Each generated option of `prep`'s blocks, run by every block that has it,
+    the others keeping everything: gradients, loss and the RNG stream after the step are eager
+    PyTorch's, bit for bit."""
     from schedlang.pytorch.frontends.blocks.hooked import BlockWrappers
 
-    model, args, kwargs, loss_fn, prep = _prepared(name, sizes, generate)
-    assert _draws_random_numbers(model, args, kwargs), f"{name}: dropout is off"
+    assert _draws_random_numbers(model, args, kwargs), "dropout is off"
     ref = _step(model, model, args, kwargs, loss_fn)
     options = _generated(prep)
     names = sorted({o for opts in options.values() for o in opts})
-    assert names, f"no generated option on {name}'s blocks"
+    assert names, "no generated option on the model's blocks"
     wrappers = BlockWrappers(prep.partitioned.found)
     try:
-        for opt in names:  # every block that has it runs it, the others keep everything
+        for opt in names:
             wrappers.set({b: opt for b, opts in options.items() if opt in opts})
             got = _step(model, model, args, kwargs, loss_fn)
             for a, b in zip(ref[0], got[0]):
@@ -94,6 +92,27 @@ def test_every_generated_block_option_gives_eager_gradients_with_dropout(name, s
             assert (got[2] == ref[2]).all(), f"{opt}: the RNG stream differs from eager"
     finally:
         wrappers.unwrap()
+
+
+@pytest.mark.parametrize("name,sizes,generate", CONFIGS)
+def test_every_generated_block_option_gives_eager_gradients_with_dropout(name, sizes, generate):
+    """Each generated option of each distinct block (blocks of equal structure share their
+    options' names and policies): eager PyTorch's gradients, dropout on."""
+    model, args, kwargs, loss_fn, prep = _prepared(name, sizes, generate)
+    _assert_every_option_eager(model, args, kwargs, loss_fn, prep)
+
+
+def test_a_block_make_fx_cannot_record_keeps_its_fixed_options():
+    """One-layer GPT-2: the block choice takes the whole `transformer` (its attention-mask
+    code branches on tensor values: make_fx cannot record it) and `lm_head`. The one gets no
+    generated option, where it once failed the whole preparation; the other gets its own,
+    each with eager gradients."""
+    model, args, kwargs, loss_fn, prep = _prepared("gpt2", {**SMALL, "layers": 1},
+                                                   GENERATE_SMALL)
+    options = _generated(prep)
+    assert options["transformer"] == []
+    assert options["lm_head"]
+    _assert_every_option_eager(model, args, kwargs, loss_fn, prep)
 
 
 def test_generated_block_options_keep_nothing_of_the_model_alive():

@@ -42,7 +42,7 @@ from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from .... import progress
-from ....language.errors import SchedError
+from ....language.errors import DataError, SchedError
 from ....layer_solves import cache_path, read_cached, write_cached
 from ...opgraph import record_ops
 from ...options import (
@@ -380,6 +380,18 @@ def _segmented_options(lp, layer, values, requires, out_grads, owned, resident, 
     return out
 
 
+def _recorded(name: str, kind: str, generate, *args, **kwargs) -> list:
+    """`generate(*args, **kwargs)`, or none where make_fx cannot record the block's op graph (data-dependent
+    control flow on its call's values: `opgraph.record_ops` says so): the block keeps its
+    fixed options, as one whose calls differ from its graph's does."""
+    try:
+        return generate(*args, **kwargs)
+    except DataError as exc:
+        log.info("block_ops: %s: no generated options (%s): %s", name, kind,
+                 str(exc).splitlines()[0])
+        return []
+
+
 def run_op_option(module: nn.Module, option: str, fwd, args: tuple, kwargs: dict, first_run):
     """`module`'s generated option `option` on the call (args, kwargs): a policy under the
     block's checkpoint, or its segments."""
@@ -429,12 +441,13 @@ def add_block_op_options(profiled, *, model: str = "layer_options",
             common = {"model": model, "fractions": fractions, "solver": solver,
                       "time_limit": time_limit, "repeats": repeats,
                       "max_options": max_options, "cache_dir": cache_dir}
-            made = _segmented_options(lp, layer, values, requires, out_grads, owned, resident,
-                                      fixed, key, **common)
+            made = _recorded(lp.name, "segments", _segmented_options, lp, layer, values,
+                             requires, out_grads, owned, resident, fixed, key, **common)
             made += [(f"{OPS_PREFIX}{len(made) + int(opt[len(OPS_PREFIX):])}", policy, m)
-                     for opt, policy, m in _generate(layer.module, values, requires,
-                                                     out_grads, owned, resident, fixed, key,
-                                                     lp.name, **common)]
+                     for opt, policy, m in _recorded(lp.name, "policies", _generate,
+                                                     layer.module, values, requires, out_grads,
+                                                     owned, resident, fixed, key, lp.name,
+                                                     **common)]
             for opt, how, m in made:
                 ins = range(len(layer.inputs)) if m.needs_in is None else m.needs_in
                 needs = [layer.inputs[i] for i in ins] + (
