@@ -1,7 +1,7 @@
 """What `fit` leaves alive: live tensor bytes after `fit` returns and after `del fitted, model`.
 
     python bench/bench_leaks.py [--models llama gpt2 ... gpt2-issue] [--budgets 60% 80%]
-                                [--json OUT]
+                                [--op-options [--op-fractions 0.4 ...]] [--json OUT]
 
 Per model (the `transformers` configs of `schedlang/testing/hf_models.py`, hook front end; the fx models of
 `schedlang/testing/torch_models.py`; `gpt2-issue`: issue 25's 4-layer GPT-2, n_embd 128, batch 8 x 128):
@@ -12,6 +12,11 @@ after `del fitted, model`. Columns: fit's plain peak (its prediction of plain ex
 bytes alive after `fit` beyond the model and the inputs, as bytes and as a share of the plain
 peak (target: <= 1%), and the bytes alive after `del` beyond the inputs (target: 0). The first
 budget of `--budgets` that `fit` meets is used (one plan per model; a FitError tries the next).
+`--op-options`: `fit(..., op_options=True)`, the generated options too (the hook front end's
+block options: `schedlang/pytorch/frontends/blocks/block_ops.py`; the fx front end's layer
+options), whose registry and caches must keep nothing of the model either; `--op-fractions`:
+the op-level solves' budget series (`op_options={"fractions": ...}`; default: fit's, many
+solves per distinct block).
 """
 from __future__ import annotations
 
@@ -63,7 +68,7 @@ def storages(exclude=()):
     return {k: s.nbytes() for k, s in live_storages().items() if k not in skip}
 
 
-def measure(name: str, budgets: list[str]) -> dict:
+def measure(name: str, budgets: list[str], op_options="auto") -> dict:
     from schedlang.pytorch.fit import FitError, fit
 
     before = storages()
@@ -75,7 +80,7 @@ def measure(name: str, budgets: list[str]) -> dict:
     fm = None
     for budget in budgets:
         try:
-            fm = fit(model, inputs, budget=budget, loss_fn=loss_fn)
+            fm = fit(model, inputs, budget=budget, loss_fn=loss_fn, op_options=op_options)
         except FitError:
             continue
         row["budget"] = budget
@@ -98,14 +103,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=MODELS)
     ap.add_argument("--budgets", nargs="+", default=["60%", "80%"])
+    ap.add_argument("--op-options", action="store_true",
+                    help="fit(..., op_options=True): generated options too")
+    ap.add_argument("--op-fractions", nargs="+", type=float,
+                    help="with --op-options: the op-level solves' budget series")
     ap.add_argument("--json")
     a = ap.parse_args()
+    op_options: object = "auto"
+    if a.op_options:
+        op_options = {"fractions": tuple(a.op_fractions)} if a.op_fractions else True
     torch.set_num_threads(1)
     rows = []
     print(f"{'model':<12} {'front end':<9} {'budget':>6} {'plain peak':>12} "
           f"{'after fit':>12} {'share':>8} {'after del':>10}")
     for name in a.models:
-        r = measure(name, a.budgets)
+        r = measure(name, a.budgets, op_options=op_options)
         rows.append(r)
         if "error" in r:
             print(f"{name:<12} {r['error']}")

@@ -18,7 +18,8 @@ it does not find are tensors that live only in C++, and those are either
   lists by itself) — never unpacked, so no unpack hook runs (a checkpoint's would recompute).
 
 Storages are deduplicated by data pointer (views and in-place results share their base's), and
-empty storages (zero bytes, meta tensors, tensor subclasses without storage) are skipped. A
+empty storages (zero bytes, meta tensors, tensor subclasses without storage) and fake tensors
+(the values a traced graph's nodes keep: shapes, no bytes) are skipped. A
 `DTensor` counts as its local tensor. The scan costs a pass over every object the collector
 tracks (a fraction of a second in a process that imported transformers), so it is for the
 edges of a measurement — the entry of a `MemoryTracker`, a test's before and after — not for
@@ -31,6 +32,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 __all__ = ["live_storages", "live_bytes", "storage_of", "read_before"]
 
@@ -39,6 +41,8 @@ def storage_of(t: torch.Tensor, device_type: str = "cpu"):
     local = getattr(t, "_local_tensor", None)  # DTensor: this rank's part
     if isinstance(local, torch.Tensor):
         t = local
+    if is_fake(t):  # a traced graph's values (make_fx's node.meta): no bytes, and reading
+        return None  # a fake storage's data pointer warns (a later torch raises)
     try:
         if t.device.type != device_type or t.is_meta:
             return None

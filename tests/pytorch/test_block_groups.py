@@ -4,8 +4,6 @@ over a model's own blocks, called by the model's own code (`hooked._Group`), pla
 per-block plan."""
 from __future__ import annotations
 
-import warnings
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -18,6 +16,7 @@ from schedlang.pytorch.frontends.blocks.find import BlockError  # noqa: E402
 from schedlang.pytorch.frontends.blocks.hooked import GROUP, block_chains, group_plans, plan_choices  # noqa: E402
 from schedlang.pytorch.planning import group_plans_priced  # noqa: E402
 from schedlang.testing.hf_models import HF  # noqa: E402
+from schedlang.testing.leaks import host_copy  # noqa: E402
 
 from .test_real_models import _assert_same, _step, make_bn_cnn  # noqa: E402
 
@@ -40,18 +39,22 @@ def _run_plan(model, args, kwargs, loss_fn, prep, plan):
     return got, rep
 
 
-#: a known defect, left open: since the CPU tracker counts every live storage (issue 25), a
-#: group plan of BatchNorm blocks, and GPT-2's lowest group plan, measure above their prediction
-#: (59,668 B and 244,480 B); the gradients, RNG stream and statistics are eager's
-KNOWN_GROUP_MISS = "a group plan measured above its prediction (a known defect)"
+def _saved_state(model) -> dict:
+    """The model's parameters and buffers as host copies, to restore after the eager step: a
+    copy kept as tensors would be counted by the measured step (every live storage, as on
+    CUDA), above the plan's prediction by exactly its bytes."""
+    return host_copy(model.state_dict())
 
 
-def _known_group_miss(rep) -> None:
-    """The known defect as a warning in the test summary, not a failure (an exception would
-    keep the test's models alive in its traceback, counted by the measured steps after it)."""
-    excess = rep.measured_peak_bytes - rep.predicted_peak_bytes
-    if excess > 0:
-        warnings.warn(f"{KNOWN_GROUP_MISS}: {excess} B", stacklevel=2)
+def _restore(model, state: dict) -> None:
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+
+
+def _within_prediction(rep) -> None:
+    """A group plan's measured peak is within its prediction, and not far below it (BART's
+    lowest group plan measures 3.8% below: the prediction may be cautious, not wrong)."""
+    assert rep.measured_peak_bytes <= rep.predicted_peak_bytes, rep
+    assert rep.measured_peak_bytes >= 0.95 * rep.predicted_peak_bytes, rep
 
 
 def test_a_group_of_gpt2_blocks_runs_checkpoint_sequentials_schedule():
@@ -125,16 +128,16 @@ def test_batchnorm_statistics_are_updated_once_in_a_group():
     """A group's recomputation replays BatchNorm forwards: the running statistics end the step
     as in eager PyTorch (updated once), the gradients equal."""
     model, args, kwargs, loss_fn = make_bn_cnn()
-    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state = _saved_state(model)
     ref = _step(model, model, args, kwargs, loss_fn)
     prep = _prepared(model, args, kwargs, loss_fn)
     blocks = _blocks(prep)
-    model.load_state_dict(state)
+    _restore(model, state)
     plan = plan_checkpoint_groups(prep.graph, [blocks[:2], blocks[2:]])
     assert simulate(plan, prep.graph).valid
     got, rep = _run_plan(model, args, kwargs, loss_fn, prep, plan)
     _assert_same(ref, got)
-    _known_group_miss(rep)
+    _within_prediction(rep)
 
 
 class _Collecting(nn.Module):
@@ -189,7 +192,7 @@ def test_every_transformers_model_runs_its_lowest_group_plan(name):
     from .test_real_models import HF_SIZES
 
     model, args, kwargs, loss_fn = HF[name](**HF_SIZES[name])
-    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state = _saved_state(model)
     ref = _step(model, model, args, kwargs, loss_fn)
     prep = _prepared(model, args, kwargs, loss_fn)
     plans = list(group_plans(prep.graph, _blocks(prep)))
@@ -197,10 +200,10 @@ def test_every_transformers_model_runs_its_lowest_group_plan(name):
     for p in plans:  # fit skips a plan that does not replay: none may be skipped
         assert simulate(p, prep.graph).valid, (p.meta, simulate(p, prep.graph).errors[0])
     plan = min(plans, key=lambda p: simulate(p, prep.graph).peak_bytes)
-    model.load_state_dict(state)
+    _restore(model, state)
     got, rep = _run_plan(model, args, kwargs, loss_fn, prep, plan)
     _assert_same(ref, got)
-    _known_group_miss(rep)
+    _within_prediction(rep)
 
 
 def test_a_group_of_one_block_is_priced_as_the_option_recompute():

@@ -17,18 +17,19 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 torch.set_num_threads(1)
 
-# slow, run on their own (`-m slow`): generating block options leaves about 400 KB alive in the
-# process (a known defect, open), which the measured steps of the tests after them count
-pytestmark = pytest.mark.slow
+from schedlang.testing.hf_models import HF  # noqa: E402
+from schedlang.testing.leaks import host_copy, new_bytes, snapshot  # noqa: E402
 
-from schedlang.testing.hf_models import HF
-from schedlang.testing.leaks import host_copy
-
-#: small op-level series: a few solves per distinct block
-GENERATE = {"fractions": (0.7, 0.4, 0.2), "time_limit": 20}
-SIZES = {"gpt2": {"batch": 2, "seq": 32, "dim": 32, "layers": 2},
-         "llama": {"batch": 2, "seq": 32, "dim": 32, "layers": 2},
-         "bert": {"batch": 2, "seq": 32, "dim": 32, "layers": 2}}
+#: the default run's configs: two blocks of width 16, one op-level solve per series (a few
+#: seconds each); the fuller ones (width 32, three budgets per series) run with `-m slow`
+SMALL = {"batch": 2, "seq": 16, "dim": 16, "layers": 2}
+FULL = {"batch": 2, "seq": 32, "dim": 32, "layers": 2}
+GENERATE_SMALL = {"fractions": (0.4,), "time_limit": 20}
+GENERATE_FULL = {"fractions": (0.7, 0.4, 0.2), "time_limit": 20}
+CONFIGS = [pytest.param(name, SMALL, GENERATE_SMALL, id=f"{name}-small")
+           for name in ("gpt2", "llama", "bert")] + [
+    pytest.param(name, FULL, GENERATE_FULL, id=name, marks=pytest.mark.slow)
+    for name in ("gpt2", "llama", "bert")]
 
 
 def _step(module, model, args, kwargs, loss_fn, seed=7):
@@ -40,13 +41,24 @@ def _step(module, model, args, kwargs, loss_fn, seed=7):
                       torch.get_rng_state()))
 
 
-def _prepared(name):
+def _prepared(name, sizes=FULL, generate=GENERATE_FULL):
     from schedlang.pytorch.fit import prepare
 
-    model, args, kwargs, loss_fn = HF[name](**SIZES[name])
+    model, args, kwargs, loss_fn = HF[name](**sizes)
     prep = prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, frontend="blocks",
-                   repeats=1, block_options=GENERATE)
+                   repeats=1, block_options=generate)
     return model, args, kwargs, loss_fn, prep
+
+
+def _draws_random_numbers(model, args, kwargs) -> bool:
+    """Whether a training forward of `model` advances the generator (dropout on: modules,
+    or functional as Llama's attention dropout)."""
+    state = torch.get_rng_state()
+    with torch.no_grad():
+        model(*args, **kwargs)
+    drew = not torch.equal(state, torch.get_rng_state())
+    torch.set_rng_state(state)
+    return drew
 
 
 def _generated(prep) -> dict[str, list[str]]:
@@ -56,20 +68,20 @@ def _generated(prep) -> dict[str, list[str]]:
             for lay in prep.graph.layers}
 
 
-@pytest.mark.parametrize("name", ["gpt2", pytest.param("llama", marks=pytest.mark.slow),
-                                  pytest.param("bert", marks=pytest.mark.slow)])
-def test_every_generated_block_option_gives_eager_gradients_with_dropout(name):
+def _assert_every_option_eager(model, args, kwargs, loss_fn, prep) -> None:
+    """Each generated option of `prep`'s blocks, run by every block that has it,
+    the others keeping everything: gradients, loss and the RNG stream after the step are eager
+    PyTorch's, bit for bit."""
     from schedlang.pytorch.frontends.blocks.hooked import BlockWrappers
 
-    model, args, kwargs, loss_fn, prep = _prepared(name)
-    assert any(m.p > 0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
+    assert _draws_random_numbers(model, args, kwargs), "dropout is off"
     ref = _step(model, model, args, kwargs, loss_fn)
     options = _generated(prep)
     names = sorted({o for opts in options.values() for o in opts})
-    assert names, f"no generated option on {name}'s blocks"
+    assert names, "no generated option on the model's blocks"
     wrappers = BlockWrappers(prep.partitioned.found)
     try:
-        for opt in names:  # every block that has it runs it, the others keep everything
+        for opt in names:
             wrappers.set({b: opt for b, opts in options.items() if opt in opts})
             got = _step(model, model, args, kwargs, loss_fn)
             for a, b in zip(ref[0], got[0]):
@@ -82,6 +94,47 @@ def test_every_generated_block_option_gives_eager_gradients_with_dropout(name):
         wrappers.unwrap()
 
 
+@pytest.mark.parametrize("name,sizes,generate", CONFIGS)
+def test_every_generated_block_option_gives_eager_gradients_with_dropout(name, sizes, generate):
+    """Each generated option of each distinct block (blocks of equal structure share their
+    options' names and policies): eager PyTorch's gradients, dropout on."""
+    model, args, kwargs, loss_fn, prep = _prepared(name, sizes, generate)
+    _assert_every_option_eager(model, args, kwargs, loss_fn, prep)
+
+
+def test_a_block_make_fx_cannot_record_keeps_its_fixed_options():
+    """One-layer GPT-2: the block choice takes the whole `transformer` (its attention-mask
+    code branches on tensor values: make_fx cannot record it) and `lm_head`. The one gets no
+    generated option, where it once failed the whole preparation; the other gets its own,
+    each with eager gradients."""
+    model, args, kwargs, loss_fn, prep = _prepared("gpt2", {**SMALL, "layers": 1},
+                                                   GENERATE_SMALL)
+    options = _generated(prep)
+    assert options["transformer"] == []
+    assert options["lm_head"]
+    _assert_every_option_eager(model, args, kwargs, loss_fn, prep)
+
+
+def test_generated_block_options_keep_nothing_of_the_model_alive():
+    """The options generated for a model's blocks (registered by block, weakly; the process's
+    caches of op graphs and solutions) hold none of its tensors: once the model and its
+    preparation are dropped, nothing of them is alive (a segmented option's layer once held
+    its block, and with it every parameter of the model's blocks)."""
+    import weakref
+
+    from schedlang.pytorch.frontends.blocks.block_ops import POLICIES
+
+    before = snapshot()
+    model, args, kwargs, loss_fn, prep = _prepared("bert", SMALL, GENERATE_SMALL)
+    assert any(_generated(prep).values())
+    blocks = [weakref.ref(m) for m in model.modules() if m in POLICIES]
+    assert blocks
+    del model, args, kwargs, loss_fn, prep
+    assert new_bytes(before) == 0
+    assert all(b() is None for b in blocks)
+
+
+@pytest.mark.slow  # a fit's solves and probe steps at the fuller config (about a minute)
 def test_a_fit_with_generated_block_options_is_measured_within_its_budget():
     """Whatever plan the solver and the probe steps settle on: gradients equal eager, the
     measured peak within the budget; or `FitError` naming a smallest feasible budget above

@@ -42,7 +42,7 @@ from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from .... import progress
-from ....language.errors import SchedError
+from ....language.errors import DataError, SchedError
 from ....layer_solves import cache_path, read_cached, write_cached
 from ...opgraph import record_ops
 from ...options import (
@@ -240,13 +240,31 @@ def _generate(fn, values, requires, out_grads, owned, resident, fixed, key, name
     return [(f"{OPS_PREFIX}{k}", policy, m) for k, (_, policy, m) in enumerate(kept, 1)]
 
 
+class _BlockParams:
+    """The parameters and buffers a block's segments run with, read from the block (held
+    weakly) when they run: `POLICIES` is weak by block, and a value that held its block
+    would keep the block, and the model's parameters, alive for good."""
+
+    def __init__(self, block: nn.Module):
+        self.block = weakref.ref(block)
+
+    def parameters(self):
+        return self.block().parameters()
+
+    def buffers(self):
+        return self.block().buffers()
+
+
 class _Segmented:
     """A block's generated option cut into segments (`options.SegmentedLayer`, nested
     checkpoints: its backward recomputes one segment at a time), run in place of the
     block's forward on the call's tensors; the block's output rebuilt as the block returns
-    it (the recorded structure, its tensors from the segments' outputs)."""
+    it (the recorded structure, its tensors from the segments' outputs). The segments read
+    the block's parameters through `_BlockParams` (the order `_BlockModule`'s, whose only
+    submodule is the block), not through the module they were recorded with."""
 
-    def __init__(self, layer, spec, template: list):
+    def __init__(self, layer, block: nn.Module, spec, template: list):
+        layer.module = _BlockParams(block)
         self.layer = layer
         self.spec = spec
         self.template = template  # per output leaf: ("out", k), ("in", k) or the value
@@ -358,8 +376,20 @@ def _segmented_options(lp, layer, values, requires, out_grads, owned, resident, 
         if m.needs_in is not None:
             m = dataclasses.replace(m, needs_in=sorted({call.inputs.index(call.leaves[i])
                                                         for i in m.needs_in}))
-        out.append((g.name, _Segmented(g.layer, spec, template), m))
+        out.append((g.name, _Segmented(g.layer, call.module, spec, template), m))
     return out
+
+
+def _recorded(name: str, kind: str, generate, *args, **kwargs) -> list:
+    """`generate(*args, **kwargs)`, or none where make_fx cannot record the block's op graph (data-dependent
+    control flow on its call's values: `opgraph.record_ops` says so): the block keeps its
+    fixed options, as one whose calls differ from its graph's does."""
+    try:
+        return generate(*args, **kwargs)
+    except DataError as exc:
+        log.info("block_ops: %s: no generated options (%s): %s", name, kind,
+                 str(exc).splitlines()[0])
+        return []
 
 
 def run_op_option(module: nn.Module, option: str, fwd, args: tuple, kwargs: dict, first_run):
@@ -411,12 +441,13 @@ def add_block_op_options(profiled, *, model: str = "layer_options",
             common = {"model": model, "fractions": fractions, "solver": solver,
                       "time_limit": time_limit, "repeats": repeats,
                       "max_options": max_options, "cache_dir": cache_dir}
-            made = _segmented_options(lp, layer, values, requires, out_grads, owned, resident,
-                                      fixed, key, **common)
+            made = _recorded(lp.name, "segments", _segmented_options, lp, layer, values,
+                             requires, out_grads, owned, resident, fixed, key, **common)
             made += [(f"{OPS_PREFIX}{len(made) + int(opt[len(OPS_PREFIX):])}", policy, m)
-                     for opt, policy, m in _generate(layer.module, values, requires,
-                                                     out_grads, owned, resident, fixed, key,
-                                                     lp.name, **common)]
+                     for opt, policy, m in _recorded(lp.name, "policies", _generate,
+                                                     layer.module, values, requires, out_grads,
+                                                     owned, resident, fixed, key, lp.name,
+                                                     **common)]
             for opt, how, m in made:
                 ins = range(len(layer.inputs)) if m.needs_in is None else m.needs_in
                 needs = [layer.inputs[i] for i in ins] + (
