@@ -60,6 +60,18 @@ def percent(text: str) -> float | None:
         return None
 
 
+def _reference_bytes(reference: Reference, text: str, loc: Loc, reference_name: str) -> int:
+    """The bytes the percentage `text` is a share of; DataError where there are none."""
+    ref = reference() if callable(reference) else reference
+    if ref is None:
+        raise DataError(f"budget '{text}' is a percent of {reference_name}, and this "
+                        "program has no graph data; give sizes (e.g. 14GiB)", loc)
+    if ref <= 0:
+        raise DataError(f"budget '{text}' is a percent of {reference_name}, which is "
+                        f"{ref} B here (no compute nodes?); give sizes", loc)
+    return ref
+
+
 def parse(value, reference: Reference, loc: Loc = Loc("--budget"),
           reference_name: str = "the no-recomputation peak") -> int:
     """One budget in bytes (see the module docstring); `reference` (bytes, or a function
@@ -84,14 +96,7 @@ def parse(value, reference: Reference, loc: Loc = Loc("--budget"),
             raise DataError(f"'{text}' is not a percentage", loc)
         if pct <= 0:
             raise DataError(f"budget {text} must be positive", loc)
-        ref = reference() if callable(reference) else reference
-        if ref is None:
-            raise DataError(f"budget '{text}' is a percent of {reference_name}, and this "
-                            "program has no graph data; give sizes (e.g. 14GiB)", loc)
-        if ref <= 0:
-            raise DataError(f"budget '{text}' is a percent of {reference_name}, which is "
-                            f"{ref} B here (no compute nodes?); give sizes", loc)
-        return percent_of(ref, pct)
+        return percent_of(_reference_bytes(reference, text, loc, reference_name), pct)
     try:
         nbytes = parse_size(text)
     except ValueError as exc:
@@ -201,6 +206,6 @@ def _parse_range(item: str, ref: Reference, loc: Loc) -> list[int]:
         return [lo]
     p_lo, p_hi = percent(lo_text), percent(hi_text)
     if p_lo is not None and p_hi is not None:
-        reference = ref() if callable(ref) else ref
+        reference = _reference_bytes(ref, lo_text, loc, "the no-recomputation peak")
         return [percent_of(reference, p_lo + (p_hi - p_lo) * k / (n - 1)) for k in range(n)]
     return [int(round(lo + (hi - lo) * k / (n - 1))) for k in range(n)]

@@ -30,7 +30,7 @@ from pathlib import Path
 import schedlang
 
 from . import __version__, progress
-from .language.errors import Loc
+from .language.errors import CheckError, Loc
 from .language.files import write_file
 from .language.paths import exists, writable_folder
 from .language.program import load_program, resolve_model
@@ -67,6 +67,9 @@ def segments_allowed(budgets: dict, graph, model: str, segments: list[tuple],
     prob = schedlang.load(model=model, graph=g)
     ir = prob.lower()
     decl = prob.program.decode
+    if decl is None:
+        raise CheckError(f"the option model '{model}' declares no decoder: its segments' roles "
+                         "come with `decode segments(checkpointed = ..., kept = ...)`", Loc(model))
     for role, ckpt in (("checkpointed", True), ("kept", False)):
         chosen = {(a, b) for a, b, c in segments if bool(c) == ckpt}
         try:
@@ -124,7 +127,7 @@ def solve_series(graph, series: list[list[dict]], model: str, solver: str = "hig
 
 def _model_text(model: str) -> str:
     """The option model's text and that of the files it `use`s (what its solutions depend on)."""
-    path = resolve_model(model, Path.cwd(), None)
+    path = resolve_model(model, Path.cwd(), Loc(model))
     texts = [path.read_text(encoding="utf-8")]
     try:
         for p in sorted(load_program([path]).files):

@@ -39,7 +39,7 @@ import os
 import signal
 import sys
 import traceback
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from .language.errors import Loc, SchedError
@@ -96,7 +96,7 @@ def run_jobs(fn, items, *, args: tuple = (), kwargs: dict | None = None, jobs: i
 # ---------------------------------------------------------------------------- in this process
 
 def _serial(fn, items, args, kwargs, on_result) -> list:
-    out = []
+    out: list = []
     dropped: set = set()
     for k, item in enumerate(items):
         if k in dropped:
@@ -190,7 +190,7 @@ def _on_processes(fn, items, args, kwargs, n, on_result, preload) -> list:
     results: list = [None] * len(items)
     clean = False
     try:
-        pending = {}
+        pending: dict[Future, int] = {}
         with _main_not_imported():  # the workers start as the jobs are submitted
             for k, item in enumerate(items):
                 try:
@@ -201,7 +201,7 @@ def _on_processes(fn, items, args, kwargs, n, on_result, preload) -> list:
                                    Loc("<worker>")) from None
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in sorted(finished, key=pending.get):
+            for fut in sorted(finished, key=pending.__getitem__):  # finished ones are pending
                 k = pending.pop(fut)
                 if fut.cancelled():
                     continue

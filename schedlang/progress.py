@@ -37,8 +37,12 @@ import threading
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .language.errors import Loc, SchedError
+
+if TYPE_CHECKING:  # annotations only: rich is imported when a live display starts
+    from rich.live import Live
 
 __all__ = ["session", "phase", "step", "note", "solver_callback", "MODES", "ENV", "Session"]
 
@@ -87,7 +91,7 @@ class Session:
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self._console = console
-        self._live = None
+        self._live: Live | None = None
 
     # --- what work reports -----------------------------------------------------------------
     def begin(self, name: str, total: int | None = None, detail: str = "") -> None:

@@ -248,9 +248,9 @@ def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str
                    "threads": threads, "ref": ref, "timings": shared,
                    "max_elements": prob.max_elements, "parametric": parametric,
                    "warm_start": warm_start}
-        points = _sweep_parallel(prob, values, todo, done or {}, options, jobs, ray,
+        solved = _sweep_parallel(prob, values, todo, done or {}, options, jobs, ray,
                                  progress, record)
-        return monotone_bounds(points) if budget_monotone(prob.program) else points
+        return monotone_bounds(solved) if budget_monotone(prob.program) else solved
     points: list[SweepPoint] = []
     lowering = None
     for k, budget in enumerate(values, 1):
@@ -431,7 +431,7 @@ class PointLog:
                                 f"{obj.get('solver')} via {obj.get('backend')}, not {solver} via "
                                 f"{backend}: resume with the same options, or write another --out",
                                 self.loc)
-            done[obj["budget_bytes"]] = point_from_json(obj, prob, self.loc)
+            done[obj["budget_bytes"]] = point_from_json(obj, prob, self.loc, backend, solver)
         return done
 
     def append(self, file: str, point: SweepPoint) -> None:
@@ -443,8 +443,9 @@ class PointLog:
         self._f.close()
 
 
-def point_from_json(obj: dict, prob: Problem, loc: Loc) -> SweepPoint:
-    """A `SweepPoint` from its JSON line: the plan rebuilt from its ops and replayed again."""
+def point_from_json(obj: dict, prob: Problem, loc: Loc, backend: str, solver: str) -> SweepPoint:
+    """A `SweepPoint` from its JSON line, solved with `solver` via `backend` (`resume` checks
+    the line says so): the plan rebuilt from its ops and replayed again."""
     budget = obj["budget_bytes"]
     graph = prob.graph
     plan = sim = None
@@ -458,7 +459,7 @@ def point_from_json(obj: dict, prob: Problem, loc: Loc) -> SweepPoint:
             sim = simulate(plan, graph)
         ws = obj.get("warm_start")
         result = Result(status, obj.get("objective"), obj.get("bound"), obj.get("gap"),
-                        obj.get("backend"), obj.get("solver"), obj.get("model_size") or {},
+                        backend, solver, obj.get("model_size") or {},
                         obj.get("timings") or {}, plan, sim, None, obj.get("message") or "",
                         budget, warm_start=WarmStart(**ws) if isinstance(ws, dict) else None)
     except (ValueError, TypeError) as exc:

@@ -3,13 +3,19 @@ solutions, in the same order, as the one-after-the-other loop; the opt-in on-dis
 by the layer's structure and the option model's text."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+import schedlang
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
 from schedlang.layer_solves import cache_path, solve_series  # noqa: E402
 from schedlang.testing.torch_models import ALL  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +77,20 @@ def test_the_cache_key_follows_the_model_text(tmp_path, monkeypatch):
     model.write_text("use layer_options\n# another formulation\n")
     assert cache_path(key, str(model), (0.5,), "highs", cache_dir=tmp_path) != b
     assert cache_path(key, "layer_options", (0.6,), "highs", cache_dir=tmp_path) != a
+
+
+def test_an_option_model_without_a_decoder_is_a_located_error(tmp_path):
+    """`segments_allowed` fixes the model's `checkpointed`/`kept` roles: a model that declares
+    no decoder has none, and says so (it was an AttributeError on `None.roles`)."""
+    from schedlang.language.errors import CheckError
+    from schedlang.language.resources import models_dir
+    from schedlang.layer_solves import segments_allowed
+
+    shipped = (models_dir() / "checkmate.sched").read_text(encoding="utf-8").splitlines()
+    undecoded = tmp_path / "undecoded.sched"
+    undecoded.write_text("\n".join(line for line in shipped if not line.startswith("decode ")),
+                         encoding="utf-8")
+    graph = schedlang.load(str(EXAMPLES / "chain.sched")).graph
+    with pytest.raises(CheckError, match="declares no decoder") as info:
+        segments_allowed({"peak": 1 << 40}, graph, str(undecoded), [(0, 1, True)])
+    assert info.value.loc is not None and str(undecoded) in str(info.value.loc)

@@ -622,7 +622,7 @@ def _print_sweep(prob, args, points, ref_peak, ref_time, total, path=None) -> No
     if ref_peak:
         print(f"reference no recomputation: peak {format_size(ref_peak)}, time {ref_time:.6g}")
     header = ["budget", "%", "status", "objective", "pred. peak", "overhead", "gap", "solve s"]
-    rows = []
+    rows: list[list[str]] = []
     for p in points:
         rows.append([
             format_size(p.budget_bytes),
@@ -640,7 +640,7 @@ def _print_sweep(prob, args, points, ref_peak, ref_time, total, path=None) -> No
         print("  ".join(c.ljust(w) if i in left else c.rjust(w)
                         for i, (c, w) in enumerate(zip(r, widths))).rstrip())
     solved = sum(p.solved for p in points)
-    counts = {}
+    counts: dict[str, int] = {}
     for p in points:
         if not p.solved:
             counts[p.status.value] = counts.get(p.status.value, 0) + 1
@@ -662,11 +662,11 @@ def cmd_plan(args) -> int:
         if args.json:
             output.print_json(rows)
         else:
-            width = max(len(r["name"]) for r in rows)
-            vwidth = max(len(", ".join(r["views"])) for r in rows)
-            for r in rows:
-                print(f"{r['name'].ljust(width)}  {', '.join(r['views']).ljust(vwidth)}  "
-                      f"{r['description']}")
+            width = max(len(p.name) for p in table.values())
+            vwidth = max(len(", ".join(p.views)) for p in table.values())
+            for p in table.values():
+                print(f"{p.name.ljust(width)}  {', '.join(p.views).ljust(vwidth)}  "
+                      f"{p.description}")
         return 0
     where = Loc("schedlang plan")
     if not args.file:

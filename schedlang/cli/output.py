@@ -32,7 +32,7 @@ def print_json(obj, **kwargs) -> None:
 def error_object(message: str, location: str | None, exit_code: int, kind: str = "error",
                  notes: list[str] | None = None) -> dict:
     """The ``--json`` object of a run that ended in an error."""
-    out = {"status": "error", "kind": kind, "message": message, "location": location,
+    out: dict[str, object] = {"status": "error", "kind": kind, "message": message, "location": location,
            "exit_code": exit_code}
     if notes:
         out["notes"] = list(notes)

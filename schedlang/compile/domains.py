@@ -8,6 +8,7 @@ from ..language import ast
 from ..language.builtins import BUILTIN_SCALARS, BUILTIN_SETS, CHECKMATE_VIEW, FUNCTIONS
 from ..language.check import Checker
 from ..language.errors import CheckError, DataError
+from .lowering_state import LoweringState
 from .relational import (
     Const,
     Elem,
@@ -24,7 +25,7 @@ from .relational import (
 from .walk import conjuncts, index_names, is_pattern, lowering, pattern, references
 
 
-class Domains:
+class Domains(LoweringState):
     # ================================================================== domains
     def domain(self, index: ast.Index | None, outer: Table | None = None) -> Table:
         """The binding table of an index domain, grown from `outer` (default: one empty row)."""
@@ -151,8 +152,9 @@ class Domains:
             offs = np.arange(counts.sum(), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
             pick = order[np.repeat(starts[frows], counts) + offs]
             return SetRel(rows, rel.cols[pick])
-        if isinstance(e, ast.Call) and e.func in FUNCTIONS and FUNCTIONS[e.func].set_value is not None:
-            return FUNCTIONS[e.func].set_value(self, e, t)
+        set_of_call = FUNCTIONS[e.func].set_value if isinstance(e, ast.Call) and e.func in FUNCTIONS else None
+        if set_of_call is not None:
+            return set_of_call(self, e, t)
         if isinstance(e, ast.Range):
             lo = self._num(e.lo, t)
             hi = self._num(e.hi, t)
@@ -176,14 +178,14 @@ class Domains:
                 names = list(dict.fromkeys(names))
                 cols = np.stack([inner.cols[n] for n in names], axis=1) if names else np.zeros((inner.m, 0), np.int64)
                 return self._maybe_const(SetRel(inner.cols["__row"], cols), t)
-            cols = [self._tuple_codes(x, t) for x in e.items]
-            if not cols:
+            item_codes = [self._tuple_codes(x, t) for x in e.items]
+            if not item_codes:
                 return SetVal(np.zeros((0, 1), dtype=np.int64))
-            width = {c.shape[1] for c in cols}
+            width = {c.shape[1] for c in item_codes}
             if len(width) > 1:
                 raise CheckError("a set literal mixes tuples of different lengths", e.loc)
-            rows = np.concatenate([np.arange(t.m, dtype=np.int64)] * len(cols))
-            data = np.concatenate(cols)
+            rows = np.concatenate([np.arange(t.m, dtype=np.int64)] * len(item_codes))
+            data = np.concatenate(item_codes)
             order = np.argsort(rows, kind="stable")
             return self._maybe_const(SetRel(rows[order], data[order]), t)
         if isinstance(e, ast.SetFor):
@@ -269,7 +271,7 @@ class Domains:
         table = self.domain(index)
         names = index_names(index)
         keys = np.stack([table.cols[n] for n in names], axis=1) if names else np.zeros((table.m, 0), np.int64)
-        if names and len(unique_rows(keys)) != len(keys):
+        if index is not None and names and len(unique_rows(keys)) != len(keys):
             raise CheckError("this index domain lists an element twice", index.loc)
         return Family(keys, KeyIndex(keys, len(self.u) + 1), table)
 

@@ -6,13 +6,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..language import ast
+from ..language.errors import CheckError
 from .ir import ConstraintBlock, Objective
 from .logic import Rows
+from .lowering_state import LoweringState
 from .relational import Family, Lin, Table
 from .walk import lowering
 
 
-class Emission:
+class Emission(LoweringState):
     # ================================================================== constraints (rows: logic.py)
     @lowering
     def _constraint(self, d: ast.ConstraintDecl):
@@ -24,11 +26,15 @@ class Emission:
         added = [(x.side, self._added_term(x, fam)) for x in self.p.extensions.get(d.name, [])]
         added = [(side, term) for side, term in added if term is not None]
         if added:  # `lhs += ...` / `rhs += ...`: the body is a comparison (check.py)
+            body = d.body
+            if not isinstance(body, ast.Compare):  # not reached: the checker rejects it
+                raise CheckError(f"cannot add to a side of constraint '{d.name}': its body is not "
+                                 "a comparison", body.loc)
             t = fam.table
-            sides = {"lhs": self._lin(d.body.left, t), "rhs": self._lin(d.body.right, t)}
+            sides = {"lhs": self._lin(body.left, t), "rhs": self._lin(body.right, t)}
             for side, term in added:
                 sides[side] = sides[side] + self._lin_of(term, t)
-            self.logic.compare(d.body, sides["lhs"], sides["rhs"], t, origin, [], rows)
+            self.logic.compare(body, sides["lhs"], sides["rhs"], t, origin, [], rows)
         else:
             self.logic.enforce(d.body, fam.table, origin, [], rows, d.name)
         self._emit_rows(d.name, fam, rows, d.loc)
@@ -56,8 +62,8 @@ class Emission:
                           shape=(base, self.n_cols))
         A.sum_duplicates()
         A.eliminate_zeros()
-        origin = np.concatenate(origin)
-        keys = [tuple(self.u.value(int(c)) for c in fam.keys[i]) for i in origin]
+        origin_rows = np.concatenate(origin)
+        keys = [tuple(self.u.value(int(c)) for c in fam.keys[i]) for i in origin_rows]
         self.blocks.append(ConstraintBlock(name, keys, A, np.concatenate(lo), np.concatenate(hi), loc))
 
     # ================================================================== objective

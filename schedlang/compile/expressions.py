@@ -9,10 +9,11 @@ from ..language.builtins import FUNCTIONS, SCALARS
 from ..language.errors import CheckError, DataError
 from ..language.units import UNITS, dimension
 from .logic import NeedsLowering
+from .lowering_state import LoweringState
 from .relational import INVALID, Const, Elem, KeyIndex, Lin, SetVal, Table, with_row_id
 
 
-class Expressions:
+class Expressions(LoweringState):
     # ================================================================== expression values
     def value(self, e, t: Table):
         return getattr(self, "v_" + type(e).__name__)(e, t)

@@ -113,7 +113,10 @@ class Formulas:
             if not lit_body:
                 raise CheckError("any() over variables takes a binary literal as its body", f.body.loc)
             inner = self.low.domain(ast.Index(f.loc, f.items, f.where), with_row_id(t))
-            return self.literal(f.body, inner).reduce(inner.cols["__row"], t.m)
+            lit = self.literal(f.body, inner)
+            if lit is None:  # not reached: a literal expression has a literal's value
+                raise CheckError("any() over variables takes a binary literal as its body", f.body.loc)
+            return lit.reduce(inner.cols["__row"], t.m)
         total = Lin.constant(np.zeros(t.m))
         for part in flatten(f, "or"):
             part = push_not(part)

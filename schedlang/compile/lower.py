@@ -29,7 +29,7 @@ from .expressions import Expressions
 from .ir import ConstraintBlock, IRModel, Observed, VarFamily
 from .logic import Formulas
 from .params import Params
-from .relational import Family, SetRel, SetVal, Universe
+from .relational import Const, Family, Lin, SetRel, SetVal, Universe
 from .sizes import DEFAULT_MAX_ELEMENTS, SizeError, size_message
 from .variables import Variables
 from .walk import index_names, references
@@ -51,7 +51,7 @@ class Lowering(Domains, Params, Variables, Expressions, Emission):
         self.params: dict[str, tuple[Family | None, np.ndarray, np.ndarray | None]] = {}
         self.vars: dict[str, tuple[Family, int]] = {}  # name -> (family, first column)
         self.var_families: list[VarFamily] = []
-        self.exprs: dict[str, tuple[Family, object]] = {}
+        self.exprs: dict[str, tuple[Family, Const | Lin]] = {}
         self.recursive: set[str] = set()
         self.blocks: list[ConstraintBlock] = []
         self.lb: list[np.ndarray] = []

@@ -133,7 +133,8 @@ class BudgetLowering:
             d = decls.get(name)
             if isinstance(d, ast.SetDecl):
                 return False, f"set {name} reads a budget"
-            if getattr(d, "when", None) is not None and references(d.when) & (self.dependent | self.roots):
+            when = getattr(d, "when", None)
+            if when is not None and references(when) & (self.dependent | self.roots):
                 return False, f"the `when` guard of {name} reads a budget"
             index = getattr(d, "index", None)
             if index is not None and references(index) & (self.dependent | self.roots):
@@ -223,7 +224,7 @@ def same_ir(a: IRModel, b: IRModel) -> bool:
         if (x.A != y.A).nnz or not (np.array_equal(x.lo, y.lo) and np.array_equal(x.hi, y.hi)):
             return False
     oa, ob = a.objective, b.objective
-    if (oa is None) != (ob is None):
-        return False
-    return oa is None or (np.array_equal(oa.c, ob.c) and oa.constant == ob.constant
-                          and oa.sense == ob.sense)
+    if oa is None or ob is None:
+        return oa is None and ob is None
+    return (np.array_equal(oa.c, ob.c) and oa.constant == ob.constant
+            and oa.sense == ob.sense)

@@ -6,11 +6,12 @@ import numpy as np
 
 from ..language import ast
 from ..language.errors import CheckError, DataError, Loc, did_you_mean
+from .lowering_state import LoweringState
 from .relational import Const, Family, KeyIndex, SetRel, Table
 from .walk import index_names, lowering, pattern, references
 
 
-class Params:
+class Params(LoweringState):
     def _check_literals(self, d, e: ast.Subscript) -> None:
         """An element written as text (`R[t, "f3"]`) must be an element of the set its
         position ranges over: a reference outside the domain is 0 by design (`S[t-1, v]`,
@@ -53,7 +54,7 @@ class Params:
         if d.name in self.params:
             return self.params[d.name]
         if isinstance(d.value, ast.Table):
-            entry = self._table_param(d)
+            entry = self._table_param(d, d.value)
         elif d.index is None:
             entry = (None, self._num_or_bool(d.value, Table.unit()), None)
         else:
@@ -70,7 +71,10 @@ class Params:
     def _apply_table(self, d: ast.ParamDecl, table: ast.ParamDecl, fam: Family, values: np.ndarray):
         """Values given as data replace the declared ones; a key outside the domain is an error."""
         one = Table.unit()
-        for key_expr, value_expr in table.value.pairs:
+        data = table.value
+        if not isinstance(data, ast.Table):  # not reached: program merging keeps only tables
+            raise CheckError(f"the data for param '{d.name}' is not a table", table.loc)
+        for key_expr, value_expr in data.pairs:
             key = self._key_codes(key_expr)
             if len(key) != fam.keys.shape[1]:
                 raise DataError(f"param '{d.name}' takes {fam.keys.shape[1]} indices, this key has "
@@ -87,22 +91,23 @@ class Params:
             return np.broadcast_to(v.v, (t.m,)).copy()
         raise CheckError("a param must be a constant number", e.loc)
 
-    def _table_param(self, d: ast.ParamDecl):
-        """`param w = {a: 1, b: 2}` (a value per key), optionally over a declared domain."""
+    def _table_param(self, d: ast.ParamDecl, table: ast.Table):
+        """`param w = {a: 1, b: 2}` (a value per key; `table` is d's value), optionally over a
+        declared domain."""
         keys, vals = [], []
         one = Table.unit()
-        for k, v in d.value.pairs:
+        for k, v in table.pairs:
             keys.append(self._key_codes(k))
             vals.append(self._num(v, one)[0])
         arity = {len(k) for k in keys}
         if len(arity) > 1:
-            raise CheckError(f"the keys of param '{d.name}' have different lengths", d.value.loc)
+            raise CheckError(f"the keys of param '{d.name}' have different lengths", table.loc)
         keys_arr = np.array(keys, dtype=np.int64).reshape(len(keys), -1)
         for k in range(len(keys_arr)):
             for j in range(k):
                 if np.array_equal(keys_arr[k], keys_arr[j]):
                     raise DataError(f"param '{d.name}' gives a value twice for "
-                                    f"{self._fmt_key(keys_arr[k])}", d.value.pairs[k][0].loc)
+                                    f"{self._fmt_key(keys_arr[k])}", table.pairs[k][0].loc)
         return (Family(keys_arr, KeyIndex(keys_arr, len(self.u) + 1), Table(len(keys))), np.array(vals), None)
 
     def _key_codes(self, e) -> np.ndarray:
@@ -119,7 +124,7 @@ class Params:
     def _param_lookup(self, d: ast.ParamDecl, args, t: Table, loc: Loc):
         if not self.is_active(d):
             raise DataError(f"param '{d.name}' does not exist here: the 'when' condition before it (at "
-                            f"{d.when.loc}) is false", loc)
+                            f"{d.when.loc if d.when is not None else d.loc}) is false", loc)
         fam, values, _ = self._param(d)
         if fam is None:
             if args:

@@ -22,7 +22,7 @@ class Universe:
     Integers compare by value.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.codes: dict[object, int] = {}
         self.values: list = []
         self._numeric: list[float] = []

@@ -54,9 +54,9 @@ def declaration_sizes(program, max_elements: int | None = None) -> tuple[list[De
         return _domains_only(program, max_elements), None
     rows: dict[str, list[int]] = {}
     for b in ir.constraints:
-        r = rows.setdefault(b.name.split(".")[0], [0, 0])
-        r[0] += b.A.shape[0]
-        r[1] += b.A.nnz
+        counts = rows.setdefault(b.name.split(".")[0], [0, 0])
+        counts[0] += b.A.shape[0]
+        counts[1] += b.A.nnz
     out = []
     for d in program.decls.values():
         kind = dict(_KINDS).get(type(d).__name__)

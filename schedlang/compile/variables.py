@@ -9,11 +9,12 @@ from ..language.errors import CheckError, DataError
 from ..language.parser import name_loc
 from .ir import VarFamily
 from .logic import TOL
+from .lowering_state import LoweringState
 from .relational import Const, Family, Lin, Table
 from .walk import lowering
 
 
-class Variables:
+class Variables(LoweringState):
     # --- variables
     @lowering
     def _declare_var(self, d: ast.VarDecl):
@@ -110,7 +111,7 @@ class Variables:
             return Const(out, val.dim)
         return val.gather(rows)
 
-    def _expr_body(self, d: ast.ExprDecl, fam: Family):
+    def _expr_body(self, d: ast.ExprDecl, fam: Family) -> Const | Lin:
         """The value of an expression on its domain rows: its body plus the terms added with `+=`."""
         if fam.table.m == 0:
             return Const(np.zeros(0))

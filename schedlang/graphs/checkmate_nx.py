@@ -70,7 +70,8 @@ def graph_from_node_link(data: Any, name: str, source: str = "<graph>") -> Graph
         raise fail(f"'{links_key}' must be a list")
     if not raw_nodes:
         raise fail("the graph has no nodes")
-    graph_attrs = data.get("graph") if isinstance(data.get("graph"), dict) else {}
+    raw_graph = data.get("graph")
+    graph_attrs: dict = raw_graph if isinstance(raw_graph, dict) else {}
 
     convention = _detect(raw_nodes, fail)
     key, size_attr, time_attr, backward_attr = _CONVENTIONS[convention]

@@ -152,6 +152,12 @@ class Graph:
     def node(self, name: str) -> Node:
         return {n.name: n for n in self.nodes}[name]
 
+    def layered_loss(self) -> Loss:
+        """The loss of a layered graph; DataError (located) when it declares none."""
+        if self.loss is None:
+            raise DataError(f"graph '{self.name}' has layers but no `loss (...) -> (...)`", self.loc)
+        return self.loss
+
     @property
     def is_layered(self) -> bool:
         """Whether the graph is in the H-Rockmate vocabulary (layers, a loss, or data nodes

@@ -36,7 +36,7 @@ def _size(v: ast.Value | None, what: str, default: int | None = None) -> int:
 class _Times:
     """All times of a graph follow one convention: with units (-> seconds) or without."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.first: ast.Value | None = None
 
     def __call__(self, v: ast.Value | None, what: str) -> float:

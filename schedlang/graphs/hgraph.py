@@ -133,12 +133,12 @@ def build_hgraph(g: Graph) -> HGraph:
                             f"`{FAST_FORWARD}`), so it takes no `grad` statement: declare the "
                             "options of its backward, or drop the gradients", layer.loc or g.loc)
     h = HGraph(g.name)
-    for d in g.data:
-        h.data[d.name] = d.size
-        if d.role == "input":
-            h.inputs.append(d.name)
-        elif d.role == "output":
-            h.outputs.append(d.name)
+    for datum in g.data:
+        h.data[datum.name] = datum.size
+        if datum.role == "input":
+            h.inputs.append(datum.name)
+        elif datum.role == "output":
+            h.outputs.append(datum.name)
     for layer in g.layers:
         opts = layer.options
         ff = fast_forward_option(layer)
@@ -156,12 +156,11 @@ def build_hgraph(g: Graph) -> HGraph:
                 if d not in layer.outputs and d not in layer.inputs:
                     raise DataError(f"option '{o.name}' of layer '{layer.name}' needs '{d}', which is "
                                     f"neither an input nor an output of the layer", o.loc)
-    if g.loss is None:
-        raise DataError(f"graph '{g.name}' has layers but no `loss (...) -> (...)`", g.loc)
+    loss = g.layered_loss()
     h.loss = "loss"
-    h.compute.append(ComputeNode("loss", "loss", None, [NodeOption("loss", g.loss.time, 0)], g.loss.loc))
-    h.creates += [("loss", d) for d in g.loss.outputs]
-    h.uses += [("loss", d) for d in g.loss.inputs]
+    h.compute.append(ComputeNode("loss", "loss", None, [NodeOption("loss", loss.time, 0)], loss.loc))
+    h.creates += [("loss", d) for d in loss.outputs]
+    h.uses += [("loss", d) for d in loss.inputs]
     for layer in reversed(g.layers):
         if not has_backward(layer):
             continue
@@ -195,23 +194,24 @@ def _check(h: HGraph, g: Graph) -> None:
     reads: dict[str, set] = {k.name: set() for k in h.compute}
     for k, d in h.uses:
         reads[k].add(d)
-    needs = {(k, o): set() for k, o, _ in h.option_uses}
+    needs: dict[tuple[str, str], set] = {(k, o): set() for k, o, _ in h.option_uses}
     for k, o, d in h.option_uses:
         needs[(k, o)].add(d)
     writes: dict[str, set] = {k.name: set() for k in h.compute}
     for k, d in h.creates:
         writes[k].add(d)
-    for k in h.compute:
-        for o in k.options:
-            for st in o.steps:
-                bad = [d for d in st.frees if d not in reads[k.name] | needs.get((k.name, o.name), set())]
+    for node in h.compute:
+        for opt in node.options:
+            for st in opt.steps:
+                bad = [d for d in st.frees
+                       if d not in reads[node.name] | needs.get((node.name, opt.name), set())]
                 if bad:
-                    raise DataError(f"a step of option '{o.name}' of '{k.name}' frees '{bad[0]}', which "
-                                    f"'{k.name}' does not read", k.loc)
-                bad = [d for d in st.creates if d not in writes[k.name]]
+                    raise DataError(f"a step of option '{opt.name}' of '{node.name}' frees '{bad[0]}', "
+                                    f"which '{node.name}' does not read", node.loc)
+                bad = [d for d in st.creates if d not in writes[node.name]]
                 if bad:
-                    raise DataError(f"a step of option '{o.name}' of '{k.name}' creates '{bad[0]}', which "
-                                    f"'{k.name}' does not create", k.loc)
+                    raise DataError(f"a step of option '{opt.name}' of '{node.name}' creates '{bad[0]}', "
+                                    f"which '{node.name}' does not create", node.loc)
     # the compute order must be topological: every creator of a datum runs before its users
     order = {k.name: i for i, k in enumerate(h.compute)}
     dag = nx.DiGraph()
@@ -302,18 +302,18 @@ def index_hgraph(graph: Graph, h: HGraph) -> HIndex:
     kind, layer_of, opt_names, opt_index, opt_time, opt_overhead, opt_layer_opt, opt_uses = \
         [], [], [], [], [], [], [], []
     opt_steps: list = []
-    for i, k in enumerate(h.compute):
-        j = layer_index[k.layer] if k.layer is not None else -1
-        kind.append(k.kind)
+    for i, node in enumerate(h.compute):
+        j = layer_index[node.layer] if node.layer is not None else -1
+        kind.append(node.kind)
         layer_of.append(j)
-        onames = [o.name for o in k.options]
+        onames = [o.name for o in node.options]
         opt_names.append(onames)
         opt_index.append({o: n for n, o in enumerate(onames)})
-        opt_time.append([float(o.time) for o in k.options])
-        opt_overhead.append([int(o.overhead) for o in k.options])
+        opt_time.append([float(o.time) for o in node.options])
+        opt_overhead.append([int(o.overhead) for o in node.options])
         opt_steps.append([[(int(st.overhead), frozenset(data_index[d] for d in st.frees),
                             frozenset(data_index[d] for d in st.creates)) for st in o.steps]
-                          for o in k.options])
+                          for o in node.options])
         opt_layer_opt.append([layer_opt_index[j].get(o, -1) if j >= 0 and o != FAST_FORWARD else -1
                               for o in onames])
         opt_uses.append([tuple(extra.get((i, o), ())) for o in onames])

@@ -98,7 +98,7 @@ def format_time(value: float, time_unit: str) -> str:
     raise AssertionError("unreachable")
 
 
-def format_size(value: int) -> str:
+def format_size(value: int | float) -> str:
     if isinstance(value, float):
         if not value.is_integer():
             raise DataError(f"cannot write the fractional size {value!r} bytes")

@@ -46,46 +46,46 @@ class Call(Node):  # f(a, b)
 class Aggregate(Node):  # sum(i in I where c) body
     op: str
     items: list
-    where: object | None
-    body: object
+    where: Node | None
+    body: Node
 
 
 @dataclass
 class BinOp(Node):  # + - * / union diff inter
     op: str
-    left: object
-    right: object
+    left: Node
+    right: Node
 
 
 @dataclass
 class Neg(Node):
-    operand: object
+    operand: Node
 
 
 @dataclass
 class Compare(Node):
     op: str
-    left: object
-    right: object
+    left: Node
+    right: Node
 
 
 @dataclass
 class Member(Node):  # x in S / x not in S
-    element: object
-    set: object
+    element: Node
+    set: Node
     negated: bool = False
 
 
 @dataclass
 class Logic(Node):  # and / or / implies / iff
     op: str
-    left: object
-    right: object
+    left: Node
+    right: Node
 
 
 @dataclass
 class Not(Node):
-    operand: object
+    operand: Node
 
 
 @dataclass
@@ -95,21 +95,21 @@ class Tuple(Node):
 
 @dataclass
 class Range(Node):
-    lo: object
-    hi: object
+    lo: Node
+    hi: Node
 
 
 @dataclass
 class SetLit(Node):  # {a, b} or {i in I where c} (a builder when items are bindings)
     items: list
-    where: object | None
+    where: Node | None
 
 
 @dataclass
 class SetFor(Node):  # {expr for i in I where c}
-    expr: object
+    expr: Node
     items: list
-    where: object | None
+    where: Node | None
 
 
 @dataclass
@@ -119,9 +119,9 @@ class Table(Node):  # {key: value, ...}
 
 @dataclass
 class Cond(Node):  # if c then a else b
-    cond: object
-    then: object
-    other: object
+    cond: Node
+    then: Node
+    other: Node
 
 
 # ----------------------------------------------------------------------- declarations
@@ -130,7 +130,7 @@ class Index(Node):
     """A declaration's or aggregate's domain: `[items where cond]`."""
 
     items: list
-    where: object | None = None
+    where: Node | None = None
 
 
 @dataclass
@@ -162,17 +162,17 @@ class DecodeDecl(Node):
 class SetDecl(Node):
     name: str
     index: Index | None
-    value: object
-    when: object | None = None  # `when COND` before it: exists only if COND holds
+    value: Node
+    when: Node | None = None  # `when COND` before it: exists only if COND holds
 
 
 @dataclass
 class ParamDecl(Node):
     name: str
     index: Index | None
-    value: object | None
+    value: Node | None
     is_default: bool = False
-    when: object | None = None  # `when COND` before it: exists only if COND holds
+    when: Node | None = None  # `when COND` before it: exists only if COND holds
 
 
 @dataclass
@@ -180,27 +180,27 @@ class VarDecl(Node):
     name: str
     index: Index | None
     kind: str  # binary / integer / continuous
-    lb: object | None = None
-    ub: object | None = None
+    lb: Node | None = None
+    ub: Node | None = None
     doc: str = ""
-    when: object | None = None  # `when COND` before it: exists only if COND holds
+    when: Node | None = None  # `when COND` before it: exists only if COND holds
 
 
 @dataclass
 class ExprDecl(Node):
     name: str
     index: Index | None
-    value: object
-    when: object | None = None  # `when COND` before it: exists only if COND holds
+    value: Node
+    when: Node | None = None  # `when COND` before it: exists only if COND holds
 
 
 @dataclass
 class ConstraintDecl(Node):
     name: str
     index: Index | None
-    body: object
+    body: Node
     doc: str = ""
-    when: object | None = None  # `when COND` before it: exists only if COND holds
+    when: Node | None = None  # `when COND` before it: exists only if COND holds
 
 
 @dataclass
@@ -211,8 +211,8 @@ class Extension(Node):
     name: str
     index: Index | None
     side: str
-    value: object
-    when: object | None = None
+    value: Node
+    when: Node | None = None
 
     @property
     def extends(self) -> type:
@@ -224,7 +224,7 @@ class Extension(Node):
 class ObjectiveDecl(Node):
     sense: str  # min / max
     name: str
-    body: object
+    body: Node
     extend: bool = False  # `minimize name += expr` adds terms to an inherited objective
 
 

@@ -91,7 +91,7 @@ class Checker:
                         f"decode role '{role}' names '{target}', which is not a variable or expression"
                         f"{did_you_mean(target, self.names())}", self.p.decode.role_locs.get(role, self.p.decode.loc)))
         self.p.warnings = list({(w.loc, w.message): w for w in self.warnings}.values())
-        unique = {}
+        unique: dict[tuple[Loc | None, str], CheckError] = {}
         for err in self.errors:
             unique.setdefault((err.loc, err.message), err)
         self.errors = list(unique.values())
@@ -123,9 +123,9 @@ class Checker:
         t = self.expr(ext.value, scope)
         if t.kind not in ("num", "lin"):
             raise CheckError(f"'+=' adds a number or a linear expression, not {_describe(t)}", ext.value.loc)
-        if not ext.side:
-            side, what = self.expr_type(ext.name), f"expression '{ext.name}'"
-        else:
+        if isinstance(base, ast.ExprDecl) and not ext.side:
+            side, what = self.expr_type(base), f"expression '{ext.name}'"
+        elif isinstance(base, ast.ConstraintDecl) and ext.side:
             body = base.body
             if not isinstance(body, ast.Compare) or body.op == "!=":
                 raise CheckError(f"cannot add to a side of constraint '{ext.name}': its body (at {body.loc}) is "
@@ -133,6 +133,9 @@ class Checker:
             bscope = self.index(base.index) if base.index else {}
             side = self.expr(body.left if ext.side == "lhs" else body.right, bscope)
             what = f"the {ext.side} of constraint '{ext.name}'"
+        else:  # not reached: program merging lets '+=' extend only a declaration of its kind
+            raise CheckError(f"'+=' cannot add to '{ext.name}' (declared at "
+                             f"{name_loc(base.name, base.loc)})", name_loc(ext.name, ext.loc))
         if side.dim and t.dim and side.dim != t.dim:
             raise CheckError(f"unit mismatch: '+=' adds a {t.dim} to {what}, a {side.dim}; divide by a unit "
                              "(e.g. / 1MiB, / 1ms) to get a plain number", ext.value.loc)
@@ -159,7 +162,7 @@ class Checker:
                         raise CheckError(f"a bound of variable '{d.name}' must be a number, not {_describe(t)}",
                                          b.loc)
         elif isinstance(d, ast.ExprDecl):
-            self.expr_type(d.name)
+            self.expr_type(d)
         elif isinstance(d, ast.ConstraintDecl):
             t = self.expr(d.body, scope)
             if t.kind not in ("formula", "bool"):
@@ -200,12 +203,12 @@ class Checker:
                 pass  # reported with the declaration itself
         return self.set_arities[d.name]
 
-    def expr_type(self, name: str) -> T:
+    def expr_type(self, d: ast.ExprDecl) -> T:
+        name = d.name
         if name in self.expr_types:
             return self.expr_types[name]
         if name in self.in_progress:  # a recursive expression: linear by construction
             return T("lin")
-        d = self.p.decls[name]
         self.in_progress.add(name)
         try:
             scope = self.index(d.index) if d.index else {}
@@ -252,9 +255,9 @@ class Checker:
         if t.kind != "set":
             raise CheckError(f"a binding ranges over a set, not {_describe(t)}", item.set.loc)
         if t.arity is not None and t.arity != len(names):
-            n = len(names)
+            count = len(names)
             example = "v" if t.arity == 1 else "(" + ", ".join("abcdefgh"[:t.arity]) + ")"
-            raise CheckError(f"binding {n} name{'s' if n > 1 else ''} to a set of {_tuples(t.arity)}; "
+            raise CheckError(f"binding {count} name{'s' if count > 1 else ''} to a set of {_tuples(t.arity)}; "
                              f"write {example} in {_set_text(item.set)}", el.loc)
         for n, loc in names:
             decl = self.p.decls.get(n)
@@ -340,7 +343,7 @@ class Checker:
         if isinstance(d, ast.VarDecl):
             return T("lin", binary_literal=(d.kind == "binary"))
         if isinstance(d, ast.ExprDecl):
-            return self.expr_type(d.name)
+            return self.expr_type(d)
         raise CheckError(f"constraint '{d.name}' cannot be used in an expression", e.loc)
 
     def e_Subscript(self, e, s):

@@ -7,6 +7,7 @@ CLI prints or exits.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -73,9 +74,9 @@ class LintWarning(SchedError):
 class ErrorList(SchedError):
     """Several independent problems found in one pass (the checker reports them all)."""
 
-    def __init__(self, errors: list[SchedError]):
+    def __init__(self, errors: Sequence[SchedError]):
         super().__init__(errors[0].message if errors else "", errors[0].loc if errors else None)
-        self.errors = errors
+        self.errors = list(errors)
         self.exit_code = max((e.exit_code for e in errors), default=2)
 
     def __str__(self) -> str:

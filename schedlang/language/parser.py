@@ -320,7 +320,7 @@ class _Builder(Transformer):
 
     # --- graph data
     def _value(self, tok: Token) -> ast.Value:
-        loc = Loc(self.path, tok.line, tok.column)
+        loc = Loc(self.path, tok.line or 0, tok.column or 0)  # lark sets both on every token
         if tok.type == "QUANTITY":
             value, unit = _split_number(str(tok))
             return ast.Value(loc, value, unit, str(tok))
@@ -490,6 +490,8 @@ class _GName(str):
     point at the offending token rather than at the start of its declaration or expression.
     """
 
+    loc: Loc | None
+
     def __new__(cls, value: str, loc: Loc | None = None):
         obj = super().__new__(cls, value)
         obj.loc = loc
@@ -562,7 +564,8 @@ def _syntax_error(exc: UnexpectedInput, text: str, path: str) -> SyntaxProblem:
             message += f" (the '{char}' at {line}:{col} is not closed)"
         return SyntaxProblem(message, loc)
     if isinstance(exc, UnexpectedCharacters):
-        char = text[exc.pos_in_stream] if 0 <= exc.pos_in_stream < len(text) else "?"
+        at = exc.pos_in_stream
+        char = text[at] if at is not None and 0 <= at < len(text) else "?"
         if char == '"':
             return SyntaxProblem('unterminated string: a string must end with \'"\' on the same line', loc)
         return SyntaxProblem(f"unexpected character '{char}'{_CHAR_HINTS.get(char, '')}", loc)

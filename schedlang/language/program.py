@@ -28,6 +28,7 @@ from .paths import exists, readable_file
 from .resources import models_dir, shipped_models
 
 DECL_TYPES = (ast.SetDecl, ast.ParamDecl, ast.VarDecl, ast.ExprDecl, ast.ConstraintDecl)
+Decl = ast.SetDecl | ast.ParamDecl | ast.VarDecl | ast.ExprDecl | ast.ConstraintDecl  # DECL_TYPES
 KIND_WORD = {ast.SetDecl: "set", ast.ParamDecl: "param", ast.VarDecl: "var",
              ast.ExprDecl: "expr", ast.ConstraintDecl: "constraint"}
 
@@ -35,7 +36,7 @@ KIND_WORD = {ast.SetDecl: "set", ast.ParamDecl: "param", ast.VarDecl: "var",
 @dataclass
 class Program:
     model: ast.ModelDecl | None = None
-    decls: dict[str, object] = field(default_factory=dict)  # name -> declaration, in order
+    decls: dict[str, Decl] = field(default_factory=dict)  # name -> declaration, in order
     objective: ast.ObjectiveDecl | None = None
     objective_terms: list[ast.ObjectiveDecl] = field(default_factory=list)  # `+=` extensions
     # `param w = {key: value, ...}` given for an indexed param declared elsewhere: the values
@@ -100,7 +101,7 @@ def resolve_model(target: str, relative_to: Path | None, loc: Loc, is_path: bool
 
 
 class _Merger:
-    def __init__(self):
+    def __init__(self) -> None:
         self.program = Program()
         self.loaded: set[Path] = set()
         self.stack: list[Path] = []
@@ -273,7 +274,7 @@ def load_program(paths: list, extra_models: list[str] | None = None, text: str |
         merger.add_module(parse_text(text, text_path), Path.cwd())
     program = merger.program
     if program.graph is not None:
-        _share_machine_data(program)
+        _share_machine_data(program, program.graph)
     return program
 
 
@@ -292,15 +293,15 @@ def attach_graph(program: Program, graph: Graph) -> Program:
     program.graph = g
     program.budgets = {**graph.budgets, **program.budgets}
     program.bandwidths = {**graph.bandwidths, **program.bandwidths}
-    _share_machine_data(program)
+    _share_machine_data(program, g)
     return program
 
 
-def _share_machine_data(program: Program) -> None:
-    """Machine data the simulator and planners read off the graph."""
-    program.graph.bandwidths.update(program.bandwidths)
+def _share_machine_data(program: Program, graph: Graph) -> None:
+    """Machine data the simulator and planners read off the program's graph."""
+    graph.bandwidths.update(program.bandwidths)
     if "host" in program.budgets:
-        program.graph.budgets["host"] = program.budgets["host"]
+        graph.budgets["host"] = program.budgets["host"]
 
 
 def set_params(program: Program, values: dict, loc: Loc = Loc("params (--param)")) -> None:

@@ -255,7 +255,7 @@ class _CheckmateValues(_Values):
 
     def on_compute(self, op: Op) -> None:
         arr, b, node = self.arr, self.b, self.node
-        i = arr.index[op.node]
+        i = arr.index[op.required("node")]
         for p in arr.preds[i]:
             b.use(node, self.cur[p])
         if i in self.cur:  # recomputation: the old copy goes when the new one exists
@@ -263,7 +263,7 @@ class _CheckmateValues(_Values):
         self.cur[i] = b.new(node, "data", arr.names[i], arr.size[i])
 
     def on_delete(self, op: Op) -> None:
-        self.b.free(self.node, self.cur.pop(self.arr.index[op.data]))
+        self.b.free(self.node, self.cur.pop(self.arr.index[op.required("data")]))
 
     def live_at_end(self) -> list[int]:
         return list(self.cur.values())
@@ -289,7 +289,7 @@ class _LayeredValues(_Values):
 
     def on_compute(self, op: Op) -> None:
         ha, b, node, cur, mask, ph = self.ha, self.b, self.node, self.cur, self.mask, self.ph
-        i = ha.index[op.node]
+        i = ha.index[op.required("node")]
         o = 0 if op.option is None else ha.opt_index[i][op.option]
         kind, j, lo = ha.kind[i], ha.layer[i], ha.opt_layer_opt[i][o]
         read = list(ha.uses[i]) + (list(ha.opt_uses[i][o]) if kind == "bwd" else [])
@@ -315,17 +315,17 @@ class _LayeredValues(_Values):
             b.new(node, "workspace", f"op{self.index}", work)
 
     def on_delete(self, op: Op) -> None:
-        d = self.ha.data_index[op.data]
+        d = self.ha.data_index[op.required("data")]
         self.b.free(self.node, self.cur.pop(d))
         self.mask.pop(d, None)
 
     def on_drop_phantom(self, op: Op) -> None:
-        self.b.free(self.node, self.ph.pop(self.ha.layer_index[op.layer]))
+        self.b.free(self.node, self.ph.pop(self.ha.layer_index[op.required("layer")]))
 
     def _tensor(self, op: Op) -> tuple[tuple, dict[int, int]]:
         ha = self.ha
         key = (("data", ha.data_index[op.data]) if op.data is not None
-               else ("layer", ha.layer_index[op.layer]))
+               else ("layer", ha.layer_index[op.required("layer")]))
         return key, (self.cur if key[0] == "data" else self.ph)
 
     def on_offload(self, op: Op) -> None:

@@ -242,8 +242,7 @@ class LayeredReplay(Replay):
         self.sampled = False
         ha, errors = self.ha, self.errors
         name = op.node
-        i = ha.index.get(name)
-        if i is None:
+        if name is None or (i := ha.index.get(name)) is None:
             resolve(k, "compute", name, ha.index, "node", errors)  # records why
             return
         oname = op.option

@@ -70,6 +70,15 @@ class Op:
                 out[name] = float(value) if name == "fraction" else value
         return out
 
+    def required(self, field: str) -> str:
+        """The name in `field` ("node", "data", "layer", ...) that this op's kind needs;
+        ValueError naming the op when it is unset (a plan read by `Plan.load` has them all,
+        one built in code may not)."""
+        value = getattr(self, field)
+        if not isinstance(value, str):
+            raise ValueError(f"op '{self}' names no {field}")
+        return value
+
     def __str__(self) -> str:
         parts = [self.op]
         for name in _ALL_FIELDS:

@@ -161,8 +161,7 @@ class Replay(PlanInterpreter):
     def on_delete(self, op: Op) -> None:
         k = self.index
         name = op.data
-        d = self.data_index.get(name)
-        if d is None:
+        if name is None or (d := self.data_index.get(name)) is None:
             resolve(k, "delete", name, self.data_index, "data", self.errors)  # records why
             return
         if not self.live[d]:

@@ -96,7 +96,7 @@ def stage_schedule(plan: Plan, graph) -> tuple[list[list[tuple[str, str, object]
     for k, op in enumerate(plan.ops):
         if op.op == "compute":
             v = op.node
-            if v not in index:
+            if v is None or v not in index:
                 raise NotEncodable(f"op {k}: compute of unknown node '{v}'")
             if op.option is not None:
                 raise NotEncodable(f"op {k}: compute '{v}' with option '{op.option}'; "
@@ -116,7 +116,7 @@ def stage_schedule(plan: Plan, graph) -> tuple[list[list[tuple[str, str, object]
                                    f"first computation of '{order[-1]}')")
             stages[nxt].append(("compute", v, k))
         elif op.op == "delete":
-            if op.data not in index:
+            if op.data is None or op.data not in index:
                 raise NotEncodable(f"op {k}: delete of unknown data '{op.data}'")
             # before the first compute of stage nxt: only liveness matters, so either side
             # of the boundary is the same to the encoding
@@ -264,12 +264,13 @@ def phase_schedule(plan: Plan, h) -> tuple[dict, dict, dict]:
     runs: dict[tuple, str] = {}
     live_at: dict[str, frozenset] = {}
     phantoms_at: dict[str, dict] = {}
-    live, phantoms = set(h.inputs), {}
+    live = set(h.inputs)
+    phantoms: dict[str | None, str] = {}  # layer -> the option whose phantom it holds
     nxt, last = 0, -1  # the phase open now; the index of its last compute
     for k_op, op in enumerate(plan.ops):
         if op.op == "compute":
             k = op.node
-            if k not in index:
+            if k is None or k not in index:
                 raise NotEncodable(f"op {k_op}: compute of unknown node '{k}'")
             if nxt >= len(order):
                 raise NotEncodable(f"op {k_op}: compute '{k}' after the last phase")
@@ -284,7 +285,7 @@ def phase_schedule(plan: Plan, h) -> tuple[dict, dict, dict]:
                                    f"(or twice); a phase runs its computes in H-graph order")
             options = [o.name for o in node[k].options]
             o = op.option if op.option is not None else (options[0] if len(options) == 1 else None)
-            if o not in options:
+            if o is None or o not in options:
                 raise NotEncodable(f"op {k_op}: node '{k}' has no option '{op.option}'")
             runs[(t, k)] = o
             live.update(outputs_of.get(k, ()))

@@ -65,7 +65,7 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
             kind, layer = layer_of[k]
             if k == t:
                 for channel, field, x in window:
-                    ops.append(Op("wait", channel=channel, **{field: x}))
+                    ops.append(_op_on("wait", field, x, channel=channel))
                 _arrive(moves.arrivals((t, None)), live, phantoms)
             # transfers start with the node and the step ends when all three channels are done
             issued = moves.issue((t, k), ops)
@@ -76,7 +76,7 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
             elif kind == "bwd":
                 phantoms.pop(layer, None)
             for channel, field, x in issued:
-                ops.append(Op("wait", channel=channel, **{field: x}))
+                ops.append(_op_on("wait", field, x, channel=channel))
             _arrive(moves.arrivals((t, k)), live, phantoms)
             for d in sorted(deletes.get((t, k), []), key=data_order.index):
                 if d in live:
@@ -106,6 +106,14 @@ def decode_phases(decl, ir, solution, graph) -> Plan:
                 meta={"decoder": "phases"})
 
 
+def _op_on(op: str, field: str, x: str, channel: str | None = None,
+           fraction: float | None = None) -> Op:
+    """An op on datum `x` (`field` "data") or on the phantom of layer `x` ("layer")."""
+    if field == "data":
+        return Op(op, data=x, channel=channel, fraction=fraction)
+    return Op(op, layer=x, channel=channel, fraction=fraction)
+
+
 def _arrive(arrivals, live: set, phantoms: dict) -> None:
     for field, x, jo in arrivals:
         if field == "data":
@@ -117,7 +125,7 @@ def _arrive(arrivals, live: set, phantoms: dict) -> None:
 class _Transfers:
     """The transfer roles of an offloading model, step by step (absent roles: no transfers)."""
 
-    def __init__(self, decl, ir, solution):
+    def __init__(self, decl, ir, solution) -> None:
         def values(role):
             return role_values(decl, ir, solution, role, required=False) or {}
 
@@ -140,7 +148,7 @@ class _Transfers:
                 if host + f > 1.0 - _WHOLE:  # the last part: make the host copy whole
                     f = 1.0 - host
                 self.host[key] = host + f
-                ops.append(Op("offload", fraction=f, **{field: x}))
+                ops.append(_op_on("offload", field, x, fraction=f))
                 issued.append(("offload", field, x))
         arriving = {(field, x) for field, x, _, v in self.arrive.get(step, ()) if v > 0.5}
         for field, x, _, v in self.prefetch.get(step, ()):
@@ -150,7 +158,7 @@ class _Transfers:
             f = 1.0 - done if key in arriving else min(v, self.host.get(key, 0.0) - done)
             if f > _EPS:
                 self.round[key] = done + f
-                ops.append(Op("prefetch", fraction=f, **{field: x}))
+                ops.append(_op_on("prefetch", field, x, fraction=f))
                 issued.append(("prefetch", field, x))
         for key in arriving:
             rest = 1.0 - self.round.get(key, 0.0)

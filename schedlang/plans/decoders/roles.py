@@ -2,7 +2,15 @@
 role of the model's `decode` declaration."""
 from __future__ import annotations
 
+from typing import Literal, overload
+
 from ...language.errors import CheckError
+
+
+@overload
+def role_values(decl, ir, solution, role: str, required: Literal[True] = True) -> dict: ...
+@overload
+def role_values(decl, ir, solution, role: str, required: bool) -> dict | None: ...
 
 
 def role_values(decl, ir, solution, role: str, required: bool = True) -> dict | None:

@@ -232,8 +232,8 @@ def plan_checkpoint_groups(graph: Graph, groups: list[list[str]],
     position = {n: k for k, n in enumerate(names)}
     group_of: dict[str, int] = {}
     for g, members in enumerate(groups):
-        at = [position.get(m) for m in members]
-        if None in at or at != list(range(at[0], at[0] + len(at))):
+        at = [position[m] for m in members if m in position]
+        if len(at) < len(members) or at != list(range(at[0], at[0] + len(at))):
             raise ValueError(f"group {members}: not consecutive layers of '{graph.name}'")
         group_of.update((m, g) for m in members)
         for m in members:
@@ -243,45 +243,46 @@ def plan_checkpoint_groups(graph: Graph, groups: list[list[str]],
     def option(n: str) -> str:
         return options.get(n) or graph.layers[position[n]].options[0].name
 
-    seq = [(f"{n}.fwd", FAST_FORWARD if n in group_of else option(n)) for n in names]
+    seq: list[tuple[str, str | None]] = [(f"{n}.fwd", FAST_FORWARD if n in group_of else option(n))
+                                         for n in names]
     seq.append(("loss", None))
     for n in reversed(names):
-        g = group_of.get(n)
-        if g is not None and n == groups[g][-1]:  # the group's recomputation
-            seq += [(f"{m}.fwd", option(m)) for m in groups[g]]
+        grp = group_of.get(n)
+        if grp is not None and n == groups[grp][-1]:  # the group's recomputation
+            seq += [(f"{m}.fwd", option(m)) for m in groups[grp]]
         seq.append((f"{n}.bwd", option(n)))
     # the checkpoint holds what a group's layers read from outside it (their recomputation's
     # inputs) until the group's backward ends, its first layer's
     held: dict[str, set[int]] = {}
     for members in groups:
-        made = {d for m in members for d in graph.layers[position[m]].outputs}
+        inside = {d for m in members for d in graph.layers[position[m]].outputs}
         held[f"{members[0]}.bwd"] = {ha.data_index[d] for m in members
-                                     for d in graph.layers[position[m]].inputs if d not in made}
+                                     for d in graph.layers[position[m]].inputs if d not in inside}
     # a gradient several backwards add to stays from its first part on: adding is reading
     makers: dict[str, int] = {}
     for lay in graph.layers:
         for d in (*lay.outputs, *lay.grad_outputs):
             makers[d] = makers.get(d, 0) + 1
-    for d in graph.loss.outputs:
+    for d in graph.layered_loss().outputs:
         makers[d] = makers.get(d, 0) + 1
     summed = {ha.data_index[d] for d, n in makers.items() if n > 1}
     touched = []  # per step: (data read, data made)
     for node, opt in seq:
         i = ha.index[node]
-        o = ha.opt_index[i].get(opt, 0)
+        o = ha.opt_index[i].get(opt, 0) if opt is not None else 0
         extra = ha.opt_uses[i][o] if ha.kind[i] == "bwd" else ()
         made = {d for d, _ in ha.creates[i]}
         touched.append((set(ha.uses[i]) | set(extra) | held.get(node, set()) | (made & summed),
                         made - summed))
-    keep = set(ha.outputs) | {ha.data_index[d] for d in graph.loss.inputs}
+    keep = set(ha.outputs) | {ha.data_index[d] for d in graph.layered_loss().inputs}
     ops = []
     for k, (node, opt) in enumerate(seq):
         ops.append(Op("compute", node=node, option=opt))
-        for d in sorted(set().union(*touched[k]) - keep):
-            later = next(("read" if d in r else "made" for r, c in touched[k + 1:]
-                          if d in r or d in c), None)
+        for di in sorted(set().union(*touched[k]) - keep):
+            later = next(("read" if di in r else "made" for r, c in touched[k + 1:]
+                          if di in r or di in c), None)
             if later != "read":
-                ops.append(Op("delete", data=ha.data[d]))
+                ops.append(Op("delete", data=ha.data[di]))
     return Plan(graph=graph.name, ops=ops,
                 meta={"planner": name or "checkpoint_groups",
                       "groups": [list(m) for m in groups]})

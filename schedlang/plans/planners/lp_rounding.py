@@ -65,8 +65,8 @@ def rounded_ops(graph: Graph, keep: list[set[int]]) -> list[Op]:
     names = [node.name for node in graph.nodes]
     index = {name: i for i, name in enumerate(names)}
     preds: list[list[int]] = [[] for _ in range(n)]
-    for u, v in graph.edges:
-        preds[index[v]].append(index[u])
+    for src, dst in graph.edges:
+        preds[index[dst]].append(index[src])
     ops: list[Op] = []
     live: set[int] = set()
     for t in range(n):
@@ -117,7 +117,7 @@ def plan_lp_rounding(graph: Graph, budget: int | None = None, thresholds=THRESHO
             continue
         seen: set = set()
         for thr in thresholds:
-            keep = [set() for _ in range(n)]
+            keep: list[set[int]] = [set() for _ in range(n)]
             for (t, v), x in S.items():
                 if x >= thr - 1e-9:
                     keep[index[t]].add(index[v])

@@ -45,6 +45,7 @@ API: ``PLANNERS["mutwo"]`` (``run(graph, budget, bandwidth=None, prune=False)``)
 from __future__ import annotations
 
 import math
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from ...graphs.graph import Graph
@@ -205,7 +206,7 @@ def swap_overhead(view: CheckmateView, a: int, bandwidth: float) -> float:
 
 
 # --- Checkmate view: the plan ------------------------------------------------------------
-def checkmate_ops(view: CheckmateView, recompute: set[int], swap: set[int] = frozenset(),
+def checkmate_ops(view: CheckmateView, recompute: set[int], swap: AbstractSet[int] = frozenset(),
                   bandwidth: float | None = None) -> list[Op]:
     """The plan of a decision set, in Checkmate's stage space (see the module docstring)."""
     n = view.n
@@ -301,20 +302,20 @@ def replay_peak(view: CheckmateView, ops: list[Op]) -> tuple[int, float]:
     total = 0.0
     for op in ops:
         if op.op == "compute":
-            i = index[op.node]
+            i = index[op.required("node")]
             peak = max(peak, mem + view.size[i])
             if not live[i]:
                 live[i] = 1
                 mem += view.size[i]
             total += view.time[i]
         elif op.op == "prefetch":
-            i = index[op.data]
+            i = index[op.required("data")]
             if not live[i]:
                 live[i] = 1
                 mem += view.size[i]
                 peak = max(peak, mem)
         elif op.op == "delete":
-            i = index[op.data]
+            i = index[op.required("data")]
             if live[i]:
                 live[i] = 0
                 mem -= view.size[i]
@@ -346,12 +347,11 @@ def _mutwo_checkmate(graph: Graph, budget: int | None, bandwidth: float | None,
     base_peak, base_time = peak, total
     steps: list[dict] = []
     swap_time = 0.0
-    best = (peak, ops, total, set(), set(), 0.0)
-    while budget is not None and peak > budget and cands.candidates:
-        r = cands.best_recompute()
+    best: tuple[int, list[Op], float, set[int], set[int], float] = (
+        peak, ops, total, set(), set(), 0.0)
+    while budget is not None and peak > budget and (r := cands.best_recompute()) is not None:
         step: dict = {}
-        s = cands.best_swap() if bandwidth else None
-        if s is not None:
+        if bandwidth and (s := cands.best_swap()) is not None:
             s_over = swap_overhead(view, s, bandwidth)
             if s_over < r.total_time:
                 cands.choose_swap(s)
@@ -381,7 +381,7 @@ def _mutwo_checkmate(graph: Graph, budget: int | None, bandwidth: float | None,
             trial = checkmate_ops(view, trial_r, trial_s, bandwidth)
             t_peak, t_total = replay_peak(view, trial)
             if t_peak <= budget:
-                if a in swap:
+                if a in swap and bandwidth:  # swaps are chosen only with a bandwidth
                     swap_time -= swap_overhead(view, a, bandwidth)
                 recompute, swap, ops, peak, total = trial_r, trial_s, trial, t_peak, t_total
                 step["pruned"] = True
@@ -434,8 +434,8 @@ def _layered_ops(graph: Graph, recompute: set[str]) -> list[Op]:
         if roles.get(d) != "output":
             (delete_after[e] if e >= 0 else before).append(d)
     ops = [Op("delete", data=d) for d in before]
-    for e, (node, option, _, _) in enumerate(steps):
-        ops.append(Op("compute", node=node, option=option))
+    for e, (node, chosen, _, _) in enumerate(steps):
+        ops.append(Op("compute", node=node, option=chosen))
         ops += [Op("delete", data=d) for d in delete_after[e]]
     return ops
 
@@ -466,7 +466,7 @@ def _mutwo_layered(graph: Graph, budget: int | None) -> Outcome:
     cands = {layer.name: layer for layer in graph.layers
              if has_backward(layer) and layer.options[0].phantom > 0}
     steps: list[dict] = []
-    best = (peak, ops, total, set())
+    best: tuple[int, list[Op], float, set[str]] = (peak, ops, total, set())
     while budget is not None and peak > budget and cands:
         def ratio(name: str) -> float:
             t = layer_recompute_time(cands[name])
@@ -505,7 +505,7 @@ def mutwo_plan(graph: Graph, budget: int | None = None, bandwidth: float | None 
                prune: bool = False) -> Plan:
     out = mutwo(graph, budget, bandwidth, prune)
     swaps = sum(1 for _, d in out.decisions if d == SWAP)
-    meta = {
+    meta: dict[str, object] = {
         "planner": "mutwo",
         "decisions": [list(row) for row in out.decisions],
         "fits": out.fits,

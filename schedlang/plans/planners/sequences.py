@@ -191,6 +191,7 @@ class LayeredView:
                                        "fast_forward): this planner needs a backward per layer "
                                        "(mutwo and the solvers handle such layers)", graph.loc)
         self.layers = graph.layers
+        self.loss = graph.layered_loss()
         L = len(self.layers)
         self.L = L
         self.size = {d.name: int(d.size) for d in graph.data}
@@ -246,7 +247,7 @@ def stage_reads_of(lv: LayeredView, strategy: list[tuple[str, str]]) -> dict[str
     for j, layer in enumerate(lv.layers):
         for d in layer.inputs:
             stage_reads.setdefault(d, []).append(j)
-    for d in lv.graph.loss.inputs:
+    for d in lv.loss.inputs:
         stage_reads.setdefault(d, []).append(lv.loss_stage)
     for j, layer in enumerate(lv.layers):
         o = lv.opt[j][strategy[j][1]]
@@ -262,7 +263,7 @@ def layered_sequence(lv: LayeredView, strategy: list[tuple[str, str]], keep_data
                       strict: bool) -> list[Step]:
     """Pass 1: the compute steps for per-layer strategies ("keep"|"drop", option) and kept data."""
     layers, L = lv.layers, lv.L
-    loss = lv.graph.loss
+    loss = lv.loss
     fb = lv.first_bwd
     stage_reads = stage_reads_of(lv, strategy)
     live: set[str] = {d.name for d in lv.graph.data if d.role == "input"}
@@ -357,7 +358,7 @@ def layered_sequence(lv: LayeredView, strategy: list[tuple[str, str]], keep_data
         opt = lv.opt[j][o]
         virtual = set(live)
         saving: set[int] = set()
-        work: list[Step] = []
+        work = []
         if phantom[j] != o:
             work += recompute_steps(list(layer.inputs), virtual, saving)
             work.append(fwd_step(j, o))
@@ -388,7 +389,7 @@ def layered_plan(lv: LayeredView, strategy: list[tuple[str, str]], keep_data: se
             ncreators[d] = ncreators.get(d, 0) + 1
         for d in layer.outputs:
             ncreators[d] = ncreators.get(d, 0) + 1
-    for d in lv.graph.loss.outputs:
+    for d in lv.loss.outputs:
         ncreators[d] = ncreators.get(d, 0) + 1
     outputs = {d for d, r in lv.role.items() if r == "output"}
     after: list[list[str]] = [[] for _ in steps]
