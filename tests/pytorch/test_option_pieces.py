@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
 from schedlang.plans.plan import Op, Plan  # noqa: E402
+from schedlang.testing.profiles import pin_op_times  # noqa: E402
 from schedlang.testing.steps import assert_same, eager_grads, fit_step  # noqa: E402
 from schedlang.testing.torch_models import ALL  # noqa: E402
 
@@ -306,15 +307,6 @@ def test_two_levels_of_pieces_give_eager_gradients_and_hold_less(nested):
     assert held[2] <= held[1] - ln_out / 2, held
 
 
-def _pinned_times(og) -> None:
-    """A profile as data in place of the measured one: each unit's forward 1 us plus 1 ns per
-    byte it creates (a memory-bound CPU), its backward twice that where it has one; the
-    piece solves then pick the same cuts on every machine and under any load."""
-    for u in og.units:
-        u.fwd_time = 1e-6 + 1e-9 * u.created
-        u.bwd_time = 2 * u.fwd_time if u.has_backward else 0.0
-
-
 def test_generator_merges_rounds_and_cuts_pieces_twice(monkeypatch):
     """From a solution that recomputes the attention in two rounds (its layer norm alone,
     then the qkv projection up to att @ v: the layer norm's output is a boundary, held from
@@ -325,7 +317,7 @@ def test_generator_merges_rounds_and_cuts_pieces_twice(monkeypatch):
     from schedlang.pytorch import options, segmented
 
     model, block, x, og = _block(batch=4, context=64, dim=64, heads=4, layers=1, vocab=128)
-    _pinned_times(og)
+    pin_op_times(og)  # the piece solves pick the same cuts on every machine, under any load
     names = [u.name for u in og.units]
     att_v = _unit(og, "bmm", _unit(og, "_softmax"))
     top = [(names[0], names[0], True), (names[1], names[att_v], True),
