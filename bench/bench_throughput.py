@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from graphs import load_shared  # noqa: E402
 
-from schedlang.graphs.graph import Graph, Node  # noqa: E402
+from schedlang.graphs.elements import Node  # noqa: E402
+from schedlang.graphs.graph import Graph  # noqa: E402
 from schedlang.plans.plan import Op, Plan  # noqa: E402
 from schedlang.plans.planners import run_planner  # noqa: E402
 from schedlang.plans.planners.no_recompute import no_recompute_plan  # noqa: E402

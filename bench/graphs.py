@@ -16,7 +16,8 @@ import json
 import os
 from pathlib import Path
 
-from schedlang.graphs.graph import Graph, Node
+from schedlang.graphs.elements import Node
+from schedlang.graphs.graph import Graph
 
 SHARED_GRAPHS = Path(os.environ.get("SCHEDLANG_GRAPHS", "/work/shared/graphs"))
 MIB = 2**20

@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from schedlang.graphs.graph import DataNode, Graph, Layer, Loss, Option
+from schedlang.graphs.elements import DataNode, Layer, Loss, Option
+from schedlang.graphs.graph import Graph
 
 MiB = 2**20
 ms = 1e-3
@@ -82,8 +83,8 @@ def unet(depth: int = 3, act: int = 16 * MiB) -> Graph:
 
 def write_example(graph: Graph, path: Path, header: str, budget: str | None = None,
                   model: str = "rockmate") -> None:
-    from schedlang.problem import resolve_budget
     from schedlang.graphs.writer import write_graph
+    from schedlang.problem import resolve_budget
 
     if budget:
         graph.budgets["peak"] = resolve_budget(budget, graph)

@@ -14,7 +14,8 @@ import copy
 
 import pytest
 
-from schedlang.graphs.graph import DataNode, Graph, Layer, Loss
+from schedlang.graphs.elements import DataNode, Layer, Loss
+from schedlang.graphs.graph import Graph
 from schedlang.plans.plan import Op, Plan
 from schedlang.plans.simulate import simulate
 from schedlang.solve.solution import Status

@@ -25,7 +25,10 @@ import networkx as nx
 
 from ..language.errors import DataError, Loc
 from ..language.paths import read_text
-from .graph import Graph, Node
+from .elements import Node
+
+# convention name -> (node key, size attribute, time attribute, backward attribute or None)
+from .graph import Graph
 
 # convention name -> (node key, size attribute, time attribute, backward attribute or None)
 _CONVENTIONS = {

@@ -13,7 +13,8 @@ from ..language import ast
 from ..language.errors import DataError, Loc, did_you_mean
 from ..language.parser import name_loc
 from ..language.units import SIZE_UNITS, TIME_UNITS, dimension, exact_bytes, format_size
-from .graph import SEGMENT_KINDS, DataNode, Graph, Layer, Loss, Node, Option, Segment, Segments, Step
+from .elements import SEGMENT_KINDS, DataNode, Layer, Loss, Node, Option, Segment, Segments, Step
+from .graph import Graph
 from .hgraph import FAST_FORWARD
 
 

@@ -32,14 +32,25 @@ on). Consumers get both cached from the graph: `Graph.hgraph()`, `Graph.layered_
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import networkx as nx
 
 from ..language.errors import DataError, Loc
+from .elements import DataNode, Layer, Loss
 
-if TYPE_CHECKING:  # annotations only: graph.py builds and caches the H-graph (Graph.hgraph)
-    from .graph import Graph
+
+class LayeredGraph(Protocol):
+    """What the H-graph reads of a graph: its layered view (`graph.Graph` is one; it builds
+    and caches the H-graph, `Graph.hgraph`)."""
+
+    name: str
+    data: list[DataNode]
+    layers: list[Layer]
+    bandwidths: dict[str, float]
+    loc: Loc | None
+
+    def layered_loss(self) -> Loss: ...
 
 FAST_FORWARD = "fast_forward"
 
@@ -120,7 +131,7 @@ def has_backward(layer) -> bool:
     return bool(layer.options)
 
 
-def build_hgraph(g: Graph) -> HGraph:
+def build_hgraph(g: LayeredGraph) -> HGraph:
     """The H-graph of a layered graph; DataError (located) when the layers are inconsistent."""
     if not g.layers:
         raise DataError(f"graph '{g.name}' has no layers: the H-graph needs `data`, `layer` and "
@@ -176,7 +187,7 @@ def build_hgraph(g: Graph) -> HGraph:
     return h
 
 
-def _check(h: HGraph, g: Graph) -> None:
+def _check(h: HGraph, g: LayeredGraph) -> None:
     locs = {k.name: k.loc for k in h.compute}
     creators = h.creators()
     for d, ks in creators.items():
@@ -268,7 +279,7 @@ class HIndex:
     opt_pinned: list[list[bool]] = field(default_factory=list)
 
 
-def index_hgraph(graph: Graph, h: HGraph) -> HIndex:
+def index_hgraph(graph: LayeredGraph, h: HGraph) -> HIndex:
     """Index `h`, the H-graph of `graph`, by position."""
     data = list(h.data)
     data_index = {d: i for i, d in enumerate(data)}

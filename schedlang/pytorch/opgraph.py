@@ -37,7 +37,8 @@ import torch.fx as fx
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
-from ..graphs.graph import Graph, Node
+from ..graphs.elements import Node
+from ..graphs.graph import Graph
 from ..language.errors import DataError, Loc
 from .loss_node import LOSS_TIME
 from .memory import storage_key

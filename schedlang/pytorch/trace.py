@@ -35,7 +35,8 @@ from pathlib import Path
 
 from .. import progress
 from ..cli.pytorch_args import add_trace_arguments
-from ..graphs.graph import DataNode, Graph, Layer, Loss, Option, Step
+from ..graphs.elements import DataNode, Layer, Loss, Option, Step
+from ..graphs.graph import Graph
 from ..graphs.writer import write_graph
 from ..language.errors import DataError, Loc, SchedError
 from ..language.files import write_file

@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 import schedlang
-from schedlang.graphs.graph import Graph, Node
+from schedlang.graphs.elements import Node
+from schedlang.graphs.graph import Graph
 from schedlang.graphs.writer import write_graph
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from schedlang.graphs.graph import DataNode, Graph, Layer, Loss, Option, Step
+from schedlang.graphs.elements import DataNode, Layer, Loss, Option, Step
+from schedlang.graphs.graph import Graph
 from schedlang.plans.plan import Op, Plan
 from schedlang.plans.planners.no_recompute import no_recompute_plan
 from schedlang.problem import load

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from schedlang.graphs.graph import DataNode, Graph, Layer, Loss, Node, Option
+from schedlang.graphs.elements import DataNode, Layer, Loss, Node, Option
+from schedlang.graphs.graph import Graph
 from schedlang.graphs.writer import write_graph
 from schedlang.language.errors import DataError
 from schedlang.language.program import load_program

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from schedlang.graphs.checkmate_nx import load_checkmate_nx
-from schedlang.graphs.graph import Graph, Node
+from schedlang.graphs.elements import Node
+from schedlang.graphs.graph import Graph
 from schedlang.graphs.writer import format_time, quote_name, write_graph
 from schedlang.language.errors import DataError
 

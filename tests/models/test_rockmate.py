@@ -6,7 +6,8 @@ import random
 import pytest
 
 import schedlang
-from schedlang.graphs.graph import DataNode, Graph, Layer, Loss, Node, Option
+from schedlang.graphs.elements import DataNode, Layer, Loss, Node, Option
+from schedlang.graphs.graph import Graph
 from schedlang.graphs.writer import write_graph
 from schedlang.plans.planners.no_recompute import no_recompute_peak
 from schedlang.plans.simulate import simulate

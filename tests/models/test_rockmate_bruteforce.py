@@ -23,7 +23,8 @@ import random
 import pytest
 
 import schedlang
-from schedlang.graphs.graph import Graph, Option, Step
+from schedlang.graphs.elements import Option, Step
+from schedlang.graphs.graph import Graph
 from schedlang.graphs.hgraph import build_hgraph
 from schedlang.graphs.writer import write_graph
 from schedlang.plans.planners.no_recompute import no_recompute_peak

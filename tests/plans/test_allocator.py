@@ -9,7 +9,8 @@ import pytest
 
 import schedlang
 from schedlang.cli.main import main
-from schedlang.graphs.graph import Graph, Node
+from schedlang.graphs.elements import Node
+from schedlang.graphs.graph import Graph
 from schedlang.language.errors import DataError
 from schedlang.plans.allocator import (
     METHODS,

@@ -7,7 +7,8 @@ import itertools
 import pytest
 
 from schedlang.cli.main import load_graph
-from schedlang.graphs.graph import Graph, Node
+from schedlang.graphs.elements import Node
+from schedlang.graphs.graph import Graph
 from schedlang.plans.planners import planners, run_planner
 from schedlang.plans.planners.baselines import PLANNERS, knapsack_choose, sequential_checkpoints, sqrt_checkpoints
 from schedlang.plans.planners.no_recompute import no_recompute_plan

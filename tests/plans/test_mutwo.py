@@ -7,7 +7,8 @@ import pytest
 
 import schedlang
 from schedlang.graphs.checkmate_nx import load_checkmate_nx
-from schedlang.graphs.graph import Graph, Node
+from schedlang.graphs.elements import Node
+from schedlang.graphs.graph import Graph
 from schedlang.plans.plan import Plan
 from schedlang.plans.planners import PlannerNotApplicable, planners, run_planner
 from schedlang.plans.planners.mutwo import (

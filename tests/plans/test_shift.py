@@ -17,7 +17,8 @@ import pytest
 
 import schedlang
 from schedlang.graphs.checkmate_nx import load_checkmate_nx
-from schedlang.graphs.graph import Graph, Node
+from schedlang.graphs.elements import Node
+from schedlang.graphs.graph import Graph
 from schedlang.language.errors import DataError
 from schedlang.plans.planners import planners, run_planner
 from schedlang.plans.planners.no_recompute import no_recompute_peak

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from schedlang.graphs.checkmate_nx import load_checkmate_nx
-from schedlang.graphs.graph import Graph, Layer, Node
+from schedlang.graphs.elements import Layer, Node
+from schedlang.graphs.graph import Graph
 from schedlang.language.errors import DataError
 from schedlang.plans.plan import Op, Plan
 from schedlang.plans.planners.no_recompute import no_recompute_peak, no_recompute_plan

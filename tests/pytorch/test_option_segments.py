@@ -13,7 +13,7 @@ import json
 import pytest
 
 from schedlang.cli.main import main
-from schedlang.graphs.graph import Option, Segment, Segments
+from schedlang.graphs.elements import Option, Segment, Segments
 from schedlang.graphs.writer import write_graph
 from schedlang.language.program import load_program
 

@@ -11,7 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)  # two test workers share the CPUs: no oversubscription
 
-from schedlang.graphs.graph import DataNode, Graph, Layer, Loss, Option  # noqa: E402
+from schedlang.graphs.elements import DataNode, Layer, Loss, Option  # noqa: E402
+from schedlang.graphs.graph import Graph  # noqa: E402
 from schedlang.language.errors import SchedError as SchedErrorType  # noqa: E402
 from schedlang.plans.plan import Op, Plan  # noqa: E402
 from schedlang.plans.planners.no_recompute import no_recompute_plan  # noqa: E402

@@ -46,7 +46,8 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .... import progress
-from ....graphs.graph import DataNode, Graph, Layer, Loss, Option
+from ....graphs.elements import DataNode, Layer, Loss, Option
+from ....graphs.graph import Graph
 from ....graphs.hgraph import FAST_FORWARD
 from ....language.errors import Loc, SchedError
 from ....plans.interpreter import PlanInterpreter

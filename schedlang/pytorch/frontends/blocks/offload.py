@@ -31,7 +31,8 @@ import copy
 
 import torch
 
-from ....graphs.graph import Graph, Option
+from ....graphs.elements import Option
+from ....graphs.graph import Graph
 from ...hostlink import HostLink, host_buffer
 
 __all__ = ["offloading", "module_storages", "with_offload_options",

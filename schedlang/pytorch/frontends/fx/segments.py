@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import hashlib
 
-from ....graphs.graph import Graph, Segment, Segments
+from ....graphs.elements import Segment, Segments
+from ....graphs.graph import Graph
 from ....language.errors import DataError, Loc
 from ...opgraph import record_ops
 from ...options import layer_inputs
