@@ -17,6 +17,9 @@
   the model's best plan at the end is returned instead of it, with the order-free bound. The
   model's start is the fastest fitting plan
   of the cheap heuristic planners with its needless recomputations undone (`planners.prune`);
+  when recompute_gaps in shift's order fits and is faster, the stage model is built in shift's
+  node order instead (`schedlang.solve.orders`; `Route.order` and the message say which order
+  the status, gap and bounds are for: the stage model's optimum holds for its order only);
   when none fits, phase one (HiGHS on `models/extensions/soft_budget.sched`, the budget as a
   goal, from the lowest-peak heuristic plan, up to `PHASE_ONE_SHARE` of the time) finds one or
   proves the budget infeasible. The window bound (`schedlang.solve.window_bound`: the least
