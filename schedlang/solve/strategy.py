@@ -24,7 +24,10 @@
   goal, from the lowest-peak heuristic plan, up to `PHASE_ONE_SHARE` of the time) finds one or
   proves the budget infeasible. The window bound (`schedlang.solve.window_bound`: the least
   recomputation that the memory at a chain of computations forces, up to `BOUND_SHARE` of the
-  time left) is computed next; on op graphs it is far above the solvers' bounds. CP-SAT then
+  time left) is computed next; on op graphs it is far above the solvers' bounds. Then the
+  linked windows (`schedlang.solve.linked_windows`: one MILP over the memory at a dozen
+  computations, each linked to the one before, up to `LINKED_SHARE` of the time left), the
+  larger of the two kept. CP-SAT then
   improves the plan (`CPSAT_SHARE` of the time left; on these graphs it finds better plans
   than HiGHS), and HiGHS, warm-started from CP-SAT's best plan, spends the rest, unless
   CP-SAT's plan is already within the requested gap of the window bound. Both solve the same
@@ -54,6 +57,7 @@ from ..plans.simulate import simulate
 from ..problem import AUTO, AUTO_PLANNERS, Problem, run_named_planner
 from ..results import Result
 from .incumbent import order_free_bound
+from .linked_windows import linked_window_bound
 from .orders import GRAPH_ORDER, SHIFT_ORDER, describe, first_computations, in_order
 from .solution import Status
 from .solvers import is_available, requested_gap
@@ -76,6 +80,9 @@ PHASE_ONE_SHARE = 0.8
 #: the share of the time left (and the most seconds) the op-graph route's window bound may take
 BOUND_SHARE = 0.1
 BOUND_SECONDS = 30.0
+#: the same for the linked windows (one MILP over the memory at several computations)
+LINKED_SHARE = 0.2
+LINKED_SECONDS = 60.0
 #: the same for planner shift's reordering on the op-graph route
 SHIFT_SHARE = 0.05
 SHIFT_SECONDS = 10.0
@@ -355,7 +362,7 @@ def _faster(result: Result, reordered: Result | None, route: Route) -> Result:
     (node order) its optimum and bound are for."""
     if reordered is None or (result.objective is not None and result.plan is not None
                              and result.objective <= reordered.objective):
-        if route.order is not None and result.status != Status.INFEASIBLE:
+        if route.order is not None:  # (an infeasibility proof too: another order may fit)
             result.message = "; ".join(m for m in (
                 result.message, f"status, gap and bound are for {describe(route.order)}") if m)
         return result
@@ -368,15 +375,25 @@ def _faster(result: Result, reordered: Result | None, route: Route) -> Result:
 
 def _window_bound(tight: Problem, route: Route, time_limit, since):
     """The window bound (`schedlang.solve.window_bound`) within its share of the time left,
-    as a step of the route; None when it does not apply."""
+    then the linked windows (`schedlang.solve.linked_windows`) within theirs, each a step of
+    the route; the larger of the two, or None when they do not apply."""
     left = _left(time_limit, since)
     seconds = BOUND_SECONDS if left is None else min(BOUND_SECONDS, BOUND_SHARE * left)
     t0 = time.perf_counter()
     windows = window_bound(tight.graph, tight.budgets.get("peak"), time_limit=seconds)
-    if windows is not None:
-        route.steps.append(Step("bound", None, time.perf_counter() - t0, "bound",
-                                bound=windows.bound, note="memory windows"))
-    return windows
+    if windows is None:
+        return None
+    route.steps.append(Step("bound", None, time.perf_counter() - t0, "bound",
+                            bound=windows.bound, note="memory windows"))
+    left = _left(time_limit, since)
+    seconds = LINKED_SECONDS if left is None else min(LINKED_SECONDS, LINKED_SHARE * left)
+    t0 = time.perf_counter()
+    linked = linked_window_bound(tight.graph, tight.budgets.get("peak"), time_limit=seconds)
+    if linked is None:
+        return windows
+    route.steps.append(Step("bound", None, time.perf_counter() - t0, "bound",
+                            bound=linked.bound, note="linked memory windows"))
+    return linked if linked.bound > windows.bound else windows
 
 
 def _closed(tight: Problem, result: Result, windows, gap: float | None) -> bool:
