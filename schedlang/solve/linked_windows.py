@@ -31,7 +31,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from .window_bound import _Graph
+from .window_bound import StageView
 
 #: how many points (computations) the linked MILP takes: those with the largest LP values
 POINTS = 12
@@ -76,7 +76,7 @@ class _Rows:
         return LinearConstraint(matrix, self.lo, self.hi)
 
 
-def linked_bound(g: _Graph, points: list[int], budget: float,
+def linked_bound(g: StageView, points: list[int], budget: float,
                  seconds: float) -> tuple[float, bool] | None:
     """(the least recomputation time over the linked windows of `points` (sorted indices of
     `g`'s nodes), whether HiGHS closed it) within `seconds`; None when infeasible (a point's
@@ -135,7 +135,7 @@ def linked_window_bound(graph, budget: float | None, time_limit: float = 30.0,
     if graph is None or graph.is_layered or not graph.nodes or budget is None:
         return None
     t0 = time.monotonic()
-    g = _Graph(graph)
+    g = StageView(graph)
     if not g.ordered or (g.cost < 0).any():
         return None
     excess, working = g.over_budget(float(budget))
