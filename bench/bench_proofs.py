@@ -10,7 +10,8 @@ run in its own process (`schedlang` on the command line, as a user runs it), wal
 whole command, `uptime`'s load beside it:
 
 * `default`: `schedlang solve FILE --budget P --time-limit T --json` (the strategy picks the
-  formulation and solvers, `schedlang/solve/strategy.py`; the row notes its route);
+  formulation and solvers, `schedlang/solve/strategy.py`; the row notes its route, and the
+  stage model's node order when it is not the graph's: its gap is for that order);
 * `MODEL/SOLVER` (`checkmate/highs`, `checkmate/cpsat`, `checkmate_tight/highs`,
   `checkmate_tight/cpsat`): the same with `--model MODEL --solver SOLVER --threads N`
   (the default warm start); not run above `--milp-max-nodes` nodes (the n^2 model);
@@ -117,6 +118,9 @@ def row_solve(path: Path, pct: int, method: str, args) -> dict:
     route = (out.get("strategy") or {}).get("route")
     steps = (out.get("strategy") or {}).get("steps") or []
     note = route or ""
+    order = (out.get("strategy") or {}).get("order")
+    if order not in (None, "graph"):  # the stage model's node order (schedlang.solve.orders)
+        note += f" in {order}'s order"
     if steps:
         note += ": " + ", ".join(f"{s['what']}{'(' + s['note'] + ')' if s['note'] else ''}"
                                  for s in steps)

@@ -17,11 +17,17 @@
   the model's best plan at the end is returned instead of it, with the order-free bound. The
   model's start is the fastest fitting plan
   of the cheap heuristic planners with its needless recomputations undone (`planners.prune`);
+  when recompute_gaps in shift's order fits and is faster, the stage model is built in shift's
+  node order instead (`schedlang.solve.orders`; `Route.order` and the message say which order
+  the status, gap and bounds are for: the stage model's optimum holds for its order only);
   when none fits, phase one (HiGHS on `models/extensions/soft_budget.sched`, the budget as a
   goal, from the lowest-peak heuristic plan, up to `PHASE_ONE_SHARE` of the time) finds one or
   proves the budget infeasible. The window bound (`schedlang.solve.window_bound`: the least
   recomputation that the memory at a chain of computations forces, up to `BOUND_SHARE` of the
-  time left) is computed next; on op graphs it is far above the solvers' bounds. CP-SAT then
+  time left) is computed next; on op graphs it is far above the solvers' bounds. Then the
+  linked windows (`schedlang.solve.linked_windows`: one MILP over the memory at a dozen
+  computations, each linked to the one before, up to `LINKED_SHARE` of the time left), the
+  larger of the two kept. CP-SAT then
   improves the plan (`CPSAT_SHARE` of the time left; on these graphs it finds better plans
   than HiGHS), and HiGHS, warm-started from CP-SAT's best plan, spends the rest, unless
   CP-SAT's plan is already within the requested gap of the window bound. Both solve the same
@@ -51,6 +57,8 @@ from ..plans.simulate import simulate
 from ..problem import AUTO, AUTO_PLANNERS, Problem, run_named_planner
 from ..results import Result
 from .incumbent import order_free_bound
+from .linked_windows import linked_window_bound
+from .orders import GRAPH_ORDER, SHIFT_ORDER, describe, first_computations, in_order
 from .solution import Status
 from .solvers import is_available, requested_gap
 from .status import relative_gap, within_gap
@@ -72,6 +80,9 @@ PHASE_ONE_SHARE = 0.8
 #: the share of the time left (and the most seconds) the op-graph route's window bound may take
 BOUND_SHARE = 0.1
 BOUND_SECONDS = 30.0
+#: the same for the linked windows (one MILP over the memory at several computations)
+LINKED_SHARE = 0.2
+LINKED_SECONDS = 60.0
 #: the same for planner shift's reordering on the op-graph route
 SHIFT_SHARE = 0.05
 SHIFT_SECONDS = 10.0
@@ -101,15 +112,20 @@ class Route:
     reason: str
     model: str | None = None
     steps: list[Step] = field(default_factory=list)
+    #: the node order of the stage model solved (`schedlang.solve.orders`): its optimum and
+    #: bound hold for plans in that order; None when no stage model was solved
+    order: str | None = None
 
     def to_json(self) -> dict:
         return {"route": self.name, "reason": self.reason, "model": self.model,
-                "steps": [s.to_json() for s in self.steps]}
+                "order": self.order, "steps": [s.to_json() for s in self.steps]}
 
     def summary(self) -> str:
         done = "; ".join(f"{s.what}{f' ({s.note})' if s.note else ''} {s.seconds:.1f} s: "
                          f"{s.status}" for s in self.steps)
-        return f"{self.name} ({self.reason})" + (f": {done}" if done else "")
+        order = f", in planner {self.order}'s node order" if self.order not in (
+            None, GRAPH_ORDER) else ""
+        return f"{self.name} ({self.reason}{order})" + (f": {done}" if done else "")
 
 
 def is_shipped_checkmate(problem: Problem) -> bool:
@@ -166,6 +182,8 @@ def solve(problem: Problem, time_limit: float | None = None, gap: float | None =
                                presolve=presolve, warm_start="auto", verbose=verbose,
                                progress=progress, since=since)
         route.model = problem.program.name
+        route.order = GRAPH_ORDER if problem.graph is not None and not problem.graph.is_layered \
+            else None
         route.steps.append(_step("highs", route.model, t0, result))
     result.strategy = route
     return result
@@ -235,16 +253,21 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
     """On the tight reformulation: a fitting plan (a heuristic's, else phase one's), the
     window bound (`window_bound`), CP-SAT from the plan, then HiGHS from CP-SAT's best plan,
     unless the bound already closes the gap; the better plan and the best bound."""
-    reordered = _reordered(problem, route, time_limit, since)
+    reordered, shift_order = _reordered(problem, route, time_limit, since)
     if reordered is not None and reordered.status == Status.OPTIMAL:
         return reordered  # no recomputation: no plan in any order is faster
     tight = _load_like(problem, [TIGHT_MODEL])
     kw = {"gap": gap, "presolve": presolve, "verbose": verbose, "progress": progress}
     start, start_note, lowest = _start_plan(tight, route)
+    route.order = GRAPH_ORDER
+    shifted = _start_in_order(problem, route, start, shift_order)
+    if shifted is not None:
+        tight, start, start_note = shifted
+        route.order = SHIFT_ORDER
     if start is None:
         start, start_note, proof = _phase_one(problem, route, lowest, time_limit, since, kw)
         if proof is not None:
-            return _faster(proof, reordered)
+            return _faster(proof, reordered, route)
     windows = _window_bound(tight, route, time_limit, since)
     results: list[Result] = []
     if is_available("cpsat", "pyomo"):
@@ -256,7 +279,7 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
         route.steps.append(_step("cpsat", TIGHT_MODEL, t0, cp, start_note))
         results.append(cp)
         if cp.status in (Status.OPTIMAL, Status.INFEASIBLE) or _closed(tight, cp, windows, gap):
-            return _faster(_combine(tight, results, gap, windows), reordered)
+            return _faster(_combine(tight, results, gap, windows), reordered, route)
         if cp.status.has_solution and cp.plan is not None and cp.simulated.valid:
             start, start_note = cp.plan, "from CP-SAT's plan"
     t0 = time.perf_counter()
@@ -264,17 +287,19 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
                      warm_start=start, **kw)
     route.steps.append(_step("highs", TIGHT_MODEL, t0, hi, start_note))
     results.append(hi)
-    return _faster(_combine(tight, results, gap, windows), reordered)
+    return _faster(_combine(tight, results, gap, windows), reordered, route)
 
 
-def _reordered(problem: Problem, route: Route, time_limit, since) -> Result | None:
-    """Planner shift's plan (the nodes reordered, nothing recomputed, within its share of the
-    time left) as a `Result` with the order-free bound when it fits the budget, else None.
-    The stage model keeps the graph's order: a reordered plan may be faster than its optimum
-    (random layered graphs at 90%: no recomputation at all)."""
+def _reordered(problem: Problem, route: Route, time_limit,
+               since) -> tuple[Result | None, list[str] | None]:
+    """(planner shift's plan as a `Result` with the order-free bound when it fits the budget,
+    else None; shift's order of the nodes, or None). Shift reorders the nodes and recomputes
+    nothing (within its share of the time left): a reordered plan may be faster than the
+    optimum of the stage model in the graph's order (random layered graphs at 90%: no
+    recomputation at all), and its order may be a better one for the stage model."""
     table = registry.planners()
     if "shift" not in table:
-        return None
+        return None, None
     left = _left(time_limit, since)
     seconds = SHIFT_SECONDS if left is None else min(SHIFT_SECONDS, SHIFT_SHARE * left)
     peak = problem.budgets.get("peak")
@@ -282,26 +307,66 @@ def _reordered(problem: Problem, route: Route, time_limit, since) -> Result | No
     try:
         plan = table["shift"].run(problem.graph, peak, time_limit=max(0.5, seconds))
     except Exception:  # noqa: BLE001 (the model's route goes on without it)
-        return None
+        return None, None
     plan.budget_peak = peak
     sim = simulate(plan, problem.graph, budget=peak)
+    order = first_computations(plan)
     if not sim.valid:
         route.steps.append(Step("planner", None, time.perf_counter() - t0, "no_solution",
                                 note="shift (reordered): over the budget"))
-        return None
+        return None, order
     result = _replayed(problem, plan, sim, "shift", {"plan": time.perf_counter() - t0})
     route.steps.append(Step("planner", None, time.perf_counter() - t0, result.status.value,
                             result.objective, result.bound, "shift (reordered)"))
-    return result
+    return result, order
 
 
-def _faster(result: Result, reordered: Result | None) -> Result:
+def _start_in_order(problem: Problem, route: Route, start, order: list[str] | None):
+    """(the tight model in shift's node order, its start, how it is described) when
+    recompute_gaps in that order (needless recomputations undone) fits the budget and is
+    faster than `start` (the graph order's start; None: none fits), else None. The stage
+    model's plans keep their order of first computations, and a start in a better order is
+    one its solvers do not reach from the graph's (`schedlang.solve.orders`)."""
+    graph, peak = problem.graph, problem.budgets.get("peak")
+    table = registry.planners()
+    if order is None or order == [n.name for n in graph.nodes] or "recompute_gaps" not in table:
+        return None
+    shifted = in_order(graph, order)
+    if shifted is None:
+        return None
+    t0 = time.perf_counter()
+    try:
+        plan = table["recompute_gaps"].run(shifted, peak)
+    except Exception:  # noqa: BLE001 (the graph's order goes on)
+        return None
+    plan = prune_recomputations(shifted, plan, peak)
+    sim = simulate(plan, shifted, budget=peak)
+    before = None if start is None else simulate(start, graph, budget=peak)
+    faster = sim.valid and (before is None or not before.valid
+                            or sim.time < before.time * (1 - 1e-9))
+    route.steps.append(Step("planner", None, time.perf_counter() - t0,
+                            "feasible" if sim.valid else "no_solution",
+                            float(sim.time) if sim.valid else None,
+                            note="recompute_gaps in shift's order" + (
+                                ": faster, the model takes that order" if faster else "")))
+    if not faster:
+        return None
+    plan.meta["planner"] = "recompute_gaps (shift's order)"
+    return (_load_like(problem, [TIGHT_MODEL], shifted), plan,
+            "from recompute_gaps's plan in shift's order")
+
+
+def _faster(result: Result, reordered: Result | None, route: Route) -> Result:
     """`reordered` when it is faster than `result`'s plan (or `result` has none), with what
-    the model proved in its message; else `result`."""
+    the model proved in its message; else `result`, its message saying which stage model
+    (node order) its optimum and bound are for."""
     if reordered is None or (result.objective is not None and result.plan is not None
                              and result.objective <= reordered.objective):
+        if route.order is not None:  # (an infeasibility proof too: another order may fit)
+            result.message = "; ".join(m for m in (
+                result.message, f"status, gap and bound are for {describe(route.order)}") if m)
         return result
-    said = f"the model in the graph's order: {result.status.value}" + (
+    said = f"{describe(route.order or GRAPH_ORDER)}: {result.status.value}" + (
         f", {result.objective:.6g}" if result.objective is not None else "") + (
         f", bound {result.bound:.6g}" if result.bound is not None else "")
     reordered.message = f"{reordered.message}; faster than {said}"
@@ -310,15 +375,25 @@ def _faster(result: Result, reordered: Result | None) -> Result:
 
 def _window_bound(tight: Problem, route: Route, time_limit, since):
     """The window bound (`schedlang.solve.window_bound`) within its share of the time left,
-    as a step of the route; None when it does not apply."""
+    then the linked windows (`schedlang.solve.linked_windows`) within theirs, each a step of
+    the route; the larger of the two, or None when they do not apply."""
     left = _left(time_limit, since)
     seconds = BOUND_SECONDS if left is None else min(BOUND_SECONDS, BOUND_SHARE * left)
     t0 = time.perf_counter()
     windows = window_bound(tight.graph, tight.budgets.get("peak"), time_limit=seconds)
-    if windows is not None:
-        route.steps.append(Step("bound", None, time.perf_counter() - t0, "bound",
-                                bound=windows.bound, note="memory windows"))
-    return windows
+    if windows is None:
+        return None
+    route.steps.append(Step("bound", None, time.perf_counter() - t0, "bound",
+                            bound=windows.bound, note="memory windows"))
+    left = _left(time_limit, since)
+    seconds = LINKED_SECONDS if left is None else min(LINKED_SECONDS, LINKED_SHARE * left)
+    t0 = time.perf_counter()
+    linked = linked_window_bound(tight.graph, tight.budgets.get("peak"), time_limit=seconds)
+    if linked is None:
+        return windows
+    route.steps.append(Step("bound", None, time.perf_counter() - t0, "bound",
+                            bound=linked.bound, note="linked memory windows"))
+    return linked if linked.bound > windows.bound else windows
 
 
 def _closed(tight: Problem, result: Result, windows, gap: float | None) -> bool:
@@ -329,9 +404,10 @@ def _closed(tight: Problem, result: Result, windows, gap: float | None) -> bool:
                            requested_gap(result.solver, gap)))
 
 
-def _load_like(problem: Problem, models: list[str]) -> Problem:
-    """`problem`'s graph and budgets with the formulation `models`, lowered."""
-    other = load(model=models, graph=problem.graph)
+def _load_like(problem: Problem, models: list[str], graph=None) -> Problem:
+    """`problem`'s graph (or `graph`, the same in another node order) and budgets with the
+    formulation `models`, lowered."""
+    other = load(model=models, graph=problem.graph if graph is None else graph)
     other.program.budgets.update(problem.budgets)
     other.started = problem.started
     other.lower()

@@ -55,7 +55,7 @@ class WindowBound:
                 f"at least {self.extra:.6g} of recomputation")
 
 
-class _Graph:
+class StageView:
     """The stage model's view: nodes in order, inputs and readers as indices."""
 
     def __init__(self, graph):
@@ -150,7 +150,7 @@ def window_bound(graph, budget: float | None, time_limit: float | None = None,
         return None
     t0 = time.monotonic()
     deadline = None if time_limit is None else t0 + time_limit
-    g = _Graph(graph)
+    g = StageView(graph)
     if not g.ordered or (g.cost < 0).any():
         return None
     n = len(g.names)
