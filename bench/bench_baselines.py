@@ -24,7 +24,8 @@ as every `transformers` model does. Methods, each on a copy of the model with th
 
 Peak: one training step (forward, loss, backward, the output held through the backward:
 `out = model(**batch); loss_fn(out).backward()`) under `MemoryTracker` (every live CPU tensor
-storage, the parameters and inputs resident), gradients set to None first. Step time: the
+storage, the parameters, the inputs and the loss's own tensors (its targets) resident, as
+`fit` counts its budget), gradients set to None first. Step time: the
 median of `--steps` steps after `--warmup` per method, methods interleaved round by round (the
 order rotating), one intra-op thread (`torch.set_num_threads(1)`), timed by the thread's CPU
 time (`time.thread_time`, the clock `fit` profiles with: a loaded machine's waits left out). Gradients: each method's step from the same RNG
@@ -66,7 +67,8 @@ from torch import nn
 from schedlang.pytorch.frontends.blocks.find import find_blocks
 from schedlang.pytorch.fit import FitError, fit, prepare
 from schedlang.pytorch.frontends.blocks.hooked import GROUP, BlockWrappers
-from schedlang.pytorch.memory import MemoryTracker
+from schedlang.pytorch.memory import MemoryTracker, storage_key
+from schedlang.pytorch.prepare import loss_tensor_bytes
 from schedlang.testing import hf_models
 
 #: bench sizes: batch x sequence (or images), 64-wide, activations well above parameters
@@ -92,11 +94,23 @@ def tensors_of(args, kwargs) -> list[torch.Tensor]:
     return [x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)]
 
 
-def peak_of(fn, model, inputs, loss_fn) -> int:
+def peak_of(fn, model, inputs, loss_fn, loss_bytes: int) -> int:
+    """The step's peak: the model, the inputs and the loss's own tensors (`loss_bytes`: its
+    targets, alive through every step) resident, as `fit` counts them and CUDA's allocator
+    would; every other live tensor of the process (the other methods' copies) left out."""
     model.zero_grad(set_to_none=True)
     with MemoryTracker(resident=[model, *inputs], existing=False) as mt:
         step(fn, model, loss_fn)
-    return mt.peak
+    return mt.peak + loss_bytes
+
+
+def loss_bytes_of(model, args, kwargs, loss_fn) -> int:
+    """Bytes of what `loss_fn` reads of its own (the targets), beyond the model and inputs:
+    `fit`'s resident bytes count them (`prepare.loss_tensor_bytes`), so every method's peak
+    does too (left out, each baseline read 4,096 B low on BERT: its labels, 8 x 64 int64)."""
+    known = {storage_key(t) for t in (*model.parameters(), *model.buffers(),
+                                      *tensors_of(args, kwargs))}
+    return loss_tensor_bytes(model, args, kwargs, loss_fn, known)
 
 
 def grads_of(fn, model, loss_fn, seed=123) -> dict[str, torch.Tensor]:
@@ -225,11 +239,12 @@ def run_model(name: str, args_ns) -> dict:
     # eager PyTorch's gradients, and each baseline's peak and gradients with no other copy of
     # the model alive (fit's probe step counts every tensor alive, as CUDA does)
     want = grads_of(call(model), model, loss_fn)
+    held = loss_bytes_of(model, args, kwargs, loss_fn)
     model.zero_grad(set_to_none=True)
     peaks: dict[str, int] = {}
     errors: dict[str, float] = {}
     for k, (m, owner) in baselines(name, args, kwargs).items():
-        peaks[k] = peak_of(call(m), owner, inputs, loss_fn)
+        peaks[k] = peak_of(call(m), owner, inputs, loss_fn, held)
         errors[k] = grad_error(grads_of(call(m), owner, loss_fn), want)
         del m, owner
     gc.collect()
@@ -245,7 +260,7 @@ def run_model(name: str, args_ns) -> dict:
             notes[label] = "infeasible: " + str(exc).split(": ", 1)[-1][:120]
             return
         fits[label] = fm
-        peaks[label] = peak_of(call(fm), model, inputs, loss_fn)
+        peaks[label] = peak_of(call(fm), model, inputs, loss_fn, held)
         errors[label] = grad_error(grads_of(call(fm), model, loss_fn), want)
         rep = fm.memory_report()
         notes[label] = (f"budget {int(rep.budget_bytes or 0) / MiB:.2f}, predicted "
