@@ -15,7 +15,8 @@ what the step costs, not how long the loaded machine kept it waiting); the wall-
 is printed beside it. Per run it prints the plan's identity (a digest of its ops: equal
 digests, equal plans), the predicted peak and time overhead (`memory_report()`), the measured
 overhead, and `fit`'s own seconds; then the spread of the predictions over the runs and each
-one against the measurement. Target (issue 28): the same plan every run, predicted overheads within +-15% of
+one against the measurement; beside each measured overhead, the same median over the even
+and over the odd rounds alone (how far the measurement itself moves). Target (issue 28): the same plan every run, predicted overheads within +-15% of
 each other and of the measured one, and never a negative overhead for a plan that recomputes.
 """
 from __future__ import annotations
@@ -85,10 +86,13 @@ med = {k: statistics.median(v) for k, v in times.items()}
 wall = {k: statistics.median(v) for k, v in walls.items()}
 # each round's two steps ran next to each other, under the same load: the median of their
 # ratios cancels the load's drift from round to round
-paired = statistics.median(f / p for f, p in zip(times["fit"], times["plain"])) - 1
+ratios = [f / p for f, p in zip(times["fit"], times["plain"])]
+paired = statistics.median(ratios) - 1
+# the measurement's own precision: the same median over the even and over the odd rounds
+halves = [statistics.median(ratios[0::2]) - 1, statistics.median(ratios[1::2]) - 1]
 print(json.dumps({"digest": digest, "predicted_peak": rep.predicted_peak_bytes,
                   "measured_peak": rep.measured_peak_bytes,
-                  "predicted": rep.plan_time_overhead, "measured": paired,
+                  "predicted": rep.plan_time_overhead, "measured": paired, "halves": halves,
                   "measured_medians": med["fit"] / med["plain"] - 1,
                   "plain_ms": 1000 * med["plain"], "fit_ms": 1000 * med["fit"],
                   "measured_wall": wall["fit"] / wall["plain"] - 1, "fit_s": t_fit,
@@ -120,7 +124,8 @@ def main() -> int:
         runs.append(run)
         print(f"run {k + 1}: plan {run['digest']}, predicted peak {run['predicted_peak']} B, "
               f"overhead predicted {100 * run['predicted']:+.1f}% measured "
-              f"{100 * run['measured']:+.1f}% (plain {run['plain_ms']:.1f} ms, fit "
+              f"{100 * run['measured']:+.1f}% (halves {100 * run['halves'][0]:+.1f} / "
+              f"{100 * run['halves'][1]:+.1f}%; plain {run['plain_ms']:.1f} ms, fit "
               f"{run['fit_ms']:.1f} ms, their ratio {100 * run['measured_medians']:+.1f}%; "
               f"wall clock {100 * run['measured_wall']:+.1f}%); "
               f"fit() took {run['fit_s']:.2f} s", flush=True)
