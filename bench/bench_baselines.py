@@ -20,18 +20,21 @@ as every `transformers` model does. Methods, each on a copy of the model with th
   (`profile.selective_policy`, the one home of that policy);
 * `fit @B`: `fit` with the budget set to baseline B's measured peak (bytes);
 * `fit k/n`: `fit` at budgets between `hf-gc`'s measured peak and plain's (`--between` points);
-* `fit min`: `fit` at the smallest feasible budget its `FitError` names (a 1-byte budget asked).
+* `fit min`: `fit` at the smallest feasible budget its `FitError` names (a 1-byte budget asked);
+* `fit every-block`: `fit` given the plan that recomputes every block (pinned:
+  `plan_checkpoint_groups` with every block ``recompute``), `ckpt-block`'s schedule run by a
+  fitted module: its peak against `hf-gc`'s, its step against `hf-gc`'s and `ckpt-block`'s.
 
 Peak: one training step (forward, loss, backward, the output held through the backward:
 `out = model(**batch); loss_fn(out).backward()`) under `MemoryTracker` (every live CPU tensor
 storage, the parameters, the inputs and the loss's own tensors (its targets) resident, as
-`fit` counts its budget), gradients set to None first. Step time: the
-median of `--steps` steps after `--warmup` per method, methods interleaved round by round (the
-order rotating), one intra-op thread (`torch.set_num_threads(1)`), timed by the thread's CPU
-time (`time.thread_time`, the clock `fit` profiles with: a loaded machine's waits left out). Gradients: each method's step from the same RNG
-seed against eager PyTorch's (the plain model's), the largest absolute difference over all
-parameters relative to the largest eager gradient (dropout on: equal only when every
-recomputation replays the RNG).
+`fit` counts its budget), gradients set to None first. Step time: the median of `--steps`
+steps after `--warmup` per method, methods interleaved round by round (the order rotating),
+one intra-op thread (`torch.set_num_threads(1)`), timed by the thread's CPU time
+(`time.thread_time`, the clock `fit` profiles with: a loaded machine's waits left out).
+Gradients: each method's step from the same RNG seed against eager PyTorch's (the plain
+model's), the largest absolute difference over all parameters relative to the largest eager
+gradient (dropout on: equal only when every recomputation replays the RNG).
 
 The physical floor: what any schedule of a step holds at its worst moment, from the profile
 `fit` solves on (`floor_bytes`): the resident bytes (parameters, buffers, inputs, the loss's
@@ -64,8 +67,9 @@ sys.path.insert(0, str(ROOT))
 import torch
 from torch import nn
 
-from schedlang.pytorch.frontends.blocks.find import find_blocks
+from schedlang.plans.planners.baselines import plan_checkpoint_groups
 from schedlang.pytorch.fit import FitError, fit, prepare
+from schedlang.pytorch.frontends.blocks.find import find_blocks
 from schedlang.pytorch.frontends.blocks.hooked import GROUP, BlockWrappers
 from schedlang.pytorch.memory import MemoryTracker, storage_key
 from schedlang.pytorch.prepare import loss_tensor_bytes
@@ -235,7 +239,8 @@ def run_model(name: str, args_ns) -> dict:
     prep = prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, frontend="blocks",
                    repeats=args_ns.repeats, block_options=block_options)
     profile_s = time.perf_counter() - t0
-    call = (lambda m: lambda: m(*args, **kwargs))
+    def call(m):
+        return lambda: m(*args, **kwargs)
     # eager PyTorch's gradients, and each baseline's peak and gradients with no other copy of
     # the model alive (fit's probe step counts every tensor alive, as CUDA does)
     want = grads_of(call(model), model, loss_fn)
@@ -249,13 +254,14 @@ def run_model(name: str, args_ns) -> dict:
         del m, owner
     gc.collect()
     notes: dict[str, str] = {}
+    predicted: dict[str, int] = {}
     fits: dict[str, nn.Module] = {}
 
-    def add_fit(label, budget):
+    def add_fit(label, budget, plan=None):
         t1 = time.perf_counter()
         try:
             fm = fit(model, args, budget, loss_fn=loss_fn, sample_kwargs=kwargs, prepared=prep,
-                     measure=False, calibrate=False)
+                     measure=False, calibrate=False, plan=plan)
         except FitError as exc:
             notes[label] = "infeasible: " + str(exc).split(": ", 1)[-1][:120]
             return
@@ -263,6 +269,7 @@ def run_model(name: str, args_ns) -> dict:
         peaks[label] = peak_of(call(fm), model, inputs, loss_fn, held)
         errors[label] = grad_error(grads_of(call(fm), model, loss_fn), want)
         rep = fm.memory_report()
+        predicted[label] = rep.predicted_peak_bytes
         notes[label] = (f"budget {int(rep.budget_bytes or 0) / MiB:.2f}, predicted "
                         f"{rep.predicted_peak_bytes / MiB:.2f} MiB "
                         f"{100 * rep.plan_time_overhead:+.1f}%, solve "
@@ -270,6 +277,12 @@ def run_model(name: str, args_ns) -> dict:
 
     for b in [k for k in peaks if k != "plain"]:
         add_fit(f"fit @{b}", peaks[b])
+    # fit running ckpt-block's schedule (its plan pinned): hf-gc's peak, and our wrappers'
+    # cost against transformers' checkpointing
+    every = [lay.name for lay in prep.graph.layers
+             if any(o.name == "recompute" for o in lay.options)]
+    add_fit("fit every-block", peaks["hf-gc"],
+            plan_checkpoint_groups(prep.graph, [], dict.fromkeys(every, "recompute")))
     low, high = peaks["hf-gc"], peaks["plain"]
     n = args_ns.between
     for k in range(1, n + 1):
@@ -291,7 +304,8 @@ def run_model(name: str, args_ns) -> dict:
     floor, where = floor_bytes(prep, model)
     return {"model": name, "size": SIZES[name], "profile_s": profile_s, "peaks": peaks,
             "median_s": times, "grad_error": errors, "notes": notes, "floor": floor,
-            "floor_layer": where, "resident": prep.resident_bytes, "smallest": smallest,
+            "floor_layer": where, "resident": prep.resident_bytes, "predicted": predicted,
+            "smallest": smallest,
             "params": sum(p.numel() * p.element_size() for p in model.parameters())}
 
 
@@ -331,6 +345,12 @@ def targets(res) -> list[str]:
         out.append(f"  (b) at hf-gc's peak: fit {1000 * t[f]:.1f} ms vs {1000 * t['hf-gc']:.1f} "
                    f"ms = {r:.2f}x (peak {p[f] / MiB:.2f} vs {p['hf-gc'] / MiB:.2f} MiB): "
                    + ("met" if r <= 0.95 and p[f] <= p["hf-gc"] else "NOT met"))
+    e = "fit every-block"
+    if e in t:
+        out.append(f"  every block recomputed by fit: peak {p[e]:,} B vs hf-gc {p['hf-gc']:,} B "
+                   f"(predicted {res['predicted'][e]:,} B); step {t[e] / t['hf-gc']:.2f}x "
+                   f"hf-gc's, "
+                   f"{t[e] / t['ckpt-block']:.2f}x ckpt-block's")
     for k in sorted(x for x in p if x.startswith("fit ") and "/" in x):
         fitting = [b for b in base if p[b] <= p[k]]
         faster = all(t[k] < t[b] for b in fitting)
