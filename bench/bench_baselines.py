@@ -20,17 +20,21 @@ as every `transformers` model does. Methods, each on a copy of the model with th
   (`profile.selective_policy`, the one home of that policy);
 * `fit @B`: `fit` with the budget set to baseline B's measured peak (bytes);
 * `fit k/n`: `fit` at budgets between `hf-gc`'s measured peak and plain's (`--between` points);
-* `fit min`: `fit` at the smallest feasible budget its `FitError` names (a 1-byte budget asked).
+* `fit min`: `fit` at the smallest feasible budget its `FitError` names (a 1-byte budget asked);
+* `fit every-block`: `fit` given the plan that recomputes every block (pinned:
+  `plan_checkpoint_groups` with every block ``recompute``), `ckpt-block`'s schedule run by a
+  fitted module: its peak against `hf-gc`'s, its step against `hf-gc`'s and `ckpt-block`'s.
 
 Peak: one training step (forward, loss, backward, the output held through the backward:
 `out = model(**batch); loss_fn(out).backward()`) under `MemoryTracker` (every live CPU tensor
-storage, the parameters and inputs resident), gradients set to None first. Step time: the
-median of `--steps` steps after `--warmup` per method, methods interleaved round by round (the
-order rotating), one intra-op thread (`torch.set_num_threads(1)`), timed by the thread's CPU
-time (`time.thread_time`, the clock `fit` profiles with: a loaded machine's waits left out). Gradients: each method's step from the same RNG
-seed against eager PyTorch's (the plain model's), the largest absolute difference over all
-parameters relative to the largest eager gradient (dropout on: equal only when every
-recomputation replays the RNG).
+storage, the parameters, the inputs and the loss's own tensors (its targets) resident, as
+`fit` counts its budget), gradients set to None first. Step time: the median of `--steps`
+steps after `--warmup` per method, methods interleaved round by round (the order rotating),
+one intra-op thread (`torch.set_num_threads(1)`), timed by the thread's CPU time
+(`time.thread_time`, the clock `fit` profiles with: a loaded machine's waits left out).
+Gradients: each method's step from the same RNG seed against eager PyTorch's (the plain
+model's), the largest absolute difference over all parameters relative to the largest eager
+gradient (dropout on: equal only when every recomputation replays the RNG).
 
 The physical floor: what any schedule of a step holds at its worst moment, from the profile
 `fit` solves on (`floor_bytes`): the resident bytes (parameters, buffers, inputs, the loss's
@@ -63,10 +67,12 @@ sys.path.insert(0, str(ROOT))
 import torch
 from torch import nn
 
-from schedlang.pytorch.frontends.blocks.find import find_blocks
+from schedlang.plans.planners.baselines import plan_checkpoint_groups
 from schedlang.pytorch.fit import FitError, fit, prepare
+from schedlang.pytorch.frontends.blocks.find import find_blocks
 from schedlang.pytorch.frontends.blocks.hooked import GROUP, BlockWrappers
-from schedlang.pytorch.memory import MemoryTracker
+from schedlang.pytorch.memory import MemoryTracker, storage_key
+from schedlang.pytorch.prepare import loss_tensor_bytes
 from schedlang.testing import hf_models
 
 #: bench sizes: batch x sequence (or images), 64-wide, activations well above parameters
@@ -92,11 +98,23 @@ def tensors_of(args, kwargs) -> list[torch.Tensor]:
     return [x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)]
 
 
-def peak_of(fn, model, inputs, loss_fn) -> int:
+def peak_of(fn, model, inputs, loss_fn, loss_bytes: int) -> int:
+    """The step's peak: the model, the inputs and the loss's own tensors (`loss_bytes`: its
+    targets, alive through every step) resident, as `fit` counts them and CUDA's allocator
+    would; every other live tensor of the process (the other methods' copies) left out."""
     model.zero_grad(set_to_none=True)
     with MemoryTracker(resident=[model, *inputs], existing=False) as mt:
         step(fn, model, loss_fn)
-    return mt.peak
+    return mt.peak + loss_bytes
+
+
+def loss_bytes_of(model, args, kwargs, loss_fn) -> int:
+    """Bytes of what `loss_fn` reads of its own (the targets), beyond the model and inputs:
+    `fit`'s resident bytes count them (`prepare.loss_tensor_bytes`), so every method's peak
+    does too (left out, each baseline read 4,096 B low on BERT: its labels, 8 x 64 int64)."""
+    known = {storage_key(t) for t in (*model.parameters(), *model.buffers(),
+                                      *tensors_of(args, kwargs))}
+    return loss_tensor_bytes(model, args, kwargs, loss_fn, known)
 
 
 def grads_of(fn, model, loss_fn, seed=123) -> dict[str, torch.Tensor]:
@@ -221,33 +239,37 @@ def run_model(name: str, args_ns) -> dict:
     prep = prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, frontend="blocks",
                    repeats=args_ns.repeats, block_options=block_options)
     profile_s = time.perf_counter() - t0
-    call = (lambda m: lambda: m(*args, **kwargs))
+    def call(m):
+        return lambda: m(*args, **kwargs)
     # eager PyTorch's gradients, and each baseline's peak and gradients with no other copy of
     # the model alive (fit's probe step counts every tensor alive, as CUDA does)
     want = grads_of(call(model), model, loss_fn)
+    held = loss_bytes_of(model, args, kwargs, loss_fn)
     model.zero_grad(set_to_none=True)
     peaks: dict[str, int] = {}
     errors: dict[str, float] = {}
     for k, (m, owner) in baselines(name, args, kwargs).items():
-        peaks[k] = peak_of(call(m), owner, inputs, loss_fn)
+        peaks[k] = peak_of(call(m), owner, inputs, loss_fn, held)
         errors[k] = grad_error(grads_of(call(m), owner, loss_fn), want)
         del m, owner
     gc.collect()
     notes: dict[str, str] = {}
+    predicted: dict[str, int] = {}
     fits: dict[str, nn.Module] = {}
 
-    def add_fit(label, budget):
+    def add_fit(label, budget, plan=None):
         t1 = time.perf_counter()
         try:
             fm = fit(model, args, budget, loss_fn=loss_fn, sample_kwargs=kwargs, prepared=prep,
-                     measure=False, calibrate=False)
+                     measure=False, calibrate=False, plan=plan)
         except FitError as exc:
             notes[label] = "infeasible: " + str(exc).split(": ", 1)[-1][:120]
             return
         fits[label] = fm
-        peaks[label] = peak_of(call(fm), model, inputs, loss_fn)
+        peaks[label] = peak_of(call(fm), model, inputs, loss_fn, held)
         errors[label] = grad_error(grads_of(call(fm), model, loss_fn), want)
         rep = fm.memory_report()
+        predicted[label] = rep.predicted_peak_bytes
         notes[label] = (f"budget {int(rep.budget_bytes or 0) / MiB:.2f}, predicted "
                         f"{rep.predicted_peak_bytes / MiB:.2f} MiB "
                         f"{100 * rep.plan_time_overhead:+.1f}%, solve "
@@ -255,6 +277,12 @@ def run_model(name: str, args_ns) -> dict:
 
     for b in [k for k in peaks if k != "plain"]:
         add_fit(f"fit @{b}", peaks[b])
+    # fit running ckpt-block's schedule (its plan pinned): hf-gc's peak, and our wrappers'
+    # cost against transformers' checkpointing
+    every = [lay.name for lay in prep.graph.layers
+             if any(o.name == "recompute" for o in lay.options)]
+    add_fit("fit every-block", peaks["hf-gc"],
+            plan_checkpoint_groups(prep.graph, [], dict.fromkeys(every, "recompute")))
     low, high = peaks["hf-gc"], peaks["plain"]
     n = args_ns.between
     for k in range(1, n + 1):
@@ -276,7 +304,8 @@ def run_model(name: str, args_ns) -> dict:
     floor, where = floor_bytes(prep, model)
     return {"model": name, "size": SIZES[name], "profile_s": profile_s, "peaks": peaks,
             "median_s": times, "grad_error": errors, "notes": notes, "floor": floor,
-            "floor_layer": where, "resident": prep.resident_bytes, "smallest": smallest,
+            "floor_layer": where, "resident": prep.resident_bytes, "predicted": predicted,
+            "smallest": smallest,
             "params": sum(p.numel() * p.element_size() for p in model.parameters())}
 
 
@@ -316,6 +345,12 @@ def targets(res) -> list[str]:
         out.append(f"  (b) at hf-gc's peak: fit {1000 * t[f]:.1f} ms vs {1000 * t['hf-gc']:.1f} "
                    f"ms = {r:.2f}x (peak {p[f] / MiB:.2f} vs {p['hf-gc'] / MiB:.2f} MiB): "
                    + ("met" if r <= 0.95 and p[f] <= p["hf-gc"] else "NOT met"))
+    e = "fit every-block"
+    if e in t:
+        out.append(f"  every block recomputed by fit: peak {p[e]:,} B vs hf-gc {p['hf-gc']:,} B "
+                   f"(predicted {res['predicted'][e]:,} B); step {t[e] / t['hf-gc']:.2f}x "
+                   f"hf-gc's, "
+                   f"{t[e] / t['ckpt-block']:.2f}x ckpt-block's")
     for k in sorted(x for x in p if x.startswith("fit ") and "/" in x):
         fitting = [b for b in base if p[b] <= p[k]]
         faster = all(t[k] < t[b] for b in fitting)

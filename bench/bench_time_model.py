@@ -1,6 +1,7 @@
 """Is fit's time model one to trust? The README's `transformers` example, fitted N times.
 
-    python bench/bench_time_model.py [--runs 5] [--budget 60%] [--steps 61] [--threads 1]
+    python bench/bench_time_model.py [--runs 5] [--budget 60%] [--steps 61] [--max-steps 244]
+                                     [--threads 1]
 
 Each run is a fresh process that runs the README's "PyTorch" example as written (the Llama
 config, `input_ids` 8 x 128, next-token cross-entropy, `fit(model, batch, budget="60%",
@@ -15,8 +16,12 @@ what the step costs, not how long the loaded machine kept it waiting); the wall-
 is printed beside it. Per run it prints the plan's identity (a digest of its ops: equal
 digests, equal plans), the predicted peak and time overhead (`memory_report()`), the measured
 overhead, and `fit`'s own seconds; then the spread of the predictions over the runs and each
-one against the measurement. Target (issue 28): the same plan every run, predicted overheads within +-15% of
-each other and of the measured one, and never a negative overhead for a plan that recomputes.
+one against the measurement; beside each measured overhead, the same median over the even
+and over the odd pairs of rounds alone (how far the measurement itself moves). Where the halves
+disagree by more than 1.5% of the fitted step (a burst of load hit some rounds), `--steps`
+more rounds are timed, up to `--max-steps`, and the median is over all of them. Target (issue
+28): the same plan every run, predicted overheads within +-15% of each other and of the
+measured one, and never a negative overhead for a plan that recomputes.
 """
 from __future__ import annotations
 
@@ -65,12 +70,14 @@ def step(m):
     loss_fn(out).backward()
     del out
 
-steps = int(sys.argv[3])
+steps, most = int(sys.argv[3]), int(sys.argv[4])
 from schedlang.pytorch.frontends.blocks.hooked import BlockWrappers  # inside plain(): the blocks unwrapped
 clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
 times = {"plain": [], "fit": []}
 walls = {"plain": [], "fit": []}
-for r in range(steps + 2):
+
+
+def one_round(r, keep=True):
     for k in (("plain", "fit") if r % 2 else ("fit", "plain")):  # alternate who goes first
         t0, w0 = clock(), time.perf_counter()
         if k == "plain":
@@ -78,17 +85,49 @@ for r in range(steps + 2):
                 step(model)
         else:
             step(wrapped)
-        if r >= 2:
+        if keep:
             times[k].append(clock() - t0)
             walls[k].append(time.perf_counter() - w0)
+
+
+def paired_ratios():
+    return [f / p for f, p in zip(times["fit"], times["plain"])]
+
+
+def halves():
+    """The paired median over each half of the rounds, taken two by two alternately (rounds
+    0, 1, 4, 5, ... and 2, 3, 6, 7, ...: each half with both orders of the two steps)."""
+    ratios = paired_ratios()
+    a = [x for k, x in enumerate(ratios) if k // 2 % 2 == 0]
+    b = [x for k, x in enumerate(ratios) if k // 2 % 2 == 1]
+    return [statistics.median(a) - 1, statistics.median(b) - 1]
+
+
+def unsettled():
+    """The two halves disagree by more than 1.5% of the fitted step."""
+    even, odd = halves()
+    return abs(even - odd) > 0.015 * statistics.median(paired_ratios())
+
+
+one_round(0, keep=False)
+one_round(1, keep=False)
+rounds = 0
+# `steps` rounds, then `steps` more at a time, up to `most`, while the halves disagree (a burst
+# of load in some rounds: timed again, not averaged in)
+while rounds < steps or (rounds < most and unsettled()):
+    for _ in range(steps):
+        one_round(rounds)
+        rounds += 1
 med = {k: statistics.median(v) for k, v in times.items()}
 wall = {k: statistics.median(v) for k, v in walls.items()}
 # each round's two steps ran next to each other, under the same load: the median of their
 # ratios cancels the load's drift from round to round
-paired = statistics.median(f / p for f, p in zip(times["fit"], times["plain"])) - 1
+paired = statistics.median(paired_ratios()) - 1
+halves = halves()
 print(json.dumps({"digest": digest, "predicted_peak": rep.predicted_peak_bytes,
                   "measured_peak": rep.measured_peak_bytes,
-                  "predicted": rep.plan_time_overhead, "measured": paired,
+                  "predicted": rep.plan_time_overhead, "measured": paired, "halves": halves,
+                  "rounds": rounds,
                   "measured_medians": med["fit"] / med["plain"] - 1,
                   "plain_ms": 1000 * med["plain"], "fit_ms": 1000 * med["fit"],
                   "measured_wall": wall["fit"] / wall["plain"] - 1, "fit_s": t_fit,
@@ -102,6 +141,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--budget", default="60%")
     ap.add_argument("--steps", type=int, default=61)
+    ap.add_argument("--max-steps", type=int, default=244,
+                    help="timed rounds at most: more while the measurement is unsettled")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", help="write the runs here")
     args = ap.parse_args()
@@ -111,7 +152,8 @@ def main() -> int:
     runs = []
     for k in range(args.runs):
         done = subprocess.run([sys.executable, "-W", "ignore", "-c", ONE_RUN,
-                               str(args.threads), args.budget, str(args.steps)],
+                               str(args.threads), args.budget, str(args.steps),
+                               str(args.max_steps)],
                               capture_output=True, text=True, env=env, cwd=ROOT, check=False)
         if done.returncode:
             print(f"run {k + 1} failed:\n{done.stderr[-2000:]}")
@@ -120,7 +162,8 @@ def main() -> int:
         runs.append(run)
         print(f"run {k + 1}: plan {run['digest']}, predicted peak {run['predicted_peak']} B, "
               f"overhead predicted {100 * run['predicted']:+.1f}% measured "
-              f"{100 * run['measured']:+.1f}% (plain {run['plain_ms']:.1f} ms, fit "
+              f"{100 * run['measured']:+.1f}% (halves {100 * run['halves'][0]:+.1f} / "
+              f"{100 * run['halves'][1]:+.1f}%, {run['rounds']} rounds; plain {run['plain_ms']:.1f} ms, fit "
               f"{run['fit_ms']:.1f} ms, their ratio {100 * run['measured_medians']:+.1f}%; "
               f"wall clock {100 * run['measured_wall']:+.1f}%); "
               f"fit() took {run['fit_s']:.2f} s", flush=True)

@@ -21,7 +21,7 @@ from .frontends.fx.frontend import FX
 from .inputs import split_inputs
 from .live import read_before
 from .model_state import preserved
-from .outputs import loss_moment, measure_loss_overhead, released_graph
+from .outputs import loss_moment, measure_loss_overhead, measure_loss_time, released_graph
 from .tensors import flat
 
 __all__ = ["Prepared", "prepare", "loss_tensor_bytes", "LOSS_RESERVE", "LOSS_SCALAR_BYTES",
@@ -166,6 +166,9 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
         inputs = [t for t in flat((args, kwargs)) if isinstance(t, torch.Tensor)]
         known = set(params) | {t.untyped_storage().data_ptr() for t in inputs}
         resident += loss_tensor_bytes(model, args, kwargs, loss_fn, known)
+        if graph.loss is not None:  # the loss runs in every step a plan is compared with
+            graph.loss = dataclasses.replace(
+                graph.loss, time=measure_loss_time(model, args, loss_fn, kwargs))
     else:  # the loss outside the module still takes memory: reserve a safe default
         out_bytes = sum(part.data[d].nbytes for d in part.outputs
                         if d in part.data and part.data[d].dtype.is_floating_point)

@@ -330,17 +330,20 @@ class _Runner:
         _, feed = self.grads_for(outs, given)
         given.clear()
         del gs
-        torch.autograd.backward(_GradFeed.apply(feed, *os))
+        root = _GradFeed.apply(feed, *os)
+        torch.autograd.backward(root, root.new_empty(0))
 
 
 class _GradFeed(torch.autograd.Function):
-    """A scalar whose backward hands `given` (emptied) to the layer's outputs as their
-    gradients: the engine is then their only holder."""
+    """An empty tensor whose backward hands `given` (emptied) to the layer's outputs as their
+    gradients: the engine is then their only holder. Empty, and so is the gradient it is
+    given: a scalar and its seed gradient would be bytes of the measuring harness that no
+    step of the model holds (8 B in every measured backward peak on float32)."""
 
     @staticmethod
     def forward(ctx, given, *outs):
         ctx.given = given
-        return outs[0].new_zeros(())
+        return outs[0].new_empty(0)
 
     @staticmethod
     def backward(ctx, _grad):

@@ -140,6 +140,21 @@ def test_block_options_are_priced_at_what_was_measured_in_context(pinned_times):
                            "unsettled": 0}
 
 
+def test_the_loss_is_priced_at_its_measured_time(pinned_times, monkeypatch):
+    """The steps a plan's overhead is a share of run the loss function too: the loss node
+    costs what the loss's forward and backward measured (`outputs.measure_loss_time`,
+    injected here), not a 1 us placeholder that made every predicted overhead a share of a
+    step without it."""
+    monkeypatch.setattr("schedlang.pytorch.prepare.measure_loss_time", lambda *a, **k: 0.005)
+    *_, prep = _llama_prep()
+    assert prep.graph.loss.time == 0.005
+    blocks = len(prep.partitioned.found.blocks)
+    assert prep.plain_time == pytest.approx(blocks * sum(PINNED["autograd"]) + 0.003 + 0.005,
+                                            rel=1e-4)  # (the glue shares, rounded)
+    assert simulate(no_recompute_plan(prep.graph), prep.graph).time == \
+        pytest.approx(prep.plain_time)
+
+
 def test_no_plan_that_recomputes_predicts_a_negative_overhead(pinned_times):
     """Every plan fit may take (the solver's at budgets down the range, every group plan)
     costs at least plain execution, with recomputation priced below autograd by the

@@ -751,17 +751,18 @@ class BlockWrappers:
     @contextlib.contextmanager
     def plain(model: nn.Module):
         """Within the context, `model`'s blocks run as plain autograd, whichever fit wrapped
-        them (its choices come back on exit): to measure plain execution of a fitted model."""
-        owner = _owner(model)
-        if owner is None:
-            yield
-            return
-        for m in owner.blocks.values():
+        them (their choices come back on exit): to measure plain execution of a fitted model.
+        Every wrapped block, also those of a fitted module dropped without `unwrap()` (no
+        owner left: its choices stayed, and "plain" measured its plan)."""
+        kept = {m: m.__dict__.get("_schedlang_choice") for m in model.modules()
+                if isinstance(m, BlockMixin)}
+        for m in kept:
             m.__dict__["_schedlang_choice"] = None
         try:
             yield
         finally:
-            owner._apply()
+            for m, choice in kept.items():
+                m.__dict__["_schedlang_choice"] = choice
 
     def unwrap(self) -> None:
         for g in self._groups:
