@@ -189,7 +189,12 @@ def test_autocast(device, frontend):
         fm = fit(model, inputs, "60%", loss_fn=loss_fn, frontend=frontend, probe=True,
                  op_options=False, repeats=2)
     assert fm.plan is not None
-    assert any(op.op == "compute" and op.node.endswith(".fwd") and op.option != "autograd"
-               for op in fm.plan.ops), "nothing is recomputed at 60%"
+    forwards = [(op.node, op.option) for op in fm.plan.ops
+                if op.op == "compute" and op.node.endswith(".fwd")]
+    # a plan recomputes with an option that saves less (recompute, selective, fast_forward) or
+    # by running a forward again; which of the two the optimum takes follows the profile
+    assert (any(option != "autograd" for _, option in forwards)
+            or len({node for node, _ in forwards}) < len(forwards)), \
+        f"nothing is recomputed at 60%: {forwards}"
     _assert_grads(ref, _step(fm, model, inputs, {}, loss_fn, autocast=True), torch.bfloat16)
     _assert_within(fm)
