@@ -10,7 +10,13 @@ from schedlang.cli.main import load_graph
 from schedlang.graphs.elements import Node
 from schedlang.graphs.graph import Graph
 from schedlang.plans.planners import planners, run_planner
-from schedlang.plans.planners.baselines import PLANNERS, knapsack_choose, sequential_checkpoints, sqrt_checkpoints
+from schedlang.plans.planners.baselines import (
+    PLANNERS,
+    knapsack_choose,
+    plan_checkpoint_groups,
+    sequential_checkpoints,
+    sqrt_checkpoints,
+)
 from schedlang.plans.planners.no_recompute import no_recompute_plan
 from schedlang.plans.planners.sequences import CheckmateView
 from schedlang.plans.simulate import simulate
@@ -224,3 +230,10 @@ def test_articulation_candidates_on_a_diamond():
     for name in BASELINES:
         check(graph, name, None)
         check(graph, name, 24)
+
+
+def test_checkpoint_groups_reject_an_empty_group():
+    """A group without layers is a clear ValueError (it was an IndexError)."""
+    graph = load("transformer12")
+    with pytest.raises(ValueError, match="group 2 of 2 is empty"):
+        plan_checkpoint_groups(graph, [[graph.layers[0].name], []])

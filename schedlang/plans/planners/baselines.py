@@ -232,6 +232,9 @@ def plan_checkpoint_groups(graph: Graph, groups: list[list[str]],
     position = {n: k for k, n in enumerate(names)}
     group_of: dict[str, int] = {}
     for g, members in enumerate(groups):
+        if not members:
+            raise ValueError(f"group {g + 1} of {len(groups)} is empty: a group holds one layer "
+                             "or more")
         at = [position[m] for m in members if m in position]
         if len(at) < len(members) or at != list(range(at[0], at[0] + len(at))):
             raise ValueError(f"group {members}: not consecutive layers of '{graph.name}'")
