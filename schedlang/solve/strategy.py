@@ -268,7 +268,12 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
         start, start_note, proof = _phase_one(problem, route, lowest, time_limit, since, kw)
         if proof is not None:
             return _faster(proof, reordered, route)
-    windows = _window_bound(tight, route, time_limit, since)
+    try:
+        windows = _window_bound(tight, route, time_limit, since)
+    except KeyboardInterrupt:  # Ctrl-C while bounding: keep the plan found so far, as a
+        if start is None:      # solver's interrupt keeps its incumbent
+            raise
+        return _interrupted(problem, start, start_note, since)
     results: list[Result] = []
     if is_available("cpsat", "pyomo"):
         left = _left(time_limit, since)
@@ -394,6 +399,20 @@ def _window_bound(tight: Problem, route: Route, time_limit, since):
     route.steps.append(Step("bound", None, time.perf_counter() - t0, "bound",
                             bound=linked.bound, note="linked memory windows"))
     return linked if linked.bound > windows.bound else windows
+
+
+def _interrupted(problem: Problem, start, start_note: str, since: float) -> Result:
+    """The start plan, replayed, as the answer of a solve interrupted (Ctrl-C) before a solver
+    ran: feasible with the order-free bound (optimal only when it meets it)."""
+    t0 = time.perf_counter()
+    peak = problem.budgets.get("peak")
+    sim = simulate(start, problem.graph, budget=peak)
+    if not sim.valid:
+        raise KeyboardInterrupt
+    timings = {"solve": t0 - since, "simulate": time.perf_counter() - t0}
+    result = _replayed(problem, start, sim, f"the start plan ({start_note})", timings)
+    result.message = f"interrupted while bounding; {result.message}"
+    return result
 
 
 def _closed(tight: Problem, result: Result, windows, gap: float | None) -> bool:

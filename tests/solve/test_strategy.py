@@ -107,6 +107,24 @@ def test_op_graph_route_reports_a_replayed_plan_and_its_bound(monkeypatch):
     assert sim.valid and sim.time == pytest.approx(result.objective)
 
 
+def test_ctrl_c_while_bounding_keeps_the_start_plan(monkeypatch):
+    """A Ctrl-C during the window bounds (before a solver runs) returns the start plan,
+    replayed, feasible, with the order-free bound: what was solved is not lost."""
+    monkeypatch.setattr(strategy, "SMALL_NODES", 10)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(strategy, "window_bound", interrupted)
+    prob = schedlang.load(OPGRAPHS / "mlp3.sched", budget="90%")
+    result = strategy.solve(prob, time_limit=60)
+    assert result.status.has_solution and result.plan is not None
+    assert "interrupted while bounding" in result.message
+    sim = simulate(result.plan, prob.graph, budget=prob.budgets["peak"])
+    assert sim.valid and sim.time == pytest.approx(result.objective)
+    assert result.bound is not None and result.bound <= result.objective
+
+
 def test_large_graph_route_gives_the_best_plan_with_the_order_free_bound(monkeypatch):
     monkeypatch.setattr(strategy, "LARGE_NODES", 40)
     prob = schedlang.load(OPGRAPHS / "gpt1.sched", budget="90%")
