@@ -36,8 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from checkmate_reference import build_highspy, build_pyomo  # noqa: E402
-from graphs import (chain_graph, dsl_missing, dsl_unavailable_message,  # noqa: E402
-                    no_recompute_peak, write_sched)
+from graphs import chain_graph, dsl_missing, dsl_unavailable_message, no_recompute_peak, write_sched  # noqa: E402
 
 
 def _timed(fn):

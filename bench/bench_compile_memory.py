@@ -34,8 +34,8 @@ SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "graphs"
 
 def measure(path: Path) -> dict:
     import schedlang
-    from schedlang.solve.backends import build_model
     from schedlang.compile.presolve import presolve
+    from schedlang.solve.backends import build_model
 
     out = {}
     gc.collect()

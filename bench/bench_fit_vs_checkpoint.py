@@ -38,7 +38,8 @@ a copy of it, same weights: fit wraps the model's own blocks in place):
 Peak: one training step (forward, loss, backward; the output held through the backward, as
 `out = model(x); loss_fn(out).backward()` holds it: the loop fit's budget covers, run alike
 by every method) under `MemoryTracker` (CPU: live tensor storages; CUDA:
-max_memory_allocated), the parameters and inputs resident, gradients set to None before. Time: median of `--steps` steps after `--warmup` per method, without the tracker,
+max_memory_allocated), the parameters and inputs resident, gradients set to None before.
+Time: median of `--steps` steps after `--warmup` per method, without the tracker,
 the methods interleaved round by round (load on a shared machine hits every method alike),
 `torch.set_num_threads(--threads)`: wall time (`step ms`, `time/none`) and the thread's CPU
 time (`cpu/none`; with one thread on CPU every kernel runs on it, and other processes on a
@@ -252,8 +253,8 @@ def priced(prep, plan) -> tuple[int, float]:
     """(predicted peak in bytes, predicted time / plain - 1) of `plan` on fit's graph, as fit
     predicts its own plans (the loss function's memory at the loss, the resident bytes but
     fit's plan executor's own constants: a baseline runs without it)."""
-    from schedlang.pytorch.outputs import loss_moment
     from schedlang.plans.simulate import simulate
+    from schedlang.pytorch.outputs import loss_moment
 
     sim = simulate(plan, prep.graph)
     if not sim.valid:

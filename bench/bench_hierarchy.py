@@ -47,9 +47,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from schedlang.language.units import format_size  # noqa: E402
 from schedlang.pytorch.fit import fit, prepare, solve_plan  # noqa: E402
 from schedlang.testing.torch_models import ALL  # noqa: E402
-from schedlang.language.units import format_size  # noqa: E402
 
 MODELS = {
     # 3 encoder and 2 decoder conv blocks, 64x64 inputs
@@ -276,10 +276,10 @@ def part_flat(args) -> dict:
     """Flat op-level Checkmate vs the hierarchical plan on a small model, at the same
     absolute saving below the plain step's peak, times on the same clock (module docstring)."""
     import schedlang
-    from schedlang.solve import strategy
     from schedlang.plans.planners.no_recompute import no_recompute_plan
-    from schedlang.pytorch.opgraph import record_ops
     from schedlang.plans.simulate import simulate
+    from schedlang.pytorch.opgraph import record_ops
+    from schedlang.solve import strategy
 
     kind, sizes = (("unet", MODELS["unet"][1]) if args.flat_model == "unet"
                    else ("gpt", FLAT_MODELS[args.flat_model]))

@@ -24,11 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-import schedlang  # noqa: E402
 from instances import transformer_chain  # noqa: E402
+
+import schedlang  # noqa: E402
+from schedlang.graphs.writer import write_graph  # noqa: E402
 from schedlang.plans.planners.no_recompute import no_recompute_plan  # noqa: E402
 from schedlang.plans.simulate import simulate  # noqa: E402
-from schedlang.graphs.writer import write_graph  # noqa: E402
 
 VARIANTS = (
     ("recompute (rockmate)", "use rockmate\n", ""),

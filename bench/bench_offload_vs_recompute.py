@@ -37,10 +37,10 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from schedlang.plans.planners.no_recompute import no_recompute_plan  # noqa: E402
+from schedlang.plans.simulate import simulate  # noqa: E402
 from schedlang.pytorch.fit import prepare, solve_plan  # noqa: E402
 from schedlang.pytorch.frontends.fx.frontend import offloadable  # noqa: E402
 from schedlang.pytorch.outputs import loss_moment  # noqa: E402
-from schedlang.plans.simulate import simulate  # noqa: E402
 from schedlang.testing.torch_models import GPT  # noqa: E402
 
 

@@ -41,9 +41,9 @@ from graphs import SHARED_GRAPHS  # noqa: E402
 
 from schedlang.language.errors import SchedError  # noqa: E402
 from schedlang.plans.planners import PlannerNotApplicable, graph_view, planners, run_planner  # noqa: E402
-from schedlang.problem import resolve_budget  # noqa: E402
 from schedlang.plans.planners.no_recompute import no_recompute_plan  # noqa: E402
 from schedlang.plans.simulate import simulate  # noqa: E402
+from schedlang.problem import resolve_budget  # noqa: E402
 
 NO_LIMIT = 1 << 62
 

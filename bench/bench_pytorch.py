@@ -79,7 +79,7 @@ def make_gpt(batch=8, context=128, dim=128, heads=4, layers=6, vocab=256, dropou
 def make_cnn(batch=8, size=64, width=32, blocks=8, classes=10):
     torch.manual_seed(0)
     mods = [nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU())]
-    for i in range(blocks - 1):
+    for _ in range(blocks - 1):
         mods.append(nn.Sequential(nn.Conv2d(width, width, 3, padding=1), nn.BatchNorm2d(width),
                                   nn.ReLU()))
     mods.append(nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, classes)))
@@ -170,7 +170,7 @@ def main() -> int:
             cands[f"sched{pct:g}"] = (lambda fm=fm: fm(*inputs))
         peaks = {k: peak_of(fn, model, inputs, loss_fn) for k, fn in cands.items()}
         times: dict[str, list[float]] = {k: [] for k in cands}
-        for k, fn in cands.items():  # warm-up
+        for fn in cands.values():  # warm-up
             step(fn, model, loss_fn)
         for _ in range(args.steps):
             for k, fn in cands.items():

@@ -17,8 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-import schedlang  # noqa: E402
 from instances import transformer_chain  # noqa: E402
+
+import schedlang  # noqa: E402
 from schedlang.graphs.writer import write_graph  # noqa: E402
 
 

@@ -27,7 +27,8 @@ Rows (each one is timed wall clock, parse to plan, in this process or a `schedla
 * CP-SAT (`--only cpsat`): the same command with `--solver cpsat` on mobilenet_train and
   resnet50_train at 90%.
 * end to end against a hand-built HiGHS model (`--only ratio`): vgg16_train and vgg19_train at
-  90% (the Checkmate graphs that solve to optimality in seconds): `schedlang.load` + `solve` (HiGHS, one thread, no warm start) against
+  90% (the Checkmate graphs that solve to optimality in seconds): `schedlang.load` + `solve`
+  (HiGHS, one thread, no warm start) against
   `checkmate_reference.solve_highspy`, medians of 3 interleaved runs; met at <= 1.2x with the
   same proven optimum.
 * with --long: resnet50_train at 90% and 80%, gap <= 1% within 10 minutes (`solve --time-limit
@@ -54,8 +55,8 @@ from graphs import load_shared  # noqa: E402
 from random_layered import write as write_random  # noqa: E402
 
 from schedlang.plans.planners import run_planner  # noqa: E402
-from schedlang.problem import resolve_budget  # noqa: E402
 from schedlang.plans.simulate import simulate  # noqa: E402
+from schedlang.problem import resolve_budget  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

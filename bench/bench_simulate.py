@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from graphs import load_shared  # noqa: E402
 from instances import transformer_chain  # noqa: E402
+
 from schedlang.plans.planners.no_recompute import no_recompute_plan  # noqa: E402
 from schedlang.plans.simulate import simulate  # noqa: E402
 

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def load() -> str:
-    return "load %.1f %.1f %.1f" % os.getloadavg()
+    return "load {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
 
 
 def table(points) -> list:

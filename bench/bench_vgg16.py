@@ -35,8 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from checkmate_reference import build_highspy, solve_highspy, solve_pyomo  # noqa: E402
-from graphs import (dsl_missing, dsl_unavailable_message, load_shared,  # noqa: E402
-                    no_recompute_peak, write_sched)
+from graphs import dsl_missing, dsl_unavailable_message, load_shared, no_recompute_peak, write_sched  # noqa: E402
 
 TARGET_RATIO = 2.0
 

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import schedlang
 from schedlang.graphs.checkmate_nx import load_checkmate_nx
-from schedlang.plans.planners import planners
-from schedlang.problem import Problem, run_named_planner
-from schedlang.plans.planners.no_recompute import no_recompute_peak
-from schedlang.language.units import format_size
 from schedlang.graphs.writer import write_graph
+from schedlang.language.units import format_size
+from schedlang.plans.planners import planners
+from schedlang.plans.planners.no_recompute import no_recompute_peak
+from schedlang.problem import Problem, run_named_planner
 
 SHARED = Path("/work/shared/graphs")
 

@@ -38,6 +38,7 @@ Run ``python bench/checkmate_reference.py`` to self-test against brute force (a 
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import sys
@@ -138,7 +139,7 @@ def build_highspy(graph, budget: float, threads: int = 1, output: bool = False):
     ncol = off + len(u_idx)
 
     cost = np.zeros(ncol)
-    for (t, i), c in R.items():
+    for (_, i), c in R.items():
         cost[c] = st.time[i]
     col_lo = np.zeros(ncol)
     col_hi = np.ones(ncol)
@@ -456,7 +457,6 @@ def brute_force(graph, budget: float, tol: float = 1e-9):
     stage t's memory in budget) and every dependency-closed R[t+1,.] of cost + best(t+1, ...).
     Every subset is tried; nothing is pruned by a bound. Returns (objective, plan) or
     (None, None) when infeasible."""
-    from functools import lru_cache
 
     st = structure(graph, budget)
     n = st.n
@@ -469,7 +469,7 @@ def brute_force(graph, budget: float, tol: float = 1e-9):
             if all(i in r_t or i in s_t for k in r_t for i in st.preds[k]):
                 yield r_t
 
-    @lru_cache(maxsize=None)
+    @functools.cache
     def best(t, r_t, s_t):
         """(cost of stages t+1.., choice) with stage t fixed; choice = (r_next, s_next)."""
         if t == n - 1:

@@ -57,9 +57,9 @@ def _models():
 def export(name: str, repeats: int) -> Path:
     import torch
 
+    from schedlang.graphs.writer import write_graph
     from schedlang.language.files import write_file
     from schedlang.pytorch.opgraph import record_ops
-    from schedlang.graphs.writer import write_graph
 
     make, param_grads, what = _models()[name]
     torch.set_num_threads(1)
