@@ -13,7 +13,7 @@ from schedlang.plans.planners.baselines import plan_checkpoint_groups  # noqa: E
 from schedlang.plans.simulate import simulate  # noqa: E402
 from schedlang.pytorch.fit import fit, prepare  # noqa: E402
 from schedlang.pytorch.frontends.blocks.find import BlockError  # noqa: E402
-from schedlang.pytorch.frontends.blocks.hooked import GROUP, block_chains, group_plans, plan_choices  # noqa: E402
+from schedlang.pytorch.frontends.blocks.hooked import GROUP, PER_BLOCK, block_chains, group_plans, plan_choices  # noqa: E402
 from schedlang.pytorch.planning import group_plans_priced  # noqa: E402
 from schedlang.testing.hf_models import HF  # noqa: E402
 from schedlang.testing.leaks import host_copy  # noqa: E402
@@ -104,7 +104,8 @@ def test_fit_is_as_fast_as_checkpoint_sequential_at_its_peak():
 def test_groups_reach_below_every_per_block_plan_on_a_chain_of_small_blocks():
     """Single-op blocks save no more than their inputs, so a per-block plan keeps every block's
     input; a group keeps only its first block's: fit's smallest feasible budget falls below the
-    per-block plans' (the group plans' least need), and a fit there runs a group."""
+    per-block plans' (the group plans' least need), the solver reaches it
+    (models/extensions/block_groups.sched), and a fit there runs a group."""
     from .test_real_models import _plain
 
     model, args, kwargs, loss_fn = _plain("dropout_mlp")()
@@ -113,11 +114,16 @@ def test_groups_reach_below_every_per_block_plan_on_a_chain_of_small_blocks():
     from schedlang.pytorch.planning import frontend_extensions, solve_plan
 
     need = min(need for need, _ in group_plans_priced(prep))
-    assert solve_plan(prep.graph, need, loss_overhead=prep.loss_overhead,
-                      output_bytes=prep.output_bytes, extensions=frontend_extensions(prep)) is None
+    kw = {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes}
+    assert solve_plan(prep.graph, need, extensions=(PER_BLOCK,), **kw) is None
+    solved = solve_plan(prep.graph, need, extensions=frontend_extensions(prep), **kw)
+    assert solved is not None
+    assert any(c.startswith(GROUP) for c in plan_choices(solved, prep.graph,
+                                                         _blocks(prep)).values())
     budget = need + prep.resident_bytes
     fm = fit(model, args, budget, loss_fn=loss_fn, prepared=prep, sample_kwargs=kwargs)
-    assert fm.plan.meta.get("groups"), fm.plan.meta
+    assert any(c.startswith(GROUP) for c in plan_choices(fm.plan, prep.graph,
+                                                         _blocks(prep)).values()), fm.plan
     got = _step(fm, model, args, kwargs, loss_fn)
     _assert_same(ref, got)
     assert fm.memory_report().measured_peak_bytes <= budget
