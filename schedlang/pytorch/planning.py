@@ -202,29 +202,57 @@ def solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, b
     return found, solve_s
 
 
+#: seconds the solve with checkpointed groups may take before the per-block solve backs it
+#: up (models/extensions/block_groups.sched's space is larger: a 48-block GPT-2 is not proven
+#: optimal in 60 s where per_block.sched's solve takes 12; `solve_at`)
+GROUP_SOLVE_S = 10.0
+
+
 def solve_at(prep: Prepared, activation: int, solver, time_limit, backend, extra: dict,
            warm_start: Plan | None = None, groups: bool = True,
            must_beat: float | None = None) -> Plan | None:
     """The plan of `prep` within `activation` bytes (the solver's, or a faster group plan
     unless `groups` is False; rank 0's under torch.distributed; an earlier one as fast,
-    `as_before`), or None. The hook front end's solve (models/extensions/block_groups.sched)
-    starts from the fastest plan of its group family that fits, when no `warm_start` is
-    given."""
+    `as_before`), or None. With checkpointed groups (the hook front end's
+    models/extensions/block_groups.sched), the solve starts from the fastest plan of the
+    group family that fits (when no `warm_start` is given) and may take `GROUP_SOLVE_S`;
+    where it stops before proving its plan optimal, the per-block solve (per_block.sched, a
+    smaller space) runs too, and the faster plan is taken."""
 
     found = None
     if distributed.solves_here():
-        if groups and warm_start is None:
+        grouped = groups and groups_run(prep)
+        if grouped and warm_start is None:
             warm_start = fastest_group_plan(prep, activation)
-        found = solve_plan(prep.graph, activation, solver, time_limit, backend,
-                           warm_start=warm_start, must_beat=must_beat, **extra)
-        if found is not None and prep.front is not None:  # a group's reruns (block_groups)
-            found.predicted_time += prep.front.time_correction(found, prep.graph)
+        limit = time_limit
+        if grouped:
+            limit = GROUP_SOLVE_S if time_limit is None else min(time_limit, GROUP_SOLVE_S)
+        found = priced_solve(prep, activation, solver, limit, backend, extra, warm_start,
+                             must_beat)
+        if grouped and (found is None or found.meta.get("status") != "optimal"):
+            alone = priced_solve(prep, activation, solver, time_limit, backend,
+                                 dict(extra, extensions=prep.front.extensions(False)),
+                                 None, must_beat)
+            if alone is not None and (found is None or
+                                      alone.predicted_time < found.predicted_time):
+                found = alone
         if groups:
             found = or_group_plan(prep, activation, found)
         if found is not None:  # data freed where the runtime frees them (`lifetimes`)
             found = as_runtime_frees(found, prep)
     found = distributed.agree_plan(found, prep.graph)  # rank 0's plan; a no-op on one process
     return as_before(prep, found, activation, solver)
+
+
+def priced_solve(prep: Prepared, activation: int, solver, time_limit, backend, extra: dict,
+                 warm_start: Plan | None, must_beat: float | None) -> Plan | None:
+    """`solve_plan` on `prep`'s graph, its plan's time with what the front end adds (a
+    group's reruns: `Frontend.time_correction`)."""
+    found = solve_plan(prep.graph, activation, solver, time_limit, backend,
+                       warm_start=warm_start, must_beat=must_beat, **extra)
+    if found is not None and prep.front is not None:
+        found.predicted_time += prep.front.time_correction(found, prep.graph)
+    return found
 
 
 def as_runtime_frees(plan: Plan, prep: Prepared) -> Plan:
