@@ -18,15 +18,17 @@ import itertools
 
 import pytest
 
-import schedlang
-from schedlang.graphs.graph import Graph
-from schedlang.language.resources import extension_path
-from schedlang.plans.planners.baselines import plan_checkpoint_groups
-from schedlang.plans.simulate import simulate
-from schedlang.pytorch.frontends.blocks.hooked import GROUP, plan_choices, rerun_correction
-from schedlang.pytorch.lifetimes import earliest_deletes
-from schedlang.solve.solution import Status
-from schedlang.testing.layered_instances import MiB, chain, opt
+pytest.importorskip("torch")  # the plan reading and the rerun's price are the hook front end's
+
+import schedlang  # noqa: E402
+from schedlang.graphs.graph import Graph  # noqa: E402
+from schedlang.language.resources import extension_path  # noqa: E402
+from schedlang.plans.planners.baselines import plan_checkpoint_groups  # noqa: E402
+from schedlang.plans.simulate import simulate  # noqa: E402
+from schedlang.pytorch.frontends.blocks.hooked import GROUP, plan_choices, rerun_correction  # noqa: E402
+from schedlang.pytorch.lifetimes import earliest_deletes  # noqa: E402
+from schedlang.solve.solution import Status  # noqa: E402
+from schedlang.testing.layered_instances import MiB, chain, opt  # noqa: E402
 
 MODEL = ["rockmate", str(extension_path("held_outputs")), str(extension_path("block_groups"))]
 
