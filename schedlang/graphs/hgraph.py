@@ -23,7 +23,11 @@ From `data`, `layer` (forward/backward pair with options) and `loss` declaration
   saves no phantom and takes no `grad` statement;
 * phantoms: option o of layer j saves phantom(j, o) bytes from its forward to its backward;
 * inputs: data with role `input` (in memory at the start, created by nobody); outputs: data
-  with role `output` (input gradients: they must be alive at the end).
+  with role `output` (input gradients: they must be alive at the end);
+* chained (a, b): layer b is declared right after layer a and reads a's outputs, which nothing
+  else reads (no other layer, not the loss) and none of which is an `output`: one checkpoint
+  can hold a and b as a group, a's outputs living only inside it (`chained_layers`; the hook
+  front end's checkpointed groups of blocks, models/extensions/block_groups.sched).
 
 This module is the one home of the layered view: `build_hgraph` (the H-graph, by name) and
 `index_hgraph` (`HIndex`: the same by position, what the simulator and the allocator replay
@@ -84,6 +88,7 @@ class HGraph:
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     loss: str | None = None
+    chained: list[tuple[str, str]] = field(default_factory=list)  # (a, b): `chained_layers`
 
     def node(self, name: str) -> ComputeNode:
         return next(k for k in self.compute if k.name == name)
@@ -184,7 +189,23 @@ def build_hgraph(g: LayeredGraph) -> HGraph:
         h.creates += [(k, d) for d in layer.grad_outputs]
         h.option_uses += [(k, o.name, d) for o in layer.options for d in o.needs]
     _check(h, g)
+    h.chained = chained_layers(g)
     return h
+
+
+def chained_layers(g: LayeredGraph) -> list[tuple[str, str]]:
+    """The pairs (a, b) of layers declared one after the other where b alone reads what a
+    creates (no other layer, not the loss) and none of it is an `output` (module docstring)."""
+    readers: dict[str, set[str]] = {}
+    for layer in g.layers:
+        for d in layer.inputs:
+            readers.setdefault(d, set()).add(layer.name)
+    for d in g.layered_loss().inputs:
+        readers.setdefault(d, set()).add("loss")
+    returned = {d.name for d in g.data if d.role == "output"}
+    return [(a.name, b.name) for a, b in zip(g.layers, g.layers[1:])
+            if a.outputs and all(readers.get(d) == {b.name} and d not in returned
+                                 for d in a.outputs)]
 
 
 def _check(h: HGraph, g: LayeredGraph) -> None:

@@ -34,6 +34,8 @@ BUILTIN_SETS = {
     "stepped": 2, "steps": 3, "step_frees": 4, "step_pending": 4,
     # what may be offloaded to host memory: data nodes and (layer, option) phantoms not `pinned`
     "offloadable_data": 1, "offloadable_phantoms": 2,
+    # consecutive layers one checkpoint can hold as a group (`hgraph.chained_layers`)
+    "chained": 2,
 }
 CHECKMATE_VIEW = ("nodes", "edges", "forward_nodes", "backward_nodes")
 
@@ -359,6 +361,7 @@ class GraphData:
         self.sets["phantom_options"] = rows(list(h.phantoms), 2)
         self.sets["inputs"] = rows([(d,) for d in h.inputs], 1)
         self.sets["outputs"] = rows([(d,) for d in h.outputs], 1)
+        self.sets["chained"] = rows(h.chained, 2)
         pinned_data = {d.name for d in g.data if d.pinned}
         pinned_opts = {(layer.name, o.name) for layer in g.layers for o in layer.options if o.pinned}
         self.sets["offloadable_data"] = rows([(d,) for d in h.data if d not in pinned_data], 1)

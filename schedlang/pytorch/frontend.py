@@ -78,8 +78,9 @@ class Frontend(ABC):
         """Bytes the plan executor keeps alive through every step (resident)."""
         return 0
 
-    def extensions(self) -> tuple:
-        """The .sched extensions its runtime needs beyond `solve_plan`'s own."""
+    def extensions(self, groups: bool = True) -> tuple:
+        """The .sched extensions its runtime needs beyond `solve_plan`'s own; `groups` False:
+        without checkpointed groups of blocks (FSDP, torch.distributed)."""
         return ()
 
     @abstractmethod

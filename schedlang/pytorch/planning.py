@@ -143,11 +143,20 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
         first=lambda b: solve_plan(graph, b, solver, time_limit, backend, **kw) is not None)
 
 
+def groups_run(prep: Prepared) -> bool:
+    """May checkpointed groups of blocks run? Not with FSDP (a group's recomputation runs its
+    first blocks when their parameters may be resharded: their backward has not begun), nor
+    under torch.distributed (every rank runs rank 0's plan, `distributed.agree_plan`)."""
+    return bool(prep.front is not None and prep.front.groups and prep.fsdp is None
+                and not distributed.active())
+
+
 def frontend_extensions(prep: Prepared) -> tuple:
     """The .sched extensions the front end's runtime needs (beyond `solve_plan`'s held
-    outputs): per-block wrappers run only the plans of models/extensions/per_block.sched."""
+    outputs): per-block wrappers run only the plans of models/extensions/block_groups.sched
+    (per_block.sched where groups do not run, `groups_run`)."""
 
-    return prep.front.extensions() if prep.front is not None else ()
+    return prep.front.extensions(groups_run(prep)) if prep.front is not None else ()
 
 
 def solve_extra(prep: Prepared) -> dict:
@@ -193,23 +202,57 @@ def solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, b
     return found, solve_s
 
 
+#: seconds the solve with checkpointed groups may take before the per-block solve backs it
+#: up (models/extensions/block_groups.sched's space is larger: a 48-block GPT-2 is not proven
+#: optimal in 60 s where per_block.sched's solve takes 12; `solve_at`)
+GROUP_SOLVE_S = 10.0
+
+
 def solve_at(prep: Prepared, activation: int, solver, time_limit, backend, extra: dict,
            warm_start: Plan | None = None, groups: bool = True,
            must_beat: float | None = None) -> Plan | None:
     """The plan of `prep` within `activation` bytes (the solver's, or a faster group plan
     unless `groups` is False; rank 0's under torch.distributed; an earlier one as fast,
-    `as_before`), or None."""
+    `as_before`), or None. With checkpointed groups (the hook front end's
+    models/extensions/block_groups.sched), the solve starts from the fastest plan of the
+    group family that fits (when no `warm_start` is given) and may take `GROUP_SOLVE_S`;
+    where it stops before proving its plan optimal, the per-block solve (per_block.sched, a
+    smaller space) runs too, and the faster plan is taken."""
 
     found = None
     if distributed.solves_here():
-        found = solve_plan(prep.graph, activation, solver, time_limit, backend,
-                           warm_start=warm_start, must_beat=must_beat, **extra)
+        grouped = groups and groups_run(prep)
+        if grouped and warm_start is None:
+            warm_start = fastest_group_plan(prep, activation)
+        limit = time_limit
+        if grouped:
+            limit = GROUP_SOLVE_S if time_limit is None else min(time_limit, GROUP_SOLVE_S)
+        found = priced_solve(prep, activation, solver, limit, backend, extra, warm_start,
+                             must_beat)
+        if grouped and (found is None or found.meta.get("status") != "optimal"):
+            alone = priced_solve(prep, activation, solver, time_limit, backend,
+                                 dict(extra, extensions=prep.front.extensions(False)),
+                                 None, must_beat)
+            if alone is not None and (found is None or
+                                      alone.predicted_time < found.predicted_time):
+                found = alone
         if groups:
             found = or_group_plan(prep, activation, found)
         if found is not None:  # data freed where the runtime frees them (`lifetimes`)
             found = as_runtime_frees(found, prep)
     found = distributed.agree_plan(found, prep.graph)  # rank 0's plan; a no-op on one process
     return as_before(prep, found, activation, solver)
+
+
+def priced_solve(prep: Prepared, activation: int, solver, time_limit, backend, extra: dict,
+                 warm_start: Plan | None, must_beat: float | None) -> Plan | None:
+    """`solve_plan` on `prep`'s graph, its plan's time with what the front end adds (a
+    group's reruns: `Frontend.time_correction`)."""
+    found = solve_plan(prep.graph, activation, solver, time_limit, backend,
+                       warm_start=warm_start, must_beat=must_beat, **extra)
+    if found is not None and prep.front is not None:
+        found.predicted_time += prep.front.time_correction(found, prep.graph)
+    return found
 
 
 def as_runtime_frees(plan: Plan, prep: Prepared) -> Plan:
@@ -292,10 +335,9 @@ def group_plans_priced(prep: Prepared) -> list[tuple[int, Plan]]:
     """Hook front end: the plans with checkpointed groups of blocks (`hooked.group_plans`),
     each with the activation budget it needs (its peak, and its loss phase with the loss
     function's memory and the outputs the graph does not count), predicted peak and time set
-    as `solve_plan` sets them. Cached on `prep`. None with FSDP: a group's recomputation runs
-    its first blocks when their parameters may be resharded (their backward has not begun)."""
+    as `solve_plan` sets them. Cached on `prep`. None where groups do not run (`groups_run`)."""
 
-    if not prep.front.groups or prep.fsdp is not None or distributed.active():
+    if not groups_run(prep):
         return []
     key = (prep.loss_overhead, prep.output_bytes)
     if prep.grouped is None or prep.grouped[0] != key or prep.grouped[1] is not prep.graph:
@@ -315,16 +357,22 @@ def group_plans_priced(prep: Prepared) -> list[tuple[int, Plan]]:
     return prep.grouped[2]
 
 
-def or_group_plan(prep: Prepared, activation: int, found: Plan | None) -> Plan | None:
-    """`found` (the solver's per-block plan, or None), or a faster plan with checkpointed
-    groups of blocks that meets `activation` (`group_plans_priced`): the solver's space
-    cannot express a group (models/extensions/per_block.sched), checkpoint_sequential's
-    schedule among them."""
+def fastest_group_plan(prep: Prepared, activation: int) -> Plan | None:
+    """The fastest plan of the group family (`group_plans_priced`) that meets `activation`,
+    or None."""
     fits = [plan for need, plan in group_plans_priced(prep) if need <= activation]
-    best = min(fits, key=lambda p: (p.predicted_time, p.predicted_peak), default=None)
+    return min(fits, key=lambda p: (p.predicted_time, p.predicted_peak), default=None)
+
+
+def or_group_plan(prep: Prepared, activation: int, found: Plan | None) -> Plan | None:
+    """`found` (the solver's plan, or None), or a faster plan of the group family that meets
+    `activation` (`fastest_group_plan`, checkpoint_sequential's schedule among them). Every
+    plan of the family is in the solver's space (models/extensions/block_groups.sched), so
+    this is a fallback: for a solve stopped early (time limit, gap) or failed."""
+    best = fastest_group_plan(prep, activation)
     if best is not None and (found is None or
                              best.predicted_time < found.predicted_time * (1 - 1e-9)):
-        log.info("schedlang fit: %s (predicted %.4g s) is faster than the per-block plan (%s)",
+        log.info("schedlang fit: %s (predicted %.4g s) is faster than the solver's plan (%s)",
                  best.meta["planner"], best.predicted_time,
                  "none found" if found is None else f"{found.predicted_time:.4g} s")
         return best

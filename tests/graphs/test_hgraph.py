@@ -6,6 +6,7 @@ import pytest
 from schedlang.graphs.hgraph import FAST_FORWARD, build_hgraph
 from schedlang.language.errors import DataError
 from schedlang.language.program import load_program
+from schedlang.testing.layered_instances import chain, opt, skip3
 
 from ..paths import ROOT
 
@@ -154,3 +155,15 @@ def test_fast_forward_stated_is_read_as_given_by_hgraph_simulator_and_model(tmp_
     assert simulate(Plan(graph="ff", ops=ops[:1]), g).peak_bytes == 16 * 2**20
     sim = simulate(Plan(graph="ff", ops=ops), g)
     assert sim.valid, sim.errors
+
+
+def test_chained_layers_are_those_one_checkpoint_can_hold_as_a_group():
+    """`chained` (a, b): b right after a and the only reader of a's outputs, none of them
+    returned: a chain, then a skip connection (a.out read twice), a returned output and the
+    loss's input break it."""
+    keep = [opt("keep", 1, 2, 1)]
+    g = chain("c", [1, 1, 1, 1], [keep, keep, keep])
+    assert build_hgraph(g).chained == [("L1", "L2"), ("L2", "L3")]
+    assert build_hgraph(skip3("s", [keep, keep, keep])).chained == [("B", "C")]
+    g.data = [d if d.name != "h1" else type(d)(d.name, d.size, "output") for d in g.data]
+    assert build_hgraph(g).chained == [("L2", "L3")]

@@ -4,6 +4,8 @@ over a model's own blocks, called by the model's own code (`hooked._Group`), pla
 per-block plan."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -13,10 +15,19 @@ from schedlang.plans.planners.baselines import plan_checkpoint_groups  # noqa: E
 from schedlang.plans.simulate import simulate  # noqa: E402
 from schedlang.pytorch.fit import fit, prepare  # noqa: E402
 from schedlang.pytorch.frontends.blocks.find import BlockError  # noqa: E402
-from schedlang.pytorch.frontends.blocks.hooked import GROUP, block_chains, group_plans, plan_choices  # noqa: E402
-from schedlang.pytorch.planning import group_plans_priced  # noqa: E402
+from schedlang.pytorch.frontends.blocks.hooked import (  # noqa: E402
+    GROUP,
+    PER_BLOCK,
+    block_chains,
+    group_plans,
+    plan_choices,
+    rerun_correction,
+)
+from schedlang.pytorch.planning import frontend_extensions, group_plans_priced, solve_plan  # noqa: E402
+from schedlang.solve.solvers import requested_gap  # noqa: E402
 from schedlang.testing.hf_models import HF  # noqa: E402
 from schedlang.testing.leaks import host_copy  # noqa: E402
+from schedlang.testing.profiles import pin_block_times  # noqa: E402
 
 from .test_real_models import _assert_same, _step, make_bn_cnn  # noqa: E402
 
@@ -104,20 +115,24 @@ def test_fit_is_as_fast_as_checkpoint_sequential_at_its_peak():
 def test_groups_reach_below_every_per_block_plan_on_a_chain_of_small_blocks():
     """Single-op blocks save no more than their inputs, so a per-block plan keeps every block's
     input; a group keeps only its first block's: fit's smallest feasible budget falls below the
-    per-block plans' (the group plans' least need), and a fit there runs a group."""
+    per-block plans' (the group plans' least need), the solver reaches it
+    (models/extensions/block_groups.sched), and a fit there runs a group."""
     from .test_real_models import _plain
 
     model, args, kwargs, loss_fn = _plain("dropout_mlp")()
     ref = _step(model, model, args, kwargs, loss_fn)
     prep = _prepared(model, args, kwargs, loss_fn)
-    from schedlang.pytorch.planning import frontend_extensions, solve_plan
-
     need = min(need for need, _ in group_plans_priced(prep))
-    assert solve_plan(prep.graph, need, loss_overhead=prep.loss_overhead,
-                      output_bytes=prep.output_bytes, extensions=frontend_extensions(prep)) is None
+    kw = {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes}
+    assert solve_plan(prep.graph, need, extensions=(PER_BLOCK,), **kw) is None
+    solved = solve_plan(prep.graph, need, extensions=frontend_extensions(prep), **kw)
+    assert solved is not None
+    assert any(c.startswith(GROUP) for c in plan_choices(solved, prep.graph,
+                                                         _blocks(prep)).values())
     budget = need + prep.resident_bytes
     fm = fit(model, args, budget, loss_fn=loss_fn, prepared=prep, sample_kwargs=kwargs)
-    assert fm.plan.meta.get("groups"), fm.plan.meta
+    assert any(c.startswith(GROUP) for c in plan_choices(fm.plan, prep.graph,
+                                                         _blocks(prep)).values()), fm.plan
     got = _step(fm, model, args, kwargs, loss_fn)
     _assert_same(ref, got)
     assert fm.memory_report().measured_peak_bytes <= budget
@@ -204,6 +219,41 @@ def test_every_transformers_model_runs_its_lowest_group_plan(name):
     got, rep = _run_plan(model, args, kwargs, loss_fn, prep, plan)
     _assert_same(ref, got)
     _within_prediction(rep)
+
+
+def test_the_solver_groups_gpt2_blocks_where_only_groups_fit():
+    """GPT-2's blocks with their profile pinned as data (`profiles.pin_block_times`: a rerun
+    costs one forward; what autograd saves a quarter of a hidden state, so keeping each
+    block's input costs more than a group's reruns hold). At the least memory of the group
+    family no per-block plan fits (per_block.sched is infeasible); the solve of
+    models/extensions/block_groups.sched finds a plan with a group there, as fast as every
+    plan of the family that fits or faster (its objective the predicted time), and the plan
+    runs under the wrappers with eager PyTorch's gradients and RNG stream (dropout on)."""
+    from .test_real_models import HF_SIZES
+
+    model, args, kwargs, loss_fn = HF["gpt2"](**HF_SIZES["gpt2"])
+    state = _saved_state(model)
+    ref = _step(model, model, args, kwargs, loss_fn)
+    prep = _prepared(model, args, kwargs, loss_fn)
+    blocks = _blocks(prep)
+    size = {d.name: d.size for d in prep.graph.data}
+    hidden = max(size[d] for lay in prep.graph.layers if lay.name == blocks[0]
+                 for d in lay.inputs)
+    pinned = pin_block_times(prep.graph, blocks, overhead=hidden // 4, phantom={
+        "autograd": hidden // 4, "selective": hidden // 8, "recompute": 0})
+    prep = dataclasses.replace(prep, graph=pinned, solved=[], grouped=None)
+    family = group_plans_priced(prep)
+    budget = min(need for need, _ in family)
+    kw = {"loss_overhead": prep.loss_overhead, "output_bytes": prep.output_bytes}
+    assert solve_plan(prep.graph, budget, extensions=(PER_BLOCK,), **kw) is None
+    plan = solve_plan(prep.graph, budget, extensions=frontend_extensions(prep), **kw)
+    assert any(c.startswith(GROUP) for c in plan_choices(plan, prep.graph, blocks).values())
+    predicted = plan.predicted_time + rerun_correction(plan, prep.graph)
+    gap = 1 + requested_gap("highs", None)
+    assert all(predicted <= p.predicted_time * gap for need, p in family if need <= budget)
+    _restore(model, state)
+    got, _ = _run_plan(model, args, kwargs, loss_fn, prep, plan)
+    _assert_same(ref, got)
 
 
 def test_a_group_of_one_block_is_priced_as_the_option_recompute():

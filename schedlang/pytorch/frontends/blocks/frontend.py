@@ -10,6 +10,7 @@ from ...frontend import Frontend, Runner
 from ...lifetimes import earliest_deletes
 from ...model_state import own_checkpointing
 from .hooked import (
+    BLOCK_GROUPS,
     PER_BLOCK,
     BlockWrappers,
     block_partition,
@@ -74,8 +75,10 @@ class BlocksFrontend(Frontend):
                         len(tr.found.cache_dropped), tr.found.cache_dropped[0])
         return tr.graph, tr
 
-    def extensions(self) -> tuple:
-        return (PER_BLOCK,)  # per-block wrappers run only plans of per_block.sched
+    def extensions(self, groups: bool = True) -> tuple:
+        # the wrappers run per-block plans (per_block.sched) and checkpointed groups of blocks
+        # (block_groups.sched, which extends it)
+        return (BLOCK_GROUPS,) if groups else (PER_BLOCK,)
 
     def with_link(self, prep, link):
         """Each block gets the option ``offload`` (`offload.with_offload_options`), measured

@@ -9,15 +9,17 @@ profiles
   code between block calls) with the single option ``autograd`` — its time, transient memory
   and what autograd saves for its backward as the recording run measured them. Glue is never
   recomputed: it is fixed memory and time in every plan, and the prediction counts it.
-* The plans are rockmate's restricted by `models/extensions/per_block.sched`:
-  every forward runs once, with the option its backward uses (no recomputation of a layer's
-  outputs, no `fast_forward`): exactly what a wrapper can do by itself.
-* Beside them, the plans with *checkpointed groups* (`group_plans`): consecutive blocks, each
-  feeding the next alone (`block_chains`), under one checkpoint, as `checkpoint_sequential`
-  runs a segment — only the group's input is kept, and the backward runs the group's forwards
-  again before its backwards (`planners.baselines.plan_checkpoint_groups`). A per-block plan
-  cannot express that (a block after the first keeps nothing, not even its input); `fit`
-  takes the fastest group plan within the budget when it is faster than the solver's plan.
+* The plans are rockmate's restricted by `models/extensions/block_groups.sched`: each block
+  on its own (`per_block.sched`, which it extends: every forward runs once, with the option its
+  backward uses, no `fast_forward`: what a wrapper can do by itself), or in a *checkpointed
+  group*: consecutive blocks, each feeding the next alone (`block_chains`), under one
+  checkpoint, as `checkpoint_sequential` runs a segment — only the group's input is kept, and
+  the backward runs the group's forwards again before its backwards. One solve optimizes
+  groups, per-block options and generated options together.
+* The family of group plans of `group_plans` (`planners.baselines.plan_checkpoint_groups`,
+  checkpoint_sequential's schedule among them), priced by the simulator, stays as the solve's
+  warm start and fallback (`planning.or_group_plan`: taken where faster than the solver's
+  plan, e.g. one a time limit stopped early).
 * `BlockWrappers(found)` wraps each block *in place* — the block's class is swapped for a
   subclass whose ``forward`` applies the plan's choice (as ``fully_shard`` does), so parameter
   names, ``state_dict`` keys, hooks, ``train()/eval()`` and the model's own ``forward`` with its
@@ -63,11 +65,14 @@ from .find import BlockCall, BlockError, FoundBlocks, GlueSegment, find_blocks, 
 from .in_context import glue_times, timed_in_context
 from .offload import OFFLOAD, module_storages, offloading
 
-__all__ = ["trace_blocks", "BlockWrappers", "plan_choices", "BlockTrace", "PER_BLOCK"]
+__all__ = ["trace_blocks", "BlockWrappers", "plan_choices", "BlockTrace", "PER_BLOCK",
+           "BLOCK_GROUPS"]
 
 WHERE = Loc("blocks")
 #: the extension that restricts plans to what per-block wrappers run
 PER_BLOCK = "per_block"
+#: ... and checkpointed groups of blocks (`_Group`), which it extends
+BLOCK_GROUPS = "block_groups"
 
 
 class _BlockFn:
@@ -314,16 +319,11 @@ GROUP = "group:"
 
 
 def block_chains(graph: Graph, blocks: list[str]) -> list[list[str]]:
-    """Runs of consecutive blocks that one checkpoint can hold as a group (`_Group`): adjacent
-    layers of `graph` (the glue between them runs no op), each block's outputs read by the next
-    block alone (no glue, no later layer, not the loss, not returned)."""
-    readers: dict[str, set[str]] = {}
-    for lay in graph.layers:
-        for d in lay.inputs:
-            readers.setdefault(d, set()).add(lay.name)
-    for d in graph.loss.inputs if graph.loss is not None else ():
-        readers.setdefault(d, set()).add("loss")
-    returned = {d.name for d in graph.data if d.role == "output"}
+    """Runs of consecutive blocks that one checkpoint can hold as a group (`_Group`): each
+    pair of neighbours chained in the graph data (`hgraph.chained_layers`, the set `chained`
+    that models/extensions/block_groups.sched groups along: adjacent layers, the glue between
+    them running no op, each block's outputs read by the next block alone, not returned)."""
+    linked = set(graph.hgraph().chained)
     is_block = set(blocks)
     chains: list[list[str]] = []
     prev = None
@@ -331,14 +331,11 @@ def block_chains(graph: Graph, blocks: list[str]) -> list[list[str]]:
         if lay.name not in is_block:
             prev = None
             continue
-        linked = prev is not None and prev.outputs and all(
-            readers.get(d) == {lay.name} and d not in returned for d in prev.outputs) \
-            and any(d in prev.outputs for d in lay.inputs)
-        if linked:
+        if (prev, lay.name) in linked:
             chains[-1].append(lay.name)
         else:
             chains.append([lay.name])
-        prev = lay
+        prev = lay.name
     return chains
 
 
@@ -354,8 +351,8 @@ def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
     (``recompute``), the s after those keep selectively (``selective``), the rest keep all
     (the last blocks' backward comes first, so keeping them costs the least), for every r, s
     (on a coarser grid when there are more than `limit` plans); and, with several chains, the
-    same L in every chain, the other blocks plain. Per-block plans (the solver's space) cannot
-    express a group: a group's blocks after the first keep nothing, not even their input."""
+    same L in every chain, the other blocks plain. They are all in the space of
+    models/extensions/block_groups.sched: the solve's warm start and fallback."""
     from torch.utils import checkpoint as torch_checkpoint
 
 
