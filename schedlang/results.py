@@ -4,16 +4,13 @@ outside incumbent (solve/incumbent.py) and the CLI read them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .graphs.graph import Graph
 from .plans.plan import Plan
 from .plans.planners import graph_view
 from .plans.simulate import SimResult
+from .solve.route import Route
 from .solve.solution import Solution, Status
-
-if TYPE_CHECKING:  # annotations only: the strategy module builds Results
-    from .solve.strategy import Route
 
 
 @dataclass
@@ -33,7 +30,7 @@ class Result:
     budget_bytes: int | None = None
     plan_path: str | None = None
     warm_start: WarmStart | None = None
-    strategy: Route | None = None  # the default solve's route (`schedlang.solve.strategy.Route`), if it ran
+    strategy: Route | None = None  # the default solve's route (`schedlang.solve.route.Route`), if it ran
 
     def to_json(self) -> dict:
         plan_field = self.plan_path if self.plan_path else (

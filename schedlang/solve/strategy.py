@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from .. import load
 from ..language.resources import models_dir
@@ -59,6 +59,7 @@ from ..results import Result
 from .incumbent import order_free_bound
 from .linked_windows import linked_window_bound
 from .orders import GRAPH_ORDER, SHIFT_ORDER, describe, first_computations, in_order
+from .route import Route, Step
 from .solution import Status
 from .solvers import is_available, requested_gap
 from .status import relative_gap, within_gap
@@ -86,46 +87,6 @@ LINKED_SECONDS = 60.0
 #: the same for planner shift's reordering on the op-graph route
 SHIFT_SHARE = 0.05
 SHIFT_SECONDS = 10.0
-
-
-@dataclass
-class Step:
-    """One solve or planner run of a route, as reported."""
-
-    what: str  # "planner", "cpsat", "highs"
-    model: str | None
-    seconds: float
-    status: str
-    objective: float | None = None
-    bound: float | None = None
-    note: str = ""
-
-    def to_json(self) -> dict:
-        return {"what": self.what, "model": self.model, "seconds": round(self.seconds, 3),
-                "status": self.status, "objective": self.objective, "bound": self.bound,
-                "note": self.note}
-
-
-@dataclass
-class Route:
-    name: str  # "as written", "op graph", "large graph"
-    reason: str
-    model: str | None = None
-    steps: list[Step] = field(default_factory=list)
-    #: the node order of the stage model solved (`schedlang.solve.orders`): its optimum and
-    #: bound hold for plans in that order; None when no stage model was solved
-    order: str | None = None
-
-    def to_json(self) -> dict:
-        return {"route": self.name, "reason": self.reason, "model": self.model,
-                "order": self.order, "steps": [s.to_json() for s in self.steps]}
-
-    def summary(self) -> str:
-        done = "; ".join(f"{s.what}{f' ({s.note})' if s.note else ''} {s.seconds:.1f} s: "
-                         f"{s.status}" for s in self.steps)
-        order = f", in planner {self.order}'s node order" if self.order not in (
-            None, GRAPH_ORDER) else ""
-        return f"{self.name} ({self.reason}{order})" + (f": {done}" if done else "")
 
 
 def is_shipped_checkmate(problem: Problem) -> bool:
