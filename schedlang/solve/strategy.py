@@ -343,23 +343,27 @@ def _window_bound(tight: Problem, route: Route, time_limit, since):
     """The window bound (`schedlang.solve.window_bound`) within its share of the time left,
     then the linked windows (`schedlang.solve.linked_windows`) within theirs, each a step of
     the route; the larger of the two, or None when they do not apply."""
-    left = _left(time_limit, since)
-    seconds = BOUND_SECONDS if left is None else min(BOUND_SECONDS, BOUND_SHARE * left)
-    t0 = time.perf_counter()
-    windows = window_bound(tight.graph, tight.budgets.get("peak"), time_limit=seconds)
+    windows = _bound_step(window_bound, tight, route, time_limit, since,
+                          BOUND_SECONDS, BOUND_SHARE, "memory windows")
     if windows is None:
         return None
-    route.steps.append(Step("bound", None, time.perf_counter() - t0, "bound",
-                            bound=windows.bound, note="memory windows"))
+    linked = _bound_step(linked_window_bound, tight, route, time_limit, since,
+                         LINKED_SECONDS, LINKED_SHARE, "linked memory windows")
+    return linked if linked is not None and linked.bound > windows.bound else windows
+
+
+def _bound_step(bound_of, tight: Problem, route: Route, time_limit, since, most: float,
+                share: float, note: str):
+    """`bound_of` on the tight problem's graph and budget within its share of the time left
+    (at most `most` seconds), reported as a step of the route; None when it does not apply."""
     left = _left(time_limit, since)
-    seconds = LINKED_SECONDS if left is None else min(LINKED_SECONDS, LINKED_SHARE * left)
+    seconds = most if left is None else min(most, share * left)
     t0 = time.perf_counter()
-    linked = linked_window_bound(tight.graph, tight.budgets.get("peak"), time_limit=seconds)
-    if linked is None:
-        return windows
-    route.steps.append(Step("bound", None, time.perf_counter() - t0, "bound",
-                            bound=linked.bound, note="linked memory windows"))
-    return linked if linked.bound > windows.bound else windows
+    found = bound_of(tight.graph, tight.budgets.get("peak"), time_limit=seconds)
+    if found is not None:
+        route.steps.append(Step("bound", None, time.perf_counter() - t0, "bound",
+                                bound=found.bound, note=note))
+    return found
 
 
 def _interrupted(problem: Problem, start, start_note: str, since: float) -> Result:
