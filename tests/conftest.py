@@ -6,6 +6,7 @@ graphs of both views), `bruteforce*` (exhaustive oracles), `irmodels`, `torch_mo
 plans and texts are under `data/` (see tests/README.md)."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -35,8 +36,23 @@ def pytest_collection_modifyitems(config, items):
 
 
 
+#: what a test file's text holds if its tests may run a measured step: PyTorch itself, or the
+#: commands that fit or trace a PyTorch module
+_TORCH_WORDS = ("torch", '"run"', '"trace"')
+
+
+@functools.cache
+def _may_measure(path) -> bool:
+    """Whether the tests of the file at `path` may measure a training step. The others (the
+    language, solver, plan and formulation tests: most of the suite) skip the fixture below,
+    whose full collection and walk of every live object costs about a second per test in a
+    worker where torch and transformers are loaded."""
+    text = path.read_text(encoding="utf-8")
+    return any(word in text for word in _TORCH_WORDS)
+
+
 @pytest.fixture(autouse=True)
-def _measured_as_in_a_process_of_its_own(monkeypatch):
+def _measured_as_in_a_process_of_its_own(request, monkeypatch):
     """A measured training step counts every storage alive when it starts, as CUDA's allocator
     does: in the suite, that includes what earlier tests in the same worker left to torch's and
     Python's caches (device meshes, cached graphs). Each test measures as if it ran in a
@@ -44,7 +60,7 @@ def _measured_as_in_a_process_of_its_own(monkeypatch):
     no storage of the test reuses their addresses); what the test itself keeps is. (Only where
     the PyTorch wing is loaded already: the other tests measure no steps.)"""
     memory = sys.modules.get("schedlang.pytorch.memory")
-    if memory is None:
+    if memory is None or not _may_measure(request.node.path):
         yield
         return
     import gc

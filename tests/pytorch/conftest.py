@@ -3,7 +3,6 @@ the process, as CUDA's allocator does: what one test leaves alive would be count
 tests after it, and their results would depend on the order they ran in."""
 from __future__ import annotations
 
-import gc
 import sys
 
 import pytest
@@ -17,8 +16,10 @@ from schedlang.pytorch.frontends.blocks import block_ops  # noqa: E402
 @pytest.fixture(autouse=True)
 def _nothing_left_alive():
     """After each test: drop a failed test's frames, which Python keeps for post-mortem
-    debugging (`sys.last_traceback`: they hold its models), and collect the reference cycles
-    a test leaves (torch.fx's graph modules are cycles: freed by the collector, not at once)."""
+    debugging (`sys.last_traceback`: they hold its models). The reference cycles a test
+    leaves (torch.fx's graph modules are cycles: freed by the collector, not at once) are
+    collected when the next test that may measure a step starts (`tests/conftest.py`): one
+    full collection per test, not two (each costs about a second with transformers loaded)."""
     yield
     # the op-level option caches of the process (layers', blocks'): each test generates its own
     options.CACHE.clear()
@@ -26,4 +27,3 @@ def _nothing_left_alive():
     for name in ("last_type", "last_value", "last_traceback", "last_exc"):
         if hasattr(sys, name):
             setattr(sys, name, None)
-    gc.collect()

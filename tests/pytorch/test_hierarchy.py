@@ -204,15 +204,27 @@ def _gpt():
     return ALL["gpt"](batch=4, context=32, dim=32, heads=4, layers=2, vocab=64)
 
 
-def test_generated_options_execute_like_eager():
-    """Plans that run every block with one generated option (kept and checkpointed
-    segments, nested or not, dropout inside): gradients and the RNG stream equal eager
-    PyTorch, and the measured peak equals the simulated one within the tolerance."""
-    from schedlang.pytorch.fit import fit, prepare
+def test_generated_options_fit_within_budget_and_execute_like_eager():
+    """One generation of the op-level options (the op-level solves are most of the time;
+    the two checks below each took minutes with their own), then:
+
+    - plans that run every block with one generated option (kept and checkpointed
+      segments, nested or not, dropout inside): gradients and the RNG stream equal eager
+      PyTorch, and the measured peak equals the simulated one within the tolerance;
+    - `fit` at budgets down to those only generated options reach: gradients equal eager,
+      the measured peak within the budget and the prediction's tolerance."""
+    from schedlang.pytorch.fit import prepare
 
     model, inputs, loss_fn = _gpt()
     ref = eager_grads(model, inputs, loss_fn)
     prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1, op_options={"repeats": 1})
+    _each_generated_option_runs_like_eager(model, inputs, loss_fn, ref, prep)
+    _fit_with_generated_options_within_budget(model, inputs, loss_fn, ref, prep)
+
+
+def _each_generated_option_runs_like_eager(model, inputs, loss_fn, ref, prep):
+    from schedlang.pytorch.fit import fit
+
     gen = {lay.name: [o.name for o in lay.options if o.name.startswith("ops")]
            for lay in prep.graph.layers}
     assert gen["blocks.0"] and gen["blocks.1"], gen
@@ -238,12 +250,9 @@ def test_generated_options_execute_like_eager():
         assert fm.plan_executor.last_stats["pinned"] == 0
 
 
-def test_fit_with_generated_options_within_budget():
-    from schedlang.pytorch.fit import FitError, fit, prepare
+def _fit_with_generated_options_within_budget(model, inputs, loss_fn, ref, prep):
+    from schedlang.pytorch.fit import FitError, fit
 
-    model, inputs, loss_fn = _gpt()
-    ref = eager_grads(model, inputs, loss_fn)
-    prep = prepare(model, inputs, loss_fn=loss_fn, repeats=1, op_options={"repeats": 1})
     ran = 0
     for pct in (75, 65, 55):
         try:
@@ -272,12 +281,15 @@ def test_identical_layers_are_solved_once(monkeypatch):
     monkeypatch.setattr(options, "solve_spans", lambda *a, **k: calls.append(1) or real(*a, **k))
     options.CACHE.clear()
     part = partition(model, inputs)
-    options.add_generated_options(profile(part, repeats=1), repeats=1)
+    # two budgets of the series: what is counted is the solves, not the cuts they find
+    few = (0.6, 0.3)
+    options.add_generated_options(profile(part, repeats=1), repeats=1, fractions=few)
     blocks = [lay.name for lay in part.layers if lay.name.startswith("blocks.")]
     solved = len(calls)
     assert solved < len(part.layers) and solved >= 1
     assert set(part.op_options) >= set(blocks)
-    options.add_generated_options(profile(partition(model, inputs), repeats=1), repeats=1)
+    options.add_generated_options(profile(partition(model, inputs), repeats=1), repeats=1,
+                                  fractions=few)
     assert len(calls) == solved
 
 
