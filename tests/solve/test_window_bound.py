@@ -13,6 +13,7 @@ from schedlang.budgets import for_graph
 from schedlang.graphs.writer import write_graph
 from schedlang.plans.planners.no_recompute import no_recompute_peak
 from schedlang.solve import strategy
+from schedlang.solve.linked_windows import linked_window_bound
 from schedlang.solve.solution import Status
 from schedlang.solve.window_bound import window_bound
 from schedlang.testing.bruteforce import best_checkmate_schedule
@@ -91,10 +92,12 @@ def test_a_working_set_over_the_budget_gives_no_bound():
     assert window_bound(graph, 8 << 20) is None  # ga reads gb and a, and writes 4 MiB: 12 MiB
 
 
-def test_below_checkmate_tights_optimum_on_an_op_graph():
+@pytest.mark.parametrize("bound_of", [window_bound, linked_window_bound],
+                         ids=["chain", "linked"])
+def test_below_checkmate_tights_optimum_on_an_op_graph(bound_of):
     prob = schedlang.load(OPGRAPHS / "mlp3.sched", budget="90%")
     graph, budget = prob.graph, for_graph("90%", prob.graph)
-    found = window_bound(graph, budget)
+    found = bound_of(graph, budget)
     graph.budgets = {"peak": budget}
     exact = schedlang.load(text=write_graph(graph), model="checkmate_tight").solve(time_limit=120)
     assert exact.status == Status.OPTIMAL
