@@ -188,10 +188,7 @@ class FitModule(nn.Module):
         if self._prep.fsdp is not None:
 
             watch = fsdp_storages(self.module)
-        # what was alive before fit began and is not this model's is not its step's (the
-        # probe steps leave it out alike: `Prepared.others`)
-        self._tracker = MemoryTracker(resident=[self.module, *tensors, *grads], watch=watch,
-                                      ignore=self._prep.others_still_alive())
+        self._tracker = MemoryTracker(resident=[self.module, *tensors, *grads], watch=watch)
         self._tracker.__enter__()
         if self._recorder is not None:
             self._recorder.begin(self, self._tracker)
