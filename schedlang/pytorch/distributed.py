@@ -566,8 +566,7 @@ def prepare_sharded(model, args: tuple, kwargs: dict, layers=None, loss_fn=None,
                                plain_peak=peak + resident, info=None,
                                fsdp={"world": info.world, "layers": [x.to_json() for x in rows],
                                      "resident": info.resident_bytes,
-                                     "root_full": info.root.full},
-                               others={})  # the sharded model is alive beside the copy: its own
+                                     "root_full": info.root.full})
 
 
 def shard_blocks(model, sample_inputs, layers=None, sample_kwargs=None, **fully_shard_kwargs):

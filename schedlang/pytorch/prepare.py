@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -20,7 +19,7 @@ from .frontends.blocks.frontend import BLOCKS
 from .frontends.blocks.offload import OFFLOAD
 from .frontends.fx.frontend import FX
 from .inputs import split_inputs
-from .live import live_storages, read_before
+from .live import read_before
 from .model_state import preserved
 from .outputs import loss_moment, measure_loss_overhead, measure_loss_time, released_graph
 from .tensors import flat
@@ -77,21 +76,6 @@ class Prepared:
     # how the times were taken: {"threads": intra-op threads while timing, "in_context": the
     # hook front end's whole-step timing (`in_context`), "rounds": its steps per option}
     timing: dict = field(default_factory=dict)
-    # what was alive on the device when `prepare` began and is neither the model's, the
-    # samples' nor the loss's own ({data pointer: weak reference to the storage},
-    # `others_alive`): a probe step leaves it out (another model alive must not read as this
-    # model's step measuring over its prediction)
-    others: dict = field(default_factory=dict)
-
-    def others_still_alive(self) -> list:
-        """The storages of `others` still alive (tensors viewing them, for MemoryTracker's
-        `ignore`)."""
-        out = []
-        for key, ref in self.others.items():
-            s = ref()
-            if s is not None and s.data_ptr() == key and s.nbytes():
-                out.append(torch.empty(0, dtype=torch.uint8, device=s.device).set_(s))
-        return out
 
     @property
     def front(self):
@@ -99,40 +83,17 @@ class Prepared:
         return FRONTENDS.get(self.frontend)
 
 
-def loss_tensors(model: nn.Module, args: tuple, kwargs: dict, loss_fn, known) -> dict:
-    """{data pointer: storage} of the tensors `loss_fn` reads of its own on the model's device
-    (targets, class weights: alive through every step, memory the device holds as it holds
-    the inputs), not the model's outputs nor the `known` storages (parameters, buffers,
-    inputs)."""
+def loss_tensor_bytes(model: nn.Module, args: tuple, kwargs: dict, loss_fn, known) -> int:
+    """Bytes of the tensors `loss_fn` reads of its own on the model's device (targets, class
+    weights: alive through every step, memory the device holds as it holds the inputs), not
+    counting the model's outputs nor the `known` storages (parameters, buffers, inputs)."""
 
+    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
     with preserved(model), torch.no_grad():
         out = model(*args, **kwargs)
         outs = {t.untyped_storage().data_ptr() for t in flat(out) if isinstance(t, torch.Tensor)}
-        _, read = read_before(lambda: loss_fn(out), model_device(model))
-    return {key: s for key, s in read.items() if key not in known and key not in outs}
-
-
-def loss_tensor_bytes(model: nn.Module, args: tuple, kwargs: dict, loss_fn, known) -> int:
-    """Bytes of `loss_tensors`."""
-    return sum(s.nbytes() for s in loss_tensors(model, args, kwargs, loss_fn, known).values())
-
-
-def model_device(model: nn.Module) -> torch.device:
-    return next((p.device for p in model.parameters()), torch.device("cpu"))
-
-
-def others_alive(model: nn.Module, args: tuple, kwargs: dict) -> dict:
-    """{data pointer: weak reference to the storage} of what is alive on the model's device
-    and is neither the model's (parameters, buffers, gradients) nor the samples': another
-    model, an optimizer's state, the caller's tensors. A probe step measures this model's step
-    and leaves them out while they live (`Prepared.others`); taken before `prepare` makes
-    anything, so what fit's own machinery leaves alive later still counts."""
-    own = [*model.parameters(), *model.buffers(),
-           *(p.grad for p in model.parameters() if p.grad is not None),
-           *(t for t in flat((args, kwargs)) if isinstance(t, torch.Tensor))]
-    mine = {t.untyped_storage().data_ptr() for t in own}
-    return {key: weakref.ref(s) for key, s in live_storages(model_device(model)).items()
-            if key not in mine}
+        _, read = read_before(lambda: loss_fn(out), dev)
+    return sum(s.nbytes() for key, s in read.items() if key not in known and key not in outs)
 
 
 #: the front ends by name (`prepare(frontend=...)`); "auto": fx where the model traces
@@ -163,7 +124,6 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     end; True or a dict of arguments): generated block options, segments and
     selective-checkpoint policies (`schedlang.pytorch.frontends.blocks.block_ops`)."""
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
-    others = others_alive(model, args, kwargs)
     if frontend not in FRONTENDS:
         raise SchedError(f"frontend must be one of {', '.join(FRONTENDS)}, got {frontend!r}")
     note = ""
@@ -205,10 +165,7 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
         # the loss's own tensors (targets) stay alive through every step, as the inputs do
         inputs = [t for t in flat((args, kwargs)) if isinstance(t, torch.Tensor)]
         known = set(params) | {t.untyped_storage().data_ptr() for t in inputs}
-        targets = loss_tensors(model, args, kwargs, loss_fn, known)
-        resident += sum(s.nbytes() for s in targets.values())
-        for key in targets:  # predicted as resident: the probe counts them
-            others.pop(key, None)
+        resident += loss_tensor_bytes(model, args, kwargs, loss_fn, known)
         if graph.loss is not None:  # the loss runs in every step a plan is compared with
             graph.loss = dataclasses.replace(
                 graph.loss, time=measure_loss_time(model, args, loss_fn, kwargs))
@@ -223,7 +180,7 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
                                                      "in_context": False})
     return Prepared(part, graph, resident, peak + resident, sim.time, info, loss_overhead,
                     out_bytes, loss_fn is None, frontend, note, executor_bytes=executor_bytes,
-                    outputs_held=outputs_held, timing=timing, others=others)
+                    outputs_held=outputs_held, timing=timing)
 
 
 def _with_accumulation(graph: Graph) -> list:

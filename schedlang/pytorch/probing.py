@@ -45,8 +45,7 @@ def plain_measured_peak(model: nn.Module, prep: Prepared, args: tuple, kwargs: d
         progress.note("measuring", "one step of plain execution")
         with BlockWrappers.plain(model):  # blocks an earlier fit wrapped: plain autograd
             measured = probe_step(model, args, kwargs, loss_fn, reserve, prep.output_bytes,
-                                  outputs_held=prep.outputs_held,
-                                  others=prep.others_still_alive())
+                                  outputs_held=prep.outputs_held)
         prep.plain_measured = min(prep.plain_peak, measured)
     return prep.plain_measured
 
@@ -81,9 +80,8 @@ def with_generated_options(model: nn.Module, prep: Prepared, args: tuple, kwargs
                 if o.name.startswith(OPS_PREFIX))
     log.info("schedlang fit: %s; generated %d layer options from op-level solves in %.1f s",
              why, count, seconds)
-    # what was alive before fit began, not what the first preparation made since
     return dataclasses.replace(new, generated={"options": count, "seconds": seconds,
-                                               "why": why}, others=prep.others)
+                                               "why": why})
 
 
 #: timed steps (after one warm-up) per plan when `fit` measures an offloading plan against
@@ -131,8 +129,7 @@ def _cuda_step_seconds(fm: FitModule, args, kwargs, loss_fn) -> float:
         t0 = time.perf_counter()
         probe_step(fm.module, args, kwargs, loss_fn,
                    prep.loss_overhead if prep.loss_assumed else 0, prep.output_bytes,
-                   run=fm._call, outputs_held=prep.outputs_held,
-                   others=prep.others_still_alive())
+                   run=fm._call, outputs_held=prep.outputs_held)
         torch.cuda.synchronize()
         if k:
             times.append(time.perf_counter() - t0)
@@ -144,15 +141,13 @@ PROBES = 4
 
 
 def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserve: int = 0,
-               output_bytes: int = 0, run=None, outputs_held: bool = True,
-               others: list = ()) -> int:
+               output_bytes: int = 0, run=None, outputs_held: bool = True) -> int:
     """The measured peak (bytes, resident included) of one training step of `model` (called
     through `run`, default the model itself) on the samples: forward, the loss (`loss_fn`,
     else a gradient of ones for each floating output and `loss_reserve` bytes at the loss)
     and backward, the outputs held through the backward or (`outputs_held` False, with a
     `loss_fn`) released once the loss is computed. Gradients, buffers and the RNG state are
-    restored afterwards. Everything alive counts, as on CUDA, but `others` (what was alive
-    before `fit` began and is not this model's: `Prepared.others_still_alive`)."""
+    restored afterwards."""
     from torch.utils._pytree import tree_map
 
     run = model if run is None else run
@@ -166,8 +161,7 @@ def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserv
 
         watch = fsdp_storages(model) if is_fsdp(model) else ()
         # everything alive counts, as on CUDA, but for what the probe keeps to restore
-        with MemoryTracker(resident=[model, *inputs], watch=watch,
-                           ignore=[*kept.held(), *others]) as mt:
+        with MemoryTracker(resident=[model, *inputs], watch=watch, ignore=kept.held()) as mt:
             out = run(*args, **kwargs)
             after = mt.current
             if loss_fn is not None:
@@ -197,8 +191,7 @@ def probe_until_within(fm: FitModule, args, kwargs, loss_fn, want: int, solver, 
     for _ in range(PROBES):
         measured = probe_step(fm.module, args, kwargs, loss_fn,
                               prep.loss_overhead if prep.loss_assumed else 0, prep.output_bytes,
-                              run=fm._call, outputs_held=prep.outputs_held,
-                   others=prep.others_still_alive())
+                              run=fm._call, outputs_held=prep.outputs_held)
         predicted = fm.predicted_peak()
         fm._probes.append({"measured": measured, "predicted": predicted,
                            "plan": fm.plan is not None})
