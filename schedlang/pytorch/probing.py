@@ -208,7 +208,9 @@ def probe_until_within(fm: FitModule, args, kwargs, loss_fn, want: int, solver, 
                  format_size(predicted), format_size(margin))
         found, _ = solve_or_raise(prep, want, margin, solver, time_limit, backend, extra,
                                    f" (a probe step measured {format_size(measured)}, "
-                                   f"{format_size(margin)} over the prediction)")
+                                   f"{format_size(margin)} over the prediction; it counts "
+                                   "every tensor alive on the device, as CUDA does: another "
+                                   "model or tensors kept beside this one count too)")
         fm._margin = margin
         fm._set_plan(found)
     raise FitError(f"no plan fits the budget {format_size(want)} ({want} B): after {PROBES} "
