@@ -41,13 +41,19 @@ def test_small_graphs_and_other_formulations_are_solved_as_written():
 CASES = [(g, frac) for g in tiny_graphs() for frac in (0.5, 0.6, 0.75, 1.0)]
 
 
-@pytest.mark.parametrize("graph,frac", CASES, ids=[f"{g.name}-{f}" for g, f in CASES])
-def test_op_graph_route_matches_brute_force(graph, frac, monkeypatch):
-    # every graph takes the op-graph route here: heuristic start or phase one, CP-SAT, HiGHS
+def _on_the_op_graph_route(graph, frac, monkeypatch):
+    """(the budget, brute force's optimum in the graph's own order, the default solve's
+    result) with every graph sent down the op-graph route."""
     monkeypatch.setattr(strategy, "SMALL_NODES", 0)
     budget = int(no_recompute_peak(graph) * frac)
     expected, _ = best_checkmate_schedule(graph, budget)
-    result = strategy.solve(_problem(graph, budget), time_limit=60)
+    return budget, expected, strategy.solve(_problem(graph, budget), time_limit=60)
+
+
+@pytest.mark.parametrize("graph,frac", CASES, ids=[f"{g.name}-{f}" for g, f in CASES])
+def test_op_graph_route_matches_brute_force(graph, frac, monkeypatch):
+    # every graph takes the op-graph route here: heuristic start or phase one, CP-SAT, HiGHS
+    budget, expected, result = _on_the_op_graph_route(graph, frac, monkeypatch)
     assert result.strategy.name == "op graph"
     if result.strategy.order == "shift":  # the optimum of the stage model in that order
         expected, _ = best_checkmate_schedule(
@@ -76,10 +82,7 @@ REORDERED = [
 def test_op_graph_route_solves_the_stage_model_in_a_better_order(graph, frac, monkeypatch):
     # recompute_gaps in shift's order starts faster than any plan in the graph's order: the
     # route solves the stage model in shift's order, says so, and proves that order's optimum
-    monkeypatch.setattr(strategy, "SMALL_NODES", 0)
-    budget = int(no_recompute_peak(graph) * frac)
-    in_own_order, _ = best_checkmate_schedule(graph, budget)
-    result = strategy.solve(_problem(graph, budget), time_limit=60)
+    budget, in_own_order, result = _on_the_op_graph_route(graph, frac, monkeypatch)
     assert result.strategy.order == "shift"
     assert "in planner shift's node order" in result.message
     order = first_computations(result.plan)
