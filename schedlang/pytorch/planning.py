@@ -23,7 +23,6 @@ from ..solve.bisection import smallest_feasible as bisect
 from ..solve.solution import Status
 from ..solve.solvers import requested_gap
 from . import distributed
-from .frontends.blocks.hooked import rerun_correction
 from .hostlink import HostLink, resolve_link
 from .outputs import loss_moment, released_bytes, uncounted_outputs
 from .prepare import Prepared
@@ -350,7 +349,7 @@ def group_plans_priced(prep: Prepared) -> list[tuple[int, Plan]]:
                 continue
             at_loss = loss_moment(plan, prep.graph) + prep.loss_overhead
             plan.predicted_peak = max(sim.peak_bytes, at_loss)
-            plan.predicted_time = sim.time + rerun_correction(plan, prep.graph)
+            plan.predicted_time = sim.time + prep.front.time_correction(plan, prep.graph)
             plan.meta["status"] = "feasible"
             priced.append((max(sim.peak_bytes, at_loss + uncounted), plan))
         prep.grouped = (key, prep.graph, priced)
