@@ -28,10 +28,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_matrix
 
-from .window_bound import StageView
+from .window_bound import SparseRows, StageView, least_recomputation
 
 #: how many points (computations) the linked MILP takes: those with the largest LP values
 POINTS = 12
@@ -51,31 +49,6 @@ class LinkedBound:
                 + ("" if self.closed else " (the MILP's dual bound, stopped early)"))
 
 
-class _Rows:
-    """Sparse constraint rows lo <= sum(vals * x[cols]) <= hi."""
-
-    def __init__(self) -> None:
-        self.rows: list[int] = []
-        self.cols: list[int] = []
-        self.vals: list[float] = []
-        self.lo: list[float] = []
-        self.hi: list[float] = []
-
-    def add(self, terms: list[tuple[int, float]], lo: float, hi: float) -> None:
-        r = len(self.lo)
-        for col, val in terms:
-            self.rows.append(r)
-            self.cols.append(col)
-            self.vals.append(val)
-        self.lo.append(lo)
-        self.hi.append(hi)
-
-    def constraint(self, columns: int) -> LinearConstraint:
-        matrix = coo_matrix((self.vals, (self.rows, self.cols)),
-                            shape=(len(self.lo), columns)).tocsr()
-        return LinearConstraint(matrix, self.lo, self.hi)
-
-
 def linked_bound(g: StageView, points: list[int], budget: float,
                  seconds: float) -> tuple[float, bool] | None:
     """(the least recomputation time over the linked windows of `points` (sorted indices of
@@ -91,7 +64,7 @@ def linked_bound(g: StageView, points: list[int], budget: float,
         columns += p + 1
         redo.append({v: columns + v for v in range(p)})
         columns += p
-    rows = _Rows()
+    rows = SparseRows()
     lower, upper = np.zeros(columns), np.ones(columns)
     cost = np.zeros(columns)
     for i, p in enumerate(points):
@@ -113,19 +86,7 @@ def linked_bound(g: StageView, points: list[int], budget: float,
             for v in range(q):  # present at p_i, computed before p_(i-1): kept or redone
                 rows.add([(k[v], 1.0), (keep[i - 1][v], -1.0), (redo[i - 1][v], -1.0)],
                          -np.inf, 0.0)
-    scale = 1e6 / max(float(g.cost.sum()), 1e-300)
-    res = milp(cost * scale, constraints=rows.constraint(columns),
-               bounds=Bounds(lower, upper), integrality=np.ones(columns),
-               options={"time_limit": max(0.1, seconds), "mip_rel_gap": 1e-7})
-    if res.status == 2:
-        return None
-    closed = res.status == 0
-    dual = getattr(res, "mip_dual_bound", None)
-    if dual is None or not np.isfinite(dual):
-        value = float(res.fun) if closed and res.x is not None else 0.0
-    else:
-        value = float(dual)
-    return max(0.0, value / scale), closed
+    return least_recomputation(cost, rows, lower, upper, True, seconds)
 
 
 def linked_window_bound(graph, budget: float | None, time_limit: float = 30.0,

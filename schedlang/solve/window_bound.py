@@ -97,47 +97,67 @@ class StageView:
         n = b
         read = {v for v in range(b) if any(b < w <= end for w in self.readers[v])}
         read.update(self.inputs[b])
-        rows, cols, vals, lo, hi = [], [], [], [], []
-        # row 0: bytes of K (variables 0..n-1) <= budget - size(b)
-        rows += [0] * n
-        cols += list(range(n))
-        vals += list(self.size[:n])
-        lo.append(-np.inf)
-        hi.append(budget - self.size[b])
-        r = 1
+        rows = SparseRows()
+        rows.add([(v, float(self.size[v])) for v in range(n)], -np.inf,
+                 budget - self.size[b])  # the bytes of K <= budget - size(b)
         for v in sorted(read):  # k_v + a_v >= 1
-            rows += [r, r]
-            cols += [v, n + v]
-            vals += [1.0, 1.0]
-            lo.append(1.0)
-            hi.append(np.inf)
-            r += 1
+            rows.add([(v, 1.0), (n + v, 1.0)], 1.0, np.inf)
         for v in range(n):  # a_v <= k_u + a_u for each input u of v
             for u in self.inputs[v]:
-                rows += [r, r, r]
-                cols += [n + v, u, n + u]
-                vals += [1.0, -1.0, -1.0]
-                lo.append(-np.inf)
-                hi.append(0.0)
-                r += 1
-        matrix = coo_matrix((vals, (rows, cols)), shape=(r, 2 * n)).tocsr()
+                rows.add([(n + v, 1.0), (u, -1.0), (n + u, -1.0)], -np.inf, 0.0)
         lower, upper = np.zeros(2 * n), np.ones(2 * n)
         for u in self.inputs[b]:  # b's inputs are in memory, not recomputed after P_b
             lower[u], upper[n + u] = 1.0, 0.0
-        # times scaled to a total of 1e6: HiGHS's absolute gap (1e-6) then means nothing here
-        scale = 1e6 / max(float(self.cost.sum()), 1e-300)
-        c = np.concatenate([np.zeros(n), self.cost[:n] * scale])
-        res = milp(c, constraints=LinearConstraint(matrix, lo, hi), bounds=Bounds(lower, upper),
-                   integrality=np.full(2 * n, 1 if integral else 0),
-                   options={"time_limit": max(0.1, seconds), "mip_rel_gap": 1e-7})
-        if res.status == 2:  # infeasible: not even b's working set fits
-            return float("inf")
-        if not integral:
-            return float(res.fun) / scale if res.x is not None else 0.0
-        dual = getattr(res, "mip_dual_bound", None)
-        if dual is None or not np.isfinite(dual):
-            return float(res.fun) / scale if res.status == 0 and res.x is not None else 0.0
-        return max(0.0, float(dual) / scale)
+        cost = np.concatenate([np.zeros(n), self.cost[:n]])
+        found = least_recomputation(cost, rows, lower, upper, integral, seconds)
+        return float("inf") if found is None else found[0]  # None: not even b's working set fits
+
+
+class SparseRows:
+    """Sparse constraint rows lo <= sum(vals * x[cols]) <= hi, built one row at a time."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+
+    def add(self, terms: list[tuple[int, float]], lo: float, hi: float) -> None:
+        r = len(self.lo)
+        for col, val in terms:
+            self.rows.append(r)
+            self.cols.append(col)
+            self.vals.append(val)
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+    def constraint(self, columns: int) -> LinearConstraint:
+        matrix = coo_matrix((self.vals, (self.rows, self.cols)),
+                            shape=(len(self.lo), columns)).tocsr()
+        return LinearConstraint(matrix, self.lo, self.hi)
+
+
+def least_recomputation(cost: np.ndarray, rows: SparseRows, lower: np.ndarray,
+                        upper: np.ndarray, integral: bool,
+                        seconds: float) -> tuple[float, bool] | None:
+    """(the least `cost` (seconds of recomputation) over binaries within `rows` and the
+    bounds, whether HiGHS closed it) within `seconds`: its proven dual bound when stopped
+    early, its LP value when not `integral`; None when infeasible. The windows' one solve."""
+    # times scaled to a total of 1e6: HiGHS's absolute gap (1e-6) then means nothing here
+    scale = 1e6 / max(float(cost.sum()), 1e-300)
+    res = milp(cost * scale, constraints=rows.constraint(len(cost)),
+               bounds=Bounds(lower, upper), integrality=np.full(len(cost), 1 if integral else 0),
+               options={"time_limit": max(0.1, seconds), "mip_rel_gap": 1e-7})
+    if res.status == 2:
+        return None
+    closed = res.status == 0
+    dual = getattr(res, "mip_dual_bound", None) if integral else None
+    if dual is None or not np.isfinite(dual):
+        value = float(res.fun) if (closed or not integral) and res.x is not None else 0.0
+    else:
+        value = float(dual)
+    return max(0.0, value / scale), closed
 
 
 def window_bound(graph, budget: float | None, time_limit: float | None = None,
