@@ -4,6 +4,7 @@ times, so a test whose assertions need one set of options pins the times: every 
 every load then gives the same options."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 
@@ -42,8 +43,6 @@ def pin_block_times(graph, blocks, fwd: float = 1e-3, bwd: dict | None = None,
     measured memory does not make optimal (the plan's measured peak is then not its
     prediction). The other layers (the hook front end's glue) run once in every plan, so
     their measured times shift every plan alike."""
-    import dataclasses
-
     bwd = PINNED_BLOCK_BWD if bwd is None else bwd
     names = set(blocks)
 
