@@ -391,7 +391,10 @@ class PointLog:
 
         write_file(self.path, "".join(json.dumps(obj) + "\n" for obj in self.lines))
         try:
-            self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (open for the whole sweep; close())
+            # a raw append descriptor: each point goes down in one write(2), not in a buffered
+            # file's 8 KiB chunks; a kill can still cut that write at a page boundary, and
+            # _read drops such a last line
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
             raise DataError(f"cannot write {self.path}: {exc.strerror or exc}", self.loc) from None
 
@@ -435,12 +438,14 @@ class PointLog:
         return done
 
     def append(self, file: str, point: SweepPoint) -> None:
-        self._f.write(json.dumps({"file": file, **point.to_json()}, default=str) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        line = (json.dumps({"file": file, **point.to_json()}, default=str) + "\n").encode("utf-8")
+        written = os.write(self._fd, line)
+        while written < len(line):  # a short write (disk full, a signal): finish the line
+            written += os.write(self._fd, line[written:])
+        os.fsync(self._fd)
 
     def close(self) -> None:
-        self._f.close()
+        os.close(self._fd)
 
 
 def point_from_json(obj: dict, prob: Problem, loc: Loc, backend: str, solver: str) -> SweepPoint:
