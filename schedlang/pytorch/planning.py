@@ -182,7 +182,12 @@ def solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, b
         # plain execution's activation peak admits its plan (budgets are exact to the byte);
         # a KiB above it, as a margin
         high = prep.plain_peak - prep.resident_bytes + prep.output_bytes + 1024
-        best = smallest_feasible(prep.graph, activation, high, solver, time_limit, backend,
+        # each probe of the bisection is capped as the group solve is (`solve_at`): its
+        # larger space can keep a feasibility solve unproven for minutes on many blocks
+        limit = time_limit
+        if groups_run(prep):
+            limit = GROUP_SOLVE_S if time_limit is None else min(time_limit, GROUP_SOLVE_S)
+        best = smallest_feasible(prep.graph, activation, high, solver, limit, backend,
                                  **extra)
         how = f"bisection with the solver {solver}"
         grouped = min((need for need, _ in group_plans_priced(prep)), default=None)
