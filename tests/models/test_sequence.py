@@ -87,6 +87,7 @@ def test_the_bound_on_computations_is_the_plan_space():
     assert best_sequence_schedule(graph, budget, len(graph.nodes) + 1)[0] is None
     _, tight = _solve(graph, budget, 1, "highs")
     assert tight.status.value == "infeasible"
+    assert "for plans of at most 7 computations" in tight.message  # not "no plan fits"
     best, _ = best_sequence_schedule(graph, budget, len(graph.nodes) + 3)
     _, roomy = _solve(graph, budget, 3, "highs")
     assert_oracle_optimum(roomy, best, "random1")

@@ -5,7 +5,9 @@ resident after step s); optional memory_unit for the predicted peak (the model's
 what is resident before a step plus the output it computes).
 
 Decoding: the steps in order; each computes its node, then deletes every live output not
-resident after it. Encoding (a plan -> a MIP start): step s is the plan's s-th computation, and
+resident after it. Encoding (a plan -> a MIP start): step s is the plan's s-th computation
+(computations of an output nothing reads before it is replaced are left out: the model has no
+such wasted step, and the plan without them is faster and uses no more memory), and
 keep[s, v] is 1 when the copy of v live after step s is read by a later computation before it
 is deleted or replaced (a copy nothing reads again is left out: the model frees eagerly, and
 counting less memory than the plan keeps the start feasible whenever the plan fits).
@@ -46,9 +48,21 @@ def decode_steps(decl, ir, solution, graph) -> Plan:
                 predicted_time=solution.objective, meta={"decoder": "steps"})
 
 
+def plan_space(decl, ir) -> str:
+    """What a step model's status, bound and gap are for: plans of at most as many
+    computations as it has steps, not every plan."""
+    try:
+        steps = max((int(key[0]) for key in role_family(decl, ir, "compute").keys), default=0)
+    except NotEncodable:
+        return ""
+    return (f"status, bound and gap are for plans of at most {steps} computations (the "
+            f"model's steps), in any order")
+
+
 def step_computations(plan: Plan, graph) -> tuple[list[str], list[set[str]]]:
     """(the plan's computations in order, for each the outputs a later computation reads from
-    the copy live after it). Raises `NotEncodable` for a plan the step model cannot express."""
+    the copy live after it), computations whose output is never read left out. Raises
+    `NotEncodable` for a plan the step model cannot express."""
     if graph.is_layered:
         raise NotEncodable(f"graph '{graph.name}' is layered data; the step encoder works on "
                            f"node/edge graphs")
@@ -65,15 +79,27 @@ def step_computations(plan: Plan, graph) -> tuple[list[str], list[set[str]]]:
             order.append(node)
         elif op.op != "delete":
             raise NotEncodable(f"op {k}: a '{op.op}' op has no counterpart in the step model")
-    # backwards: an output is needed after step s when a later step reads it before the step
-    # that recomputes it (a deletion before that read would make the plan invalid anyway)
+    read = {u for u, _ in graph.edges}
+    while True:
+        needed = _needed_after(order, preds)
+        # a computation of an output something reads, which nothing reads before it is
+        # replaced or the plan ends, is left out (the model has no such step: it is wasted)
+        wasted = [s for s, v in enumerate(order) if v in read and v not in needed[s]]
+        if not wasted:
+            return order, needed
+        order = [v for s, v in enumerate(order) if s not in set(wasted)]
+
+
+def _needed_after(order: list[str], preds: dict[str, list[str]]) -> list[set[str]]:
+    """For each step, the outputs a later step reads before the step that recomputes them
+    (backwards; a deletion before that read would make the plan invalid anyway)."""
     needed: list[set[str]] = [set() for _ in order]
     pending: set[str] = set()
     for s in range(len(order) - 1, -1, -1):
         needed[s] = set(pending)
         pending.discard(order[s])
         pending.update(preds.get(order[s], ()))
-    return order, needed
+    return needed
 
 
 def encode_steps(decl, ir, plan: Plan, graph) -> np.ndarray:
