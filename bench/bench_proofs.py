@@ -61,6 +61,7 @@ GRAPHS = {
     "random_layered_n1000": SHARED / "random_layered_n1000.json",
     "gpt1": OPGRAPHS / "gpt1.sched", "tiny": OPGRAPHS / "tiny.sched",
     "gpt2block": OPGRAPHS / "gpt2block.sched", "gpt12": OPGRAPHS / "gpt12.sched",
+    "mlp3": OPGRAPHS / "mlp3.sched",
 }
 #: the "Done when" cases of issue 29: (graph, budget percent, time limit s) with default flags
 #: (the large graphs' "gap <= 2% within 300 s" holds when the 60 s row's gap is within it)

@@ -8,7 +8,10 @@
   is (a user's model or extension), and Checkmate-view graphs of at most `SMALL_NODES` nodes:
   the file's model with HiGHS, warm-started from the best heuristic plan, as `Problem.solve`
   does by default. Small graphs close in seconds this way, and their optima and plans stay
-  what they were.
+  what they were. On such a small graph with the shipped checkmate where no heuristic plan
+  fits, CP-SAT on the order-free model (`models/sequence.sched`, `schedlang.solve.order_free`,
+  `SEQUENCE_SHARE` of the time) runs first; a plan it finds gives the stage model its order
+  (`Route.order` "sequence") and is the answer when the stage model has nothing faster.
 * **op graph** -- Checkmate-view graphs of `SMALL_NODES` to `LARGE_NODES` nodes solved with the
   shipped `checkmate`: the same plans' optimum, reformulated as `models/checkmate_tight.sched`
   (a tighter relaxation, infeasibility proven sooner). First planner shift reorders the nodes
