@@ -22,7 +22,7 @@ from .language.check import check_program
 from .language.errors import CheckError, Loc, SchedError, did_you_mean
 from .language.program import Program, attach_graph, load_program, set_params
 from .plans import planners as registry
-from .plans.decoders import decode, encode
+from .plans.decoders import decode, encode, plan_space
 from .plans.decoders.encode import check_point, objective_value
 from .plans.plan import Plan
 from .plans.planners import graph_view, run_planner
@@ -150,7 +150,7 @@ class Problem:
             t0 = time.perf_counter()
             sol, plan, sim = self._solve_below(ir, sol, plan, sim, over, args, x0)
             timings["resolve"] = time.perf_counter() - t0
-        message = sol.message
+        message = "; ".join(m for m in (sol.message, plan_space(self.program, ir)) if m)
         if ws is not None:
             message = "; ".join(m for m in (message, ws.summary()) if m)
         result = Result(sol.status, sol.objective, sol.bound, sol.gap, sol.backend, sol.solver,

@@ -295,6 +295,47 @@ def _preds_succs(low, e, t):
     return SetRel(trows, edges[erows][:, [other]])
 
 
+@_builtin("ancestors descendants", (1, 1), "set", "", "elem", kind="set_value")
+def _ancestors_descendants(low, e, t):
+    """ancestors(v) / descendants(v): the nodes with a path of edges into / out of v
+    (Checkmate view): every node computed before v's first computation / after it, in any
+    order. Reads the edges. A set per row (SetRel), used after `in`; no IR columns or rows."""
+    v = low._elem_codes(e.args[0], t)
+    closure = _closure_pairs(low.sets["edges"].cols, e.func == "ancestors")
+    idx = KeyIndex(closure[:, [0]], len(low.u))
+    trows, crows = idx.join([v])
+    return SetRel(trows, closure[crows][:, [1]])
+
+
+def _closure_pairs(edges: np.ndarray, upward: bool) -> np.ndarray:
+    """(node, other) code pairs for every path of `edges` (a DAG): other an ancestor of node
+    (`upward`) or a descendant."""
+    nexts: dict[int, list[int]] = {}
+    for a, b in edges.tolist():
+        if upward:
+            a, b = b, a
+        nexts.setdefault(a, []).append(b)
+    reach: dict[int, set[int]] = {}
+
+    def reached(x: int) -> set[int]:
+        todo, found = [x], set()  # iterative: deep graphs need no recursion limit
+        while todo:
+            y = todo.pop()
+            for z in nexts.get(y, ()):
+                if z not in found:
+                    found.add(z)
+                    if z in reach:
+                        found |= reach[z]
+                    else:
+                        todo.append(z)
+        return found
+
+    for x in nexts:
+        reach[x] = reached(x)
+    pairs = [(x, y) for x, ys in reach.items() for y in sorted(ys)]
+    return np.array(pairs, dtype=np.int64).reshape(-1, 2)
+
+
 # ------------------------------------------------------------------------------- graph data
 class GraphData:
     """One graph bound to element codes: the built-in sets and the numbers functions read."""

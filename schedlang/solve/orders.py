@@ -18,6 +18,8 @@ from ..plans.plan import Plan
 #: the names `Route.order` uses
 GRAPH_ORDER = "graph"
 SHIFT_ORDER = "shift"
+#: the order of the first computations of the order-free model's plan (`solve.order_free`)
+SEQUENCE_ORDER = "sequence"
 
 
 def first_computations(plan: Plan) -> list[str]:
@@ -42,4 +44,7 @@ def describe(order: str) -> str:
     """How a result says which stage model its bound is for."""
     if order == GRAPH_ORDER:
         return "the stage model in the graph's node order"
+    if order == SEQUENCE_ORDER:
+        return ("the stage model in the node order of the order-free model's plan "
+                "(models/sequence.sched)")
     return f"the stage model in planner {order}'s node order"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .orders import GRAPH_ORDER
+from .orders import GRAPH_ORDER, SEQUENCE_ORDER
 
 __all__ = ["Route", "Step"]
 
@@ -44,6 +44,7 @@ class Route:
     def summary(self) -> str:
         done = "; ".join(f"{s.what}{f' ({s.note})' if s.note else ''} {s.seconds:.1f} s: "
                          f"{s.status}" for s in self.steps)
-        order = f", in planner {self.order}'s node order" if self.order not in (
-            None, GRAPH_ORDER) else ""
+        order = "" if self.order in (None, GRAPH_ORDER) else (
+            ", in the order-free plan's node order" if self.order == SEQUENCE_ORDER
+            else f", in planner {self.order}'s node order")
         return f"{self.name} ({self.reason}{order})" + (f": {done}" if done else "")

@@ -8,7 +8,10 @@
   is (a user's model or extension), and Checkmate-view graphs of at most `SMALL_NODES` nodes:
   the file's model with HiGHS, warm-started from the best heuristic plan, as `Problem.solve`
   does by default. Small graphs close in seconds this way, and their optima and plans stay
-  what they were.
+  what they were. On such a small graph with the shipped checkmate where no heuristic plan
+  fits, CP-SAT on the order-free model (`models/sequence.sched`, `schedlang.solve.order_free`,
+  `SEQUENCE_SHARE` of the time) runs first; a plan it finds gives the stage model its order
+  (`Route.order` "sequence") and is the answer when the stage model has nothing faster.
 * **op graph** -- Checkmate-view graphs of `SMALL_NODES` to `LARGE_NODES` nodes solved with the
   shipped `checkmate`: the same plans' optimum, reformulated as `models/checkmate_tight.sched`
   (a tighter relaxation, infeasibility proven sooner). First planner shift reorders the nodes
@@ -56,9 +59,10 @@ from ..plans.planners.prune import prune_recomputations
 from ..plans.simulate import simulate
 from ..problem import AUTO, AUTO_PLANNERS, Problem, run_named_planner
 from ..results import Result
+from . import order_free
 from .incumbent import order_free_bound
 from .linked_windows import linked_window_bound
-from .orders import GRAPH_ORDER, SHIFT_ORDER, describe, first_computations, in_order
+from .orders import GRAPH_ORDER, SEQUENCE_ORDER, SHIFT_ORDER, describe, first_computations, in_order
 from .route import Route, Step
 from .solution import Status
 from .solvers import is_available, requested_gap
@@ -138,16 +142,53 @@ def solve(problem: Problem, time_limit: float | None = None, gap: float | None =
     else:
         if problem.ir is None:
             problem.lower()
+        seeded = _order_free_first(problem, route, time_limit, since, threads)
+        target, start = (problem, "auto") if seeded is None else seeded[:2]
         t0 = time.perf_counter()
-        result = problem.solve(solver="highs", time_limit=time_limit, gap=gap, threads=threads,
-                               presolve=presolve, warm_start="auto", verbose=verbose,
-                               progress=progress, since=since)
+        result = target.solve(solver="highs", time_limit=_left(time_limit, since), gap=gap,
+                              threads=threads, presolve=presolve, warm_start=start,
+                              verbose=verbose, progress=progress, since=since)
         route.model = problem.program.name
         route.order = GRAPH_ORDER if problem.graph is not None and not problem.graph.is_layered \
             else None
-        route.steps.append(_step("highs", route.model, t0, result))
+        route.steps.append(_step("highs", route.model, t0, result,
+                                 "" if seeded is None else "from the order-free model's plan"))
+        if seeded is not None:
+            route.order = SEQUENCE_ORDER
+            result = _faster(result, seeded[2], route)
     result.strategy = route
     return result
+
+
+def _order_free_first(problem: Problem, route: Route, time_limit, since, threads):
+    """(the shipped checkmate in the order of the order-free model's plan, that plan, the plan
+    as a `Result` with the every-plan bound) for a small Checkmate-view graph with the shipped
+    checkmate on which no heuristic plan fits, when CP-SAT on `models/sequence.sched`
+    (`schedlang.solve.order_free`, its share of the time) finds one; else None."""
+    graph = problem.graph
+    if graph is None or graph.is_layered or len(graph.nodes) > SMALL_NODES \
+            or not is_shipped_checkmate(problem) or not order_free.available():
+        return None
+    start, _, _ = _start_plan(problem, route)
+    if start is not None:
+        return None  # a heuristic plan fits: the model's own start
+    left = _left(time_limit, since)
+    seconds = order_free.SEQUENCE_SECONDS if left is None else order_free.SEQUENCE_SHARE * left
+    sequence = _load_like(problem, [order_free.SEQUENCE_MODEL])
+    plan, sim = order_free.order_free_plan(sequence, problem, route, seconds, threads)
+    ordered = None if plan is None else order_free.graph_in_its_order(problem, plan)
+    if ordered is None:
+        return None
+    staged = load(model=["checkmate"], graph=ordered)
+    staged.program.budgets.update(problem.budgets)
+    staged.started = problem.started
+    staged.lower()
+    # the stage model's start: the plan with each stage's computations in node order, when
+    # that fits too (else the stage model starts cold, and the plan stays the answer to beat)
+    stages = order_free.in_stage_form(plan, ordered)
+    fits = simulate(stages, ordered, budget=problem.budgets.get("peak")).valid
+    return staged, stages if fits else "auto", _replayed(problem, plan, sim, "order-free (CP-SAT on "
+                                   "models/sequence.sched)", {"plan": 0.0})
 
 
 def _step(what: str, model: str | None, t0: float, result: Result, note: str = "") -> Step:

@@ -8,7 +8,9 @@ deleted, the just-computed output included. The peak is the maximum over compute
 in memory with the new output added and the inputs still counted.
 
 `best_checkmate_schedule` returns the least total compute time among schedules whose peak fits
-the budget, and a plan (compute and delete ops) that reaches it.
+the budget, and a plan (compute and delete ops) that reaches it. `best_sequence_schedule` does
+the same over every sequence of at most T computations in any order (the plan space of
+`models/sequence.sched`: first computations in any topological order, not the node list's).
 
 Everything is bitmasks over at most 6 nodes: a sequence is checked in a few microseconds, and
 the depth-first search over stages prunes on time (subsets are tried cheapest first, against the
@@ -134,6 +136,46 @@ def best_checkmate_schedule(graph: Graph, budget: int) -> tuple[float | None, Pl
     plan = Plan(graph=graph.name, ops=model.plan_ops(best_seq), budget_peak=budget,
                 predicted_peak=model.peak(best_seq), predicted_time=best_time,
                 meta={"planner": "bruteforce"})
+    return best_time, plan
+
+
+def best_sequence_schedule(graph: Graph, budget: int,
+                           max_computations: int) -> tuple[float | None, Plan | None]:
+    """(least total time, its plan) over every sequence of at most `max_computations`
+    computations, in any order (the plan space of `models/sequence.sched`), that computes every
+    node at least once with its inputs in memory and peaks within `budget` under eager memory
+    management; (None, None) when none does. Depth-first over sequences, pruned on time and on
+    the peak of the prefix (a lower bound of every completion's)."""
+    model = _Model(graph)
+    n = model.n
+    everything = (1 << n) - 1
+    best_time = math.inf
+    best_seq: list[int] | None = None
+
+    def search(seq: list[int], done: int, spent: float) -> None:
+        nonlocal best_time, best_seq
+        if done == everything:
+            if spent < best_time:
+                best_time, best_seq = spent, list(seq)
+            return  # (a longer sequence only adds time)
+        missing = sum(model.time[v] for v in range(n) if not done >> v & 1)
+        if len(seq) == max_computations or spent + missing >= best_time:
+            return
+        for v in range(n):
+            if model.pred_mask[v] & ~done:
+                continue  # an input never computed yet
+            seq.append(v)
+            low = model.peak(seq)
+            if low is not None and low <= budget:
+                search(seq, done | 1 << v, spent + model.time[v])
+            seq.pop()
+
+    search([], 0, 0.0)
+    if best_seq is None:
+        return None, None
+    plan = Plan(graph=graph.name, ops=model.plan_ops(best_seq), budget_peak=budget,
+                predicted_peak=model.peak(best_seq), predicted_time=best_time,
+                meta={"planner": "bruteforce (any order)"})
     return best_time, plan
 
 

@@ -422,3 +422,27 @@ def test_shift_of_a_range_element_means_the_same_in_every_context():
 def test_aggregate_in_a_param_with_an_empty_domain():
     decls = "set E = {i in 1..3 where i in {7}}\nparam p[v in E] = max(j in E) 1"
     assert value_of("1 + sum(v in E) p[v]", decls) == pytest.approx(1)
+
+
+DIAMOND = """graph diamond {
+  node a time 1 size 1MiB
+  node b time 2 size 1MiB
+  node c time 4 size 1MiB
+  node d time 8 size 1MiB
+  node e time 16 size 1MiB
+  node f time 32 size 1MiB
+  edge a -> b, c
+  edge b -> d
+  edge c -> d
+  edge d -> e
+}"""
+
+
+@pytest.mark.parametrize("expr, want", [
+    ("sum(v in nodes) card(ancestors(v))", 0 + 1 + 1 + 3 + 4 + 0),
+    ("sum(v in nodes, u in ancestors(v)) time(u)", 1 + 1 + (1 + 2 + 4) + (1 + 2 + 4 + 8)),
+    ("sum(v in nodes, w in descendants(v)) time(w)", (2 + 4 + 8 + 16) + (8 + 16) * 2 + 16),
+    ("card(descendants(\"f\")) + card(ancestors(\"f\"))", 0),
+])
+def test_ancestors_and_descendants_follow_paths_not_just_edges(expr, want):
+    assert value_of(expr, DIAMOND) == pytest.approx(want)

@@ -3,6 +3,7 @@ oracle and against the model as written, every plan replayed, and what the outpu
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -14,7 +15,7 @@ from schedlang.plans.simulate import simulate
 from schedlang.solve import strategy
 from schedlang.solve.orders import first_computations, in_order
 from schedlang.solve.solution import Status
-from schedlang.testing.bruteforce import assert_oracle_optimum, best_checkmate_schedule
+from schedlang.testing.bruteforce import assert_oracle_optimum, best_checkmate_schedule, best_sequence_schedule
 from schedlang.testing.checkmate_instances import graph_of, tiny_graphs
 
 from ..paths import EXAMPLES, OPGRAPHS, ROOT
@@ -168,3 +169,33 @@ def test_soft_budget_least_excess_is_zero_exactly_when_a_plan_fits(graph, frac):
     assert (result.objective <= 1e-9) == (expected is not None)
     # the start over the budget is a point of this model: its excess completed by HiGHS
     assert result.warm_start.feasible, result.warm_start.message
+
+
+def _dag80():
+    """Six nodes on which no plan in the node order fits 15 MiB and no heuristic plan fits,
+    while a plan in another order does (27 with at most 12 computations)."""
+    rng = random.Random(80)
+    names = [f"n{i}" for i in range(6)]
+    nodes = [(x, rng.randint(1, 5), rng.randint(1, 6) << 20) for x in names]
+    edges = [(names[i], names[j]) for i in range(6) for j in range(i + 1, 6) if rng.random() < 0.45]
+    return graph_of("dag80", nodes, edges)
+
+
+@pytest.mark.skipif(not strategy.order_free.available(), reason="needs CP-SAT")
+def test_small_graph_route_finds_a_plan_outside_the_graph_order():
+    """The small-graph route, when no heuristic plan fits, asks the order-free model
+    (models/sequence.sched) first: here the node order has no plan at all (the stage model
+    alone would say infeasible), and the answer is a plan in another order, replayed within
+    the budget, at most as slow as the order-free optimum over 12 computations."""
+    graph, budget = _dag80(), 15 << 20
+    assert best_checkmate_schedule(graph, budget)[0] is None
+    any_order, _ = best_sequence_schedule(graph, budget, 12)
+    assert any_order is not None
+    result = strategy.solve(_problem(graph, budget), time_limit=60)
+    assert result.status in (Status.FEASIBLE, Status.OPTIMAL) and result.plan is not None
+    sim = simulate(result.plan, graph, budget=budget)
+    assert sim.valid, sim.errors
+    assert sim.time <= any_order * (1 + 1e-9)
+    assert result.strategy.order == "sequence"
+    assert "order-free" in result.message and "sequence.sched" in result.message
+    assert [s.model for s in result.strategy.steps if s.what == "cpsat"] == ["sequence"]

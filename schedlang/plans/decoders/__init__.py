@@ -5,17 +5,22 @@ its variables play which role, e.g. `decode stages(compute = R, keep = S, free =
 One decoder per file; register it in DECODERS.
 
 `encode` goes the other way (a Plan -> one value per column, e.g. a MIP start), through the
-decoder's encoder in `encode.ENCODERS` (stages: yes; phases: not yet).
+decoder's encoder in `ENCODERS` (stages, phases and steps).
 """
 from __future__ import annotations
 
 from ...language.errors import CheckError, did_you_mean
-from .encode import ENCODERS, NotEncodable
+from .encode import ENCODERS as STAGE_PHASE_ENCODERS
+from .encode import NotEncodable
 from .phases import decode_phases
 from .segments import decode_segments
 from .stages import decode_stages
+from .steps import decode_steps, encode_steps
+from .steps import plan_space as steps_plan_space
 
-DECODERS = {"stages": decode_stages, "phases": decode_phases, "segments": decode_segments}
+DECODERS = {"stages": decode_stages, "phases": decode_phases, "segments": decode_segments,
+            "steps": decode_steps}
+ENCODERS = {**STAGE_PHASE_ENCODERS, "steps": encode_steps}
 
 
 def decode(program, ir, solution, graph):
@@ -28,6 +33,15 @@ def decode(program, ir, solution, graph):
         raise CheckError(f"unknown decoder '{decl.decoder}'{did_you_mean(decl.decoder, DECODERS)}; "
                          f"decoders: {', '.join(DECODERS)}", decl.loc)
     return fn(decl, ir, solution, graph)
+
+
+def plan_space(program, ir) -> str:
+    """What the model's status, bound and gap hold for, when it is narrower than every plan of
+    the graph its decoder reads ("" otherwise): a step model's steps bound the computations."""
+    decl = program.decode
+    if decl is None or decl.decoder != "steps":
+        return ""
+    return steps_plan_space(decl, ir)
 
 
 def encode(program, ir, plan, graph, notes: list | None = None):

@@ -214,11 +214,11 @@ def encode_stages(decl, ir, plan: Plan, graph) -> np.ndarray:
     for fam in others:
         x[fam.offset: fam.offset + fam.size] = np.clip(0.0, fam.lb, fam.ub)
     if others and not check_point(ir, x)[0]:
-        x = _complete(ir, x, [fam for fam in ir.variables if fam.name in filled])
+        x = complete_point(ir, x, [fam for fam in ir.variables if fam.name in filled])
     return x
 
 
-def _complete(ir, x: np.ndarray, fixed, time_limit: float = 30.0) -> np.ndarray:
+def complete_point(ir, x: np.ndarray, fixed, time_limit: float = 30.0) -> np.ndarray:
     """`x` with the columns of the `fixed` families kept and the others completed by HiGHS
     (`relaxation.highs_solve`); `NotEncodable` when no completion exists."""
     lb, ub = (v.copy() for v in ir.column_bounds())
