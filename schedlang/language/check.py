@@ -54,6 +54,7 @@ class Checker:
     def run(self) -> None:
         for decl in self.p.decls.values():
             try:
+                self.not_builtin(decl)
                 self.guard(decl)
                 self.declaration(decl)
             except CheckError as e:
@@ -102,6 +103,20 @@ class Checker:
         return list(self.p.decls) + list(BUILTIN_SETS) + list(BUILTIN_SCALARS)
 
     # --- declarations
+    def not_builtin(self, d) -> None:
+        """A declaration may not take a built-in's name: every use would read the built-in
+        (names resolve to the graph data first), and the declaration would be ignored. A
+        constraint is never read, so its name is free."""
+        if isinstance(d, ast.ConstraintDecl):
+            return
+        what = ("a built-in set of the graph data" if d.name in BUILTIN_SETS else
+                "a built-in number" if d.name in BUILTIN_SCALARS else
+                "a built-in function" if d.name in FUNCTIONS else None)
+        if what is not None:
+            raise CheckError(f"'{d.name}' is {what} (docs/language.md): uses of the name would "
+                             "read the built-in, not this declaration; pick another name",
+                             name_loc(d.name, d.loc))
+
     def guard(self, d) -> None:
         """A `when` condition: a constant truth value, known before the index is bound."""
         if getattr(d, "when", None) is not None:
