@@ -131,11 +131,17 @@ def best_checkmate_schedule(graph: Graph, budget: int) -> tuple[float | None, Pl
             search(t + 1, stage_seq, spent + extra + model.time[t])
 
     search(0, [], 0.0)
+    return _found(graph, model, budget, best_seq, best_time, "bruteforce")
+
+
+def _found(graph: Graph, model: _Model, budget: int, best_seq: list[int] | None,
+           best_time: float, planner: str) -> tuple[float | None, Plan | None]:
+    """(the search's least time, its sequence as a plan), or (None, None) when nothing fit."""
     if best_seq is None:
         return None, None
     plan = Plan(graph=graph.name, ops=model.plan_ops(best_seq), budget_peak=budget,
                 predicted_peak=model.peak(best_seq), predicted_time=best_time,
-                meta={"planner": "bruteforce"})
+                meta={"planner": planner})
     return best_time, plan
 
 
@@ -171,12 +177,7 @@ def best_sequence_schedule(graph: Graph, budget: int,
             seq.pop()
 
     search([], 0, 0.0)
-    if best_seq is None:
-        return None, None
-    plan = Plan(graph=graph.name, ops=model.plan_ops(best_seq), budget_peak=budget,
-                predicted_peak=model.peak(best_seq), predicted_time=best_time,
-                meta={"planner": "bruteforce (any order)"})
-    return best_time, plan
+    return _found(graph, model, budget, best_seq, best_time, "bruteforce (any order)")
 
 
 def assert_oracle_optimum(result, best: float | None, where: str = "", rel: float = 1e-6) -> bool:
