@@ -19,6 +19,8 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
+from .solvers.highs import Interrupts
+
 #: the scaled costs of a CP-SAT solve add up to about this (rounding down loses < 1e-9 each)
 CPSAT_SCALE = 1e9
 #: CP-SAT's workers on the windows' MILP (its LNS and LP workers; measured with 8 on 2 cores)
@@ -96,7 +98,8 @@ def _least_cpsat(cost: np.ndarray, rows: SparseRows, lower: np.ndarray, upper: n
                  seconds: float) -> tuple[float, bool] | None:
     """`least_recomputation` by CP-SAT: (bound, closed), None when infeasible. Costs rounded
     down after scaling (module docstring). The search runs in a thread so that Ctrl-C stops
-    it at once (then KeyboardInterrupt, as from HiGHS)."""
+    it at once: the signal is recorded while it runs (`Interrupts`), the search stopped, and
+    KeyboardInterrupt raised after, as from HiGHS."""
     from ortools.sat.python import cp_model
 
     n = len(cost)
@@ -122,14 +125,16 @@ def _least_cpsat(cost: np.ndarray, rows: SparseRows, lower: np.ndarray, upper: n
     status: list = []
     worker = threading.Thread(target=lambda: status.append(solver.solve(model)),
                               name="cpsat-bound", daemon=True)
-    worker.start()
-    try:
+    interrupts = Interrupts()
+    with interrupts.installed():  # a signal is recorded, not raised inside the wait (a
+        worker.start()            # KeyboardInterrupt there made OR-Tools abort at exit)
         while worker.is_alive():
             worker.join(0.1)
-    except KeyboardInterrupt:
-        solver.stop_search()
-        worker.join()
-        raise
+            if interrupts.requested is not None:
+                solver.stop_search()
+                worker.join()
+    if interrupts.requested is not None:
+        raise KeyboardInterrupt
     if status[0] == cp_model.INFEASIBLE:
         return None
     closed = status[0] == cp_model.OPTIMAL

@@ -4,11 +4,17 @@ CP-SAT cannot take exactly, and says when the rows cannot be met."""
 from __future__ import annotations
 
 import itertools
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 
 from schedlang.solve.binary_rows import SparseRows, least_recomputation
+
+from ..paths import OPGRAPHS
 
 
 def knapsack_cover(weights, capacity):
@@ -58,3 +64,33 @@ def test_infeasible_rows_are_none():
     lower[:] = [1, 1, 0, 0]  # both kept: 7 bytes over 5
     cost = np.array([0.0, 0.0, 1.0, 2.0])
     assert least_recomputation(cost, rows, lower, upper, True, 10.0, "cpsat") is None
+
+
+CHILD = """
+import sys
+from schedlang import load
+from schedlang.solve.linked_windows import linked_bound
+from schedlang.solve.window_bound import StageView
+prob = load(sys.argv[1], budget="60%")
+g = StageView(prob.graph)
+points = list(range(10, len(g.names), len(g.names) // 12))
+print("ready", flush=True)
+try:
+    linked_bound(g, points, float(prob.budgets.get("peak")), 120.0, "cpsat")
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_ctrl_c_stops_the_cpsat_solve_and_the_process_exits_cleanly():
+    # a KeyboardInterrupt raised while waiting on CP-SAT's thread made OR-Tools abort at exit
+    # (SIGABRT after the answer was printed); the signal is now recorded and the search stopped
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(OPGRAPHS / "gpt2block.sched")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert out.strip() == "interrupted"
