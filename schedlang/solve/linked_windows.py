@@ -19,8 +19,11 @@ Every plan of the stage model gives such sets with at least sum_i time(A_i) of r
 stage model's optimum in the graph's node order. Solved to the end it is at least the chain's
 bound over the same points (a solution here gives each window of a chain a solution that costs
 no more), but it takes seconds to a minute where the chain takes one, and its points are fewer:
-the default solve takes the larger of the two. HiGHS solves it (through `scipy.optimize.milp`),
-and its proven dual bound is what is used when it stops early.
+the default solve takes the larger of the two. CP-SAT solves it where installed, HiGHS (through
+`scipy.optimize.milp`) otherwise (`schedlang.solve.binary_rows`: CP-SAT closes the 12 points of
+the 124-node GPT at 60% in about 20 s where HiGHS takes a minute to minutes), with dominance
+rows that leave out needless recomputations and keeps (`_needless`); the proven dual bound is
+what is used when it stops early.
 """
 from __future__ import annotations
 
@@ -29,7 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .window_bound import SparseRows, StageView, least_recomputation
+from .binary_rows import SparseRows, least_recomputation
+from .window_bound import StageView
 
 #: how many points (computations) the linked MILP takes: those with the largest LP values
 POINTS = 12
@@ -41,7 +45,7 @@ class LinkedBound:
     extra: float  # the least recomputation time over the linked windows (a proven bound)
     points: list[str]
     seconds: float
-    closed: bool  # whether HiGHS closed the MILP (else `extra` is its dual bound)
+    closed: bool  # whether the solver closed the MILP (else `extra` is its dual bound)
 
     def describe(self) -> str:
         return (f"memory at the first computations of {len(self.points)} nodes, linked: "
@@ -50,9 +54,9 @@ class LinkedBound:
 
 
 def linked_bound(g: StageView, points: list[int], budget: float,
-                 seconds: float) -> tuple[float, bool] | None:
+                 seconds: float, solver: str = "cpsat") -> tuple[float, bool] | None:
     """(the least recomputation time over the linked windows of `points` (sorted indices of
-    `g`'s nodes), whether HiGHS closed it) within `seconds`; None when infeasible (a point's
+    `g`'s nodes), whether the solver closed it) within `seconds`; None when infeasible (a point's
     inputs and output alone exceed the budget)."""
     n = len(g.names)
     ends = [*points[1:], n - 1]
@@ -67,6 +71,7 @@ def linked_bound(g: StageView, points: list[int], budget: float,
     rows = SparseRows()
     lower, upper = np.zeros(columns), np.ones(columns)
     cost = np.zeros(columns)
+    reads: list[set[int]] = []
     for i, p in enumerate(points):
         k, a = keep[i], redo[i]
         lower[k[p]] = 1.0
@@ -86,13 +91,38 @@ def linked_bound(g: StageView, points: list[int], budget: float,
             for v in range(q):  # present at p_i, computed before p_(i-1): kept or redone
                 rows.add([(k[v], 1.0), (keep[i - 1][v], -1.0), (redo[i - 1][v], -1.0)],
                          -np.inf, 0.0)
-    return least_recomputation(cost, rows, lower, upper, True, seconds)
+        reads.append(read)
+    _needless(g, points, keep, redo, reads, rows)
+    return least_recomputation(cost, rows, lower, upper, True, seconds, solver)
+
+
+def _needless(g: StageView, points: list[int], keep: list[dict[int, int]],
+              redo: list[dict[int, int]], reads: list[set[int]], rows: SparseRows) -> None:
+    """Dominance rows: an output not read in window i by a first computation is recomputed
+    (a_{i,v}) or kept (k_{i,v}) at point i only when a recomputation of the window reads it or
+    it is kept to the next point. Dropping such a recomputation or keep breaks no row and
+    costs nothing (repeated until none is left), so the least cost is unchanged; the solver
+    no longer searches among the needless ones (CP-SAT's bound on the 124-node GPT at 60% with
+    20 points: 0.012965 after 60 s with them, 0.012797 without)."""
+    for i, p in enumerate(points):
+        k, a = keep[i], redo[i]
+        after = keep[i + 1] if i + 1 < len(points) else {}
+        for v in range(p):
+            if v in reads[i]:
+                continue
+            used = [(a[r], -1.0) for r in g.readers[v] if r < p]
+            if v in after:
+                used.append((after[v], -1.0))
+            rows.add([(a[v], 1.0), *used], -np.inf, 0.0)
+            if v not in g.inputs[p]:
+                rows.add([(k[v], 1.0), *used], -np.inf, 0.0)
 
 
 def linked_window_bound(graph, budget: float | None, time_limit: float = 30.0,
-                        points: int = POINTS) -> LinkedBound | None:
+                        points: int = POINTS, solver: str = "cpsat") -> LinkedBound | None:
     """The bound of the module docstring over the `points` computations with the largest LP
-    windows (`window_bound`'s screening), or None where `window_bound` gives none."""
+    windows (`window_bound`'s screening), or None where `window_bound` gives none. `solver`:
+    "cpsat" (HiGHS where OR-Tools is missing) or "highs"."""
     if graph is None or graph.is_layered or not graph.nodes or budget is None:
         return None
     t0 = time.monotonic()
@@ -110,7 +140,7 @@ def linked_window_bound(graph, budget: float | None, time_limit: float = 30.0,
     if not chosen:
         return LinkedBound(total, 0.0, [], time.monotonic() - t0, True)
     left = max(0.1, time_limit - (time.monotonic() - t0))
-    found = linked_bound(g, chosen, float(budget), left)
+    found = linked_bound(g, chosen, float(budget), left, solver)
     if found is None:
         return None
     extra, closed = found

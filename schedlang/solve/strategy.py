@@ -91,6 +91,11 @@ LINKED_SECONDS = 60.0
 #: the same for planner shift's reordering on the op-graph route
 SHIFT_SHARE = 0.05
 SHIFT_SECONDS = 10.0
+#: CP-SAT's workers on the op-graph route when the user sets no --threads (its default is one
+#: per core; with 8 it also runs its LP-based workers and more neighbourhood searches: `tiny`
+#: at 60% from the same start, 90 s side by side on 2 cores: 0.0012588 with 8, none better
+#: than the start's 0.0012926 with 2; bench/README.md, issue 29 round 5)
+CPSAT_WORKERS = 8
 
 
 def is_shipped_checkmate(problem: Problem) -> bool:
@@ -281,7 +286,7 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
         left = _left(time_limit, since)
         share = CPSAT_SECONDS if left is None else CPSAT_SHARE * left
         t0 = time.perf_counter()
-        cp = tight.solve(solver="cpsat", time_limit=share, threads=threads,
+        cp = tight.solve(solver="cpsat", time_limit=share, threads=_cpsat_workers(threads),
                          warm_start=start, **kw)
         route.steps.append(_step("cpsat", TIGHT_MODEL, t0, cp, start_note))
         results.append(cp)
@@ -295,6 +300,11 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
     route.steps.append(_step("highs", TIGHT_MODEL, t0, hi, start_note))
     results.append(hi)
     return _faster(_combine(tight, results, gap, windows), reordered, route)
+
+
+def _cpsat_workers(threads: int | None) -> int:
+    """CP-SAT's workers on the op-graph route: the user's --threads, else `CPSAT_WORKERS`."""
+    return CPSAT_WORKERS if threads is None else threads
 
 
 def _reordered(problem: Problem, route: Route, time_limit,

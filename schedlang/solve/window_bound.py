@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_matrix
+
+from .binary_rows import SparseRows, least_recomputation
 
 #: how many computations the chain of windows chooses from (the largest LP values)
 POINTS = 20
@@ -111,53 +111,6 @@ class StageView:
         cost = np.concatenate([np.zeros(n), self.cost[:n]])
         found = least_recomputation(cost, rows, lower, upper, integral, seconds)
         return float("inf") if found is None else found[0]  # None: not even b's working set fits
-
-
-class SparseRows:
-    """Sparse constraint rows lo <= sum(vals * x[cols]) <= hi, built one row at a time."""
-
-    def __init__(self) -> None:
-        self.rows: list[int] = []
-        self.cols: list[int] = []
-        self.vals: list[float] = []
-        self.lo: list[float] = []
-        self.hi: list[float] = []
-
-    def add(self, terms: list[tuple[int, float]], lo: float, hi: float) -> None:
-        r = len(self.lo)
-        for col, val in terms:
-            self.rows.append(r)
-            self.cols.append(col)
-            self.vals.append(val)
-        self.lo.append(lo)
-        self.hi.append(hi)
-
-    def constraint(self, columns: int) -> LinearConstraint:
-        matrix = coo_matrix((self.vals, (self.rows, self.cols)),
-                            shape=(len(self.lo), columns)).tocsr()
-        return LinearConstraint(matrix, self.lo, self.hi)
-
-
-def least_recomputation(cost: np.ndarray, rows: SparseRows, lower: np.ndarray,
-                        upper: np.ndarray, integral: bool,
-                        seconds: float) -> tuple[float, bool] | None:
-    """(the least `cost` (seconds of recomputation) over binaries within `rows` and the
-    bounds, whether HiGHS closed it) within `seconds`: its proven dual bound when stopped
-    early, its LP value when not `integral`; None when infeasible. The windows' one solve."""
-    # times scaled to a total of 1e6: HiGHS's absolute gap (1e-6) then means nothing here
-    scale = 1e6 / max(float(cost.sum()), 1e-300)
-    res = milp(cost * scale, constraints=rows.constraint(len(cost)),
-               bounds=Bounds(lower, upper), integrality=np.full(len(cost), 1 if integral else 0),
-               options={"time_limit": max(0.1, seconds), "mip_rel_gap": 1e-7})
-    if res.status == 2:
-        return None
-    closed = res.status == 0
-    dual = getattr(res, "mip_dual_bound", None) if integral else None
-    if dual is None or not np.isfinite(dual):
-        value = float(res.fun) if (closed or not integral) and res.x is not None else 0.0
-    else:
-        value = float(dual)
-    return max(0.0, value / scale), closed
 
 
 def window_bound(graph, budget: float | None, time_limit: float | None = None,

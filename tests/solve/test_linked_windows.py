@@ -1,7 +1,8 @@
 """schedlang/solve/linked_windows.py: the windows' bound with the memory at its points linked is
 a lower bound of the stage model's optimum (the exhaustive oracle on tiny graphs,
-checkmate_tight's proven optimum on an op graph), and it proves more than the chain of
-`window_bound` where a plan pays in one window for what it kept in the one before."""
+checkmate_tight's proven optimum on an op graph), solved by CP-SAT or by HiGHS, and it proves
+more than the chain of `window_bound` where a plan pays in one window for what it kept in the
+one before."""
 from __future__ import annotations
 
 import pytest
@@ -20,11 +21,12 @@ from .test_window_bound import CASES
 M = 2**20
 
 
+@pytest.mark.parametrize("solver", ["cpsat", "highs"])
 @pytest.mark.parametrize("graph,frac", CASES, ids=[f"{g.name}-{f}" for g, f in CASES])
-def test_never_above_the_exhaustive_optimum(graph, frac):
+def test_never_above_the_exhaustive_optimum(graph, frac, solver):
     budget = int(no_recompute_peak(graph) * frac)
     optimum, _ = best_checkmate_schedule(graph, budget)
-    found = linked_window_bound(graph, budget, points=len(graph.nodes))
+    found = linked_window_bound(graph, budget, points=len(graph.nodes), solver=solver)
     if found is None:  # a working set over the budget: no plan fits
         assert optimum is None
         return
@@ -45,10 +47,11 @@ def test_linked_memory_proves_more_than_the_chain():
     budget = int(no_recompute_peak(graph) * 0.8)
     optimum, _ = best_checkmate_schedule(graph, budget)
     chain = window_bound(graph, budget)
-    linked = linked_window_bound(graph, budget, points=6)
     assert chain.bound == pytest.approx(32) and optimum == pytest.approx(34)
-    assert linked.bound == pytest.approx(optimum)
-    assert "linked" in linked.describe()
+    for solver in ("cpsat", "highs"):
+        linked = linked_window_bound(graph, budget, points=6, solver=solver)
+        assert linked.bound == pytest.approx(optimum)
+        assert "linked" in linked.describe()
 
 
 def test_stopped_early_it_is_still_a_bound():
