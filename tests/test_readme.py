@@ -96,12 +96,23 @@ def test_the_readme_names_only_files_a_clone_has():
                 assert (ROOT / path).exists(), (command, path)
 
 
+#: the options (and the shell's redirection) after which a command names a file it writes
+WRITES = ("-o", "--out", "--plan-out", ">")
+
+
+def written_files(command: str) -> list[str]:
+    """The files `command` writes (`-o F`, `--plan-out F`, `> F`, ...)."""
+    words = command.split()
+    return [after for flag, after in zip(words, words[1:]) if flag in WRITES]
+
+
 @pytest.mark.parametrize("k,command", _marked(COMMANDS, lambda c: any(w in c for w in SLOW_WORDS)))
 def test_readme_command_runs(k, command, clone_dir):
-    # the commands before this one ran already in a full run; alone, run what it reads first
+    # the commands before this one ran already in a full run on one worker; alone (or on
+    # another pytest-xdist worker, with its own folder), run first those whose files it reads
     for before in COMMANDS[:k]:
-        if "-o " in before and before.split("-o ")[1].split()[0] in command \
-                and not (clone_dir / before.split("-o ")[1].split()[0]).exists():
+        if any(f in command.split() and not (clone_dir / f).exists()
+               for f in written_files(before)):
             subprocess.run(["bash", "-c", before], cwd=clone_dir, env=_env(), timeout=1800,
                            capture_output=True)
     proc = subprocess.run(["bash", "-c", command], cwd=clone_dir, env=_env(), timeout=1800,
