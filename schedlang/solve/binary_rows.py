@@ -19,12 +19,11 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
+from .solvers.cpsat import PORTFOLIO_WORKERS
 from .solvers.highs import Interrupts
 
 #: the scaled costs of a CP-SAT solve add up to about this (rounding down loses < 1e-9 each)
 CPSAT_SCALE = 1e9
-#: CP-SAT's workers on the windows' MILP (its LNS and LP workers; measured with 8 on 2 cores)
-CPSAT_WORKERS = 8
 
 
 class SparseRows:
@@ -120,7 +119,7 @@ def _least_cpsat(cost: np.ndarray, rows: SparseRows, lower: np.ndarray, upper: n
     model.minimize(sum(int(w) * x[j] for j, w in enumerate(weights) if w))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, float(seconds))
-    solver.parameters.num_workers = CPSAT_WORKERS
+    solver.parameters.num_workers = PORTFOLIO_WORKERS
     solver.parameters.catch_sigint_signal = False
     status: list = []
     worker = threading.Thread(target=lambda: status.append(solver.solve(model)),

@@ -66,6 +66,7 @@ from .orders import GRAPH_ORDER, SEQUENCE_ORDER, SHIFT_ORDER, describe, first_co
 from .route import Route, Step
 from .solution import Status
 from .solvers import is_available, requested_gap
+from .solvers.cpsat import PORTFOLIO_WORKERS
 from .status import relative_gap, within_gap
 from .window_bound import window_bound
 
@@ -91,11 +92,6 @@ LINKED_SECONDS = 60.0
 #: the same for planner shift's reordering on the op-graph route
 SHIFT_SHARE = 0.05
 SHIFT_SECONDS = 10.0
-#: CP-SAT's workers on the op-graph route when the user sets no --threads (its default is one
-#: per core; with 8 it also runs its LP-based workers and more neighbourhood searches: `tiny`
-#: at 60% from the same start, 90 s side by side on 2 cores: 0.0012588 with 8, none better
-#: than the start's 0.0012926 with 2; bench/README.md, issue 29 round 5)
-CPSAT_WORKERS = 8
 
 
 def is_shipped_checkmate(problem: Problem) -> bool:
@@ -303,8 +299,8 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
 
 
 def _cpsat_workers(threads: int | None) -> int:
-    """CP-SAT's workers on the op-graph route: the user's --threads, else `CPSAT_WORKERS`."""
-    return CPSAT_WORKERS if threads is None else threads
+    """CP-SAT's workers on the op-graph route: the user's --threads, else `PORTFOLIO_WORKERS`."""
+    return PORTFOLIO_WORKERS if threads is None else threads
 
 
 def _reordered(problem: Problem, route: Route, time_limit,

@@ -44,6 +44,13 @@ from ..status import ERROR, INFEASIBLE, LIMIT, OPTIMAL, UNBOUNDED, UNKNOWN, RawR
 from .base import NativeOptions, SolverAdapter, spell
 from .highs import LEFT_RUNNING, Interrupts
 
+#: CP-SAT's workers where schedlang chooses them (the op-graph route without --threads, the
+#: window bounds' MILP): more than the cores, for its LP-based workers and neighbourhood
+#: searches (measured on 2 cores: `tiny` at 60% from the same start, 90 s side by side,
+#: 0.0012588 with 8, nothing better than the start's 0.0012926 with 2; bench/README.md,
+#: issue 29 round 5)
+PORTFOLIO_WORKERS = 8
+
 # CpSolverStatus names -> termination (UNKNOWN: a limit before any solution)
 TERMINATION = by_termination({
     OPTIMAL: "OPTIMAL", LIMIT: "FEASIBLE UNKNOWN", INFEASIBLE: "INFEASIBLE",
