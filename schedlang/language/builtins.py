@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import networkx as nx
 import numpy as np
 
 from ..compile.relational import INVALID, Const, Elem, KeyIndex, SetRel, SetVal, Universe, with_row_id
@@ -309,30 +310,9 @@ def _ancestors_descendants(low, e, t):
 
 def _closure_pairs(edges: np.ndarray, upward: bool) -> np.ndarray:
     """(node, other) code pairs for every path of `edges` (a DAG): other an ancestor of node
-    (`upward`) or a descendant."""
-    nexts: dict[int, list[int]] = {}
-    for a, b in edges.tolist():
-        if upward:
-            a, b = b, a
-        nexts.setdefault(a, []).append(b)
-    reach: dict[int, set[int]] = {}
-
-    def reached(x: int) -> set[int]:
-        todo, found = [x], set()  # iterative: deep graphs need no recursion limit
-        while todo:
-            y = todo.pop()
-            for z in nexts.get(y, ()):
-                if z not in found:
-                    found.add(z)
-                    if z in reach:
-                        found |= reach[z]
-                    else:
-                        todo.append(z)
-        return found
-
-    for x in nexts:
-        reach[x] = reached(x)
-    pairs = [(x, y) for x, ys in reach.items() for y in sorted(ys)]
+    (`upward`) or a descendant (networkx's transitive closure)."""
+    paths = nx.transitive_closure_dag(nx.DiGraph(edges.tolist())).edges()
+    pairs = sorted((b, a) for a, b in paths) if upward else sorted(paths)
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 

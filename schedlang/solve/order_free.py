@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 
-from ..plans.decoders.steps import step_computations
+from ..plans.decoders.steps import step_computations, step_count
 from ..plans.plan import Op, Plan
 from ..plans.planners.prune import prune_recomputations
 from ..plans.simulate import simulate
@@ -58,8 +58,7 @@ def order_free_plan(sequence: Problem, problem: Problem, route: Route, seconds: 
         sim = simulate(plan, graph, budget=peak)
         if not sim.valid:
             plan = sim = None
-    steps = max((int(key[0]) for key in sequence.ir.family("C").keys), default=0) \
-        if sequence.ir is not None else 0
+    steps = step_count(sequence.program.decode, sequence.ir) if sequence.ir is not None else 0
     route.steps.append(Step("cpsat", SEQUENCE_MODEL, time.perf_counter() - t0,
                             result.status.value, None if sim is None else float(sim.time),
                             None, f"order-free: status for plans of at most {steps} "

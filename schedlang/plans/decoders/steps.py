@@ -48,11 +48,16 @@ def decode_steps(decl, ir, solution, graph) -> Plan:
                 predicted_time=solution.objective, meta={"decoder": "steps"})
 
 
+def step_count(decl, ir) -> int:
+    """The step model's number of steps: the largest step of its `compute` role."""
+    return max((int(key[0]) for key in role_family(decl, ir, "compute").keys), default=0)
+
+
 def plan_space(decl, ir) -> str:
     """What a step model's status, bound and gap are for: plans of at most as many
     computations as it has steps, not every plan."""
     try:
-        steps = max((int(key[0]) for key in role_family(decl, ir, "compute").keys), default=0)
+        steps = step_count(decl, ir)
     except NotEncodable:
         return ""
     return (f"status, bound and gap are for plans of at most {steps} computations (the "
@@ -106,7 +111,7 @@ def encode_steps(decl, ir, plan: Plan, graph) -> np.ndarray:
     fC = role_family(decl, ir, "compute")
     fK = role_family(decl, ir, "keep")
     order, needed = step_computations(plan, graph)
-    steps = max((int(key[0]) for key in fC.keys), default=0)
+    steps = step_count(decl, ir)
     if len(order) > steps:
         raise NotEncodable(f"the plan has {len(order)} computations; the model has {steps} "
                            f"steps (a higher `param recomputations` makes room)")
