@@ -57,13 +57,17 @@ LEAST_PEAK = "least_peak"
 #: caller holds them: models/extensions/held_outputs.sched)
 HELD_OUTPUTS = "held_outputs"
 
+#: the relative gap of a solve that wants any plan, not the fastest: every incumbent is
+#: within 100% of a non-negative bound, so the solver stops at the first
+ANY_PLAN_GAP = 1.0
+
 
 def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
                time_limit: float | None = None, backend: str = "pyomo",
                loss_overhead: int = 0, output_bytes: int = 0,
                extensions: tuple = (), least_peak: bool = True,
                outputs_held: bool = True, warm_start: Plan | None = None,
-               must_beat: float | None = None) -> Plan | None:
+               must_beat: float | None = None, gap: float | None = None) -> Plan | None:
     """The rockmate plan of `graph` within `activation_budget` bytes, or None if none found.
 
     The model's outputs stay in memory from their forward to the step's end, as the caller
@@ -79,7 +83,9 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     present: the save budget leaves room for them too. `warm_start`: a plan to start the
     solver from (`Problem.solve`; one the model cannot express is ignored). `must_beat`:
     a plan not faster than this many seconds (by more than the solver's relative gap) is not
-    wanted: None, without the second (least-peak) solve. A plan whose prediction (the loss
+    wanted: None, without the second (least-peak) solve. `gap`: the solver's relative gap
+    (None: its default; 1.0 takes the first plan found, for a probe that asks only whether
+    one exists). A plan whose prediction (the loss
     phase's included) is over `activation_budget` is not returned."""
     g = copy.copy(graph)
     g.budgets = {"peak": int(activation_budget)}
@@ -96,7 +102,7 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     held = (HELD_OUTPUTS,) if outputs_held else ()
     exts = [str(extension_path(e)) for e in (*held, *extensions)]
     prob = load(model=[model, *exts], graph=g)
-    res = prob.solve(backend=backend, solver=solver, time_limit=time_limit,
+    res = prob.solve(backend=backend, solver=solver, time_limit=time_limit, gap=gap,
                      warm_start=warm_start)
     if res.plan is None or res.status not in (Status.OPTIMAL, Status.FEASIBLE):
         return None
@@ -135,9 +141,12 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
     if `high` is not. The budget, not the plan's peak: a plan also needs the save budget that
     its budget implies (the loss phase), so a budget of its peak may admit no plan."""
 
-    return bisect(  # feasibility only after the first: no least-peak solve
+    # after the first, a probe asks only whether a plan exists: the first plan found answers
+    # (gap 1.0), not the fastest one, and no least-peak solve; solving each probe to its
+    # optimum made an infeasible `fit` on a small model take most of a minute
+    return bisect(
         lambda b: solve_plan(graph, b, solver, time_limit, backend, least_peak=False,
-                             **kw) is not None,
+                             gap=ANY_PLAN_GAP, **kw) is not None,
         low, high, rel=rel, max_steps=max_solves,
         first=lambda b: solve_plan(graph, b, solver, time_limit, backend, **kw) is not None)
 
