@@ -135,7 +135,7 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
 
 def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit,
                       backend: str = "pyomo", rel: float = 0.03, max_solves: int = 8,
-                      **kw) -> int | None:
+                      shown_offset: int = 0, **kw) -> int | None:
     """Bisection with the solver between an infeasible `low` and `high` (activation bytes):
     the smallest budget found feasible (within `rel`, at most `max_solves` solves), or None
     if `high` is not. The budget, not the plan's peak: a plan also needs the save budget that
@@ -147,7 +147,7 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
     return bisect(
         lambda b: solve_plan(graph, b, solver, time_limit, backend, least_peak=False,
                              gap=ANY_PLAN_GAP, **kw) is not None,
-        low, high, rel=rel, max_steps=max_solves,
+        low, high, rel=rel, max_steps=max_solves, shown_offset=shown_offset,
         first=lambda b: solve_plan(graph, b, solver, time_limit, backend, **kw) is not None)
 
 
@@ -196,13 +196,13 @@ def solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, b
         limit = time_limit
         if groups_run(prep):
             limit = GROUP_SOLVE_S if time_limit is None else min(time_limit, GROUP_SOLVE_S)
+        fixed = prep.resident_bytes + margin
         best = smallest_feasible(prep.graph, activation, high, solver, limit, backend,
-                                 **extra)
+                                 shown_offset=fixed, **extra)
         how = f"bisection with the solver {solver}"
         grouped = min((need for need, _ in group_plans_priced(prep)), default=None)
         if grouped is not None and (best is None or grouped < best):
             best, how = grouped, "a plan with checkpointed groups of blocks"
-        fixed = prep.resident_bytes + margin
         smallest = "unknown" if best is None else \
             f"{format_size(best + fixed)} ({best + fixed} B)"
         gen = (f", with {prep.generated['options']} generated layer options"

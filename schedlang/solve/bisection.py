@@ -20,21 +20,25 @@ __all__ = ["explain_infeasible", "smallest_feasible"]
 
 
 def smallest_feasible(feasible, low: int, high: int, rel: float = 0.03, min_step: int = 1024,
-                      max_steps: int = 8, first=None) -> int | None:
+                      max_steps: int = 8, first=None, shown_offset: int = 0) -> int | None:
     """The smallest budget found feasible between an infeasible `low` and `high` (within
     `rel` of it, or `min_step` bytes; at most `max_steps` calls of `feasible`), or None when
     `high` is not feasible. `first(high)`: the predicate of the first step, when it differs
-    (fit's full solve, whose plan it keeps)."""
+    (fit's full solve, whose plan it keeps). `shown_offset`: bytes the progress lines add to
+    each budget (fit bisects activation bytes; its user reads whole budgets)."""
     with progress.phase("bisection", total=max_steps):
-        progress.step(1, f"{format_size(high)}")
+        def shown(b):
+            return format_size(b + shown_offset)
+
+        progress.step(1, shown(high))
         if not (first or feasible)(high):
             return None
         best, steps = high, 1
         while best - low > max(rel * best, min_step) and steps < max_steps:
             steps += 1
             mid = (low + best) // 2
-            progress.step(steps, f"{format_size(mid)}, between {format_size(low)} (no plan) "
-                                 f"and {format_size(best)} (a plan)")
+            progress.step(steps, f"{shown(mid)}, between {shown(low)} (no plan) "
+                                 f"and {shown(best)} (a plan)")
             if feasible(mid):
                 best = mid
             else:
