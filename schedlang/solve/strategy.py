@@ -32,10 +32,14 @@
   computations, each linked to the one before, up to `LINKED_SHARE` of the time left), the
   larger of the two kept. CP-SAT then
   improves the plan (`CPSAT_SHARE` of the time left; on these graphs it finds better plans
-  than HiGHS), and HiGHS, warm-started from CP-SAT's best plan, spends the rest, unless
+  than HiGHS; `OTHER_ORDER_SHARE` of that in the node order not taken, when recompute_gaps
+  fits in shift's order, and the order with the faster plan goes on), and HiGHS,
+  warm-started from CP-SAT's best plan, spends the rest, unless
   CP-SAT's plan is already within the requested gap of the window bound. Both solve the same
   model, so either's proof of optimality or infeasibility holds, and the better plan and the
-  best of the three bounds are reported. Without CP-SAT installed, HiGHS alone.
+  best of the three bounds are reported. Without CP-SAT installed, HiGHS alone. A plan the
+  route had in hand that is faster than the answer (each order's start, shift's plan, the
+  other order's CP-SAT plan) is returned instead, with the order-free bound.
 * **large graph** -- above `LARGE_NODES` nodes the stage model has n^2 columns (resnet50's 353
   nodes: 350,000; 1,000 nodes: over 20 million elements in one declaration): the `best`
   heuristic planner's plan (shift reordering and recomputation in the gaps between reads
