@@ -25,6 +25,11 @@ whole command, `uptime`'s load beside it:
   (valid or not, its peak against the budget). Its bound is its own model's (two computations
   per node at most, its interval-length domain), not a bound of the Checkmate problem.
 
+`--unseen` runs the graphs no earlier round benched (`UNSEEN`: op graphs of a U-Net, a residual
+conv net, transformers' ResNet and one-layer BERT, an MLP-Mixer, and `vgg16_test`) at
+90/80/70/60% with methods `default` and `best`; each `default` row lists its `faults`: a plan
+the simulator rejects, a bound above the plan, a run past its time limit.
+
 `--done-when` runs the issue's "Done when" cases instead (`DONE_WHEN`: each graph at its
 budget and time limit, method `default`). Each `default` row also has `first_plan_s`: the
 route's seconds until its first step that ended with a fitting plan (parsing and lowering not
@@ -296,8 +301,8 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--table", help="print the table of a results file and stop")
     ap.add_argument("--unseen", action="store_true",
-                    help="the graphs no earlier round benched (UNSEEN) at 90/80/70/60%%, default "
-                    "flags, --time-limit each; --graphs/--budgets/--methods ignored")
+                    help="the graphs no earlier round benched (UNSEEN) at 90/80/70/60%%, --time-limit "
+                    "each, methods default and best unless --methods; --graphs/--budgets ignored")
     ap.add_argument("--done-when", action="store_true",
                     help="the issue's 'Done when' cases (DONE_WHEN), default flags, each with its "
                     "own time limit; --graphs/--budgets/--methods/--time-limit ignored")
@@ -331,8 +336,8 @@ def main(argv=None) -> int:
             path = sched_file(name, Path(cache))
             n = nodes_of(path)
             case_args = argparse.Namespace(**{**vars(args), "time_limit": limit})
-            methods = ["default"] if args.done_when else ["default", "best"] if args.unseen \
-                else args.methods
+            methods = ["default"] if args.done_when else args.methods if not args.unseen \
+                else ["default", "best"] if args.methods == METHODS else args.methods
             for method in methods:
                 if (name, pct, method, limit) in done:
                     continue
