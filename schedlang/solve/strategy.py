@@ -102,12 +102,6 @@ SHIFT_SECONDS = 10.0
 #: starts (gpt1 at 80%: shift's order starts 0.4% faster, and its plans stay 21% slower than
 #: the graph order's at 70%)
 OTHER_ORDER_SHARE = 0.25
-#: how much faster (relative) a plan in shift's order must be than the graph order's for the
-#: route to go on in shift's order: the graph's order is the traced execution order, and a
-#: start or CP-SAT plan a fraction of a percent ahead says nothing about which order has the
-#: faster plans (gpt1 at 80%: shift's start 0.4% ahead, its plans after 300 s 21% behind the
-#: graph order's at 70%)
-ORDER_MARGIN = 0.02
 
 
 def is_shipped_checkmate(problem: Problem) -> bool:
@@ -337,9 +331,7 @@ def _cpsat_steps(problem: Problem, route: Route, main: Side, other: Side | None,
     """([the main order's CP-SAT result], None), or with the other order tried first for
     `OTHER_ORDER_SHARE` of CP-SAT's time: ([main's, other's], None) when main's plan is at
     least as fast, ([main's, other's] with `other` to go on) when the other order's plan is
-    faster (or main has none): the route then solves in that order. Shift's order must be
-    `ORDER_MARGIN` faster to take over from the graph's; the graph's takes over within
-    `ORDER_MARGIN` of shift's."""
+    faster (or main has none): the route then solves in that order."""
     left = _left(time_limit, since)
     share = CPSAT_SECONDS if left is None else CPSAT_SHARE * left
     alt = None
@@ -357,8 +349,7 @@ def _cpsat_steps(problem: Problem, route: Route, main: Side, other: Side | None,
     route.steps.append(_step("cpsat", TIGHT_MODEL, t0, cp, start_note))
     if alt is None:
         return [cp], None
-    margin = ORDER_MARGIN if other.order == SHIFT_ORDER else -ORDER_MARGIN
-    if _has_plan(alt) and (not _has_plan(cp) or alt.objective < cp.objective * (1 - margin)):
+    if _has_plan(alt) and (not _has_plan(cp) or alt.objective < cp.objective * (1 - 1e-9)):
         return [cp, alt], other
     return [cp], None
 
@@ -446,7 +437,7 @@ def _shift_side(problem: Problem, route: Route, start_time: float | None,
     # (against the start's time in the model, not a replay of the planner's plan as it is:
     # the model runs it with its own deletions, and the plan as written may peak above the
     # budget where the model's does not: resnet at 60%, by 871 B)
-    faster = sim.valid and (start_time is None or sim.time < start_time * (1 - ORDER_MARGIN))
+    faster = sim.valid and (start_time is None or sim.time < start_time * (1 - 1e-9))
     route.steps.append(Step("planner", None, time.perf_counter() - t0,
                             "feasible" if sim.valid else "no_solution",
                             float(sim.time) if sim.valid else None,
