@@ -256,3 +256,20 @@ def test_the_order_is_chosen_by_the_starts_times_in_the_model():
     assert side is not None and side.order == "shift"
     shift_time = simulate(side.start, prob.graph).time
     assert side.faster == (shift_time < start_time) and not side.faster
+
+
+def test_a_plan_in_hand_replaces_the_answer_only_when_faster_than_rounding():
+    """The model's objective and a replayed plan's time, the same node times summed in another
+    order, differ in the last digits: the model's optimal answer with its own bound stays
+    (unet at 90%: it was replaced by an equal plan with the weaker every-node-once bound)."""
+    def result(objective, bound, status):
+        return schedlang.results.Result(status, objective, bound, 0.0, "pyomo", "cpsat", {}, {},
+                                        plan=object())
+
+    answer = result(0.0024158269999999997, 0.0024158269999999997, Status.OPTIMAL)
+    same = result(0.002415826999999998, 0.0023998, Status.FEASIBLE)
+    route = strategy.Route("op graph", "")
+    assert strategy._faster(answer, [same, None], route) is answer
+    faster = result(0.0024, 0.0023998, Status.FEASIBLE)
+    assert strategy._faster(answer, [same, faster], route) is faster
+    assert "faster than the stage model" in faster.message
