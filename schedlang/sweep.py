@@ -313,15 +313,16 @@ def monotone_plans(points: list[SweepPoint], graph, ref=None) -> list[SweepPoint
     its own bound and is `feasible` (`optimal` when it meets that bound), its message saying
     where the plan came from. The points are returned in their order."""
     best: SweepPoint | None = None  # the fastest plan so far, in ascending budgets
+    fastest = float("inf")  # its objective
     for point in sorted(points, key=lambda p: p.budget_bytes):
         r = point.result
         if r.status.has_solution and r.objective is not None and r.plan is not None \
                 and r.simulated is not None and r.simulated.valid:
-            if best is None or r.objective < best.result.objective:
-                best = point
+            if best is None or r.objective < fastest:
+                best, fastest = point, r.objective
                 continue
         if best is None or r.status in (Status.INFEASIBLE, Status.ERROR, Status.UNBOUNDED) \
-                or (r.objective is not None and r.objective <= best.result.objective):
+                or (r.objective is not None and r.objective <= fastest):
             continue
         _take_plan(point, best, graph, ref)
     return points
