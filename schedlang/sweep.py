@@ -250,7 +250,7 @@ def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str
                    "warm_start": warm_start}
         solved = _sweep_parallel(prob, values, todo, done or {}, options, jobs, ray,
                                  progress, record)
-        return monotone_bounds(solved) if budget_monotone(prob.program) else solved
+        return monotone(prob, solved, ref)
     points: list[SweepPoint] = []
     lowering = None
     for k, budget in enumerate(values, 1):
@@ -272,7 +272,16 @@ def sweep_problem(prob: Problem, budgets, *, backend: str = "pyomo", solver: str
         points.append(point)
         if progress is not None:
             progress(k, len(values), budget, point)
-    return monotone_bounds(points) if budget_monotone(prob.program) else points
+    return monotone(prob, points, ref)
+
+
+def monotone(prob: Problem, points: list[SweepPoint], ref) -> list[SweepPoint]:
+    """For a formulation whose optimum never rises with the budget (`budget_monotone`): each
+    point's plan the fastest of its budget's and the smaller budgets' (`monotone_plans`), then
+    each bound the best of its budget's and the larger budgets' (`monotone_bounds`)."""
+    if not budget_monotone(prob.program):
+        return points
+    return monotone_bounds(monotone_plans(points, prob.graph, ref))
 
 
 #: shipped formulations whose optimal time cannot rise with the peak budget (the budget only
@@ -294,6 +303,53 @@ def budget_monotone(program) -> bool:
         return Path(obj.loc.path).resolve().parent == models_dir().resolve()
     except (OSError, ValueError):
         return False
+
+
+def monotone_plans(points: list[SweepPoint], graph, ref=None) -> list[SweepPoint]:
+    """Each point whose solve ended slower than a smaller budget's plan, or without a plan
+    (a time limit), given that plan: it fits every larger budget, and its objective is the
+    same there (the budget only bounds memory), so a larger budget never reports a slower
+    plan than a smaller one. The plan is replayed against the point's budget; the point keeps
+    its own bound and is `feasible` (`optimal` when it meets that bound), its message saying
+    where the plan came from. The points are returned in their order."""
+    best: SweepPoint | None = None  # the fastest plan so far, in ascending budgets
+    fastest = float("inf")  # its objective
+    for point in sorted(points, key=lambda p: p.budget_bytes):
+        r = point.result
+        if r.status.has_solution and r.objective is not None and r.plan is not None \
+                and r.simulated is not None and r.simulated.valid:
+            if best is None or r.objective < fastest:
+                best, fastest = point, r.objective
+                continue
+        if best is None or r.status in (Status.INFEASIBLE, Status.ERROR, Status.UNBOUNDED) \
+                or (r.objective is not None and r.objective <= fastest):
+            continue
+        _take_plan(point, best, graph, ref)
+    return points
+
+
+def _take_plan(point: SweepPoint, smaller: SweepPoint, graph, ref) -> None:
+    """`point` with the plan, solution and objective of `smaller` (a smaller budget's faster
+    plan), replayed against `point`'s budget; unchanged when the replay rejects it."""
+    r, plan = point.result, smaller.result.plan
+    assert plan is not None and smaller.result.objective is not None
+    plan = dataclasses.replace(plan, budget_peak=point.budget_bytes)
+    sim = simulate(plan, graph, budget=point.budget_bytes)
+    if not sim.valid:
+        return
+    before = (f"its own plan took {r.objective:.6g}" if r.objective is not None
+              else f"its solve ended {r.status.value}")
+    objective = smaller.result.objective
+    gap = None if r.bound is None else max(0.0, objective - r.bound) / max(abs(objective), 1e-10)
+    status = Status.OPTIMAL if gap is not None and gap <= 1e-9 else Status.FEASIBLE
+    note = (f"the plan of budget {smaller.budget_bytes} B, which fits this one ({before}; "
+            f"the optimum never rises with the budget)")
+    point.result = dataclasses.replace(
+        r, status=status, objective=objective, gap=gap, plan=plan, simulated=sim,
+        solution=smaller.result.solution, plan_path=None,
+        message="; ".join(m for m in (r.message, note) if m))
+    ref_time = ref[1] if ref is not None else None
+    point.overhead = objective / ref_time - 1.0 if ref_time else point.overhead
 
 
 def monotone_bounds(points: list[SweepPoint]) -> list[SweepPoint]:

@@ -339,7 +339,7 @@ def cmd_solve(args) -> int:
     if args.plan_out and result.plan is not None:
         result.plan.save(args.plan_out)
         result.plan_path = args.plan_out
-    smallest = _explain(prob, result, args)
+    smallest = _explain(prob, result, args, since)
     if args.json:
         out = result.to_json()
         if smallest is not None:
@@ -357,30 +357,39 @@ def cmd_solve(args) -> int:
     return code
 
 
-def _explain(prob, result, args) -> dict | None:
+def _explain(prob, result, args, since: float) -> dict | None:
     """At an infeasible budget (exit 3), the smallest feasible one by bisection
-    (`schedlang.solve.bisection`), as `fit` says it: {"bytes", "percent", "reference_bytes"}, or
-    None (feasible, --no-explain, no graph data)."""
+    (`schedlang.solve.bisection`), as `fit` says it: {"bytes", "percent", "reference_bytes",
+    "stopped_early"}, or None (feasible, --no-explain, no graph data). With --time-limit the
+    bisection ends by the command's deadline (`since` + the limit): its solves get what the
+    solve left, and "stopped_early" says why it ended before narrowing the interval."""
     if result.status != Status.INFEASIBLE or not getattr(args, "explain", True) \
             or prob.graph is None or result.budget_bytes is None:
         return None
-
-    best, ref = explain_infeasible(prob, result.budget_bytes, args.backend or "pyomo",
-                                   args.solver or DEFAULT_SOLVER, args.time_limit)
+    deadline = None if args.time_limit is None else since + args.time_limit
+    found, ref = explain_infeasible(prob, result.budget_bytes, args.backend or "pyomo",
+                                    args.solver or DEFAULT_SOLVER, args.time_limit,
+                                    deadline=deadline)
+    best = None if found is None else found.best
     return {"bytes": best, "reference_bytes": ref,
-            "percent": None if best is None or not ref else round(100.0 * best / ref, 3)}
+            "percent": None if best is None or not ref else round(100.0 * best / ref, 3),
+            "stopped_early": None if found is None else found.stopped}
 
 
 def _print_smallest(smallest: dict) -> None:
-    best, ref = smallest["bytes"], smallest["reference_bytes"]
-    if best is None:
+    best, ref, stopped = smallest["bytes"], smallest["reference_bytes"], smallest["stopped_early"]
+    if best is None and stopped:
+        print(f"smallest  not found: the bisection stopped early ({stopped}); rerun with a "
+              "larger --time-limit")
+    elif best is None:
         print("smallest  none up to the no-recomputation peak"
               + (f" ({format_size(ref)}): another constraint than the peak budget binds"
                  if ref else ""))
     else:
         print(f"smallest  feasible budget found: {format_size(best)} ({best} B, "
               f"{smallest['percent']:.4g}% of the no-recomputation peak), by bisection with "
-              "the solver")
+              "the solver" + (f"; stopped early ({stopped}): a smaller budget may have a plan"
+                              if stopped else ""))
 
 
 def _writable(args, *outputs) -> None:

@@ -56,6 +56,8 @@ def test_op_graph_route_matches_brute_force(graph, frac, monkeypatch):
     # every graph takes the op-graph route here: heuristic start or phase one, CP-SAT, HiGHS
     budget, expected, result = _on_the_op_graph_route(graph, frac, monkeypatch)
     assert result.strategy.name == "op graph"
+    if expected is not None:  # the graph's own order is always solved: never slower than it
+        assert result.objective is not None and result.objective <= expected * (1 + 1e-6)
     if result.strategy.order == "shift":  # the optimum of the stage model in that order
         expected, _ = best_checkmate_schedule(
             in_order(graph, first_computations(result.plan)), budget)
@@ -95,6 +97,43 @@ def test_op_graph_route_solves_the_stage_model_in_a_better_order(graph, frac, mo
     assert sim.valid and sim.time == pytest.approx(expected)
     out = result.strategy.to_json()
     assert out["order"] == "shift" and "shift's node order" in result.strategy.summary()
+
+
+# a graph whose stage model is faster in its own order than in shift's, although only shift's
+# order has a heuristic plan at 90% (recompute_gaps; none fits in the graph's order): the
+# stage model's optimum is 33 in the graph's order, 39 in shift's
+LATE_GAIN = graph_of("late_gain", [("n0", 7, 5 * M), ("n1", 1, 4 * M), ("n2", 1, 6 * M),
+                                   ("n3", 6, 6 * M), ("n4", 8, 5 * M), ("n5", 9, 3 * M)],
+                     [("n0", "n1"), ("n0", "n3"), ("n1", "n2"), ("n1", "n5"), ("n2", "n3"),
+                      ("n2", "n5"), ("n4", "n5")])
+
+
+def test_op_graph_route_keeps_the_faster_order_when_the_other_starts_faster(monkeypatch):
+    budget, in_own_order, result = _on_the_op_graph_route(LATE_GAIN, 0.9, monkeypatch)
+    steps = result.strategy.steps
+    assert any("shift's order: faster" in s.note for s in steps)  # shift's order starts ahead
+    assert any(s.what == "cpsat" and "the graph's order" in s.note for s in steps)
+    order = [n.name for n in LATE_GAIN.nodes]
+    shift_order = strategy._reordered(_problem(LATE_GAIN, budget), strategy.Route("", ""),
+                                      None, 0.0)[1]
+    in_shift_order, _ = best_checkmate_schedule(in_order(LATE_GAIN, shift_order), budget)
+    assert shift_order != order and in_own_order < in_shift_order  # (the instance: 33 < 39)
+    assert result.status == Status.OPTIMAL and result.strategy.order == "graph"
+    assert result.objective == pytest.approx(in_own_order)
+    assert "the stage model in the graph's node order" in result.message
+    sim = simulate(result.plan, LATE_GAIN, budget=budget)
+    assert sim.valid and sim.time == pytest.approx(in_own_order)
+
+
+@pytest.mark.parametrize("graph", [LATE_GAIN] + [g for g, _ in REORDERED],
+                         ids=lambda g: g.name)
+def test_op_graph_route_is_never_slower_at_a_larger_budget(graph, monkeypatch):
+    """On graphs where the node order the route takes changes with the budget, the answers
+    (each closed: the optimum of the orders it solved) never get slower as the budget grows."""
+    answers = [_on_the_op_graph_route(graph, frac, monkeypatch)[2].objective
+               for frac in (0.8, 0.85, 0.9, 0.95, 1.0)]
+    solved = [a for a in answers if a is not None]
+    assert solved and all(b <= a * (1 + 1e-6) for a, b in zip(solved, solved[1:])), answers
 
 
 def test_op_graph_route_reports_a_replayed_plan_and_its_bound(monkeypatch):
@@ -199,3 +238,38 @@ def test_small_graph_route_finds_a_plan_outside_the_graph_order():
     assert result.strategy.order == "sequence"
     assert "order-free" in result.message and "sequence.sched" in result.message
     assert [s.model for s in result.strategy.steps if s.what == "cpsat"] == ["sequence"]
+
+
+def test_the_order_is_chosen_by_the_starts_times_in_the_model():
+    """resnet's op graph at 60%: recompute_gaps's plan in the graph's order, as written, peaks
+    871 B over the budget, but the model runs it with its own deletions and it fits there, at
+    0.003095 against 0.003272 for recompute_gaps in shift's order: the graph's order goes
+    first (the replay of the plan as written took shift's, and the route ended at 0.003272)."""
+    prob = schedlang.load(OPGRAPHS / "resnet.sched", budget="60%")
+    prob.check()
+    route = strategy.Route("op graph", "")
+    _, order = strategy._reordered(prob, route, None, 0.0)
+    tight = strategy._load_like(prob, [strategy.TIGHT_MODEL])
+    start, _, _, start_time = strategy._start_plan(tight, route)
+    assert not simulate(start, prob.graph, budget=prob.budgets["peak"]).valid  # as written
+    side = strategy._shift_side(prob, route, start_time, order)
+    assert side is not None and side.order == "shift"
+    shift_time = simulate(side.start, prob.graph).time
+    assert side.faster == (shift_time < start_time) and not side.faster
+
+
+def test_a_plan_in_hand_replaces_the_answer_only_when_faster_than_rounding():
+    """The model's objective and a replayed plan's time, the same node times summed in another
+    order, differ in the last digits: the model's optimal answer with its own bound stays
+    (unet at 90%: it was replaced by an equal plan with the weaker every-node-once bound)."""
+    def result(objective, bound, status):
+        return schedlang.results.Result(status, objective, bound, 0.0, "pyomo", "cpsat", {}, {},
+                                        plan=object())
+
+    answer = result(0.0024158269999999997, 0.0024158269999999997, Status.OPTIMAL)
+    same = result(0.002415826999999998, 0.0023998, Status.FEASIBLE)
+    route = strategy.Route("op graph", "")
+    assert strategy._faster(answer, [same, None], route) is answer
+    faster = result(0.0024, 0.0023998, Status.FEASIBLE)
+    assert strategy._faster(answer, [same, faster], route) is faster
+    assert "faster than the stage model" in faster.message
