@@ -68,7 +68,7 @@ def bisect_budget(feasible, low: int, high: int, rel: float = 0.03, min_step: in
         progress.step(1, shown(high))
         answer = (first or feasible)(high)
         if answer is None:
-            out.stopped = f"the solve at {format_size(high)} ran out of time without a plan"
+            out.stopped = f"the solve at {shown(high)} ran out of time without a plan"
             return out
         if not answer:
             return out
@@ -83,7 +83,7 @@ def bisect_budget(feasible, low: int, high: int, rel: float = 0.03, min_step: in
                                  f"(no plan) and {shown(out.best)} (a plan)")
             answer = feasible(mid)
             if answer is None:  # not a proof either way: the interval stays as it is
-                out.stopped = f"the solve at {format_size(mid)} ran out of time"
+                out.stopped = f"the solve at {shown(mid)} ran out of time"
                 break
             if answer:
                 out.best = mid
