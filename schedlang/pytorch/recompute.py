@@ -181,6 +181,11 @@ def rerun_call(fn, args: tuple, kwargs: dict):
     (see the module docstring); every tensor of (args, kwargs) is an input of the node, its
     gradient returned (none accumulated outside it but the parameters')."""
     flat, spec = tree_flatten((args, kwargs))
+    if not any(isinstance(x, torch.Tensor) and x.requires_grad for x in flat):
+        # no input of the node needs a gradient: its backward, where the parameters get
+        # theirs, would never run (`hooked` offers no ``rerun`` there; torch's checkpoint,
+        # which keeps the original graph, if it is asked anyway)
+        return checkpoint_call(fn, args, kwargs)
     run = _RerunCall(fn, flat, spec)
     return run.output(_Rerun.apply(run, *(x for x in flat if isinstance(x, torch.Tensor))))
 

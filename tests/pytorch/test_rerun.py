@@ -115,3 +115,21 @@ def test_rerun_call_replays_the_rng_and_returns_every_argument_gradient():
     assert got[1] == "kept"
     for a, b in zip(eager[:1] + eager[2:], got[:1] + got[2:]):
         assert torch.equal(a, b)
+
+
+def test_a_block_on_inputs_that_need_no_gradient_gets_no_rerun_and_its_parameters_train():
+    """The node `rerun_call` makes has the block's tensor arguments as its inputs: none needs a
+    gradient (a first block on the raw input), so autograd would never run its backward, where
+    the block's parameters get theirs. Such a block is not offered the option, and
+    `rerun_call` asked anyway runs torch's checkpoint: the parameters get eager's gradients."""
+    torch.manual_seed(0)
+    chain = torch.nn.Sequential(*(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+                                  for _ in range(3)))
+    x = torch.randn(2, 4)
+    assert rerun_blocks(find_blocks(chain, (x,))) == {"1", "2"}
+    layer = chain[0][0]
+    layer(x).square().sum().backward()
+    want = layer.weight.grad.clone()
+    layer.weight.grad = None
+    rerun_call(layer, (x,), {}).square().sum().backward()
+    assert torch.equal(layer.weight.grad, want)

@@ -9,7 +9,9 @@ that needs a gradient (not returned by the model either) and owns its parameters
 blocks read (BART's encoder output, read by every decoder block's cross-attention) would be
 summed as (a + b) + (c + d) instead of ((a + b) + c) + d: gradients a few ulps off eager's,
 so those blocks do not get the option (`recompute`, torch's non-reentrant checkpoint, runs
-in the original graph and keeps eager's order)."""
+in the original graph and keeps eager's order). Nor does a block none of whose tensor
+arguments needs a gradient (a first block on the raw input): the node's only inputs are those
+arguments, so its backward, where its parameters get their gradients, would never run."""
 from __future__ import annotations
 
 from collections import Counter
@@ -33,7 +35,8 @@ def rerun_blocks(found: FoundBlocks) -> set[str]:
     out = set()
     for b in found.blocks:
         grads = [d for d in b.inputs if d in found.data and found.data[d].requires_grad]
-        if all(readers[d] == 1 for d in grads) and all(users[p] == 1 for p in b.params):
+        if grads and all(readers[d] == 1 for d in grads) and \
+                all(users[p] == 1 for p in b.params):
             out.add(b.name)
     return out
 
