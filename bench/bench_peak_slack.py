@@ -71,11 +71,13 @@ def traced_step(fn, model, inputs, loss_fn, held: int, watch) -> list[tuple[str,
                 return
             o = out[0] if isinstance(out, tuple) else out
             o = getattr(o, "logits", o)
+            # a module's backward: from the gradient's arrival at its output to its arrival
+            # at the next module's output (this one's input); the first one's input closes it
             if isinstance(o, torch.Tensor) and o.requires_grad:
                 o.register_hook(on_grad("backward " + label))
             x = a[0] if a else kw.get("hidden_states")
-            if isinstance(x, torch.Tensor) and x.requires_grad:
-                x.register_hook(on_grad("after backward " + label))
+            if label == watch[0][0] and isinstance(x, torch.Tensor) and x.requires_grad:
+                x.register_hook(on_grad("backward of what runs before " + label))
         handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(module.register_forward_hook(post, with_kwargs=True))
     model.zero_grad(set_to_none=True)
