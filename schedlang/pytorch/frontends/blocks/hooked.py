@@ -26,13 +26,11 @@ profiles
   keyword arguments and outputs stay as they are. Choices: ``autograd`` (plain),
   ``recompute`` (``torch.utils.checkpoint``, non-reentrant, RNG state restored on the CPU and
   on every device of a tensor argument: `schedlang.pytorch.recompute`), ``selective`` (the
-  same with the profiler's selective policy); ``offload`` of a block's saved tensors to host
-  memory (saved-tensor hooks, `schedlang.pytorch.frontends.blocks.offload`); a group (`_Group`:
-  torch's
-  non-reentrant checkpoint opened by the first block's call and closed by the last's). A
-  recomputed forward
-  leaves BatchNorm running statistics as the first forward left them (they are updated once,
-  as in eager).
+  same with the profiler's selective policy), ``rerun`` (`recompute.rerun_call`, where
+  `rerun.rerun_blocks` offers it); ``offload`` of a block's saved tensors to host memory
+  (saved-tensor hooks, `offload.py`); a group (`_Group`: torch's non-reentrant checkpoint
+  opened by the first block's call and closed by the last's). A recomputed forward leaves
+  BatchNorm running statistics as the first forward left them (updated once, as in eager).
   `unwrap()` restores the original classes.
 """
 from __future__ import annotations
