@@ -279,8 +279,7 @@ def run_model(name: str, args_ns) -> dict:
         add_fit(f"fit @{b}", peaks[b])
     # fit running ckpt-block's schedule (its plan pinned): hf-gc's peak, and our wrappers'
     # cost against transformers' checkpointing
-    every = [lay.name for lay in prep.graph.layers
-             if any(o.name == "recompute" for o in lay.options)]
+    every = [b for stack in stacks_of(prep.partitioned.found) for b in stack]
     add_fit("fit every-block", peaks["hf-gc"],
             plan_checkpoint_groups(prep.graph, [], dict.fromkeys(every, "recompute")))
     low, high = peaks["hf-gc"], peaks["plain"]

@@ -243,9 +243,13 @@ def solve_at(prep: Prepared, activation: int, solver, time_limit, backend, extra
         found = priced_solve(prep, activation, solver, limit, backend, extra, warm_start,
                              must_beat)
         if grouped and (found is None or found.meta.get("status") != "optimal"):
+            # the per-block plan is wanted only if faster than the group solve's: where it is
+            # not, its least-peak solve is skipped (`solve_plan`'s `must_beat`)
+            beat = must_beat if found is None else \
+                min(found.predicted_time, must_beat or found.predicted_time)
             alone = priced_solve(prep, activation, solver, time_limit, backend,
                                  dict(extra, extensions=prep.front.extensions(False)),
-                                 None, must_beat)
+                                 None, beat)
             if alone is not None and (found is None or
                                       alone.predicted_time < found.predicted_time):
                 found = alone

@@ -17,6 +17,7 @@ from ..plans.planners.no_recompute import no_recompute_plan
 from ..plans.simulate import simulate
 from .frontends.blocks.frontend import BLOCKS
 from .frontends.blocks.offload import OFFLOAD
+from .frontends.blocks.rerun import RERUN
 from .frontends.fx.frontend import FX
 from .inputs import split_inputs
 from .live import read_before
@@ -213,7 +214,8 @@ def _with_accumulation(graph: Graph) -> list:
 def _consistent_times(layer):
     """A copy of `layer` whose option times obey what the options run: a ``recompute``
     backward runs the forward again and then the backward, so it takes at least its own
-    forward plus ``autograd``'s backward; a ``selective`` backward at least ``autograd``'s.
+    forward plus ``autograd``'s backward (``rerun`` too: its forward is the one it repeats);
+    a ``selective`` backward at least ``autograd``'s.
     Any other option that recomputes (``selective``, generated ones) runs at least what
     ``autograd`` runs: its forward and backward together take no less than ``autograd``'s, so
     that a plan which recomputes never predicts a negative overhead. Profiles of small layers
@@ -227,7 +229,7 @@ def _consistent_times(layer):
         low = None
         if o.name not in ("autograd", OFFLOAD):
             low = auto.fwd_time + auto.bwd_time - o.fwd_time
-        if o.name == "recompute":
+        if o.name in ("recompute", RERUN):
             low = max(low or 0.0, o.fwd_time + auto.bwd_time)
         elif o.name == "selective":
             low = max(low or 0.0, auto.bwd_time)

@@ -27,6 +27,10 @@ measures, per option, what the runtime will execute:
   is what the forward leaves on the device beyond its outputs (nothing it saved stays there);
   it needs no datum; `host_bytes` is what the hooks copied (the link's time is added by
   `block_offload.with_offload_options`, not measured here).
+* ``rerun`` (asked for by name; the hook front end's blocks): `recompute.rerun_call`, a
+  forward without autograd and, in the backward, the forward again with autograd then its
+  backward (torch's reentrant checkpoint, done as the runtime does it): no phantom; it needs
+  the layer's inputs.
 * ``fast_forward`` (every layer, measured on its own): the forward under ``torch.no_grad()``,
   what the runtime runs for the H-graph's `fast_forward` option: time and overhead (the graph
   data's `option fast_forward fwd T overhead M`). A layer whose outputs need no gradient (a
@@ -65,6 +69,7 @@ from ..language.errors import Loc, SchedError
 from .frontends.blocks.offload import offloading
 from .frontends.fx.partition import LayerPart, Partitioned
 from .memory import MemoryTracker, storage_bytes, storage_key
+from .recompute import rerun_call
 
 __all__ = ["OptionProfile", "LayerProfile", "ProfiledGraph", "profile", "SAVE_OPS",
            "selective_policy", "selective_context", "OPTIONS"]
@@ -72,7 +77,7 @@ __all__ = ["OptionProfile", "LayerProfile", "ProfiledGraph", "profile", "SAVE_OP
 WHERE = Loc("profile")
 OPTIONS = ("autograd", "recompute", "selective")
 #: options measured only when asked for by name
-EXTRA_OPTIONS = ("offload",)
+EXTRA_OPTIONS = ("offload", "rerun")
 
 _aten = torch.ops.aten
 #: ops whose outputs the `selective` option keeps (the rest is recomputed)
@@ -300,6 +305,8 @@ class _Runner:
             ctx = (lambda: _recording_context(recorder)) if recorder is not None \
                 else selective_context
             return _outputs(checkpoint(m, *xs, use_reentrant=False, context_fn=ctx))
+        if option == "rerun":
+            return _outputs(rerun_call(m, tuple(xs), {}))
         if option == "offload":
 
             self.copied[0] = 0
@@ -431,7 +438,7 @@ def _measure(runner: _Runner, option: str, resident: list[torch.Tensor], residen
             phantom = max(0, after_fwd - mt.baseline - out_bytes)
         needs_in = [i for i, k in enumerate(in_keys) if k in kept]
         needs_out = [i for i, k in enumerate(out_keys) if k in kept and k not in in_keys]
-        if option in ("recompute", "selective"):
+        if option in ("recompute", "selective", "rerun"):
             needs_in = list(range(len(xs)))
         fwd_overhead = max(0, fwd_peak - mt.baseline - out_bytes - phantom)
         given = runner.fresh_grads()

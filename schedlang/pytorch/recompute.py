@@ -16,6 +16,18 @@ runs a forward twice goes through here:
   the caller (a checkpointed group of blocks, `hooked._Group`), with the group's tensors
   positional; its private signature is bound by name, so that another torch release's
   parameter list does not shift the tensors into its flags.
+* `rerun_call(fn, args, kwargs)`: the hook front end's ``rerun`` blocks. The forward runs
+  without autograd (nothing saved but the tensor arguments, no graph built, no saved-tensor
+  hooks: torch's non-reentrant checkpoint builds the whole graph in the first forward and
+  packs every saved tensor through Python), and the block's backward runs it again with
+  autograd, from the `FirstRun` state, then its backward, nested, from the gradients it was
+  given (torch's reentrant checkpoint, with every tensor positional and the recomputed outputs
+  freed before that backward unless the recomputation saved them). On the CPU that costs
+  3-11% less of a step than `checkpoint_call` at the same memory (bench/README.md, issue 28).
+  The gradients are eager PyTorch's where each tensor argument that needs a gradient is read
+  by the block alone (its gradient is summed inside the block, then handed on whole: a
+  tensor several blocks read would be summed in another order) — `hooked` offers the option
+  only there.
 * `FirstRun`: for the plan executor (fx, `runtime.PlanExecutor`), which runs a layer's
   forward again itself: the CPU generator's state and that of each device the layer's inputs
   and parameters live on, taken before the first run and restored, inside `fork_rng`, for
@@ -33,9 +45,10 @@ import contextlib
 import inspect
 
 import torch
+from torch.autograd.graph import get_gradient_edge
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-__all__ = ["rng_devices", "checkpoint_call", "open_checkpoint", "FirstRun"]
+__all__ = ["rng_devices", "checkpoint_call", "open_checkpoint", "rerun_call", "FirstRun"]
 
 
 def rng_devices(*trees) -> list[torch.device]:
@@ -98,6 +111,83 @@ def open_checkpoint(fn, tensors: list):
     gen = gen_fn(*head, *tensors)
     next(gen)
     return gen
+
+
+class _RerunCall:
+    """One call of `rerun_call`: the function, the arguments' non-tensor leaves and tree, what
+    the first run returned (its tree, its non-tensor leaves) and the state to replay. It holds
+    no tensor: the tensor arguments are the autograd node's saved tensors."""
+
+    def __init__(self, fn, flat: list, spec):
+        self.spec = spec
+        self.where = [isinstance(x, torch.Tensor) for x in flat]
+        self.consts = [None if t else x for x, t in zip(flat, self.where)]
+        self.fn = fn
+        self.first = FirstRun(rng_devices([x for x, t in zip(flat, self.where) if t]))
+        self.out_spec = None
+        self.out_where: list[bool] = []
+        self.out_consts: list = []
+
+    def call(self, tensors) -> list[torch.Tensor]:
+        """The function on `tensors` (the tensor arguments, in order): its output's tensors."""
+        it = iter(tensors)
+        a, kw = tree_unflatten([next(it) if t else x for x, t in zip(self.consts, self.where)],
+                               self.spec)
+        flat, spec = tree_flatten(self.fn(*a, **kw))
+        if self.out_spec is None:
+            self.out_spec, self.out_where = spec, [isinstance(x, torch.Tensor) for x in flat]
+            self.out_consts = [None if t else x for x, t in zip(flat, self.out_where)]
+        return [x for x in flat if isinstance(x, torch.Tensor)]
+
+    def output(self, tensors):
+        it = iter(tensors)
+        return tree_unflatten([next(it) if t else x
+                               for x, t in zip(self.out_consts, self.out_where)], self.out_spec)
+
+
+class _Rerun(torch.autograd.Function):
+    """`rerun_call`'s node: forward without autograd, backward = the forward again with
+    autograd (the first run's RNG and autocast state), then its backward from the gradients
+    given."""
+
+    @staticmethod
+    def forward(ctx, run: _RerunCall, *tensors):
+        ctx.run = run
+        ctx.save_for_backward(*tensors)
+        outs = run.call(tensors)  # (autograd is off inside a Function's forward)
+        ctx.mark_non_differentiable(*(o for o in outs if not o.is_floating_point()
+                                      and not o.is_complex()))
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        run: _RerunCall = ctx.run
+        leaves = [x.detach().requires_grad_(x.requires_grad) for x in ctx.saved_tensors]
+        with run.first.again(), torch.enable_grad():
+            outs = run.call(leaves)
+        # the backward starts from the outputs' graph edges, not the outputs: a recomputed
+        # output that no node saved is freed now, not held through the whole backward
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        edges = [get_gradient_edge(o) for o, _ in pairs]
+        feed = [g for _, g in pairs]
+        del outs, grads, pairs
+        if edges:
+            torch.autograd.backward(edges, feed)
+        return (None, *(x.grad if x.requires_grad else None for x in leaves))
+
+
+def rerun_call(fn, args: tuple, kwargs: dict):
+    """``fn(*args, **kwargs)`` run without autograd now and again, with it, in its backward
+    (see the module docstring); every tensor of (args, kwargs) is an input of the node, its
+    gradient returned (none accumulated outside it but the parameters')."""
+    flat, spec = tree_flatten((args, kwargs))
+    if not any(isinstance(x, torch.Tensor) and x.requires_grad for x in flat):
+        # no input of the node needs a gradient: its backward, where the parameters get
+        # theirs, would never run (`hooked` offers no ``rerun`` there; torch's checkpoint,
+        # which keeps the original graph, if it is asked anyway)
+        return checkpoint_call(fn, args, kwargs)
+    run = _RerunCall(fn, flat, spec)
+    return run.output(_Rerun.apply(run, *(x for x in flat if isinstance(x, torch.Tensor))))
 
 
 class FirstRun:

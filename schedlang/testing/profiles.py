@@ -29,8 +29,10 @@ def with_pinned_op_times(record_ops: Callable) -> Callable:
 
 
 #: per-option backward times of `pin_block_times` (s): a rerun (recompute's backward over
-#: autograd's) costs exactly a forward, selective half of it
-PINNED_BLOCK_BWD = {"autograd": 2e-3, "recompute": 3e-3, "selective": 2.5e-3}
+#: autograd's) costs exactly a forward, selective half of it; the option ``rerun`` (the same
+#: memory as ``recompute``) a little more than ``recompute``, so that the plans tests pin with
+#: these times stay the ones they were written for (tests of ``rerun`` pin their own)
+PINNED_BLOCK_BWD = {"autograd": 2e-3, "recompute": 3e-3, "selective": 2.5e-3, "rerun": 3.1e-3}
 
 
 def pin_block_times(graph, blocks, fwd: float = 1e-3, bwd: dict | None = None,

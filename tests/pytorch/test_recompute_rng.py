@@ -1,8 +1,8 @@
 """Recomputations replay the RNG of their first run, on every device their inputs live on
 (`schedlang.pytorch.recompute`): with dropout on, gradients equal eager PyTorch's bit for bit
-for every choice a block can run (keep, recompute, selective, offload) and every checkpointed
-group, including blocks called with keyword tensors only — pinned choices, no plan picked by a
-profile. The CUDA generator's part: which tensors torch's checkpoint is given to take device
+for every choice a block can run (keep, recompute, selective, offload, rerun) and every
+checkpointed group, including blocks called with keyword tensors only — pinned choices, no plan
+picked by a profile. The CUDA generator's part: which tensors torch's checkpoint is given to take device
 states from (checked here by intercepting it), and the `gpu` tests at the end."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from schedlang.pytorch.frontends.blocks.find import find_blocks  # noqa: E402
 from schedlang.pytorch.frontends.blocks.hooked import GROUP, BlockWrappers  # noqa: E402
 from schedlang.testing.torch_models import make_gpt, make_keyword_blocks  # noqa: E402
 
-OPTIONS = ["autograd", "recompute", "selective", "autograd+offload"]
+OPTIONS = ["autograd", "recompute", "selective", "autograd+offload", "rerun"]
 
 
 def _step(module, model, args, kwargs, loss_fn, seed=123):
@@ -107,7 +107,7 @@ def test_hook_front_end_choices_give_eager_gradients_with_dropout(model_name, pl
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
-@pytest.mark.parametrize("plan", ["recompute", "selective", "mixed", "group of 2"])
+@pytest.mark.parametrize("plan", ["recompute", "selective", "rerun", "mixed", "group of 2"])
 def test_transformers_blocks_give_eager_gradients_with_dropout(name, plan):
     """The same on `transformers` models (GPT-2's three dropouts; Llama's attention dropout,
     its blocks handed position embeddings and masks as keywords)."""

@@ -26,13 +26,11 @@ profiles
   keyword arguments and outputs stay as they are. Choices: ``autograd`` (plain),
   ``recompute`` (``torch.utils.checkpoint``, non-reentrant, RNG state restored on the CPU and
   on every device of a tensor argument: `schedlang.pytorch.recompute`), ``selective`` (the
-  same with the profiler's selective policy); ``offload`` of a block's saved tensors to host
-  memory (saved-tensor hooks, `schedlang.pytorch.frontends.blocks.offload`); a group (`_Group`:
-  torch's
-  non-reentrant checkpoint opened by the first block's call and closed by the last's). A
-  recomputed forward
-  leaves BatchNorm running statistics as the first forward left them (they are updated once,
-  as in eager).
+  same with the profiler's selective policy), ``rerun`` (`recompute.rerun_call`, where
+  `rerun.rerun_blocks` offers it); ``offload`` of a block's saved tensors to host memory
+  (saved-tensor hooks, `offload.py`); a group (`_Group`: torch's non-reentrant checkpoint
+  opened by the first block's call and closed by the last's). A recomputed forward leaves
+  BatchNorm running statistics as the first forward left them (updated once, as in eager).
   `unwrap()` restores the original classes.
 """
 from __future__ import annotations
@@ -58,12 +56,13 @@ from ....plans.planners.baselines import plan_checkpoint_groups
 from ...loss_node import LOSS_TIME, LOSS_VALUE_BYTES
 from ...model_state import once_stats, own_checkpointing, preserved, running_stats_kept
 from ...profile import OPTIONS, profile, selective_context
-from ...recompute import checkpoint_call, open_checkpoint
+from ...recompute import checkpoint_call, open_checkpoint, rerun_call
 from ..fx.partition import LayerPart, Partitioned
 from .block_ops import add_block_op_options, is_op_option, run_op_option
 from .find import BlockCall, BlockError, FoundBlocks, GlueSegment, find_blocks, training_call
 from .in_context import glue_times, timed_in_context
 from .offload import OFFLOAD, module_storages, offloading
+from .rerun import RERUN, drop_inexact_reruns
 
 __all__ = ["trace_blocks", "BlockWrappers", "plan_choices", "BlockTrace", "PER_BLOCK",
            "BLOCK_GROUPS"]
@@ -157,7 +156,7 @@ def _profile_blocks(found: FoundBlocks, repeats: int, options):
     names = [b.name for b in found.blocks]
     try:
         with preserved(found.model):
-            return profile(part, repeats=repeats, options=options or OPTIONS,
+            return profile(part, repeats=repeats, options=options or (*OPTIONS, RERUN),
                            recompute_by="checkpoint", grads_freed=True)
     except SchedError as exc:
         raise BlockError(f"{exc.message if hasattr(exc, 'message') else exc}", WHERE) from None
@@ -182,6 +181,7 @@ def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats:
     with progress.phase("finding blocks"):
         found = find_blocks(model, args, kwargs, names, whole)
     profiled = _profile_blocks(found, repeats, options)
+    drop_inexact_reruns(found, profiled)  # where its gradients would not be eager's bits
     if op_options:
         with preserved(found.model):
             add_block_op_options(profiled, **(op_options if isinstance(op_options, dict)
@@ -523,6 +523,8 @@ class BlockMixin:
         with hooks:
             if is_op_option(choice):  # generated: a policy, or segments (block_ops.py)
                 return run_op_option(self, choice, fwd, args, kwargs, once_stats(self, fwd))
+            if choice == RERUN:  # the forward without autograd, again in the backward
+                return rerun_call(once_stats(self, fwd), args, kwargs)
             if choice in ("recompute", "selective"):
 
                 # the RNG of every device of a positional *or keyword* tensor is replayed
@@ -731,7 +733,8 @@ class BlockWrappers:
                 self._choices[name] = ("group", groups[c])
                 continue
             base, _, extra = c.partition("+")
-            kind = next((k for k in ("recompute", "selective", "autograd") if base.startswith(k)),
+            kind = next((k for k in ("recompute", "selective", RERUN, "autograd")
+                         if base.startswith(k)),
                         base if is_op_option(base) else None)
             if kind is None:
                 raise BlockError(f"block '{name}': option '{c}' has no wrapper", WHERE)

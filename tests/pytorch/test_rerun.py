@@ -1,0 +1,135 @@
+"""The hook front end's block option ``rerun`` (`recompute.rerun_call`: the forward without
+autograd, run again with it in the block's backward, then that backward, nested): gradients
+bit for bit eager PyTorch's with dropout on, the measured peak its prediction, offered only
+where the gradients stay eager's (`frontends.blocks.rerun`), and taken by the solver where the
+profile makes it the fastest choice. Plans are pinned or their times are data
+(`profiles.pin_block_times`); nothing is timed."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+torch.set_num_threads(1)
+
+from schedlang.plans.planners.baselines import plan_checkpoint_groups  # noqa: E402
+from schedlang.pytorch.fit import fit, prepare  # noqa: E402
+from schedlang.pytorch.frontends.blocks.find import find_blocks  # noqa: E402
+from schedlang.pytorch.frontends.blocks.hooked import plan_choices  # noqa: E402
+from schedlang.pytorch.frontends.blocks.rerun import RERUN, rerun_blocks  # noqa: E402
+from schedlang.pytorch.recompute import rerun_call  # noqa: E402
+from schedlang.testing.hf_models import HF  # noqa: E402
+from schedlang.testing.profiles import PINNED_BLOCK_BWD, pin_block_times  # noqa: E402
+
+from .test_checkpoint_peaks import SIZES  # noqa: E402
+from .test_real_models import _assert_same, _step  # noqa: E402
+
+
+def _rerun_layers(prep) -> list[str]:
+    return [lay.name for lay in prep.graph.layers if any(o.name == RERUN for o in lay.options)]
+
+
+@pytest.mark.parametrize("name", list(SIZES))
+def test_every_block_rerun_gives_eager_gradients_and_its_predicted_peak(name):
+    model, args, kwargs, loss_fn = HF[name](**SIZES[name])
+    ref = _step(model, model, args, kwargs, loss_fn)
+    prep = prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, frontend="blocks",
+                   repeats=1)
+    reruns = _rerun_layers(prep)
+    assert reruns
+    # (BART's decoder blocks, which cannot rerun, recompute)
+    choices = {lay.name: RERUN if lay.name in reruns else "recompute"
+               for lay in prep.graph.layers if any(o.name == "recompute" for o in lay.options)}
+    plan = plan_checkpoint_groups(prep.graph, [], choices)
+    pinned = fit(model, args, prep.plain_peak, loss_fn=loss_fn, sample_kwargs=kwargs,
+                 prepared=prep, plan=plan)
+    assert {plan_choices(pinned.plan, prep.graph, list(choices))[b] for b in reruns} == {RERUN}
+    _assert_same(ref, _step(pinned, model, args, kwargs, loss_fn))
+    rep = pinned.memory_report()
+    assert rep.measured_peak_bytes == rep.predicted_peak_bytes, rep
+
+
+def test_blocks_that_share_an_input_needing_a_gradient_get_no_rerun():
+    """BART's decoder blocks all read the encoder's output (cross-attention): nested, each
+    block's gradient of it would be summed apart, then added (not eager's order), so they
+    keep ``recompute`` alone; its encoder blocks, each the only reader of its input, rerun."""
+    model, args, kwargs, _ = HF["bart"](**SIZES["bart"])
+    found = find_blocks(model, args, kwargs)
+    names = [b.name for b in found.blocks]
+    decoder = [n for n in names if ".decoder.layers." in n]
+    encoder = [n for n in names if ".encoder.layers." in n]
+    assert decoder and encoder
+    assert rerun_blocks(found) == set(encoder)
+
+
+def test_the_solver_takes_rerun_where_it_is_the_fastest_choice():
+    """GPT-2 with its blocks' times as data: ``rerun`` costs less than ``recompute`` in the
+    backward (what the CPU measures: no graph built and no saved-tensor hooks in the first
+    forward). At the peak of the plan that reruns every block, the solver's plan recomputes no
+    block with ``recompute`` (each rerun instead, or kept where memory allows: GPT-2's last
+    block, whose activations fit beside the loss), is at least as fast as that plan, and runs
+    with eager PyTorch's gradients within its budget."""
+    model, args, kwargs, loss_fn = HF["gpt2"](**SIZES["gpt2"])
+    ref = _step(model, model, args, kwargs, loss_fn)
+    prep = prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, frontend="blocks",
+                   repeats=1)
+    blocks = _rerun_layers(prep)
+    cheaper = dict(PINNED_BLOCK_BWD, rerun=PINNED_BLOCK_BWD["recompute"] * 0.9)
+    graph = pin_block_times(prep.graph, blocks, bwd=cheaper)
+    prep = dataclasses.replace(prep, graph=graph, solved=[], grouped=None)
+    every = plan_checkpoint_groups(graph, [], dict.fromkeys(blocks, RERUN))
+    pinned = fit(model, args, prep.plain_peak, loss_fn=loss_fn, sample_kwargs=kwargs,
+                 prepared=prep, plan=every, measure=False)
+    budget = pinned.memory_report().predicted_peak_bytes
+    every_time = pinned.plan.predicted_time
+    del pinned
+    solved = fit(model, args, budget, loss_fn=loss_fn, sample_kwargs=kwargs, prepared=prep)
+    choices = plan_choices(solved.plan, graph, blocks)
+    assert RERUN in choices.values() and "recompute" not in choices.values(), choices
+    assert solved.plan.predicted_time <= every_time * (1 + 1e-6)
+    _assert_same(ref, _step(solved, model, args, kwargs, loss_fn))
+    rep = solved.memory_report()
+    assert rep.measured_peak_bytes is not None and rep.measured_peak_bytes <= budget, rep
+
+
+def test_rerun_call_replays_the_rng_and_returns_every_argument_gradient():
+    """A function of a positional and a keyword tensor, with dropout, returning a dict with a
+    non-tensor: the same outputs, gradients and RNG stream as eager (its second run draws
+    the numbers its first run drew, and the global stream advances once)."""
+    def fn(x, *, w, scale):
+        h = torch.nn.functional.dropout(x @ w, 0.5, training=True)
+        return {"out": (h * scale).tanh(), "note": "kept"}
+
+    def run(call):
+        torch.manual_seed(7)
+        x = torch.randn(4, 5, requires_grad=True)
+        w = torch.randn(5, 3, requires_grad=True)
+        out = call(x, w)
+        out["out"].sum().backward()
+        return out["out"].detach(), out["note"], x.grad, w.grad, torch.get_rng_state()
+
+    eager = run(lambda x, w: fn(x, w=w, scale=2.0))
+    got = run(lambda x, w: rerun_call(fn, (x,), {"w": w, "scale": 2.0}))
+    assert got[1] == "kept"
+    for a, b in zip(eager[:1] + eager[2:], got[:1] + got[2:]):
+        assert torch.equal(a, b)
+
+
+def test_a_block_on_inputs_that_need_no_gradient_gets_no_rerun_and_its_parameters_train():
+    """The node `rerun_call` makes has the block's tensor arguments as its inputs: none needs a
+    gradient (a first block on the raw input), so autograd would never run its backward, where
+    the block's parameters get theirs. Such a block is not offered the option, and
+    `rerun_call` asked anyway runs torch's checkpoint: the parameters get eager's gradients."""
+    torch.manual_seed(0)
+    chain = torch.nn.Sequential(*(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+                                  for _ in range(3)))
+    x = torch.randn(2, 4)
+    assert rerun_blocks(find_blocks(chain, (x,))) == {"1", "2"}
+    layer = chain[0][0]
+    layer(x).square().sum().backward()
+    want = layer.weight.grad.clone()
+    layer.weight.grad = None
+    rerun_call(layer, (x,), {}).square().sum().backward()
+    assert torch.equal(layer.weight.grad, want)
