@@ -48,7 +48,8 @@ import torch
 from torch.autograd.graph import get_gradient_edge
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-__all__ = ["rng_devices", "checkpoint_call", "open_checkpoint", "rerun_call", "FirstRun"]
+__all__ = ["rng_devices", "checkpoint_call", "open_checkpoint", "rerun_call", "FirstRun",
+           "nested_backward_allowed"]
 
 
 def rng_devices(*trees) -> list[torch.device]:
@@ -176,11 +177,25 @@ class _Rerun(torch.autograd.Function):
         return (None, *(x.grad if x.requires_grad else None for x in leaves))
 
 
+def nested_backward_allowed() -> bool:
+    """May a block's backward run nested in the step's (``rerun``)? Not while a
+    torch.distributed process group is up: DDP with ``find_unused_parameters=True`` marks the
+    parameters it did not see in the forward's graph unused, then fails when the nested
+    backward marks them ready ("marked as ready twice"), and FSDP's hooks expect the one
+    backward too; torch's non-reentrant checkpoint composes with both."""
+    dist = torch.distributed
+    return not (dist.is_available() and dist.is_initialized())
+
+
 def rerun_call(fn, args: tuple, kwargs: dict):
     """``fn(*args, **kwargs)`` run without autograd now and again, with it, in its backward
     (see the module docstring); every tensor of (args, kwargs) is an input of the node, its
-    gradient returned (none accumulated outside it but the parameters')."""
+    gradient returned (none accumulated outside it but the parameters'). Under
+    torch.distributed (`nested_backward_allowed`), torch's checkpoint instead: the same
+    memory, a little slower."""
     flat, spec = tree_flatten((args, kwargs))
+    if not nested_backward_allowed():
+        return checkpoint_call(fn, args, kwargs)
     if not any(isinstance(x, torch.Tensor) and x.requires_grad for x in flat):
         # no input of the node needs a gradient: its backward, where the parameters get
         # theirs, would never run (`hooked` offers no ``rerun`` there; torch's checkpoint,

@@ -133,3 +133,42 @@ def test_a_block_on_inputs_that_need_no_gradient_gets_no_rerun_and_its_parameter
     layer.weight.grad = None
     rerun_call(layer, (x,), {}).square().sum().backward()
     assert torch.equal(layer.weight.grad, want)
+
+
+def test_under_ddp_no_block_reruns_nested(tmp_path):
+    """DDP with ``find_unused_parameters=True`` (what transformers' Trainer often sets) fails
+    on a nested backward ("marked as ready twice"): under a process group, `prepare` offers no
+    ``rerun``, and a plan fitted before the group came up runs torch's checkpoint instead, with
+    eager's gradients."""
+    import copy
+    import socket
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model, args, kwargs, loss_fn = HF["gpt2"](**SIZES["gpt2"])
+    eager = copy.deepcopy(model)
+    prep = prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, frontend="blocks",
+                   repeats=1)
+    reruns = _rerun_layers(prep)
+    assert reruns
+    plan = plan_checkpoint_groups(prep.graph, [], dict.fromkeys(reruns, RERUN))
+    fitted = fit(model, args, prep.plain_peak, loss_fn=loss_fn, sample_kwargs=kwargs,
+                 prepared=prep, plan=plan)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                            world_size=1)
+    try:
+        assert not _rerun_layers(prepare(eager, args, loss_fn=loss_fn, sample_kwargs=kwargs,
+                                         frontend="blocks", repeats=1))
+        for m in (eager, fitted):
+            wrapped = DDP(m, find_unused_parameters=True)  # (alive through the backward)
+            torch.manual_seed(7)
+            loss_fn(wrapped(*args, **kwargs)).backward()
+        for a, b in zip(eager.parameters(), model.parameters()):
+            torch.testing.assert_close(b.grad, a.grad, rtol=0, atol=0)
+    finally:
+        dist.destroy_process_group()
+        fitted.unwrap()

@@ -11,11 +11,14 @@ summed as (a + b) + (c + d) instead of ((a + b) + c) + d: gradients a few ulps o
 so those blocks do not get the option (`recompute`, torch's non-reentrant checkpoint, runs
 in the original graph and keeps eager's order). Nor does a block none of whose tensor
 arguments needs a gradient (a first block on the raw input): the node's only inputs are those
-arguments, so its backward, where its parameters get their gradients, would never run."""
+arguments, so its backward, where its parameters get their gradients, would never run. Nor
+any block while a torch.distributed process group is up (DDP, FSDP: see
+`recompute.nested_backward_allowed`)."""
 from __future__ import annotations
 
 from collections import Counter
 
+from ...recompute import nested_backward_allowed
 from .find import FoundBlocks
 
 __all__ = ["RERUN", "rerun_blocks", "drop_inexact_reruns"]
@@ -43,8 +46,9 @@ def rerun_blocks(found: FoundBlocks) -> set[str]:
 
 def drop_inexact_reruns(found: FoundBlocks, profiled) -> None:
     """Remove the option ``rerun`` from the profiled blocks (`profile.ProfiledGraph`) that
-    `rerun_blocks` leaves out."""
-    exact = rerun_blocks(found)
+    `rerun_blocks` leaves out, and from every block under torch.distributed
+    (`recompute.nested_backward_allowed`)."""
+    exact = rerun_blocks(found) if nested_backward_allowed() else set()
     for lp in profiled.layers:
         if lp.name not in exact:
             lp.options = [o for o in lp.options if o.name != RERUN]
