@@ -315,7 +315,13 @@ def run_graph(gm: fx.GraphModule, args: list, nodes=None, env=None, hook=None) -
     nodes = nodes if nodes is not None else [n for n in gm.graph.nodes if n.op == "call_function"]
 
     def load(a):
-        return env[a.name] if isinstance(a, fx.Node) else a
+        if not isinstance(a, fx.Node):
+            return a
+        if a.name not in env and a.op == "get_attr":
+            # a tensor the traced code made from Python values (GPT-Neo's mask value,
+            # ``torch.tensor(finfo.min)``): make_fx keeps it on the graph module
+            env[a.name] = operator.attrgetter(a.target)(gm)
+        return env[a.name]
 
     for n in nodes:
         a = fx.node.map_arg(n.args, load)
