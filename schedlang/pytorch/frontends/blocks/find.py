@@ -6,11 +6,15 @@
 
 **Which submodules are blocks** (`candidate_blocks`): walking the module tree from the root,
 the first `nn.ModuleList` / `nn.Sequential` on each path that holds at least two structurally
-identical children (same module types, parameter and buffer shapes; settings such as a
-stochastic-depth rate may differ) gives all
+identical children (same types of the submodules that hold parameters or buffers, same
+parameter and buffer shapes; settings such as a stochastic-depth rate, or a parameter-free
+submodule such as Swin's first `nn.Identity` in place of a drop path, may differ) gives all
 its children as blocks: `model.layers.*` (Llama), `transformer.h.*` (GPT-2),
 `bert.encoder.layer.*`, `model.encoder.layers.*` and `model.decoder.layers.*` (BART),
-`vit.encoder.layer.*`, the `layers` of every ResNet/ConvNeXt stage; and, as optional blocks,
+`vit.encoder.layer.*`, the `layers` of every ResNet/ConvNeXt stage, the `blocks` of every
+Swin stage; where no container has two such children, the first with two children of one
+class (a two-layer T5, whose first block alone has the relative position bias); and, as
+optional blocks,
 the submodules with parameters beside the blocks' ancestors (embeddings, a convolutional stem,
 final norms, heads) that the run calls once. An `nn.Sequential` root
 gives its children. A model with no such container gives its direct children that the run
@@ -63,6 +67,7 @@ never is an error that names it (`BlockError`).
 """
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 import weakref
@@ -181,34 +186,47 @@ def training_call(args: tuple, kwargs: dict) -> tuple[tuple, dict, bool]:
 
 # --- which submodules ----------------------------------------------------------------------------
 def _shape_key(m: nn.Module) -> tuple:
-    """Equal for modules of the same types and parameter and buffer shapes: blocks of one
-    stack that differ only in settings (a stochastic-depth rate growing with depth, as in
-    ConvNeXt or Swin) are still a stack. (Profiling tells them apart: `module_key`.)"""
-    return (tuple(type(s) for s in m.modules()),
+    """Equal for modules of the same parametrized types and parameter and buffer shapes:
+    blocks of one stack that differ only in settings are still a stack — a stochastic-depth
+    rate growing with depth (ConvNeXt), or a parameter-free submodule of another type (Swin's
+    first block has `nn.Identity` where the others have a drop path; a dropout, an
+    activation). (Profiling tells them apart: `module_key`.)"""
+    def own(s: nn.Module) -> bool:
+        return any(True for _ in itertools.chain(s.parameters(recurse=False),
+                                                 s.buffers(recurse=False)))
+
+    return (tuple(type(s) for s in m.modules() if own(s)),
             tuple((n, tuple(p.shape), p.dtype) for n, p in m.named_parameters()),
             tuple((n, tuple(b.shape), b.dtype) for n, b in m.named_buffers()))
 
 
-def _has_repeat(container: nn.Module) -> bool:
+def _class_key(m: nn.Module) -> tuple:
+    """Equal for modules of one class: the looser stack, taken where no container holds two
+    blocks of equal structure (T5's first block alone has the relative position bias: a
+    two-layer T5 has no two equal blocks)."""
+    return (type(m),)
+
+
+def _has_repeat(container: nn.Module, key=_shape_key) -> bool:
     keys: dict = {}
     for _, c in container.named_children():
         if not any(True for _ in c.parameters()):
             continue
-        k = _shape_key(c)
+        k = key(c)
         keys[k] = keys.get(k, 0) + 1
         if keys[k] >= 2:
             return True
     return False
 
 
-def _containers(module: nn.Module, prefix: str):
+def _containers(module: nn.Module, prefix: str, key=_shape_key):
     for name, child in module.named_children():
         q = f"{prefix}{name}"
         if isinstance(child, (nn.ModuleList, nn.Sequential)) and len(child) >= 2 \
-                and _has_repeat(child):
+                and _has_repeat(child, key):
             yield q, child
         else:
-            yield from _containers(child, q + ".")
+            yield from _containers(child, q + ".", key)
 
 
 def _splits(module: nn.Module) -> bool:
@@ -264,8 +282,11 @@ def candidate_blocks(model: nn.Module, names=None,
     if isinstance(model, (nn.Sequential, nn.ModuleList)) and len(model) >= 2:
         return "sequential", _children(model, whole), []
     found = []
-    for q, container in _containers(model, ""):
-        found += [f"{q}.{c}" for c, _ in container.named_children()]
+    for key in (_shape_key, _class_key):  # equal structure; else one class (`_class_key`)
+        for q, container in _containers(model, "", key):
+            found += [f"{q}.{c}" for c, _ in container.named_children()]
+        if found:
+            break
     if found:
         return "blocks", finer_blocks(model, found, whole), _beside(model, found)
     return "children", _children(model, whole), []
