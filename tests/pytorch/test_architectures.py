@@ -58,6 +58,18 @@ def test_a_stack_of_one_class_is_found_where_no_two_blocks_are_equal():
     assert blocks == [f"{s}.block.{b}" for s in ("encoder", "decoder") for b in (0, 1)]
 
 
+def test_a_layer_shared_by_every_layer_is_named():
+    """ALBERT runs one layer module for each of its layers: no module is called once per
+    layer, so the blocks are the model's children, and the shared module is named with its
+    calls (fit logs it: why the plan's savings are coarse)."""
+    from schedlang.pytorch.frontends.blocks.find import find_blocks
+
+    model, args, kwargs, _ = ARCHITECTURES["albert"](**{**TINY, "layers": 3})
+    found = find_blocks(model, args, kwargs)
+    assert found.mode == "children"
+    assert found.shared == [("albert.encoder.albert_layer_groups.0", 3)]
+
+
 class _MaskedByConstant(torch.nn.Module):
     """A tensor made in the forward from a Python value (GPT-Neo's and Falcon's attention
     mask value, ``torch.tensor(torch.finfo(dtype).min)``): make_fx keeps it as a constant of

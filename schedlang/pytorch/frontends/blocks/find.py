@@ -63,7 +63,9 @@ restored by `unwrap`): the plan decides what is recomputed, and a block checkpoi
 own code would look, to the profile, as if autograd saved nothing in it.
 
 Blocks must each be called exactly once per forward; a block called twice (weight sharing) or
-never is an error that names it (`BlockError`).
+never is an error that names it (`BlockError`). A model whose layers are one module called
+once per layer (ALBERT's shared layer) has no such blocks: it is planned over its children,
+and `FoundBlocks.shared` names the module and its calls (`fit` logs it).
 """
 from __future__ import annotations
 
@@ -145,6 +147,9 @@ class FoundBlocks:
     outputs: list[str]  # data the model returns (tensor leaves, each once)
     mode: str  # "blocks" (repeated blocks), "sequential", "children", "user"
     cache_dropped: list[str] = field(default_factory=list)  # blocks called with a cache
+    # "children": the outermost submodules with parameters the forward called more than once
+    # (shared weights, ALBERT's layer), (name, calls): why no finer blocks were taken
+    shared: list[tuple[str, int]] = field(default_factory=list)
 
     def release_samples(self) -> None:
         """Drop the sample values (the profile has run on them): what the plan needs of the
@@ -359,6 +364,7 @@ class _Run:
         self.saved_keys: dict[int, tuple[GlueSegment, int]] = {}
         self.repeated: list[BlockCall] = []
         self.cache_dropped: list[str] = []  # blocks called with a key/value cache
+        self.call_counts: dict[int, int] = {}  # id(module) -> calls in the run (every module)
         self.made_in_run: set = set()  # storages made by an op of the run
         self.made_in_blocks: set = set()  # ... by an op inside a block
 
@@ -606,7 +612,12 @@ def _record(model, cands, sample_inputs, sample_kwargs):
         return t.detach()
 
     handles = []
+
+    def count(module, args):
+        run.call_counts[id(module)] = run.call_counts.get(id(module), 0) + 1
+
     try:
+        handles.append(torch.nn.modules.module.register_module_forward_pre_hook(count))
         for call in calls.values():
             handles.append(call.module.register_forward_pre_hook(run.pre, with_kwargs=True))
             handles.append(call.module.register_forward_hook(run.post, with_kwargs=True))
@@ -706,7 +717,19 @@ def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None =
         _without_samples(call)
     values = {d: t.detach() for d, t in run.values.items()}  # no recorded graph
     return FoundBlocks(model, blocks, run.segments, dict(run.meta), values, inputs,
-                       outputs, mode, list(run.cache_dropped))
+                       outputs, mode, list(run.cache_dropped),
+                       _shared(model, run.call_counts) if mode == "children" else [])
+
+
+def _shared(model: nn.Module, counts: dict[int, int]) -> list[tuple[str, int]]:
+    """(name, calls) of the outermost submodules with parameters that one forward called
+    more than once (a layer whose weights every layer shares, as ALBERT's)."""
+    out: list[tuple[str, int]] = []
+    for name, m in model.named_modules():
+        if name and counts.get(id(m), 0) >= 2 and any(True for _ in m.parameters()) \
+                and not any(name.startswith(n + ".") for n, _ in out):
+            out.append((name, counts[id(m)]))
+    return out
 
 
 def describe(found: FoundBlocks) -> str:
