@@ -85,16 +85,23 @@ class _MaskedByConstant(torch.nn.Module):
 
 
 @pytest.mark.parametrize("cut", [1, 2, 3])
-def test_a_graph_constant_is_read_by_the_segments_that_use_it(cut):
+@pytest.mark.parametrize("small", [True, False])
+def test_a_graph_constant_is_read_by_the_segments_that_use_it(cut, small, monkeypatch):
     """The op graph of a forward that makes a tensor constant is recorded and runs in
-    segments (checkpointed, then kept) with eager gradients, dropout on."""
-    from schedlang.pytorch.opgraph import record_ops
+    segments (checkpointed, then kept) with eager gradients, dropout on; a small constant is
+    rebuilt where it is read (the graph, cached per layer structure, holds no tensor), a
+    larger one stays the graph module's."""
+    from schedlang.pytorch import opgraph
     from schedlang.pytorch.segmented import SegmentedLayer, segments_of
 
+    if not small:
+        monkeypatch.setattr(opgraph, "CONSTANT_NUMEL", 0)
     block = _MaskedByConstant()
     x = torch.randn(4, 8)
-    og = record_ops(block, (x,), [True], repeats=1)
-    assert any(n.op == "get_attr" for n in og.gm.graph.nodes)
+    og = opgraph.record_ops(block, (x,), [True], repeats=1)
+    kept = [n for n in og.gm.graph.nodes if n.op == "get_attr"]
+    made = [n for n in og.gm.graph.nodes if n.target is opgraph.constant_tensor]
+    assert (len(made), len(kept)) == ((1, 0) if small else (0, 1))
     names = [u.name for u in og.units]
     cut = min(cut, len(names) - 1)
     run = SegmentedLayer(og, block, segments_of(og, [(names[0], names[cut - 1], True),
