@@ -42,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import numpy  # noqa: E402
 import torch  # noqa: E402
 
 from schedlang.pytorch.fit import FitError, fit, prepare  # noqa: E402
@@ -59,6 +60,7 @@ GENERATE = {"fractions": (0.7, 0.4, 0.2), "time_limit": 20}
 def _step(module, model, args, kwargs, loss_fn, seed=123):
     model.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
+    numpy.random.seed(seed)  # Wav2Vec2's SpecAugment draws from NumPy in the model's code
     out = module(*args, **kwargs)
     loss_fn(out).backward()
     del out

@@ -4,6 +4,7 @@ has it, the gradients, the loss and the RNG stream of a training step are eager 
 bit for bit, with dropout on."""
 from __future__ import annotations
 
+import numpy
 import torch
 
 from schedlang.pytorch.frontends.blocks.block_ops import is_op_option
@@ -17,9 +18,11 @@ __all__ = ["keyword_step", "draws_random_numbers", "generated_options",
 
 def keyword_step(module, model, args, kwargs, loss_fn, seed=7):
     """Parameter gradients, loss and RNG state after one step of `module(*args, **kwargs)`,
-    as host copies (`leaks.host_copy`)."""
+    as host copies (`leaks.host_copy`); NumPy's generator seeded too (Wav2Vec2's SpecAugment
+    draws from it in the model's own code)."""
     model.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
+    numpy.random.seed(seed)
     loss = loss_fn(module(*args, **kwargs))
     loss.backward()
     return host_copy(([p.grad for p in model.parameters()], loss.detach(),

@@ -8,7 +8,8 @@ in training mode, dropout on wherever the config has a rate, the loss a cross-en
 output's logits. They cover decoder-only LMs (OPT, GPT-Neo, GPTBigCode, Falcon, Bloom,
 Mistral, Qwen2, Phi, Gemma), encoder-decoders (T5, Whisper), encoders (RoBERTa, DistilBERT,
 ALBERT — one layer module called for every layer —, ELECTRA, DeBERTa-v2) and vision models
-(Swin, DeiT, CLIP's and SigLIP's vision towers).
+(Swin, DeiT, CLIP's and SigLIP's vision towers) and Wav2Vec2 (LayerDrop, and SpecAugment's masks
+drawn from NumPy: steps compared with eager seed NumPy too).
 """
 from __future__ import annotations
 
@@ -228,12 +229,35 @@ def siglip_vision(batch=2, seq=16, layers=2, dim=32, seed=0):
                          batch, seq, layers, dim, seed)
 
 
+def wav2vec2(batch=2, seq=16, layers=2, dim=32, seed=0):
+    """Wav2Vec2 for audio classification, as configured by default in training: LayerDrop
+    (each layer skipped with probability 0.1: drawn from torch's generator) and SpecAugment
+    (time masks drawn from NumPy's global generator, in the model's own code)."""
+    tf = _tf()
+    _seed(seed)
+    cfg = tf.Wav2Vec2Config(hidden_size=dim, num_hidden_layers=layers, num_attention_heads=4,
+                            intermediate_size=2 * dim, conv_dim=(16, 16), conv_stride=(5, 2),
+                            conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+                            num_conv_pos_embedding_groups=4, num_labels=5, hidden_dropout=P,
+                            attention_dropout=P)
+    model = tf.Wav2Vec2ForSequenceClassification(cfg).train()
+    g = torch.Generator().manual_seed(5)
+    samples = torch.randn(batch, 20 * seq + 20, generator=g)  # seq frames after the convs
+    labels = torch.arange(batch) % 5
+
+    def loss_fn(out):
+        return F.cross_entropy(out.logits, labels)
+
+    return model, (samples,), {}, loss_fn
+
+
 ARCHITECTURES = {"opt": opt, "gpt_neo": gpt_neo, "gpt_bigcode": gpt_bigcode, "falcon": falcon,
                  "bloom": bloom, "mistral": mistral, "qwen2": qwen2, "phi": phi,
                  "gemma": gemma, "t5": t5, "whisper": whisper, "roberta": roberta,
                  "distilbert": distilbert, "albert": albert, "electra": electra,
                  "deberta_v2": deberta_v2, "swin": swin, "deit": deit,
-                 "clip_vision": clip_vision, "siglip_vision": siglip_vision}
+                 "clip_vision": clip_vision, "siglip_vision": siglip_vision,
+                 "wav2vec2": wav2vec2}
 
 #: sizes where activations outweigh parameters (a budget well below plain execution exists)
 SIZES = {"batch": 4, "seq": 64, "layers": 4, "dim": 32}

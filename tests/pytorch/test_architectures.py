@@ -70,6 +70,51 @@ def test_a_layer_shared_by_every_layer_is_named():
     assert found.shared == [("albert.encoder.albert_layer_groups.0", 3)]
 
 
+def test_runs_that_leave_no_trace_leave_the_host_generators_too():
+    """`preserved` (profiling, probe steps): Python's and NumPy's global generators, which a
+    model's own code may draw from, are as they were after it, as torch's is."""
+    import random
+
+    import numpy
+
+    from schedlang.pytorch.model_state import preserved
+
+    numpy.random.seed(3)
+    random.seed(3)
+    with preserved(torch.nn.Linear(2, 2)):
+        numpy.random.rand(5)
+        random.random()
+    assert numpy.random.randint(1 << 30) == numpy.random.RandomState(3).randint(1 << 30)
+    assert random.random() == random.Random(3).random()
+
+
+@pytest.mark.slow
+def test_fit_leaves_the_host_generators_as_they_were():
+    """Wav2Vec2 as configured by default draws its SpecAugment masks from NumPy's generator in
+    its own forward: fit's runs (recording, profile, probe steps) leave NumPy's and Python's
+    generators as they found them, as they leave torch's, and a fitted step's gradients are
+    eager PyTorch's for the same seeds."""
+    import random
+
+    import numpy
+
+    from schedlang.pytorch.fit import fit
+
+    model, args, kwargs, loss_fn = ARCHITECTURES["wav2vec2"](**TINY)
+    ref = keyword_step(model, model, args, kwargs, loss_fn)
+    numpy.random.seed(11)
+    random.seed(11)
+    fm = fit(model, args, "80%", loss_fn=loss_fn, sample_kwargs=kwargs, op_options=False)
+    assert numpy.random.randint(1 << 30) == numpy.random.RandomState(11).randint(1 << 30)
+    assert random.random() == random.Random(11).random()
+    got = keyword_step(fm, model, args, kwargs, loss_fn)
+    for a, b in zip(ref[0], got[0]):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(b, a, rtol=0, atol=0)
+    fm.unwrap()
+
+
 class _MaskedByConstant(torch.nn.Module):
     """A tensor made in the forward from a Python value (GPT-Neo's and Falcon's attention
     mask value, ``torch.tensor(torch.finfo(dtype).min)``): make_fx keeps it as a constant of
