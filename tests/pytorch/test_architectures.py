@@ -115,6 +115,31 @@ def test_fit_leaves_the_host_generators_as_they_were():
     fm.unwrap()
 
 
+class _LayerDrop(torch.nn.Module):
+    """A stack whose forward skips a layer in training, as LayerDrop does at random
+    (Wav2Vec2's default: 0.1): here always the second."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            if not (self.training and i == 1):
+                x = torch.relu(layer(x))
+        return x
+
+
+def test_a_stack_block_the_recorded_forward_skips_is_named():
+    """The plan covers the blocks the recorded forward ran; one it skipped is named (fit warns
+    that a step running it measures beyond the prediction)."""
+    from schedlang.pytorch.frontends.blocks.find import find_blocks
+
+    found = find_blocks(_LayerDrop().train(), (torch.randn(4, 8),))
+    assert [b.name for b in found.blocks] == ["layers.0", "layers.2"]
+    assert found.not_called == ["layers.1"]
+
+
 class _MaskedByConstant(torch.nn.Module):
     """A tensor made in the forward from a Python value (GPT-Neo's and Falcon's attention
     mask value, ``torch.tensor(torch.finfo(dtype).min)``): make_fx keeps it as a constant of

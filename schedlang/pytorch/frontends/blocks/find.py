@@ -150,6 +150,9 @@ class FoundBlocks:
     # "children": the outermost submodules with parameters the forward called more than once
     # (shared weights, ALBERT's layer), (name, calls): why no finer blocks were taken
     shared: list[tuple[str, int]] = field(default_factory=list)
+    # blocks of the stack the recording run did not call (LayerDrop skips layers at random):
+    # a step that runs one runs it unplanned, beyond the prediction
+    not_called: list[str] = field(default_factory=list)
 
     def release_samples(self) -> None:
         """Drop the sample values (the profile has run on them): what the plan needs of the
@@ -681,11 +684,10 @@ def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None =
         twice = {c.name for c in run.repeated}
         optional = [n for n in optional if n not in twice]
         run, out, blocks = _record(model, cands + optional, sample_inputs, sample_kwargs)
-    if mode == "user":
-        missing = [n for n in cands if n not in {b.name for b in blocks}]
-        if missing:
-            raise BlockError(f"layers: submodule '{missing[0]}' is not called by the forward "
-                             "on the sample inputs", WHERE)
+    missing = [n for n in cands if n not in {b.name for b in blocks}]
+    if mode == "user" and missing:
+        raise BlockError(f"layers: submodule '{missing[0]}' is not called by the forward "
+                         "on the sample inputs", WHERE)
     if not blocks:
         raise BlockError(f"{type(model).__name__}: no block found (no ModuleList/Sequential of "
                          "repeated blocks, no child called once by the forward); name the "
@@ -718,7 +720,8 @@ def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None =
     values = {d: t.detach() for d, t in run.values.items()}  # no recorded graph
     return FoundBlocks(model, blocks, run.segments, dict(run.meta), values, inputs,
                        outputs, mode, list(run.cache_dropped),
-                       _shared(model, run.call_counts) if mode == "children" else [])
+                       _shared(model, run.call_counts) if mode == "children" else [],
+                       missing)
 
 
 def _shared(model: nn.Module, counts: dict[int, int]) -> list[tuple[str, int]]:
