@@ -12,8 +12,9 @@ submodule such as Swin's first `nn.Identity` in place of a drop path, may differ
 its children as blocks: `model.layers.*` (Llama), `transformer.h.*` (GPT-2),
 `bert.encoder.layer.*`, `model.encoder.layers.*` and `model.decoder.layers.*` (BART),
 `vit.encoder.layer.*`, the `layers` of every ResNet/ConvNeXt stage, the `blocks` of every
-Swin stage; where no container has two such children, the first with two children of one
-class (a two-layer T5, whose first block alone has the relative position bias); and, as
+Swin stage; where no container has two such children, the first `nn.ModuleList` with two
+children of one class (a two-layer T5, whose first block alone has the relative position
+bias); and, as
 optional blocks,
 the submodules with parameters beside the blocks' ancestors (embeddings, a convolutional stem,
 final norms, heads) that the run calls once. An `nn.Sequential` root
@@ -227,14 +228,14 @@ def _has_repeat(container: nn.Module, key=_shape_key) -> bool:
     return False
 
 
-def _containers(module: nn.Module, prefix: str, key=_shape_key):
+def _containers(module: nn.Module, prefix: str, key=_shape_key,
+                kinds=(nn.ModuleList, nn.Sequential)):
     for name, child in module.named_children():
         q = f"{prefix}{name}"
-        if isinstance(child, (nn.ModuleList, nn.Sequential)) and len(child) >= 2 \
-                and _has_repeat(child, key):
+        if isinstance(child, kinds) and len(child) >= 2 and _has_repeat(child, key):
             yield q, child
         else:
-            yield from _containers(child, q + ".", key)
+            yield from _containers(child, q + ".", key, kinds)
 
 
 def _splits(module: nn.Module) -> bool:
@@ -290,8 +291,11 @@ def candidate_blocks(model: nn.Module, names=None,
     if isinstance(model, (nn.Sequential, nn.ModuleList)) and len(model) >= 2:
         return "sequential", _children(model, whole), []
     found = []
-    for key in (_shape_key, _class_key):  # equal structure; else one class (`_class_key`)
-        for q, container in _containers(model, "", key):
+    # equal structure; else, in a ModuleList (a stack the model's own loop runs; not the
+    # Sequential stages of a CNN, whose first block differs: their children), one class
+    for key, kinds in ((_shape_key, (nn.ModuleList, nn.Sequential)),
+                       (_class_key, (nn.ModuleList,))):
+        for q, container in _containers(model, "", key, kinds):
             found += [f"{q}.{c}" for c, _ in container.named_children()]
         if found:
             break
