@@ -5,6 +5,8 @@ and probe steps), BatchNorm statistics through a recomputed forward (`running_st
 from __future__ import annotations
 
 import contextlib
+import random
+import sys
 
 import torch
 from torch import nn
@@ -22,7 +24,8 @@ def own_checkpointing(model: nn.Module) -> list[nn.Module]:
 
 class Preserved:
     """Parameters' gradients, buffers (BatchNorm running statistics) and the RNG state (the
-    CPU's and that of every device of the parameters and buffers) as they were on entry,
+    CPU's and that of every device of the parameters and buffers; Python's and NumPy's global
+    generators) as they were on entry,
     restored on exit; the model's own checkpointing off inside. `held()`: the tensors it keeps
     to restore, which a measurement inside it does not count (`MemoryTracker(ignore=...)`)."""
 
@@ -41,6 +44,11 @@ class Preserved:
                                        list(self.model.buffers()))
             self.rng = [torch.get_rng_state()] + [
                 getattr(torch, d.type).get_rng_state(d) for d in self.devices]
+        # Python's and NumPy's global generators too: a model's own code may draw from them
+        # (Wav2Vec2's SpecAugment masks: NumPy), and runs that leave no trace leave them as well
+        numpy = sys.modules.get("numpy")
+        self.host_rng = (random.getstate(),
+                         None if numpy is None else numpy.random.get_state())
         return self
 
     def held(self) -> list:
@@ -49,6 +57,10 @@ class Preserved:
             + self.rng
 
     def __exit__(self, *exc):
+        random.setstate(self.host_rng[0])
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and self.host_rng[1] is not None:
+            numpy.random.set_state(self.host_rng[1])
         torch.set_rng_state(self.rng[0])
         for d, state in zip(self.devices, self.rng[1:]):
             getattr(torch, d.type).set_rng_state(state, d)

@@ -172,6 +172,45 @@ def _make_graph(fn, inputs: tuple):
     return gm, list(params.values()), list(buffers.values())
 
 
+#: a tensor constant of a traced graph up to this many elements is rebuilt by a call of
+#: `constant_tensor` where it is read, from its values kept as Python numbers
+CONSTANT_NUMEL = 64
+
+
+def constant_tensor(values, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """A tensor constant of a recorded graph (`_constants_as_calls`), made where it is read."""
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def _constants_as_calls(gm: fx.GraphModule) -> None:
+    """Each small tensor constant make_fx keeps on the graph module (a ``get_attr`` node: a
+    tensor the forward made from Python values, as GPT-Neo's and Falcon's attention mask
+    value ``torch.tensor(finfo.min)``) replaced by a call of `constant_tensor` with its
+    values: the graph, which the process caches per layer structure, then holds no tensor
+    of the model once the model is gone. (Not an aten op: a selective checkpoint's policy
+    does not count it, as it does not count the eager ``lift_fresh`` it stands for.)"""
+    changed = False
+    for n in list(gm.graph.nodes):
+        if n.op != "get_attr":
+            continue
+        value = operator.attrgetter(n.target)(gm)
+        if not isinstance(value, torch.Tensor) or isinstance(value, nn.Parameter) \
+                or value.numel() > CONSTANT_NUMEL:
+            continue
+        with gm.graph.inserting_before(n):
+            call = gm.graph.call_function(constant_tensor, (value.tolist(), value.dtype,
+                                                           str(value.device)))
+        call.meta["val"] = torch.empty_like(value, device="meta")
+        n.replace_all_uses_with(call)
+        gm.graph.erase_node(n)
+        owner, _, attr = n.target.rpartition(".")
+        delattr(gm.get_submodule(owner) if owner else gm, attr)
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+
+
 def _mutates(n: fx.Node) -> bool:
     schema = getattr(n.target, "_schema", None)
     return bool(schema is not None and schema.is_mutable)
@@ -315,7 +354,13 @@ def run_graph(gm: fx.GraphModule, args: list, nodes=None, env=None, hook=None) -
     nodes = nodes if nodes is not None else [n for n in gm.graph.nodes if n.op == "call_function"]
 
     def load(a):
-        return env[a.name] if isinstance(a, fx.Node) else a
+        if not isinstance(a, fx.Node):
+            return a
+        if a.name not in env and a.op == "get_attr":
+            # a tensor the traced code made from Python values (GPT-Neo's mask value,
+            # ``torch.tensor(finfo.min)``): make_fx keeps it on the graph module
+            env[a.name] = operator.attrgetter(a.target)(gm)
+        return env[a.name]
 
     for n in nodes:
         a = fx.node.map_arg(n.args, load)
@@ -347,6 +392,7 @@ def record_ops(fn, inputs, requires_grad=None, repeats: int = 3) -> OpGraph:
     whether its gradient is wanted (default: floating-point inputs)."""
     inputs = tuple(inputs) if not isinstance(inputs, torch.Tensor) else (inputs,)
     gm, params, buffers = _make_graph(fn, inputs)
+    _constants_as_calls(gm)
     if hoist_copies(gm):
         gm.graph.lint()
         gm.recompile()

@@ -29,6 +29,7 @@ again does not re-solve. `add_generated_options(profiled)` does this for every l
 """
 from __future__ import annotations
 
+import logging
 import statistics
 from dataclasses import dataclass
 
@@ -42,6 +43,8 @@ from .opgraph import OpGraph, record_ops
 from .profile import OptionProfile, Timer
 from .segmented import SegmentedLayer, params, segments_of
 from .tensors import placeholder, release_engine_grad
+
+log = logging.getLogger("schedlang.pytorch")
 
 __all__ = ["SegmentedLayer", "GeneratedOption", "generate_options", "add_generated_options",
            "OPS_PREFIX", "CACHE", "DEFAULT_FRACTIONS", "normal_spans",
@@ -507,6 +510,40 @@ def dominated(m: Measured, others: list[Measured]) -> bool:
     return False
 
 
+def replays_exactly(og: OpGraph, module, values, requires, out_grads) -> bool:
+    """Whether `og`, the recorded op graph of `module`, run whole gives `module`'s own outputs
+    and gradients bit for bit (the RNG seeded alike: dropout masks drawn in the same order).
+    Not so where the forward runs a custom `autograd.Function`: the recording keeps its
+    forward's ops, whose derivatives stand in for its own backward (Bloom's GeLU), so every
+    cut of the graph would train with other gradients than the model's."""
+    if not og.units:
+        return True
+    params = [p for p in (module.parameters() if hasattr(module, "parameters") else ())
+              if p.requires_grad]
+    names = [u.name for u in og.units]
+    whole = SegmentedLayer(og, module, segments_of(og, [(names[0], names[-1], False)]))
+    dev = values[0].device if values else torch.device("cpu")
+
+    def run(fn) -> list:
+        xs = [v.detach().requires_grad_(bool(r) and v.is_floating_point())
+              for v, r in zip(values, requires)]
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), \
+                torch.enable_grad():
+            torch.manual_seed(0)
+            outs = fn(*xs)
+            outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
+            pairs = [(o, g) for o, g in zip(outs, out_grads) if g is not None and o.requires_grad]
+            wrt = [x for x in xs if x.requires_grad] + params
+            grads = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs],
+                                        allow_unused=True) if pairs and wrt else ()
+        return [o.detach() for o in outs] + list(grads)
+
+    mine, replayed = run(module), run(whole)
+    return len(mine) == len(replayed) and all(
+        (a is None) == (b is None) and (a is None or torch.equal(a, b))
+        for a, b in zip(mine, replayed))
+
+
 def generate_options(module, values, requires, out_grads, owned=(), resident=(), *,
                      model: str = "layer_options", fractions=DEFAULT_FRACTIONS,
                      repeats: int = 3, solver: str = "highs", time_limit: float | None = 30.0,
@@ -528,6 +565,13 @@ def generate_options(module, values, requires, out_grads, owned=(), resident=(),
 
         with progress.phase("recording ops"):
             og = record_ops(module, values, requires, repeats=repeats)
+        if not replays_exactly(og, module, values, requires, out_grads):
+            log.info("options: %s: its op graph, replayed, does not give its own gradients "
+                     "bit for bit (a custom autograd.Function's backward?): no generated "
+                     "options", name)
+            if cache_key is not None:
+                CACHE[cache_key] = (og, [], [])
+            return []
 
         disk = None if key is None else cache_path(key, model, (tuple(fractions), PIECE_DEPTH),
                                                    solver, cache_dir)

@@ -247,7 +247,9 @@ def _steps(gm: fx.GraphModule, segments: list[tuple], returned: set, fixed: list
         ins = []
         for n in nodes:
             for a in n.all_input_nodes:
-                if a.name not in inside and a.name not in fixed and a.name not in ins:
+                # a tensor constant of the graph (get_attr) is read by the segment's code
+                if a.name not in inside and a.name not in fixed and a.name not in ins \
+                        and a.op != "get_attr":
                     ins.append(a.name)
         outs = [n.name for n in nodes if n.name in later]
         st = _Step(ckpt, ins, outs, later | set(fixed))

@@ -381,15 +381,22 @@ def _segmented_options(lp, layer, values, requires, out_grads, owned, resident, 
 
 
 def _recorded(name: str, kind: str, generate, *args, **kwargs) -> list:
-    """`generate(*args, **kwargs)`, or none where make_fx cannot record the block's op graph (data-dependent
-    control flow on its call's values: `opgraph.record_ops` says so): the block keeps its
-    fixed options, as one whose calls differ from its graph's does."""
+    """`generate(*args, **kwargs)`, or none where make_fx cannot record the block's op graph
+    (data-dependent control flow on its call's values: `opgraph.record_ops` says so) or
+    the recorded graph cannot be replayed, measured or solved (an op or a construct the
+    op-level machinery does not know, met first on a model nobody tried): the block keeps its
+    fixed options, as one whose calls differ from its graph's does, and the log says why.
+    Generated options are an addition to a plan's space; a block without them is still
+    planned."""
     try:
         return generate(*args, **kwargs)
     except DataError as exc:
         log.info("block_ops: %s: no generated options (%s): %s", name, kind,
                  str(exc).splitlines()[0])
-        return []
+    except Exception as exc:  # noqa: BLE001 - see the docstring: never a failed fit
+        log.warning("block_ops: %s: no generated options (%s): %s: %s", name, kind,
+                    type(exc).__name__, (str(exc).splitlines() or [""])[0])
+    return []
 
 
 def run_op_option(module: nn.Module, option: str, fwd, args: tuple, kwargs: dict, first_run):

@@ -6,11 +6,16 @@
 
 **Which submodules are blocks** (`candidate_blocks`): walking the module tree from the root,
 the first `nn.ModuleList` / `nn.Sequential` on each path that holds at least two structurally
-identical children (same module types, parameter and buffer shapes; settings such as a
-stochastic-depth rate may differ) gives all
+identical children (same types of the submodules that hold parameters or buffers, same
+parameter and buffer shapes; settings such as a stochastic-depth rate, or a parameter-free
+submodule such as Swin's first `nn.Identity` in place of a drop path, may differ) gives all
 its children as blocks: `model.layers.*` (Llama), `transformer.h.*` (GPT-2),
 `bert.encoder.layer.*`, `model.encoder.layers.*` and `model.decoder.layers.*` (BART),
-`vit.encoder.layer.*`, the `layers` of every ResNet/ConvNeXt stage; and, as optional blocks,
+`vit.encoder.layer.*`, the `layers` of every ResNet/ConvNeXt stage, the `blocks` of every
+Swin stage; where no container has two such children, the first `nn.ModuleList` with two
+children of one class (a two-layer T5, whose first block alone has the relative position
+bias); and, as
+optional blocks,
 the submodules with parameters beside the blocks' ancestors (embeddings, a convolutional stem,
 final norms, heads) that the run calls once. An `nn.Sequential` root
 gives its children. A model with no such container gives its direct children that the run
@@ -59,10 +64,13 @@ restored by `unwrap`): the plan decides what is recomputed, and a block checkpoi
 own code would look, to the profile, as if autograd saved nothing in it.
 
 Blocks must each be called exactly once per forward; a block called twice (weight sharing) or
-never is an error that names it (`BlockError`).
+never is an error that names it (`BlockError`). A model whose layers are one module called
+once per layer (ALBERT's shared layer) has no such blocks: it is planned over its children,
+and `FoundBlocks.shared` names the module and its calls (`fit` logs it).
 """
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 import weakref
@@ -140,6 +148,12 @@ class FoundBlocks:
     outputs: list[str]  # data the model returns (tensor leaves, each once)
     mode: str  # "blocks" (repeated blocks), "sequential", "children", "user"
     cache_dropped: list[str] = field(default_factory=list)  # blocks called with a cache
+    # "children": the outermost submodules with parameters the forward called more than once
+    # (shared weights, ALBERT's layer), (name, calls): why no finer blocks were taken
+    shared: list[tuple[str, int]] = field(default_factory=list)
+    # blocks of the stack the recording run did not call (LayerDrop skips layers at random):
+    # a step that runs one runs it unplanned, beyond the prediction
+    not_called: list[str] = field(default_factory=list)
 
     def release_samples(self) -> None:
         """Drop the sample values (the profile has run on them): what the plan needs of the
@@ -181,34 +195,47 @@ def training_call(args: tuple, kwargs: dict) -> tuple[tuple, dict, bool]:
 
 # --- which submodules ----------------------------------------------------------------------------
 def _shape_key(m: nn.Module) -> tuple:
-    """Equal for modules of the same types and parameter and buffer shapes: blocks of one
-    stack that differ only in settings (a stochastic-depth rate growing with depth, as in
-    ConvNeXt or Swin) are still a stack. (Profiling tells them apart: `module_key`.)"""
-    return (tuple(type(s) for s in m.modules()),
+    """Equal for modules of the same parametrized types and parameter and buffer shapes:
+    blocks of one stack that differ only in settings are still a stack — a stochastic-depth
+    rate growing with depth (ConvNeXt), or a parameter-free submodule of another type (Swin's
+    first block has `nn.Identity` where the others have a drop path; a dropout, an
+    activation). (Profiling tells them apart: `module_key`.)"""
+    def own(s: nn.Module) -> bool:
+        return any(True for _ in itertools.chain(s.parameters(recurse=False),
+                                                 s.buffers(recurse=False)))
+
+    return (tuple(type(s) for s in m.modules() if own(s)),
             tuple((n, tuple(p.shape), p.dtype) for n, p in m.named_parameters()),
             tuple((n, tuple(b.shape), b.dtype) for n, b in m.named_buffers()))
 
 
-def _has_repeat(container: nn.Module) -> bool:
+def _class_key(m: nn.Module) -> tuple:
+    """Equal for modules of one class: the looser stack, taken where no container holds two
+    blocks of equal structure (T5's first block alone has the relative position bias: a
+    two-layer T5 has no two equal blocks)."""
+    return (type(m),)
+
+
+def _has_repeat(container: nn.Module, key=_shape_key) -> bool:
     keys: dict = {}
     for _, c in container.named_children():
         if not any(True for _ in c.parameters()):
             continue
-        k = _shape_key(c)
+        k = key(c)
         keys[k] = keys.get(k, 0) + 1
         if keys[k] >= 2:
             return True
     return False
 
 
-def _containers(module: nn.Module, prefix: str):
+def _containers(module: nn.Module, prefix: str, key=_shape_key,
+                kinds=(nn.ModuleList, nn.Sequential)):
     for name, child in module.named_children():
         q = f"{prefix}{name}"
-        if isinstance(child, (nn.ModuleList, nn.Sequential)) and len(child) >= 2 \
-                and _has_repeat(child):
+        if isinstance(child, kinds) and len(child) >= 2 and _has_repeat(child, key):
             yield q, child
         else:
-            yield from _containers(child, q + ".")
+            yield from _containers(child, q + ".", key, kinds)
 
 
 def _splits(module: nn.Module) -> bool:
@@ -264,8 +291,14 @@ def candidate_blocks(model: nn.Module, names=None,
     if isinstance(model, (nn.Sequential, nn.ModuleList)) and len(model) >= 2:
         return "sequential", _children(model, whole), []
     found = []
-    for q, container in _containers(model, ""):
-        found += [f"{q}.{c}" for c, _ in container.named_children()]
+    # equal structure; else, in a ModuleList (a stack the model's own loop runs; not the
+    # Sequential stages of a CNN, whose first block differs: their children), one class
+    for key, kinds in ((_shape_key, (nn.ModuleList, nn.Sequential)),
+                       (_class_key, (nn.ModuleList,))):
+        for q, container in _containers(model, "", key, kinds):
+            found += [f"{q}.{c}" for c, _ in container.named_children()]
+        if found:
+            break
     if found:
         return "blocks", finer_blocks(model, found, whole), _beside(model, found)
     return "children", _children(model, whole), []
@@ -338,6 +371,7 @@ class _Run:
         self.saved_keys: dict[int, tuple[GlueSegment, int]] = {}
         self.repeated: list[BlockCall] = []
         self.cache_dropped: list[str] = []  # blocks called with a key/value cache
+        self.call_counts: dict[int, int] = {}  # id(module) -> calls in the run (every module)
         self.made_in_run: set = set()  # storages made by an op of the run
         self.made_in_blocks: set = set()  # ... by an op inside a block
 
@@ -589,7 +623,12 @@ def _record(model, cands, sample_inputs, sample_kwargs):
         return t.detach()
 
     handles = []
+
+    def count(module, args):
+        run.call_counts[id(module)] = run.call_counts.get(id(module), 0) + 1
+
     try:
+        handles.append(torch.nn.modules.module.register_module_forward_pre_hook(count))
         for call in calls.values():
             handles.append(call.module.register_forward_pre_hook(run.pre, with_kwargs=True))
             handles.append(call.module.register_forward_hook(run.post, with_kwargs=True))
@@ -653,11 +692,10 @@ def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None =
         twice = {c.name for c in run.repeated}
         optional = [n for n in optional if n not in twice]
         run, out, blocks = _record(model, cands + optional, sample_inputs, sample_kwargs)
-    if mode == "user":
-        missing = [n for n in cands if n not in {b.name for b in blocks}]
-        if missing:
-            raise BlockError(f"layers: submodule '{missing[0]}' is not called by the forward "
-                             "on the sample inputs", WHERE)
+    missing = [n for n in cands if n not in {b.name for b in blocks}]
+    if mode == "user" and missing:
+        raise BlockError(f"layers: submodule '{missing[0]}' is not called by the forward "
+                         "on the sample inputs", WHERE)
     if not blocks:
         raise BlockError(f"{type(model).__name__}: no block found (no ModuleList/Sequential of "
                          "repeated blocks, no child called once by the forward); name the "
@@ -689,7 +727,20 @@ def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None =
         _without_samples(call)
     values = {d: t.detach() for d, t in run.values.items()}  # no recorded graph
     return FoundBlocks(model, blocks, run.segments, dict(run.meta), values, inputs,
-                       outputs, mode, list(run.cache_dropped))
+                       outputs, mode, list(run.cache_dropped),
+                       _shared(model, run.call_counts) if mode == "children" else [],
+                       missing)
+
+
+def _shared(model: nn.Module, counts: dict[int, int]) -> list[tuple[str, int]]:
+    """(name, calls) of the outermost submodules with parameters that one forward called
+    more than once (a layer whose weights every layer shares, as ALBERT's)."""
+    out: list[tuple[str, int]] = []
+    for name, m in model.named_modules():
+        if name and counts.get(id(m), 0) >= 2 and any(True for _ in m.parameters()) \
+                and not any(name.startswith(n + ".") for n, _ in out):
+            out.append((name, counts[id(m)]))
+    return out
 
 
 def describe(found: FoundBlocks) -> str:

@@ -67,6 +67,21 @@ class BlocksFrontend(Frontend):
             log.warning("schedlang fit: the model's own gradient checkpointing is on; it is "
                         "off while the model is fitted (the plan decides what is recomputed; "
                         "unwrap() turns it back on)")
+        if tr.found.not_called:
+            log.warning("schedlang fit: %d block(s) of %s's stack (%s) did not run in the "
+                        "recorded forward (LayerDrop skips layers at random in training?): "
+                        "they are not planned, and a step that runs them may measure above "
+                        "the prediction (the first such step re-plans with the excess as a "
+                        "margin; layerdrop=0 in the config plans every layer)",
+                        len(tr.found.not_called), type(model).__name__,
+                        ", ".join(tr.found.not_called))
+        if tr.found.shared:
+            name, calls = tr.found.shared[0]
+            log.warning("schedlang fit: %s's submodule '%s' runs %d times per forward (shared "
+                        "weights): a module called more than once cannot be a block, so the "
+                        "blocks are the model's children (%s), and the plan's memory savings "
+                        "are coarse", type(model).__name__, name, calls,
+                        ", ".join(b.name for b in tr.found.blocks))
         if tr.found.cache_dropped:
             log.warning("schedlang fit: %d block(s) (%s ...) were called with a key/value "
                         "cache; in training they run without it, as transformers' gradient "
