@@ -244,7 +244,10 @@ def plan_checkpoint_groups(graph: Graph, groups: list[list[str]],
                 raise ValueError(f"layer '{m}' has no fast_forward option to run in a group")
 
     def option(n: str) -> str:
-        return options.get(n) or graph.layers[position[n]].options[0].name
+        # a layer without a backward (frozen, or nothing of it needs a gradient) has no
+        # options: it runs fast_forward
+        lay = graph.layers[position[n]]
+        return options.get(n) or (lay.options[0].name if lay.options else FAST_FORWARD)
 
     seq: list[tuple[str, str | None]] = [(f"{n}.fwd", FAST_FORWARD if n in group_of else option(n))
                                          for n in names]
@@ -253,7 +256,8 @@ def plan_checkpoint_groups(graph: Graph, groups: list[list[str]],
         grp = group_of.get(n)
         if grp is not None and n == groups[grp][-1]:  # the group's recomputation
             seq += [(f"{m}.fwd", option(m)) for m in groups[grp]]
-        seq.append((f"{n}.bwd", option(n)))
+        if f"{n}.bwd" in ha.index:
+            seq.append((f"{n}.bwd", option(n)))
     # the checkpoint holds what a group's layers read from outside it (their recomputation's
     # inputs) until the group's backward ends, its first layer's
     held: dict[str, set[int]] = {}

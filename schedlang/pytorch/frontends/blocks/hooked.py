@@ -516,7 +516,6 @@ class BlockMixin:
             return extra.forward(self, fwd, args, kwargs)
         offload = extra
         if offload and choice == "autograd":
-
             hooks = offloading(module_storages(self))
         else:
             hooks = contextlib.nullcontext()
@@ -525,8 +524,10 @@ class BlockMixin:
                 return run_op_option(self, choice, fwd, args, kwargs, once_stats(self, fwd))
             if choice == RERUN:  # the forward without autograd, again in the backward
                 return rerun_call(once_stats(self, fwd), args, kwargs)
+            if choice == FAST_FORWARD:  # a block no gradient reaches (its layer has no
+                with torch.no_grad():  # backward): nothing saved, as profiled
+                    return fwd(*args, **kwargs)
             if choice in ("recompute", "selective"):
-
                 # the RNG of every device of a positional *or keyword* tensor is replayed
                 return checkpoint_call(once_stats(self, fwd), args, kwargs,
                                        selective_context if choice == "selective" else None)
@@ -733,7 +734,7 @@ class BlockWrappers:
                 self._choices[name] = ("group", groups[c])
                 continue
             base, _, extra = c.partition("+")
-            kind = next((k for k in ("recompute", "selective", RERUN, "autograd")
+            kind = next((k for k in ("recompute", "selective", RERUN, "autograd", FAST_FORWARD)
                          if base.startswith(k)),
                         base if is_op_option(base) else None)
             if kind is None:
