@@ -273,3 +273,43 @@ def test_a_plan_in_hand_replaces_the_answer_only_when_faster_than_rounding():
     faster = result(0.0024, 0.0023998, Status.FEASIBLE)
     assert strategy._faster(answer, [same, faster], route) is faster
     assert "faster than the stage model" in faster.message
+
+
+def test_a_plan_that_fits_a_smaller_budget_starts_the_route():
+    """gpt1's op graph: recompute_gaps at 80% of the plain peak takes 0.005290, run at a
+    smaller budget (its needless recomputations then undone at 80%) 0.004896; at 70% no
+    planner fits at the budget itself, and the ladder's plans give the route a start without
+    phase one. Every start fits its budget, replayed."""
+    for pct, at_budget_fits in (("80%", True), ("70%", False)):
+        prob = schedlang.load(OPGRAPHS / "gpt1.sched", budget=pct)
+        prob.check()
+        budget = prob.budgets["peak"]
+        tight = strategy._load_like(prob, [strategy.TIGHT_MODEL])
+        own = strategy.prune_recomputations(
+            tight.graph, strategy.run_named_planner("recompute_gaps", tight.graph, budget), budget)
+        own_sim = simulate(own, tight.graph, budget=budget)
+        start, note, _, start_time = strategy._start_plan(tight, strategy.Route("op graph", ""))
+        assert start is not None and "of the budget" in note
+        assert simulate(start, tight.graph, budget=budget).valid
+        assert own_sim.valid == at_budget_fits
+        if at_budget_fits:
+            assert start_time < own_sim.time * (1 - 1e-6)
+
+
+@pytest.mark.parametrize("graph", tiny_graphs(), ids=lambda g: g.name)
+def test_a_larger_budget_is_never_answered_slower(graph, monkeypatch):
+    """The op-graph route at growing budgets (every tiny graph sent down it): a budget with a
+    plan gives every larger budget a plan, never a slower one (same flags)."""
+    monkeypatch.setattr(strategy, "SMALL_NODES", 0)
+    plain = no_recompute_peak(graph)
+    answers = []
+    for frac in (0.5, 0.6, 0.75, 0.9, 1.0):
+        result = strategy.solve(_problem(graph, int(plain * frac)), time_limit=60)
+        if result.plan is not None:
+            assert simulate(result.plan, graph, budget=int(plain * frac)).valid
+        answers.append((frac, result.objective))
+    with_plans = [(f, obj) for f, obj in answers if obj is not None]
+    assert with_plans and with_plans[-1][0] == 1.0
+    assert [f for f, _ in answers][-len(with_plans):] == [f for f, _ in with_plans], answers
+    for (_, smaller), (_, larger) in zip(with_plans, with_plans[1:]):
+        assert larger <= smaller * (1 + 1e-6), answers
