@@ -109,6 +109,9 @@ LATE_GAIN = graph_of("late_gain", [("n0", 7, 5 * M), ("n1", 1, 4 * M), ("n2", 1,
 
 
 def test_op_graph_route_keeps_the_faster_order_when_the_other_starts_faster(monkeypatch):
+    # (without the starts from smaller budgets: with them, recompute_gaps at a smaller budget
+    # fits in the graph's order too, which then starts ahead and the other order is not tried)
+    monkeypatch.setattr(strategy, "ladder_plans", lambda *args, **kwargs: iter(()))
     budget, in_own_order, result = _on_the_op_graph_route(LATE_GAIN, 0.9, monkeypatch)
     steps = result.strategy.steps
     assert any("shift's order: faster" in s.note for s in steps)  # shift's order starts ahead
@@ -313,3 +316,13 @@ def test_a_larger_budget_is_never_answered_slower(graph, monkeypatch):
     assert [f for f, _ in answers][-len(with_plans):] == [f for f, _ in with_plans], answers
     for (_, smaller), (_, larger) in zip(with_plans, with_plans[1:]):
         assert larger <= smaller * (1 + 1e-6), answers
+
+
+def test_a_smaller_budgets_plan_starts_the_graph_order(monkeypatch):
+    """LATE_GAIN at 90%: no planner fits in the graph's order at the budget, recompute_gaps at
+    a smaller budget does, and the route proves the graph order's optimum (33) in that order."""
+    budget, in_own_order, result = _on_the_op_graph_route(LATE_GAIN, 0.9, monkeypatch)
+    assert result.status == Status.OPTIMAL and result.strategy.order == "graph"
+    assert result.objective == pytest.approx(in_own_order)
+    assert any("of the budget" in s.note for s in result.strategy.steps if s.what == "planner")
+    assert simulate(result.plan, LATE_GAIN, budget=budget).valid
