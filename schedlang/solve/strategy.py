@@ -19,8 +19,11 @@
   that recomputes nothing is optimal in any order (returned at once); one that is faster than
   the model's best plan at the end is returned instead of it, with the order-free bound. The
   model's start is the fastest fitting plan
-  of the cheap heuristic planners with its needless recomputations undone (`planners.prune`);
-  when recompute_gaps in shift's order fits and is faster, the stage model is built in shift's
+  of the cheap heuristic planners, recompute_gaps also at smaller budgets (a plan that fits a
+  smaller budget fits this one: `schedlang.solve.ladder`), with its needless recomputations
+  undone (`planners.prune`);
+  when recompute_gaps in shift's order (at the budget or below) fits and is faster, the stage
+  model is built in shift's
   node order instead (`schedlang.solve.orders`; `Route.order` and the message say which order
   the status, gap and bounds are for: the stage model's optimum holds for its order only);
   when none fits, phase one (HiGHS on `models/extensions/soft_budget.sched`, the budget as a
