@@ -128,15 +128,23 @@ def test_op_graph_route_keeps_the_faster_order_when_the_other_starts_faster(monk
     assert sim.valid and sim.time == pytest.approx(in_own_order)
 
 
-@pytest.mark.parametrize("graph", [LATE_GAIN] + [g for g, _ in REORDERED],
+@pytest.mark.parametrize("graph", [LATE_GAIN] + [g for g, _ in REORDERED] + tiny_graphs(),
                          ids=lambda g: g.name)
 def test_op_graph_route_is_never_slower_at_a_larger_budget(graph, monkeypatch):
-    """On graphs where the node order the route takes changes with the budget, the answers
-    (each closed: the optimum of the orders it solved) never get slower as the budget grows."""
-    answers = [_on_the_op_graph_route(graph, frac, monkeypatch)[2].objective
-               for frac in (0.8, 0.85, 0.9, 0.95, 1.0)]
-    solved = [a for a in answers if a is not None]
-    assert solved and all(b <= a * (1 + 1e-6) for a, b in zip(solved, solved[1:])), answers
+    """On graphs where the node order the route takes changes with the budget, and on the tiny
+    graphs, the answers (each closed: the optimum of the orders it solved, its starts from
+    smaller budgets included) never get slower as the budget grows, and a budget with a plan
+    gives every larger budget one (same flags); every plan replays within its budget."""
+    answers = []
+    for frac in (0.5, 0.6, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0):
+        budget, _, result = _on_the_op_graph_route(graph, frac, monkeypatch)
+        if result.plan is not None:
+            assert simulate(result.plan, graph, budget=budget).valid
+        answers.append(result.objective)
+    first = next(i for i, a in enumerate(answers) if a is not None)
+    solved = answers[first:]
+    assert None not in solved, answers
+    assert all(b <= a * (1 + 1e-6) for a, b in zip(solved, solved[1:])), answers
 
 
 def test_op_graph_route_reports_a_replayed_plan_and_its_bound(monkeypatch):
@@ -298,24 +306,6 @@ def test_a_plan_that_fits_a_smaller_budget_starts_the_route():
         if at_budget_fits:
             assert start_time < own_sim.time * (1 - 1e-6)
 
-
-@pytest.mark.parametrize("graph", tiny_graphs(), ids=lambda g: g.name)
-def test_a_larger_budget_is_never_answered_slower(graph, monkeypatch):
-    """The op-graph route at growing budgets (every tiny graph sent down it): a budget with a
-    plan gives every larger budget a plan, never a slower one (same flags)."""
-    monkeypatch.setattr(strategy, "SMALL_NODES", 0)
-    plain = no_recompute_peak(graph)
-    answers = []
-    for frac in (0.5, 0.6, 0.75, 0.9, 1.0):
-        result = strategy.solve(_problem(graph, int(plain * frac)), time_limit=60)
-        if result.plan is not None:
-            assert simulate(result.plan, graph, budget=int(plain * frac)).valid
-        answers.append((frac, result.objective))
-    with_plans = [(f, obj) for f, obj in answers if obj is not None]
-    assert with_plans and with_plans[-1][0] == 1.0
-    assert [f for f, _ in answers][-len(with_plans):] == [f for f, _ in with_plans], answers
-    for (_, smaller), (_, larger) in zip(with_plans, with_plans[1:]):
-        assert larger <= smaller * (1 + 1e-6), answers
 
 
 def test_a_smaller_budgets_plan_starts_the_graph_order(monkeypatch):
