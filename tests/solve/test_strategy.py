@@ -109,6 +109,9 @@ LATE_GAIN = graph_of("late_gain", [("n0", 7, 5 * M), ("n1", 1, 4 * M), ("n2", 1,
 
 
 def test_op_graph_route_keeps_the_faster_order_when_the_other_starts_faster(monkeypatch):
+    # (without the starts from smaller budgets: with them, recompute_gaps at a smaller budget
+    # fits in the graph's order too, which then starts ahead and the other order is not tried)
+    monkeypatch.setattr(strategy, "ladder_plans", lambda *args, **kwargs: iter(()))
     budget, in_own_order, result = _on_the_op_graph_route(LATE_GAIN, 0.9, monkeypatch)
     steps = result.strategy.steps
     assert any("shift's order: faster" in s.note for s in steps)  # shift's order starts ahead
@@ -125,15 +128,23 @@ def test_op_graph_route_keeps_the_faster_order_when_the_other_starts_faster(monk
     assert sim.valid and sim.time == pytest.approx(in_own_order)
 
 
-@pytest.mark.parametrize("graph", [LATE_GAIN] + [g for g, _ in REORDERED],
+@pytest.mark.parametrize("graph", [LATE_GAIN] + [g for g, _ in REORDERED] + tiny_graphs(),
                          ids=lambda g: g.name)
 def test_op_graph_route_is_never_slower_at_a_larger_budget(graph, monkeypatch):
-    """On graphs where the node order the route takes changes with the budget, the answers
-    (each closed: the optimum of the orders it solved) never get slower as the budget grows."""
-    answers = [_on_the_op_graph_route(graph, frac, monkeypatch)[2].objective
-               for frac in (0.8, 0.85, 0.9, 0.95, 1.0)]
-    solved = [a for a in answers if a is not None]
-    assert solved and all(b <= a * (1 + 1e-6) for a, b in zip(solved, solved[1:])), answers
+    """On graphs where the node order the route takes changes with the budget, and on the tiny
+    graphs, the answers (each closed: the optimum of the orders it solved, its starts from
+    smaller budgets included) never get slower as the budget grows, and a budget with a plan
+    gives every larger budget one (same flags); every plan replays within its budget."""
+    answers = []
+    for frac in (0.5, 0.6, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0):
+        budget, _, result = _on_the_op_graph_route(graph, frac, monkeypatch)
+        if result.plan is not None:
+            assert simulate(result.plan, graph, budget=budget).valid
+        answers.append(result.objective)
+    first = next(i for i, a in enumerate(answers) if a is not None)
+    solved = answers[first:]
+    assert None not in solved, answers
+    assert all(b <= a * (1 + 1e-6) for a, b in zip(solved, solved[1:])), answers
 
 
 def test_op_graph_route_reports_a_replayed_plan_and_its_bound(monkeypatch):
@@ -273,3 +284,35 @@ def test_a_plan_in_hand_replaces_the_answer_only_when_faster_than_rounding():
     faster = result(0.0024, 0.0023998, Status.FEASIBLE)
     assert strategy._faster(answer, [same, faster], route) is faster
     assert "faster than the stage model" in faster.message
+
+
+def test_a_plan_that_fits_a_smaller_budget_starts_the_route():
+    """gpt1's op graph: recompute_gaps at 80% of the plain peak takes 0.005290, run at a
+    smaller budget (its needless recomputations then undone at 80%) 0.004896; at 70% no
+    planner fits at the budget itself, and the ladder's plans give the route a start without
+    phase one. Every start fits its budget, replayed."""
+    for pct, at_budget_fits in (("80%", True), ("70%", False)):
+        prob = schedlang.load(OPGRAPHS / "gpt1.sched", budget=pct)
+        prob.check()
+        budget = prob.budgets["peak"]
+        tight = strategy._load_like(prob, [strategy.TIGHT_MODEL])
+        own = strategy.prune_recomputations(
+            tight.graph, strategy.run_named_planner("recompute_gaps", tight.graph, budget), budget)
+        own_sim = simulate(own, tight.graph, budget=budget)
+        start, note, _, start_time = strategy._start_plan(tight, strategy.Route("op graph", ""))
+        assert start is not None and "of the budget" in note
+        assert simulate(start, tight.graph, budget=budget).valid
+        assert own_sim.valid == at_budget_fits
+        if at_budget_fits:
+            assert start_time < own_sim.time * (1 - 1e-6)
+
+
+
+def test_a_smaller_budgets_plan_starts_the_graph_order(monkeypatch):
+    """LATE_GAIN at 90%: no planner fits in the graph's order at the budget, recompute_gaps at
+    a smaller budget does, and the route proves the graph order's optimum (33) in that order."""
+    budget, in_own_order, result = _on_the_op_graph_route(LATE_GAIN, 0.9, monkeypatch)
+    assert result.status == Status.OPTIMAL and result.strategy.order == "graph"
+    assert result.objective == pytest.approx(in_own_order)
+    assert any("of the budget" in s.note for s in result.strategy.steps if s.what == "planner")
+    assert simulate(result.plan, LATE_GAIN, budget=budget).valid
