@@ -85,7 +85,10 @@ def _fake_solve_at(clock: FakeClock, limits: list, statuses: dict, spend: float)
     return solve_at
 
 
-def test_the_probes_get_the_time_left_before_the_deadline(monkeypatch):
+def _chain_on_a_fake_clock(monkeypatch, feasible_from: float, below: Status, spend: float):
+    """The chain at 40%, lowered, its probes faked on a fake clock: feasible from
+    `feasible_from` x the reference peak up, `below` under it, each `spend` seconds. Returns
+    (problem, reference peak, clock, [(start, time limit)] of the probes)."""
     prob = schedlang.load(CHAIN, budget="40%")
     prob.check()
     prob.lower()
@@ -94,7 +97,12 @@ def test_the_probes_get_the_time_left_before_the_deadline(monkeypatch):
     monkeypatch.setattr(bisection, "time", clock)
     limits: list = []
     monkeypatch.setattr(sweep, "solve_at", _fake_solve_at(
-        clock, limits, lambda b: Status.FEASIBLE if b >= 0.6 * ref else Status.INFEASIBLE, 3.0))
+        clock, limits, lambda b: Status.FEASIBLE if b >= feasible_from * ref else below, spend))
+    return prob, ref, clock, limits
+
+
+def test_the_probes_get_the_time_left_before_the_deadline(monkeypatch):
+    prob, ref, clock, limits = _chain_on_a_fake_clock(monkeypatch, 0.6, Status.INFEASIBLE, 3.0)
     deadline = clock.now + 10.0
     found, peak = explain_infeasible(prob, int(0.4 * ref), time_limit=10.0, deadline=deadline)
     assert peak == ref and limits
@@ -105,16 +113,8 @@ def test_the_probes_get_the_time_left_before_the_deadline(monkeypatch):
 
 
 def test_a_timed_out_probe_is_not_read_as_infeasible(monkeypatch):
-    prob = schedlang.load(CHAIN, budget="40%")
-    prob.check()
-    prob.lower()
-    ref, _ = sweep.reference(prob.graph)
-    clock = FakeClock()
-    monkeypatch.setattr(bisection, "time", clock)
-    limits: list = []
     # below 0.8 of the peak every probe runs out of time: nothing is proven there
-    monkeypatch.setattr(sweep, "solve_at", _fake_solve_at(
-        clock, limits, lambda b: Status.FEASIBLE if b >= 0.8 * ref else Status.NO_SOLUTION, 1.0))
+    prob, ref, clock, _ = _chain_on_a_fake_clock(monkeypatch, 0.8, Status.NO_SOLUTION, 1.0)
     found, _ = explain_infeasible(prob, int(0.4 * ref), deadline=clock.now + 100.0)
     assert found.infeasible == int(0.4 * ref)  # only the solve's own proof
     assert found.best >= 0.8 * ref and "ran out of time" in found.stopped
