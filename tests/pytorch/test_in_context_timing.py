@@ -160,7 +160,8 @@ def test_no_plan_that_recomputes_predicts_a_negative_overhead(pinned_times):
     costs at least plain execution, with recomputation priced below autograd by the
     measurement."""
     model, args, kwargs, loss_fn, prep = _llama_prep()
-    plain = simulate(no_recompute_plan(prep.graph), prep.graph).time
+    # a plan as fast as plain execution sums its times in another order: equal up to rounding
+    plain = simulate(no_recompute_plan(prep.graph), prep.graph).time * (1 - 1e-12)
     for _, plan in group_plans_priced(prep):
         assert plan.predicted_time >= plain
     for share in (0.95, 0.85, 0.75):
@@ -172,7 +173,7 @@ def test_no_plan_that_recomputes_predicts_a_negative_overhead(pinned_times):
             continue
         if fm.plan is not None:
             assert priced(fm.plan, prep).predicted_time >= plain
-            assert fm.memory_report().plan_time_overhead >= 0
+            assert fm.memory_report().plan_time_overhead >= -1e-12
         fm.unwrap()
 
 
