@@ -110,18 +110,7 @@ def _saved_tensors(node) -> list:
 
 def live_storages(device="cpu") -> dict[int, torch.UntypedStorage]:
     """{data pointer: storage} of every live tensor storage on `device` (a device or its type;
-    see the module docstring for what is found). A scan that meets graph node types no scan
-    met before runs again with them as candidates: what it finds must not depend on what the
-    process scanned earlier (a node object held alone, of a type first met in this scan, was
-    found by the next scan only)."""
-    while True:
-        known = len(_NODE_TYPES)
-        found = _scan(device)
-        if len(_NODE_TYPES) == known:
-            return found
-
-
-def _scan(device) -> dict[int, torch.UntypedStorage]:
+    see the module docstring for what is found)."""
     device_type = torch.device(device).type
     found: dict[int, torch.UntypedStorage] = {}
 
