@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import random
-import sys
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
@@ -46,9 +46,7 @@ class Preserved:
                 getattr(torch, d.type).get_rng_state(d) for d in self.devices]
         # Python's and NumPy's global generators too: a model's own code may draw from them
         # (Wav2Vec2's SpecAugment masks: NumPy), and runs that leave no trace leave them as well
-        numpy = sys.modules.get("numpy")
-        self.host_rng = (random.getstate(),
-                         None if numpy is None else numpy.random.get_state())
+        self.host_rng = (random.getstate(), np.random.get_state())
         return self
 
     def held(self) -> list:
@@ -58,9 +56,7 @@ class Preserved:
 
     def __exit__(self, *exc):
         random.setstate(self.host_rng[0])
-        numpy = sys.modules.get("numpy")
-        if numpy is not None and self.host_rng[1] is not None:
-            numpy.random.set_state(self.host_rng[1])
+        np.random.set_state(self.host_rng[1])
         torch.set_rng_state(self.rng[0])
         for d, state in zip(self.devices, self.rng[1:]):
             getattr(torch, d.type).set_rng_state(state, d)

@@ -19,6 +19,7 @@ from ..language.units import format_size
 from ..plans.plan import Plan
 from ..plans.simulate import simulate
 from ..problem import load
+from ..solve.bisection import ANY_PLAN_GAP
 from ..solve.bisection import smallest_feasible as bisect
 from ..solve.solution import Status
 from ..solve.solvers import requested_gap
@@ -56,10 +57,6 @@ LEAST_PEAK = "least_peak"
 #: the extension that keeps the model's outputs from their forward to the step's end (the
 #: caller holds them: models/extensions/held_outputs.sched)
 HELD_OUTPUTS = "held_outputs"
-
-#: the relative gap of a solve that wants any plan, not the fastest: every incumbent is
-#: within 100% of a non-negative bound, so the solver stops at the first
-ANY_PLAN_GAP = 1.0
 
 
 def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
@@ -142,7 +139,7 @@ def smallest_feasible(graph: Graph, low: int, high: int, solver: str, time_limit
     its budget implies (the loss phase), so a budget of its peak may admit no plan."""
 
     # after the first, a probe asks only whether a plan exists: the first plan found answers
-    # (gap 1.0), not the fastest one, and no least-peak solve; solving each probe to its
+    # (`ANY_PLAN_GAP`), not the fastest one, and no least-peak solve; solving each probe to its
     # optimum made an infeasible `fit` on a small model take most of a minute
     return bisect(
         lambda b: solve_plan(graph, b, solver, time_limit, backend, least_peak=False,

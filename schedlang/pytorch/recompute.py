@@ -202,12 +202,11 @@ def rerun_call(fn, args: tuple, kwargs: dict):
     torch.distributed (`nested_backward_allowed`), torch's checkpoint instead: the same
     memory, a little slower."""
     flat, spec = tree_flatten((args, kwargs))
-    if not nested_backward_allowed():
-        return checkpoint_call(fn, args, kwargs)
-    if not any(isinstance(x, torch.Tensor) and x.requires_grad for x in flat):
-        # no input of the node needs a gradient: its backward, where the parameters get
-        # theirs, would never run (`hooked` offers no ``rerun`` there; torch's checkpoint,
-        # which keeps the original graph, if it is asked anyway)
+    # with no input of the node needing a gradient its backward, where the parameters get
+    # theirs, would never run (`hooked` offers no ``rerun`` there): torch's checkpoint, which
+    # keeps the original graph, if it is asked anyway
+    if not nested_backward_allowed() or \
+            not any(isinstance(x, torch.Tensor) and x.requires_grad for x in flat):
         return checkpoint_call(fn, args, kwargs)
     run = _RerunCall(fn, flat, spec)
     return run.output(_Rerun.apply(run, *(x for x in flat if isinstance(x, torch.Tensor))))

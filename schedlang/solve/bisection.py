@@ -25,8 +25,12 @@ from ..compile.parametric import BudgetLowering
 from ..language.units import format_size
 from .solution import Status
 
-__all__ = ["Bisection", "bisect_budget", "explain_infeasible", "smallest_feasible"]
+__all__ = ["ANY_PLAN_GAP", "Bisection", "bisect_budget", "explain_infeasible",
+           "smallest_feasible"]
 
+#: the relative gap of a probe: it asks only whether a plan exists, and every incumbent is
+#: within 100% of a non-negative bound, so the solver stops at the first plan it finds
+ANY_PLAN_GAP = 1.0
 #: a probe is not started with less time than this left before the deadline (seconds): it
 #: could only end without an answer
 LEAST_PROBE_SECONDS = 0.5
@@ -121,7 +125,7 @@ def explain_infeasible(prob, budget: int, backend: str = "pyomo", solver: str = 
     def feasible(b: int) -> bool | None:
         limit = probe_limit(time_limit, deadline)
         point = sweep.solve_at(prob.program, b, backend=backend, solver=solver, time_limit=limit,
-                               gap=1.0, lowering=lowering, warm_start="auto",
+                               gap=ANY_PLAN_GAP, lowering=lowering, warm_start="auto",
                                max_elements=prob.max_elements)
         if point.status in (Status.OPTIMAL, Status.FEASIBLE):
             return True

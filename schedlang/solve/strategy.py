@@ -170,7 +170,7 @@ def solve(problem: Problem, time_limit: float | None = None, gap: float | None =
                                  "" if seeded is None else "from the order-free model's plan"))
         if seeded is not None:
             route.order = SEQUENCE_ORDER
-            result = _faster(result, seeded[2], route)
+            result = _faster(result, [seeded[2]], route)
     result.strategy = route
     return result
 
@@ -458,14 +458,12 @@ def _shift_side(problem: Problem, route: Route, start_time: float | None,
                 "from recompute_gaps's plan in shift's order", faster)
 
 
-def _faster(result: Result, kept, route: Route) -> Result:
+def _faster(result: Result, kept: list[Result | None], route: Route) -> Result:
     """The fastest of the plans the route had in hand (`kept`: `Result`s of replayed plans,
     each with the order-free bound, None entries ignored: shift's reordered plan, the starts
     of each node order, a CP-SAT plan of the order not taken) when it is faster than
     `result`'s plan (or `result` has none), with what the model proved in its message; else
     `result`, its message saying which stage model (node order) its optimum and bound are for."""
-    if not isinstance(kept, list):
-        kept = [kept]
     held = [r for r in kept if r is not None and r.objective is not None]
     best = min(held, key=lambda r: r.objective) if held else None
     # (faster by more than rounding: the model's objective and a replay's sum of the same
