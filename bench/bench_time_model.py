@@ -14,7 +14,9 @@ is printed beside it. With one thread the
 steps are timed by the thread's CPU time (`time.thread_time`, the clock `fit` profiles with:
 what the step costs, not how long the loaded machine kept it waiting); the wall-clock overhead
 is printed beside it. Per run it prints the plan's identity (a digest of its ops: equal
-digests, equal plans), the predicted peak and time overhead (`memory_report()`), the measured
+digests, equal plans), the predicted peak and time overhead (`memory_report()`: the overhead
+`fit` timed for its plan, scaled to a re-plan's model figure where the loop re-planned;
+the time model's own figure beside it), the measured
 overhead, and `fit`'s own seconds; then the spread of the predictions over the runs and each
 one against the measurement; beside each measured overhead, the same median over the even
 and over the odd pairs of rounds alone (how far the measurement itself moves). Where the halves
@@ -126,7 +128,9 @@ paired = statistics.median(paired_ratios()) - 1
 halves = halves()
 print(json.dumps({"digest": digest, "predicted_peak": rep.predicted_peak_bytes,
                   "measured_peak": rep.measured_peak_bytes,
-                  "predicted": rep.plan_time_overhead, "measured": paired, "halves": halves,
+                  "predicted": rep.plan_time_overhead, "source": rep.overhead_source,
+                  "modelled": rep.modelled_time_overhead, "timed": rep.timed,
+                  "measured": paired, "halves": halves,
                   "rounds": rounds,
                   "measured_medians": med["fit"] / med["plain"] - 1,
                   "plain_ms": 1000 * med["plain"], "fit_ms": 1000 * med["fit"],
@@ -161,7 +165,10 @@ def main() -> int:
         run = json.loads(done.stdout.strip().splitlines()[-1])
         runs.append(run)
         print(f"run {k + 1}: plan {run['digest']}, predicted peak {run['predicted_peak']} B, "
-              f"overhead predicted {100 * run['predicted']:+.1f}% measured "
+              f"overhead predicted {100 * run['predicted']:+.1f}% ({run['source']}; the time "
+              f"model {100 * run['modelled']:+.1f}%"
+              + (f", fit timed {100 * run['timed']['measured']:+.1f}% in "
+                 f"{run['timed']['rounds']} rounds" if run["timed"] else "") + ") measured "
               f"{100 * run['measured']:+.1f}% (halves {100 * run['halves'][0]:+.1f} / "
               f"{100 * run['halves'][1]:+.1f}%, {run['rounds']} rounds; plain {run['plain_ms']:.1f} ms, fit "
               f"{run['fit_ms']:.1f} ms, their ratio {100 * run['measured_medians']:+.1f}%; "
@@ -178,6 +185,10 @@ def main() -> int:
           f"(max - min) / median {100 * spread:.1f}%")
     print(f"predicted against measured (|p - m| / m per run): "
           f"{', '.join(f'{100 * v:.0f}%' for v in vs)}")
+    model_vs = [abs(r["modelled"] - m) / abs(m) if m else float("inf")
+                for r, m in zip(runs, meas)]
+    print(f"the time model alone against measured: "
+          f"{', '.join(f'{100 * v:.0f}%' for v in model_vs)}")
     negative = [r for r in runs if r["recomputes"] and r["predicted"] < 0]
     print("negative predicted overhead for a recomputing plan: "
           + ("none" if not negative else f"{len(negative)} run(s)"))

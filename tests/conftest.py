@@ -16,6 +16,10 @@ import pytest
 # machine a test's stderr would depend on timing. Off for the suite (and the commands it
 # starts); tests/test_progress.py drives the display with a fake clock.
 os.environ.setdefault("SCHEDLANG_PROGRESS", "off")
+# `fit` times its plan against plain execution before returning (schedlang.pytorch.steptime):
+# up to tens of steps per fit, which the suite's hundreds of fits do not need; the tests of
+# that timing ask for it (`time_plan=True`).
+os.environ.setdefault("SCHEDLANG_TIME_PLAN", "off")
 
 
 def _cuda_available() -> bool:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -80,6 +81,10 @@ __all__ = ["fit", "FitModule", "FitError", "MemoryReport", "resolve_fit_budget",
 
 log = logging.getLogger("schedlang.pytorch")
 
+#: the environment variable that turns `fit`'s timing of its plan off (`time_plan="auto"`)
+TIME_PLAN_ENV = "SCHEDLANG_TIME_PLAN"
+OFF = ("off", "0", "false", "no")
+
 
 def _fallback(model: nn.Module, exc: Exception, measure: bool) -> FitModule:
     why = str(exc) if isinstance(exc, SchedError) else f"{type(exc).__name__}: {exc}"
@@ -100,7 +105,8 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
         loss_fn=None, prepared: Prepared | None = None, bandwidth=None,
         calibrate: bool = True, frontend: str = "auto", fallback: bool = False,
         probe: bool | None = None, sample_kwargs: dict | None = None, fsdp=False,
-        op_options="auto", outputs_held: bool | None = None, **trace_kwargs) -> FitModule:
+        op_options="auto", outputs_held: bool | None = None, time_plan="auto",
+        **trace_kwargs) -> FitModule:
     """`model` wrapped to train within `budget` (see the module docstring).
 
     `sample_inputs`: a tensor, a tuple of positional inputs, or a dict of keyword inputs
@@ -159,6 +165,12 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     `add_generated_options` arguments (``{"jobs": 2}``, ``{"model": "my.sched"}``), always
     (before the first solve); ``False`` never.
 
+    `time_plan`: before returning, time the plan's training steps against plain execution's,
+    in pairs on the samples, until their median ratio settles (`schedlang.pytorch.steptime`:
+    a few to a few tens of steps of each); `memory_report()` then states that measured
+    overhead (the time model's beside it). A re-plan is timed likewise when it is made.
+    ``"auto"`` (default): on unless ``$SCHEDLANG_TIME_PLAN`` is ``off``; True; False.
+
     `progress`: what `fit` is doing (profiling block i of n, generating options, each solve,
     the bisection towards the smallest budget, probe steps) on stderr, as `schedlang.progress`
     shows it (True, the default: a live line on a terminal, plain lines otherwise, after the
@@ -168,7 +180,8 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     opts = FitOptions(solver=solver, time_limit=time_limit, layers=layers, backend=backend,
                       measure=measure, loss_fn=loss_fn, bandwidth=bandwidth,
                       calibrate=calibrate, frontend=frontend, fallback=fallback, probe=probe,
-                      fsdp=fsdp, op_options=op_options, outputs_held=outputs_held)
+                      fsdp=fsdp, op_options=op_options, outputs_held=outputs_held,
+                      time_plan=time_plan)
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
     if fsdp and not distributed.is_fsdp(model):
         distributed.shard_blocks(model, args, layers, kwargs,
@@ -191,10 +204,10 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     if bandwidth is not None:
         prep, base = with_link(model, prep, bandwidth, args, kwargs)
     if plan is not None:
-        return _with_plan(model, prep, plan, budget, opts)
+        return _timed(_with_plan(model, prep, plan, budget, opts), args, kwargs, opts)
     fm, other = _planned(model, prep, base, resolve_fit_budget(budget, prep.plain_peak),
                          args, kwargs, opts)
-    return _probed(fm, other, args, kwargs, opts)
+    return _timed(_probed(fm, other, args, kwargs, opts), args, kwargs, opts)
 
 
 
@@ -219,6 +232,7 @@ class FitOptions:
     fsdp: object = False
     op_options: object = "auto"
     outputs_held: bool | None = None
+    time_plan: object = "auto"
 
     def __post_init__(self):
         if self.frontend not in FRONTENDS:
@@ -227,6 +241,17 @@ class FitOptions:
         if not (isinstance(self.op_options, (bool, dict)) or self.op_options == "auto"):
             raise SchedError(f"op_options must be 'auto', True, False or a dict of "
                              f"add_generated_options arguments, got {self.op_options!r}")
+        if not (isinstance(self.time_plan, bool) or self.time_plan == "auto"):
+            raise SchedError(f"time_plan must be 'auto', True or False, got "
+                             f"{self.time_plan!r}")
+
+    @property
+    def times_plan(self) -> bool:
+        """Whether `fit` times its plan (`time_plan`; "auto": unless $SCHEDLANG_TIME_PLAN
+        says off)."""
+        if self.time_plan == "auto":
+            return os.environ.get(TIME_PLAN_ENV, "").strip().lower() not in OFF
+        return bool(self.time_plan)
 
     @property
     def held(self) -> bool:
@@ -321,6 +346,19 @@ def _planned(model: nn.Module, prep: Prepared, base: Prepared | None, want: int,
                                         solve_extra(prep))
     fm = FitModule(model, prep, found, want, opts.measure, solve_s, **opts.calibration)
     return fm, other
+
+
+def _timed(fm: FitModule, args, kwargs, opts: FitOptions) -> FitModule:
+    """`fm`, its plan timed against plain execution (`steptime.time_overhead`) where
+    `opts.time_plan` asks and a plan runs on one process (ranks would each time their own)."""
+    prep = fm._prep
+    if not (opts.times_plan and prep.front is not None and prep.fsdp is None
+            and not distributed.active()):
+        return fm
+    if fm.plan is not None:
+        progress.note("timing", "the plan's training steps against plain execution's")
+    fm.time_plan(args, kwargs, opts.loss_fn)
+    return fm
 
 
 def _probed(fm: FitModule, other, args, kwargs, opts: FitOptions) -> FitModule:

@@ -20,6 +20,7 @@ from .memory import MemoryTracker, drop_closed_modes
 from .planning import solve_at, solve_extra
 from .prepare import Prepared
 from .report import MemoryReport
+from .steptime import TimedOverhead, overhead_of, time_overhead
 from .tensors import flat
 from .timeline import Recorder
 
@@ -54,6 +55,8 @@ class FitModule(nn.Module):
         self._recorder = None  # a `timeline.Recorder` while `record_timeline()` is on
         self._probes: list[dict] = []  # the probe steps `fit` ran (hook front end)
         self._fallback: str | None = None
+        self._timed: TimedOverhead | None = None  # what `fit` measured of its plan (steptime)
+        self._timing: tuple | None = None  # (loss_fn,): time each new plan (fit's time_plan)
         # the front end's executor of the plan (None: fallback, plain PyTorch)
         self._run = None if prepared.front is None else prepared.front.runner(prepared)
         self._set_plan(plan)
@@ -98,10 +101,16 @@ class FitModule(nn.Module):
                     self._prep.plain_peak - self._prep.executor_bytes) + self._margin
         return int(self._plan.predicted_peak) + self._prep.resident_bytes + self._margin
 
-    def memory_report(self) -> MemoryReport:
+    def modelled_overhead(self) -> float:
+        """The time model's overhead of the current plan: its predicted time over plain
+        execution's, less one (0 without a plan)."""
         plain_time = self._prep.plain_time
         plan_time = plain_time if self._plan is None else float(self._plan.predicted_time or 0)
-        overhead = plan_time / plain_time - 1 if plain_time > 0 else 0.0
+        return plan_time / plain_time - 1 if plain_time > 0 else 0.0
+
+    def memory_report(self) -> MemoryReport:
+        modelled = self.modelled_overhead()
+        overhead, source = overhead_of(self._plan, modelled, self._timed)
         return MemoryReport(self._budget, self.predicted_peak(), self._measured,
                             self._prep.plain_peak, self._prep.resident_bytes, overhead,
                             self._plan is None, self._step_s, self._solve_s,
@@ -109,6 +118,9 @@ class FitModule(nn.Module):
                             loss_assumed=self._prep.loss_assumed,
                             calibrated=None if self._calibrated is None
                             else dict(self._calibrated),
+                            overhead_source=source, modelled_time_overhead=modelled,
+                            timed=None if self._timed is None else
+                            {**self._timed.to_json(), "this_plan": self._timed.plan is self._plan},
                             extra={"frontend": self._prep.frontend,
                                    "timing": dict(self._prep.timing),
                                    "probes": [dict(p) for p in self._probes],
@@ -147,9 +159,18 @@ class FitModule(nn.Module):
         if over:
             self._pending = (self._measured, predicted)
 
-    def _recalibrate(self) -> None:
+    def time_plan(self, args: tuple, kwargs: dict, loss_fn) -> None:
+        """Time the current plan's training steps against plain execution's on these inputs
+        (`steptime.time_overhead`: the overhead `memory_report()` states), and every plan
+        this module takes later (a re-plan), on the inputs of the step that makes it."""
+        self._timing = (loss_fn,)
+        if self._plan is not None:
+            self._timed = time_overhead(self, args, kwargs, loss_fn, self.modelled_overhead())
+
+    def _recalibrate(self, args: tuple, kwargs: dict) -> None:
         """Re-plan once: the step measured more than predicted; the excess becomes a margin
-        the plan leaves free (the graph's activation budget shrinks by it)."""
+        the plan leaves free (the graph's activation budget shrinks by it). The new plan is
+        timed on this step's inputs where `fit` timed its own (`time_plan`)."""
         measured, predicted = self._pending
         self._pending = None
         margin = self._margin + measured - predicted
@@ -157,10 +178,10 @@ class FitModule(nn.Module):
         found = None
         t0 = time.perf_counter()
         if activation > 0:
-            args = self._solve_args
-            found = solve_at(self._prep, activation, args.get("solver", "highs"),
-                           args.get("time_limit"), args.get("backend", "pyomo"),
-                           solve_extra(self._prep), groups=False)
+            solving = self._solve_args
+            found = solve_at(self._prep, activation, solving.get("solver", "highs"),
+                             solving.get("time_limit"), solving.get("backend", "pyomo"),
+                             solve_extra(self._prep), groups=False)
         self._calibrated = {"measured": measured, "predicted": predicted, "margin": margin,
                             "replanned": found is not None,
                             "solve_s": time.perf_counter() - t0}
@@ -178,6 +199,8 @@ class FitModule(nn.Module):
                  format_size(self._budget))
         self._margin = margin
         self._set_plan(found)
+        if self._timing is not None:
+            self.time_plan(args, kwargs, *self._timing)
 
     # measuring one training step: forward to the end of the backward
     def _open_tracker(self, tensors) -> None:
@@ -236,7 +259,7 @@ class FitModule(nn.Module):
         tensors = [a for a in flat((args, kwargs)) if isinstance(a, torch.Tensor)]
         training = torch.is_grad_enabled()
         if training and self._pending is not None:
-            self._recalibrate()
+            self._recalibrate(args, kwargs)
         if not (self.measure and training):
             return self._call(*args, **kwargs)
         self._open_tracker(tensors)

@@ -17,7 +17,7 @@ class MemoryReport:
     measured_peak_bytes: int | None
     plain_peak_bytes: int  # predicted peak without recomputation
     resident_bytes: int
-    plan_time_overhead: float  # predicted plan time / predicted plain time - 1
+    plan_time_overhead: float  # the step's time over plain execution's, less one: see below
     plain: bool  # plain execution (no plan)
     measured_step_s: float | None = None
     solve_s: float | None = None
@@ -25,6 +25,11 @@ class MemoryReport:
     loss_bytes: int = 0  # memory of the loss beyond the outputs' gradients (in the prediction)
     loss_assumed: bool = False  # no loss_fn: `loss_bytes` is a reserve, not a measurement
     calibrated: dict | None = None  # the re-plan after a measured step over the prediction
+    #: how `plan_time_overhead` was found: "timed" (fit timed this plan against plain
+    #: execution: `timed`) or "modelled" (the time model alone)
+    overhead_source: str = "modelled"
+    modelled_time_overhead: float | None = None  # the time model's overhead of this plan
+    timed: dict | None = None  # what fit timed (`steptime.TimedOverhead.to_json`)
 
     def to_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -35,8 +40,8 @@ class MemoryReport:
                  f"  (plain execution: {_fmt(self.plain_peak_bytes)}, resident "
                  f"{_fmt(self.resident_bytes)})",
                  f"measured peak   {_fmt(self.measured_peak_bytes)}",
-                 f"time overhead   {100 * self.plan_time_overhead:+.1f}% (predicted)"
-                 + ("  plain execution" if self.plain else "")]
+                 f"time overhead   {100 * self.plan_time_overhead:+.1f}% "
+                 + ("plain execution" if self.plain else f"({self._overhead_how()})")]
         if self.loss_assumed:
             lines.append(f"loss            {_fmt(self.loss_bytes)} reserved (no loss_fn given: "
                          f"{LOSS_RESERVE} x the outputs, as a cross-entropy takes, "
@@ -72,6 +77,23 @@ class MemoryReport:
                          f"prediction {_fmt(c['predicted'])}: re-planned with a margin of "
                          f"{_fmt(c['margin'])}" + ("" if c["replanned"] else " (no plan fits)"))
         return "\n".join(lines)
+
+    def _overhead_how(self) -> str:
+        """Where the time overhead comes from, for `__str__`."""
+        t, model = self.timed, self.modelled_time_overhead
+        model_s = "" if model is None else f"{100 * model:+.1f}%"
+        if self.overhead_source == "timed" and t:
+            return (f"timed by fit: median of {t['rounds']} steps paired with plain "
+                    f"execution's, +-{100 * t['error']:.1f}% of a step; the time model "
+                    f"predicted {model_s}")
+        if t and t.get("this_plan"):
+            return (f"predicted by the time model; fit timed the plan at "
+                    f"{100 * t['measured']:+.1f}%, which the noise of its steps cannot tell "
+                    f"from plain execution")
+        if t:
+            return (f"predicted by the time model; fit timed an earlier plan at "
+                    f"{100 * t['measured']:+.1f}% (predicted {100 * t['modelled']:+.1f}%)")
+        return "predicted by the time model"
 
 
 def timing_line(timing: dict) -> str:

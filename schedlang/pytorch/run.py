@@ -189,6 +189,8 @@ def run_main(args) -> int:
         "prediction_error": err, "plain_peak_bytes": rep.plain_peak_bytes,
         "resident_bytes": rep.resident_bytes,
         "predicted_time_overhead": rep.plan_time_overhead,
+        "time_overhead_source": rep.overhead_source,
+        "modelled_time_overhead": rep.modelled_time_overhead,
         "step_s": step, "plain_step_s": plain_step,
         "measured_time_overhead": None if not plain_step else step / plain_step - 1,
         "fit_s": fit_s, "plan_ops": None if fm.plan is None else len(fm.plan.ops),
@@ -275,6 +277,9 @@ def _print_report(out: dict, rep, args, held: bool, fit_s: float) -> None:
     if plain_step:
         line += f"   plain {1000 * plain_step:.2f} ms ({100 * (step / plain_step - 1):+.1f}%)"
     line += f"   predicted overhead {100 * rep.plan_time_overhead:+.1f}%"
+    if rep.overhead_source != "modelled" and rep.modelled_time_overhead is not None:
+        line += (f" ({rep.overhead_source} by fit; the time model "
+                 f"{100 * rep.modelled_time_overhead:+.1f}%)")
     print(line)
     print(f"fit        {fit_s:.2f} s (profile and solve)")
     if out["host_link"]:
