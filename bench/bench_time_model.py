@@ -1,7 +1,7 @@
 """Is fit's time model one to trust? The README's `transformers` example, fitted N times.
 
     python bench/bench_time_model.py [--runs 5] [--budget 60%] [--steps 61] [--max-steps 244]
-                                     [--threads 1]
+                                     [--threads 1] [--fixed-malloc]
 
 Each run is a fresh process that runs the README's "PyTorch" example as written (the Llama
 config, `input_ids` 8 x 128, next-token cross-entropy, `fit(model, batch, budget="60%",
@@ -21,7 +21,11 @@ overhead, and `fit`'s own seconds; then the spread of the predictions over the r
 one against the measurement; beside each measured overhead, the same median over the even
 and over the odd pairs of rounds alone (how far the measurement itself moves). Where the halves
 disagree by more than 1.5% of the fitted step (a burst of load hit some rounds), `--steps`
-more rounds are timed, up to `--max-steps`, and the median is over all of them. Target (issue
+more rounds are timed, up to `--max-steps`, and the median is over all of them. `--fixed-malloc` runs each process with glibc's mmap and trim thresholds fixed
+(`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`): by default glibc hands large freed blocks
+back to the system and the next step faults the pages in again, counted in the thread's CPU
+time; how much depends on the process's allocation history, and the same plan's overhead then
+measures from +20% to +31% from one process to the next (bench/README.md). Target (issue
 28): the same plan every run, predicted overheads within +-15% of each other and of the
 measured one, and never a negative overhead for a plan that recomputes.
 """
@@ -149,8 +153,13 @@ def main() -> int:
                     help="timed rounds at most: more while the measurement is unsettled")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", help="write the runs here")
+    ap.add_argument("--fixed-malloc", action="store_true",
+                    help="run each process with glibc's mmap and trim thresholds fixed (no "
+                         "memory handed back to the system between steps)")
     args = ap.parse_args()
     env = dict(os.environ, SCHEDLANG_PROGRESS="off", PYTHONPATH=str(ROOT))
+    if args.fixed_malloc:
+        env.update(MALLOC_MMAP_THRESHOLD_=str(2 ** 31), MALLOC_TRIM_THRESHOLD_=str(2 ** 31))
     print(f"the README's Llama example, budget {args.budget}, {args.threads} thread(s), "
           f"{args.runs} fresh processes; load average {os.getloadavg()[0]:.2f}")
     runs = []

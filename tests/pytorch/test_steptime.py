@@ -103,18 +103,20 @@ class _Chain(nn.Module):
         return x
 
 
-def _fitted(**kw):
+def _fitted(frontend="blocks", **kw):
     torch.manual_seed(0)
     model = _Chain()
     x = torch.randn(64, 32, requires_grad=True)
-    fm = fit(model, x, "75%", frontend="blocks", repeats=1, probe=False,
-             layers=[f"blocks.{k}" for k in range(4)], **kw)
+    if frontend == "blocks":
+        kw["layers"] = [f"blocks.{k}" for k in range(4)]
+    fm = fit(model, x, "75%", frontend=frontend, repeats=1, probe=False, **kw)
     return model, x, fm
 
 
-def test_fit_times_its_plan_and_the_report_states_it():
-    model, x, fm = _fitted(time_plan=True)
-    assert fm.plan is not None, "the budget should need a plan"
+@pytest.mark.parametrize("frontend", ["blocks", "fx"])
+def test_fit_times_its_plan_and_the_report_states_it(frontend):
+    model, x, fm = _fitted(frontend, time_plan=True)
+    assert fm.plan is not None and fm.frontend == frontend, "the budget should need a plan"
     rep = fm.memory_report()
     assert rep.overhead_source in ("timed", "modelled")  # modelled: noise hid the overhead
     assert steptime.MIN_ROUNDS <= rep.timed["rounds"] <= steptime.MAX_ROUNDS
@@ -158,3 +160,26 @@ def test_the_environment_turns_the_timing_off(monkeypatch):
 def test_a_bad_time_plan_is_a_clear_error():
     with pytest.raises(SchedError, match="time_plan must be 'auto', True or False"):
         _fitted(time_plan="sometimes")
+
+
+def test_a_re_plan_is_timed_when_it_is_made(monkeypatch):
+    """The plan `fit` timed is replaced after a step measured over its prediction (here a
+    pending excess of 1 KiB, as the optimizer's state makes): the new plan is timed on the
+    inputs of the step that made it, before that step runs, and the report states its figure."""
+    model, x, fm = _fitted(time_plan=True)
+    calls = []
+
+    def recorded(fm_, args, kwargs, *rest, **kw):
+        calls.append((fm_.plan, args))
+        return time_overhead(fm_, args, kwargs, *rest, **kw)
+
+    monkeypatch.setattr("schedlang.pytorch.fitmodule.time_overhead", recorded)
+    predicted = fm.predicted_peak()
+    fm._pending = (predicted + 1024, predicted)
+    fm(x).sum().backward()
+    rep = fm.memory_report()
+    assert rep.calibrated["replanned"]
+    assert len(calls) == 1 and calls[0][0] is fm.plan and calls[0][1][0] is x
+    assert rep.timed["this_plan"], "the re-plan's figure is not the one stated"
+    assert steptime.MIN_ROUNDS <= rep.timed["rounds"] <= steptime.MAX_ROUNDS
+    fm.unwrap()
