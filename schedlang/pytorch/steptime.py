@@ -25,6 +25,7 @@ from another, so a figure measured for one plan says little of another.
 """
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 import time
@@ -44,6 +45,8 @@ from .tensors import flat
 __all__ = ["TimedOverhead", "time_overhead", "overhead_of", "median_error",
            "time_until_precise", "MIN_ROUNDS", "MAX_ROUNDS", "MAX_SECONDS", "WARM_ROUNDS",
            "PRECISION"]
+
+log = logging.getLogger("schedlang.pytorch")
 
 #: paired rounds timed at least, and at most while the median is not yet precise
 MIN_ROUNDS = 7
@@ -109,8 +112,8 @@ def time_overhead(fm, args: tuple, kwargs: dict, loss_fn, modelled: float,
                   precision: float = PRECISION,
                   max_seconds: float = MAX_SECONDS) -> TimedOverhead | None:
     """Time `fm`'s plan against plain execution of its model (see the module docstring);
-    `modelled`: the time model's overhead of that plan. None when no step could be timed
-    (a clock that did not move)."""
+    `modelled`: the time model's overhead of that plan. None when no step could be timed (a
+    clock that did not move, plain execution out of the device's memory)."""
     model: nn.Module = fm.module
     prep = fm._prep
     cuda = any(p.device.type == "cuda" for p in model.parameters())
@@ -147,13 +150,20 @@ def time_overhead(fm, args: tuple, kwargs: dict, loss_fn, modelled: float,
         if keep and plain > 0:
             ratios.append(planned / plain)
 
-    with preserved(model):
-        for _ in range(WARM_ROUNDS):
-            one_round(keep=False)
-        time_until_precise(one_round, ratios, min_rounds, max_rounds, precision,
-                           deadline=time.perf_counter() + max_seconds)
-        for p in model.parameters():
-            p.grad = None
+    try:
+        with preserved(model):
+            for _ in range(WARM_ROUNDS):
+                one_round(keep=False)
+            time_until_precise(one_round, ratios, min_rounds, max_rounds, precision,
+                               deadline=time.perf_counter() + max_seconds)
+            for p in model.parameters():
+                p.grad = None
+    except torch.OutOfMemoryError:  # plain execution does not fit the device: the plan's reason
+        log.info("schedlang fit: plain execution runs out of device memory: the plan's "
+                 "overhead is the time model's")
+        ratios.clear()
+        if cuda:
+            torch.cuda.empty_cache()
     if not ratios:
         return None
     return TimedOverhead(fm.plan, statistics.median(ratios) - 1, modelled, len(ratios),
