@@ -195,7 +195,12 @@ def _on_processes(fn, items, args, kwargs, n, on_result, preload) -> list:
             for k, item in enumerate(items):
                 try:
                     pending[pool.submit(_call, item)] = k
-                except BrokenProcessPool as exc:  # a worker died before all were submitted
+                except (BrokenProcessPool, OSError) as exc:
+                    # a worker died before all were submitted; when it died while the pool was
+                    # starting the next worker, the pool's queue is closed under that start:
+                    # an OSError ("handle is closed") from a pool marked broken
+                    if isinstance(exc, OSError) and not getattr(pool, "_broken", False):
+                        raise
                     raise JobError(f"a worker process died while the jobs were submitted, at item "
                                    f"{_short(item)} (killed, or out of memory?): {exc}",
                                    Loc("<worker>")) from None

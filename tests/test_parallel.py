@@ -110,6 +110,29 @@ def test_a_worker_that_dies_is_a_clear_error():
         run_jobs(jobs.dies, range(3), jobs=2)
 
 
+@pytest.mark.parametrize("broken", [True, False])
+def test_a_worker_dying_while_the_next_one_starts_is_the_same_clear_error(monkeypatch, broken):
+    """The race the test above can meet on a loaded machine, made to happen: the first
+    worker dies while the pool starts the second, whose start then finds the pool's queue
+    closed (an OSError, "handle is closed"). An OSError of a pool not broken is not this."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    submit = ProcessPoolExecutor.submit
+
+    def dies_during_the_second_start(self, fn, *a, **kw):
+        if getattr(self, "_submitted", 0):
+            if broken:
+                self._broken = "A child process terminated abruptly"
+            raise OSError("handle is closed")
+        self._submitted = 1
+        return submit(self, fn, *a, **kw)
+
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", dies_during_the_second_start)
+    with pytest.raises(JobError if broken else OSError,
+                       match="worker process died" if broken else "handle is closed"):
+        run_jobs(jobs.square_late, range(3), jobs=2)
+
+
 def test_a_script_without_a_main_guard_is_not_run_again_by_the_workers(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("from schedlang.parallel import run_jobs\n"
