@@ -15,14 +15,15 @@ steps are timed by the thread's CPU time (`time.thread_time`, the clock `fit` pr
 what the step costs, not how long the loaded machine kept it waiting); the wall-clock overhead
 is printed beside it. Per run it prints the plan's identity (a digest of its ops: equal
 digests, equal plans), the predicted peak and time overhead (`memory_report()`: the overhead
-`fit` timed for its plan, scaled to a re-plan's model figure where the loop re-planned;
-the time model's own figure beside it), the measured
-overhead, and `fit`'s own seconds; then the spread of the predictions over the runs and each
-one against the measurement; beside each measured overhead, the same median over the even
-and over the odd pairs of rounds alone (how far the measurement itself moves). Where the halves
-disagree by more than 1.5% of the fitted step (a burst of load hit some rounds), `--steps`
-more rounds are timed, up to `--max-steps`, and the median is over all of them. `--fixed-malloc` runs each process with glibc's mmap and trim thresholds fixed
-(`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`): by default glibc hands large freed blocks
+`fit` timed for the plan it runs, the re-plan of the loop's second step timed when made; the
+time model's own figure beside it), the measured overhead, and `fit`'s own seconds; then the
+spread of the predictions over the runs and each one against the measurement; beside each
+measured overhead, the same median over the even and over the odd pairs of rounds alone (how
+far the measurement itself moves). Where the halves disagree by more than 1.5% of the fitted
+step (a burst of load hit some rounds), `--steps` more rounds are timed, up to `--max-steps`,
+and the median is over all of them. `--fixed-malloc` runs each process with glibc's mmap and
+trim thresholds fixed (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`): by default glibc
+hands large freed blocks
 back to the system and the next step faults the pages in again, counted in the thread's CPU
 time; how much depends on the process's allocation history, and the same plan's overhead then
 measures from +20% to +31% from one process to the next (bench/README.md). Target (issue

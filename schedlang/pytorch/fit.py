@@ -166,8 +166,8 @@ def fit(model: nn.Module, sample_inputs, budget="100%", *, solver: str = "highs"
     (before the first solve); ``False`` never.
 
     `time_plan`: before returning, time the plan's training steps against plain execution's,
-    in pairs on the samples, until their median ratio settles (`schedlang.pytorch.steptime`:
-    a few to a few tens of steps of each); `memory_report()` then states that measured
+    in pairs on the samples, until their median ratio is precise (`schedlang.pytorch.steptime`:
+    7 to 81 pairs, 20 s at most); `memory_report()` then states that measured
     overhead (the time model's beside it). A re-plan is timed likewise when it is made.
     ``"auto"`` (default): on unless ``$SCHEDLANG_TIME_PLAN`` is ``off``; True; False.
 
