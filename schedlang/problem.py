@@ -307,7 +307,11 @@ class Problem:
         ws.objective = objective_value(ir, x)
         if not ws.feasible:
             if ws.fits is False and ws.valid:
-                ws.message = f"the plan is over the budget, its encoding violates the model ({why})"
+                # how far over, in bytes a user reads (the encoding's row is in the model's units)
+                excess = "" if limit is None or ws.peak_bytes is None or ws.peak_bytes <= limit \
+                    else f" (it peaks at {ws.peak_bytes} B, {ws.peak_bytes - limit} B over)"
+                ws.message = (f"the plan is over the budget{excess}, its encoding violates the "
+                              f"model ({why})")
             elif ws.valid is False:
                 ws.message = f"the plan does not replay, its encoding violates the model ({why})"
             else:

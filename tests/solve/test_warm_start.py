@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -289,3 +290,6 @@ def test_auto_without_a_fitting_plan_solves_cold_and_says_why():
     ws = res.warm_start
     assert not ws.passed and "no heuristic plan fits" in ws.message
     assert res.status == Status.INFEASIBLE
+    # how far over, in bytes: each planner's plan's peak against the 40 MiB budget
+    overs = re.findall(r"it peaks at (\d+) B, (\d+) B over", ws.message)
+    assert overs and all(int(p) - int(o) == 40 * 2 ** 20 for p, o in overs)
