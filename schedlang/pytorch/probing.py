@@ -21,7 +21,7 @@ from .model_state import preserved
 from .options import OPS_PREFIX, add_generated_options
 from .planning import FitError, solve_or_raise
 from .prepare import Prepared, prepare
-from .tensors import flat
+from .tensors import backward_with_ones, flat, fresh_leaves
 from .trace import to_graph
 
 __all__ = ["probe_step", "probe_until_within", "plain_measured_peak", "with_generated_options",
@@ -148,15 +148,11 @@ def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserv
     and backward, the outputs held through the backward or (`outputs_held` False, with a
     `loss_fn`) released once the loss is computed. Gradients, buffers and the RNG state are
     restored afterwards."""
-    from torch.utils._pytree import tree_map
-
     run = model if run is None else run
     with preserved(model) as kept:
         for p in model.parameters():
             p.grad = None
-        # fresh leaves: the samples' own .grad stays as it is
-        args, kwargs = tree_map(lambda t: t.detach().requires_grad_(t.requires_grad)
-                                if isinstance(t, torch.Tensor) else t, (args, kwargs))
+        args, kwargs = fresh_leaves((args, kwargs))  # the samples' own .grad stays as it is
         inputs = [t for t in flat((args, kwargs)) if isinstance(t, torch.Tensor)]
 
         watch = fsdp_storages(model) if is_fsdp(model) else ()
@@ -171,10 +167,7 @@ def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserv
                 loss.backward()
                 del loss
             else:
-                leaves = [t for t in flat(out) if isinstance(t, torch.Tensor)
-                          and t.requires_grad and t.is_floating_point()]
-                torch.autograd.backward(leaves, [torch.ones_like(t) for t in leaves])
-                del leaves
+                backward_with_ones(out)
             out = None
             peak = mt.peak
     if loss_fn is None:

@@ -34,13 +34,12 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map
 
 from ..plans.plan import Plan
 from .frontends.blocks.hooked import BlockWrappers
 from .model_state import preserved
 from .profile import host_clock
-from .tensors import flat
+from .tensors import backward_with_ones, fresh_leaves
 
 __all__ = ["TimedOverhead", "time_overhead", "overhead_of", "median_error",
            "time_until_precise", "MIN_ROUNDS", "MAX_ROUNDS", "MAX_SECONDS", "WARM_ROUNDS",
@@ -125,9 +124,7 @@ def time_overhead(fm, args: tuple, kwargs: dict, loss_fn, modelled: float,
     def step(run) -> float:
         for p in model.parameters():
             p.grad = None
-        ins_args, ins_kwargs = tree_map(
-            lambda t: t.detach().requires_grad_(t.requires_grad)
-            if isinstance(t, torch.Tensor) else t, (args, kwargs))
+        ins_args, ins_kwargs = fresh_leaves((args, kwargs))
         if cuda:
             torch.cuda.synchronize()
         t0 = clock()
@@ -195,6 +192,4 @@ def _train_step(run, args: tuple, kwargs: dict, loss_fn, outputs_held: bool) -> 
             out = None
         loss.backward()
         return
-    leaves = [t for t in flat(out) if isinstance(t, torch.Tensor)
-              and t.requires_grad and t.is_floating_point()]
-    torch.autograd.backward(leaves, [torch.ones_like(t) for t in leaves])
+    backward_with_ones(out)

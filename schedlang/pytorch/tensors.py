@@ -1,16 +1,17 @@
 """Tensor and autograd helpers shared by the front ends, the plan executor and the options:
 zero-byte placeholders, the executor's constant scalars, freeing a gradient the autograd
-engine handed over, the tensor leaves of a nested value."""
+engine handed over, the tensor leaves of a nested value, a step's fresh input leaves and its
+backward without a loss."""
 from __future__ import annotations
 
 import weakref
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 __all__ = ["placeholder", "constant_bytes", "constant_dtypes", "scalar",
-           "release_engine_grad", "flat"]
+           "release_engine_grad", "flat", "fresh_leaves", "backward_with_ones"]
 
 
 #: weak: the executors that made them hold them (`PlanExecutor.constants`), so that nothing of
@@ -64,3 +65,18 @@ def release_engine_grad(t: torch.Tensor) -> None:
 def flat(value) -> list:
     """The leaves of a nested value (tuples, lists, dicts, `ModelOutput`s)."""
     return tree_flatten(value)[0]
+
+
+def fresh_leaves(value):
+    """`value` with each tensor detached into a new leaf that requires a gradient where the
+    tensor did: a measured or timed step's inputs, so that the samples' own `.grad` stays."""
+    return tree_map(lambda t: t.detach().requires_grad_(t.requires_grad)
+                    if isinstance(t, torch.Tensor) else t, value)
+
+
+def backward_with_ones(out) -> None:
+    """The backward of a step without a loss function: a gradient of ones for each floating
+    output that requires one."""
+    leaves = [t for t in flat(out) if isinstance(t, torch.Tensor)
+              and t.requires_grad and t.is_floating_point()]
+    torch.autograd.backward(leaves, [torch.ones_like(t) for t in leaves])
