@@ -97,7 +97,9 @@ class Frontend(ABC):
         return 0.0
 
     def group_plans(self, prep) -> list:
-        """Plans with checkpointed groups of blocks (`groups`); none by default."""
+        """The front end's heuristic plans, the solve's start and fallback (the hook front
+        end: per-block checkpointing, every block at its least memory, and plans with
+        checkpointed groups of blocks, `groups`); none by default."""
         return []
 
     @abstractmethod

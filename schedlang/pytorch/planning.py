@@ -107,7 +107,10 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
             res.objective >= must_beat * (1 - requested_gap(solver, None)):
         return None
     # Among plans as fast as this one, the one with the smallest peak: equally fast plans
-    # differ in memory, and this choice makes the peak fall as the budget falls.
+    # differ in memory, and this choice makes the peak fall as the budget falls. The status
+    # stays the first solve's: the second proves the least peak, not the least time (a time
+    # solve stopped early reported "optimal" kept `solve_at` from its per-block solve)
+    status = res.status
     fastest = res.objective * (1 + 1e-7) + 1e-12
     second = None if not least_peak else load(
         model=[model, *exts, extension_path(LEAST_PEAK)], graph=g,
@@ -125,7 +128,7 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
         return None
     res.plan.predicted_time = sim.time
     res.plan.meta.setdefault("planner", model)
-    res.plan.meta["status"] = res.status.value
+    res.plan.meta["status"] = status.value
     res.plan.meta["model_size"] = res.model_size
     return res.plan
 
@@ -188,6 +191,11 @@ def solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, b
         # plain execution's activation peak admits its plan (budgets are exact to the byte);
         # a KiB above it, as a margin
         high = prep.plain_peak - prep.resident_bytes + prep.output_bytes + 1024
+        # (the front end's heuristic plans: a cold probe may miss a plan near the least
+        # budget that one of them has, and below the least they need is where to look)
+        heuristic = min(group_plans_priced(prep), key=lambda np: np[0], default=None)
+        if heuristic is not None and activation < heuristic[0] < high:
+            high = heuristic[0]
         # each probe of the bisection is capped as the group solve is (`solve_at`): its
         # larger space can keep a feasibility solve unproven for minutes on many blocks
         limit = time_limit
@@ -197,9 +205,8 @@ def solve_or_raise(prep: Prepared, want: int, margin: int, solver, time_limit, b
         best = smallest_feasible(prep.graph, activation, high, solver, limit, backend,
                                  shown_offset=fixed, **extra)
         how = f"bisection with the solver {solver}"
-        grouped = min((need for need, _ in group_plans_priced(prep)), default=None)
-        if grouped is not None and (best is None or grouped < best):
-            best, how = grouped, "a plan with checkpointed groups of blocks"
+        if heuristic is not None and (best is None or heuristic[0] < best):
+            best, how = heuristic[0], f"the plan '{heuristic[1].meta.get('planner')}'"
         smallest = "unknown" if best is None else \
             f"{format_size(best + fixed)} ({best + fixed} B)"
         gen = (f", with {prep.generated['options']} generated layer options"

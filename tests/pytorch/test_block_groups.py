@@ -20,6 +20,7 @@ from schedlang.pytorch.frontends.blocks.hooked import (  # noqa: E402
     PER_BLOCK,
     block_chains,
     group_plans,
+    least_memory_plans,
     plan_choices,
     rerun_correction,
 )
@@ -314,3 +315,79 @@ def test_a_forward_that_skips_part_of_a_group_is_an_error_and_leaves_autograd_cl
     _assert_same(ref, _step(fm, model, (x,), {}, loss_fn))
     fm.unwrap()
     _assert_same(ref, _step(model, model, (x,), {}, loss_fn))
+
+
+def test_t5s_two_chains_get_per_block_plans_in_the_family():
+    """T5's encoder and decoder are two chains: a group plan groups one of them and leaves
+    the other plain, so the family's least memory is far above per-block checkpointing's. The
+    family's low end (`least_memory_plans`) has every block recomputed and every block at its
+    least-memory option; both replay, and the least need of the family is per-block
+    checkpointing's or lower."""
+    from schedlang.testing.hf_architectures import ARCHITECTURES
+
+    model, args, kwargs, loss_fn = ARCHITECTURES["t5"](batch=2, seq=16, layers=2, dim=32)
+    prep = _prepared(model, args, kwargs, loss_fn)
+    blocks = _blocks(prep)
+    assert len(block_chains(prep.graph, blocks)) == 2
+    low = list(least_memory_plans(prep.graph, blocks))
+    assert low and low[0].meta["planner"] == "every block recomputed"
+    assert all(simulate(p, prep.graph).valid for p in low)
+    priced = group_plans_priced(prep)
+    every = dict(priced[0][1].meta)  # the family starts with its low end
+    assert every["planner"] == "every block recomputed" and every["groups"] == []
+    groups_only = [need for need, p in priced if p.meta["groups"]]
+    assert min(need for need, _ in priced) <= priced[0][0] < min(groups_only)
+
+
+def test_fit_names_the_least_budget_of_its_heuristic_plans_when_the_solver_finds_none(
+        monkeypatch):
+    """A solve may find no plan near the least budget in its time (T5 with generated options:
+    none in 10 s at per-block checkpointing's peak, cold). Whatever the solver answers, the
+    smallest feasible budget `fit` names is at most the least its heuristic plans need, and
+    `fit` at that budget runs a plan within it."""
+    import re
+
+    from schedlang.pytorch import planning
+    from schedlang.pytorch.fit import FitError
+
+    model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=32)
+    prep = _prepared(model, args, kwargs, loss_fn)
+    least = min(need for need, _ in group_plans_priced(prep))
+    monkeypatch.setattr(planning, "solve_plan", lambda *a, **k: None)  # a solver that finds none
+    with pytest.raises(FitError, match=r"smallest feasible budget found is [^(]*\((\d+) B\) "
+                                       r"\(the plan 'every block") as err:
+        fit(model, args, prep.resident_bytes + 1, loss_fn=loss_fn, sample_kwargs=kwargs,
+            prepared=prep, measure=False, calibrate=False)
+    named = int(re.search(r"found is [^(]*\((\d+) B\)", str(err.value)).group(1))
+    assert named <= prep.resident_bytes + least
+    fm = fit(model, args, named, loss_fn=loss_fn, sample_kwargs=kwargs, prepared=prep,
+             measure=False, calibrate=False)
+    assert fm.memory_report().predicted_peak_bytes <= named
+    fm.unwrap()
+
+
+def test_the_least_memory_descent_moves_a_chain_together():
+    """`least_memory_plans` against brute force on three blocks whose backwards peak level
+    (tests/data/level_blocks.sched): no single block's option lowers the peak of every block
+    recomputed, all three together do; the family's least peak is the least over all eight
+    assignments."""
+    import itertools
+
+    import schedlang
+    from tests.paths import ROOT
+
+    graph = schedlang.load(ROOT / "tests" / "data" / "level_blocks.sched").graph
+    blocks = ["b1", "b2", "b3"]
+
+    def peak(choice):
+        sim = simulate(plan_checkpoint_groups(graph, [], choice), graph)
+        assert sim.valid, sim.errors
+        return sim.peak_bytes
+
+    every = dict.fromkeys(blocks, "recompute")
+    assert all(peak({**every, b: "lean"}) >= peak(every) for b in blocks)
+    least = min(peak(dict(zip(blocks, c)))
+                for c in itertools.product(["recompute", "lean"], repeat=3))
+    plans = list(least_memory_plans(graph, blocks))
+    assert plans[0].meta["planner"] == "every block recomputed"
+    assert min(simulate(p, graph).peak_bytes for p in plans) == least < peak(every)

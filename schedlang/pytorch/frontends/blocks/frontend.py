@@ -15,6 +15,7 @@ from .hooked import (
     BlockWrappers,
     block_partition,
     group_plans,
+    least_memory_plans,
     offload_profiles,
     plan_choices,
     rerun_correction,
@@ -113,7 +114,8 @@ class BlocksFrontend(Frontend):
         return rerun_correction(plan, graph)  # a group's reruns, priced as recomputations
 
     def group_plans(self, prep) -> list:
-        return group_plans(prep.graph, [b.name for b in prep.partitioned.found.blocks])
+        blocks = [b.name for b in prep.partitioned.found.blocks]
+        return [*least_memory_plans(prep.graph, blocks), *group_plans(prep.graph, blocks)]
 
     def runner(self, prep) -> Runner:
         return BlockRunner(prep)

@@ -387,6 +387,76 @@ def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
                                              name=f"groups of {size} block(s) in every chain")
 
 
+#: passes of `least_memory_plans`' descent over the blocks' options (each pass tries every
+#: other option of every block, and of every chain of blocks together, once; it stops at a
+#: pass that lowers nothing)
+DESCENT_PASSES = 3
+
+
+def least_memory_plans(graph: Graph, blocks: list[str]):
+    """The low end of the heuristic family, plans without groups: every block ``recompute``
+    (per-block checkpointing's schedule), every block at its least-memory option (the least
+    it keeps to its backward, then the least its backward adds), and from the lower of the
+    two a descent: one block's option changed, or one option for every block of a chain,
+    kept when the replayed peak drops (a generated op-level option that keeps a little may
+    hold much less than ``recompute`` in its backward: T5's decoder blocks, 0.13 MB kept for
+    1.8 MB less in each backward). The group
+    family alone (a group in one chain, the other chains plain) does not reach there on a
+    model of several chains (T5's encoder and decoder), and a cold solve with generated
+    options may find no plan near the least budget in its time (T5 at per-block
+    checkpointing's peak: none in 10 s; from this start at once): they are the solve's start
+    and fallback where no group plan fits, and bound the smallest feasible budget `fit`
+    names."""
+    from ....plans.simulate import simulate
+
+    layers = {lay.name: lay for lay in graph.layers}
+    present = [b for b in blocks if b in layers]
+    runnable = {b: [o.name for o in layers[b].options if o.name != FAST_FORWARD]
+                for b in present}
+    if not present or not all(runnable.values()):
+        return
+    def peak(choice: dict[str, str]) -> float:
+        sim = simulate(plan_checkpoint_groups(graph, [], choice), graph)
+        return sim.peak_bytes if sim.valid else math.inf
+
+    starts: list[tuple[dict[str, str], str]] = []
+    if all("recompute" in runnable[b] for b in present):
+        starts.append((dict.fromkeys(present, "recompute"), "every block recomputed"))
+    least = {b: min(runnable[b], key=lambda n, b=b: _least_memory_key(layers[b], n))
+             for b in present}
+    if all(least != c for c, _ in starts):
+        starts.append((least, "every block at its least-memory option"))
+    best, low = min(((c, peak(c)) for c, _ in starts), key=lambda cp: cp[1])
+    # moves: one block's option, or one option for every block of a chain (or of the model)
+    # that has it: the blocks' backward peaks are level where each recomputes, and what one
+    # block keeps to lower its own raises the others', so only the chain together goes lower
+    sets = [[b] for b in present] + [c for c in block_chains(graph, present) if len(c) > 1]
+    if len(present) > 1:
+        sets.append(present)
+    for _ in range(DESCENT_PASSES):
+        lowered = False
+        for members in sets:
+            for name in sorted({n for b in members for n in runnable[b]}):
+                trial = {**best, **{b: name for b in members if name in runnable[b]}}
+                if trial == best:
+                    continue
+                p = peak(trial)
+                if p < low:
+                    best, low, lowered = trial, p, True
+        if not lowered:
+            break
+    for choice, name in starts:
+        yield plan_checkpoint_groups(graph, [], choice, name=name)
+    if all(best != c for c, _ in starts):
+        yield plan_checkpoint_groups(graph, [], best, name="the least peak of a descent over "
+                                     "the blocks' options")
+
+
+def _least_memory_key(layer, name: str) -> tuple:
+    o = next(o for o in layer.options if o.name == name)
+    return (o.phantom, max(o.bwd_overhead, 0))
+
+
 def rerun_correction(plan: Plan, graph: Graph) -> float:
     """Seconds to add to the simulator's time of a group plan: it prices a block's forward run
     again in the backward as the block's first ``autograd`` forward, but that rerun is the
