@@ -53,6 +53,7 @@ from ....language.errors import Loc, SchedError
 from ....plans.interpreter import PlanInterpreter
 from ....plans.plan import Op, Plan
 from ....plans.planners.baselines import plan_checkpoint_groups
+from ....plans.simulate import simulate
 from ...loss_node import LOSS_TIME, LOSS_VALUE_BYTES
 from ...model_state import once_stats, own_checkpointing, preserved, running_stats_kept
 from ...profile import OPTIONS, profile, selective_context
@@ -400,21 +401,19 @@ def least_memory_plans(graph: Graph, blocks: list[str]):
     two a descent: one block's option changed, or one option for every block of a chain,
     kept when the replayed peak drops (a generated op-level option that keeps a little may
     hold much less than ``recompute`` in its backward: T5's decoder blocks, 0.13 MB kept for
-    1.8 MB less in each backward). The group
-    family alone (a group in one chain, the other chains plain) does not reach there on a
-    model of several chains (T5's encoder and decoder), and a cold solve with generated
-    options may find no plan near the least budget in its time (T5 at per-block
-    checkpointing's peak: none in 10 s; from this start at once): they are the solve's start
-    and fallback where no group plan fits, and bound the smallest feasible budget `fit`
-    names."""
-    from ....plans.simulate import simulate
-
+    1.8 MB less in each backward). The group family alone (a group in one chain, the other
+    chains plain) does not reach there on a model of several chains (T5's encoder and
+    decoder), and a cold solve with generated options may find no plan near the least budget
+    in its time (T5 at per-block checkpointing's peak: none in 10 s; from this start at
+    once): they are the solve's start and fallback where no group plan fits, and bound the
+    smallest feasible budget `fit` names."""
     layers = {lay.name: lay for lay in graph.layers}
     present = [b for b in blocks if b in layers]
     runnable = {b: [o.name for o in layers[b].options if o.name != FAST_FORWARD]
                 for b in present}
     if not present or not all(runnable.values()):
         return
+
     def peak(choice: dict[str, str]) -> float:
         sim = simulate(plan_checkpoint_groups(graph, [], choice), graph)
         return sim.peak_bytes if sim.valid else math.inf
