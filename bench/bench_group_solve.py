@@ -10,7 +10,7 @@ number of blocks; `tiny` sizes for 48 blocks), profiled once (the hook front end
 plain execution's:
 
 * `before`: the per-block solve (models/extensions/per_block.sched), then the fastest plan of
-  the group family (`hooked.group_plans`, priced by the simulator) where faster: what fit did
+  the group family (`families.group_plans`, priced by the simulator) where faster: what fit did
   until this change;
 * `after`: `planning.solve_at`, what fit does now: the solve of
   models/extensions/block_groups.sched (groups, per-block and generated options in one model),

@@ -12,7 +12,7 @@ wrappers of
 `schedlang.pytorch.frontends.blocks.hooked`; `frontend=`, see `prepare`) —, solves
 `models/rockmate.sched` on the
 layered graph data at the budget (with the hook front end, a plan with checkpointed groups of
-blocks is taken instead where faster: `hooked.group_plans`), and returns a `FitModule` whose
+blocks is taken instead where faster: `families.group_plans`), and returns a `FitModule` whose
 parameters are the original module's and whose forward/backward execute the plan.
 
 The budget is the peak of all tensor memory on the compute device during a training step

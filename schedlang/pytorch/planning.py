@@ -353,7 +353,7 @@ def solve_linked(base: Prepared, linked: Prepared, want: int, solver, time_limit
 
 
 def group_plans_priced(prep: Prepared) -> list[tuple[int, Plan]]:
-    """Hook front end: the plans with checkpointed groups of blocks (`hooked.group_plans`),
+    """Hook front end: the plans with checkpointed groups of blocks (`families.group_plans`),
     each with the activation budget it needs (its peak, and its loss phase with the loss
     function's memory and the outputs the graph does not count), predicted peak and time set
     as `solve_plan` sets them. Cached on `prep`. None where groups do not run (`groups_run`)."""

@@ -14,16 +14,9 @@ from torch import nn  # noqa: E402
 from schedlang.plans.planners.baselines import plan_checkpoint_groups  # noqa: E402
 from schedlang.plans.simulate import simulate  # noqa: E402
 from schedlang.pytorch.fit import fit, prepare  # noqa: E402
+from schedlang.pytorch.frontends.blocks.families import group_plans, least_memory_plans  # noqa: E402
 from schedlang.pytorch.frontends.blocks.find import BlockError  # noqa: E402
-from schedlang.pytorch.frontends.blocks.hooked import (  # noqa: E402
-    GROUP,
-    PER_BLOCK,
-    block_chains,
-    group_plans,
-    least_memory_plans,
-    plan_choices,
-    rerun_correction,
-)
+from schedlang.pytorch.frontends.blocks.hooked import GROUP, PER_BLOCK, block_chains, plan_choices, rerun_correction  # noqa: E402
 from schedlang.pytorch.planning import frontend_extensions, group_plans_priced, solve_plan  # noqa: E402
 from schedlang.solve.solvers import requested_gap  # noqa: E402
 from schedlang.testing.hf_models import HF  # noqa: E402

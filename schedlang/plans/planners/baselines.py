@@ -224,7 +224,7 @@ def plan_checkpoint_groups(graph: Graph, groups: list[list[str]],
     their last read before they are made again; what the loss reads stays (the caller holds
     it). Unlike the keep-set planners here (`checkpoint_sequential` among them: a dropped
     layer is recomputed when a backward needs it), this is torch's own order, step for step:
-    the plan the hook front end runs (`schedlang.pytorch.frontends.blocks.hooked.group_plans`), and the one the
+    the plan the hook front end runs (`schedlang.pytorch.frontends.blocks.families.group_plans`), and the one the
     bench prices checkpoint_sequential with."""
     options = options or {}
     ha = graph.layered_index()

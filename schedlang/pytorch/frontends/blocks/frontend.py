@@ -9,13 +9,12 @@ from ....language.errors import SchedError
 from ...frontend import Frontend, Runner
 from ...lifetimes import earliest_deletes
 from ...model_state import own_checkpointing
+from .families import group_plans, least_memory_plans
 from .hooked import (
     BLOCK_GROUPS,
     PER_BLOCK,
     BlockWrappers,
     block_partition,
-    group_plans,
-    least_memory_plans,
     offload_profiles,
     plan_choices,
     rerun_correction,
