@@ -86,6 +86,17 @@ def test_blocks_that_share_an_input_needing_a_gradient_get_no_rerun():
     assert rerun_blocks(found) == set(encoder)
 
 
+def _pinned_rerun_cheaper(model, args, kwargs, loss_fn):
+    """(GPT-2's prepared profile with its blocks' times pinned as data, ``rerun`` 10% cheaper
+    than ``recompute`` in the backward; the blocks that have ``rerun``)."""
+    prep = prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, frontend="blocks",
+                   repeats=1)
+    blocks = _rerun_layers(prep)
+    cheaper = dict(PINNED_BLOCK_BWD, rerun=PINNED_BLOCK_BWD["recompute"] * 0.9)
+    graph = pin_block_times(prep.graph, blocks, bwd=cheaper)
+    return dataclasses.replace(prep, graph=graph, solved=[], grouped=None), blocks
+
+
 def test_the_solver_takes_rerun_where_it_is_the_fastest_choice():
     """GPT-2 with its blocks' times as data: ``rerun`` costs less than ``recompute`` in the
     backward (what the CPU measures: no graph built and no saved-tensor hooks in the first
@@ -95,12 +106,8 @@ def test_the_solver_takes_rerun_where_it_is_the_fastest_choice():
     with eager PyTorch's gradients within its budget."""
     model, args, kwargs, loss_fn = HF["gpt2"](**SIZES["gpt2"])
     ref = _step(model, model, args, kwargs, loss_fn)
-    prep = prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, frontend="blocks",
-                   repeats=1)
-    blocks = _rerun_layers(prep)
-    cheaper = dict(PINNED_BLOCK_BWD, rerun=PINNED_BLOCK_BWD["recompute"] * 0.9)
-    graph = pin_block_times(prep.graph, blocks, bwd=cheaper)
-    prep = dataclasses.replace(prep, graph=graph, solved=[], grouped=None)
+    prep, blocks = _pinned_rerun_cheaper(model, args, kwargs, loss_fn)
+    graph = prep.graph
     every = plan_checkpoint_groups(graph, [], dict.fromkeys(blocks, RERUN))
     pinned = fit(model, args, prep.plain_peak, loss_fn=loss_fn, sample_kwargs=kwargs,
                  prepared=prep, plan=every, measure=False)
@@ -125,12 +132,8 @@ def test_a_mip_start_highs_returns_as_its_optimum_is_solved_again():
     from schedlang.pytorch import planning
 
     model, args, kwargs, loss_fn = HF["gpt2"](**SIZES["gpt2"])
-    prep = prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, frontend="blocks",
-                   repeats=1)
-    blocks = _rerun_layers(prep)
-    cheaper = dict(PINNED_BLOCK_BWD, rerun=PINNED_BLOCK_BWD["recompute"] * 0.9)
-    graph = pin_block_times(prep.graph, blocks, bwd=cheaper)
-    prep = dataclasses.replace(prep, graph=graph, solved=[], grouped=None)
+    prep, blocks = _pinned_rerun_cheaper(model, args, kwargs, loss_fn)
+    graph = prep.graph
     budget = planning.priced(plan_checkpoint_groups(graph, [], dict.fromkeys(blocks, RERUN)),
                              prep).predicted_peak
     start = plan_checkpoint_groups(graph, [], dict.fromkeys(blocks, "recompute"))

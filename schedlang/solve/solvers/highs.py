@@ -32,6 +32,7 @@ Ctrl-C ends the process at once (docs/reliability.md).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import threading
 import time
@@ -475,8 +476,6 @@ def run_highs(lp, is_int: np.ndarray, run) -> RawResult:
         # "optimal" point, the optimum's value reported beside it (GPT-2's blocks started
         # from every block recomputed: 0.017277 returned, 0.015377 reported). Solved again
         # without the start, in the time left; that answer is the run's.
-        import dataclasses
-
         again = run_highs(lp, is_int, dataclasses.replace(run, warm_start=None))
         again.notes.append(f"HiGHS returned its MIP start (objective "
                            f"{_point_objective(lp, raw.x):.6g}) as the optimum {raw.objective:.6g}"

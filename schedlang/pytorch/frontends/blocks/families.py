@@ -91,8 +91,8 @@ def least_memory_plans(graph: Graph, blocks: list[str]):
     smallest feasible budget `fit` names."""
     layers = {lay.name: lay for lay in graph.layers}
     present = [b for b in blocks if b in layers]
-    runnable = {b: [o.name for o in layers[b].options if o.name != FAST_FORWARD]
-                for b in present}
+    options = {b: [o for o in layers[b].options if o.name != FAST_FORWARD] for b in present}
+    runnable = {b: [o.name for o in options[b]] for b in present}
     if not present or not all(runnable.values()):
         return
 
@@ -103,7 +103,7 @@ def least_memory_plans(graph: Graph, blocks: list[str]):
     starts: list[tuple[dict[str, str], str]] = []
     if all("recompute" in runnable[b] for b in present):
         starts.append((dict.fromkeys(present, "recompute"), "every block recomputed"))
-    least = {b: min(runnable[b], key=lambda n, b=b: _least_memory_key(layers[b], n))
+    least = {b: min(options[b], key=lambda o: (o.phantom, max(o.bwd_overhead, 0))).name
              for b in present}
     if all(least != c for c, _ in starts):
         starts.append((least, "every block at its least-memory option"))
@@ -131,8 +131,3 @@ def least_memory_plans(graph: Graph, blocks: list[str]):
     if all(best != c for c, _ in starts):
         yield plan_checkpoint_groups(graph, [], best, name="the least peak of a descent over "
                                      "the blocks' options")
-
-
-def _least_memory_key(layer, name: str) -> tuple:
-    o = next(o for o in layer.options if o.name == name)
-    return (o.phantom, max(o.bwd_overhead, 0))
