@@ -1,6 +1,6 @@
 """The benchmark table of issue 29: proven optima and gaps, every method on every graph.
 
-    python bench/bench_proofs.py [--graphs G ...] [--budgets 90 80 70] [--methods M ...]
+    python bench/bench_proofs.py [--graphs G|FILE ...] [--budgets 90 80 70] [--methods M ...]
         [--time-limit 60] [--threads 1] [--moccasin SRC --moccasin-python PY]
         [--out bench/results/proofs.jsonl] [--resume] [--table FILE.jsonl]
     python bench/bench_proofs.py --done-when --out bench/results/done-when.jsonl
@@ -24,6 +24,9 @@ whole command, `uptime`'s load beside it:
   dependencies: `bench/moccasin_driver.py`); its schedule is replayed by schedlang's simulator
   (valid or not, its peak against the budget). Its bound is its own model's (two computations
   per node at most, its interval-length domain), not a bound of the Checkmate problem.
+
+A `--graphs` entry that is a `.sched` file or a checkmate-nx JSON file (`bench/random_layered.py`'s,
+`schedlang trace --ops`'s) is benched under its file name's stem.
 
 `--unseen` runs the graphs no earlier round benched (`UNSEEN`: op graphs of a U-Net, a residual
 conv net, transformers' ResNet and one-layer BERT, an MLP-Mixer, and `vgg16_test`) at
@@ -311,6 +314,10 @@ def main(argv=None) -> int:
         with open(args.table) as f:
             print_table([json.loads(x) for x in f if x.strip()])
         return 0
+    for i, g in enumerate(args.graphs):  # a file: a graph of the user's, named by its stem
+        if g not in GRAPHS and Path(g).suffix in (".sched", ".json") and Path(g).exists():
+            args.graphs[i] = Path(g).stem
+            GRAPHS[Path(g).stem] = Path(g).resolve()
     unknown = sorted(set(args.graphs) - set(GRAPHS)) + sorted(set(args.methods) - set(METHODS))
     if unknown:
         ap.error(f"unknown graph or method: {', '.join(unknown)}")

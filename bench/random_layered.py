@@ -108,6 +108,7 @@ def _random_topological_order(n: int, edges, rng: random.Random) -> list[int]:
 
 def write(n: int, directory: str | Path, seed: int = 0) -> Path:
     path = Path(directory) / f"random_layered_n{n}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(generate(n, seed)))
     return path
 
