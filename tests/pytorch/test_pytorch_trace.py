@@ -237,6 +237,22 @@ def test_tracker_temporary_and_peak():
     assert mt.current == 4000
 
 
+def test_tracker_sees_tensors_made_from_python_data():
+    """`torch.tensor`, and the index tensor of `x[..., [-2], :]` (which the indexing's backward
+    saves), are built below the dispatcher: CUDA's allocator holds them, so the tracker counts
+    them (Falcon's attention: 16 B a block the profile counted and the tracker did not)."""
+    x = torch.randn(2, 3, 4, requires_grad=True)  # 96 B
+    with MemoryTracker(resident=[x], existing=False) as mt:
+        z = torch.tensor([1.0, 2.0, 3.0, 4.0])
+        assert mt.current - mt.baseline == 16
+        y = x[..., [-2], :]  # 2 x 1 x 4 floats, and the saved int64 index
+        assert mt.current - mt.baseline == 16 + 32 + 8
+        same = torch.as_tensor(z)  # z itself: nothing new
+        assert mt.current - mt.baseline == 16 + 32 + 8
+        del z, same, y
+        assert mt.current == mt.baseline
+
+
 def test_tracker_backward_and_resident_resize():
     w = torch.randn(100, 100, requires_grad=True)  # 40000 B
     inp = torch.randn(10, 100)
