@@ -274,7 +274,11 @@ def _in_its_order(problem: Problem, result: Result, chosen: str, route: Route, t
     if ordered is None or seconds <= 0:
         return result
     t0 = time.perf_counter()
-    windows = window_bound(ordered, problem.budgets.get("peak"), time_limit=seconds)
+    try:
+        windows = window_bound(ordered, problem.budgets.get("peak"), time_limit=seconds)
+    except KeyboardInterrupt:  # (Ctrl-C: the plan in hand is the answer, as on op graphs)
+        result.message = f"{result.message}; interrupted while bounding"
+        return result
     if windows is None or result.bound is not None and windows.bound <= result.bound:
         return result
     route.steps.append(Step("bound", None, time.perf_counter() - t0, "bound",
@@ -282,8 +286,9 @@ def _in_its_order(problem: Problem, result: Result, chosen: str, route: Route, t
     route.order = named
     objective = float(result.objective)
     at_bound = objective <= windows.bound * (1 + 1e-9) + 1e-12
-    said = (f"window bound {windows.bound:.6g} ({windows.describe()}), above the order-free "
-            f"{result.bound:.6g}; status, gap and bound are for {describe(named)}")
+    above = "" if result.bound is None else f", above the order-free {result.bound:.6g}"
+    said = (f"window bound {windows.bound:.6g} ({windows.describe()}){above}; status, gap and "
+            f"bound are for {describe(named)}")
     return replace(result, status=Status.OPTIMAL if at_bound else result.status,
                    bound=windows.bound,
                    gap=0.0 if at_bound else max(0.0, objective - windows.bound) / max(
