@@ -67,7 +67,7 @@ def plan_best(graph: Graph, budget: int | None = None, candidates=CANDIDATES,
     def left() -> float:
         return time_limit - (_time.perf_counter() - start)
 
-    every_node_once = sum(float(x.time) for x in graph.nodes) if view == "checkmate" else None
+    every_node_once = sum(float(x.time) for x in graph.nodes)  # (read on Checkmate graphs)
     for name in candidates:
         if name not in table or view not in table[name].views:
             continue
