@@ -115,7 +115,7 @@ def _device_of(device, resident) -> torch.device:
 #: ops whose output the schema declares an alias of an input that no op made: `torch.tensor`,
 #: `torch.as_tensor` of Python data, and the index tensor of `x[..., [-2], :]`, are built below
 #: the dispatcher and enter it here (Falcon's attention saves two such indices per block: a
-#: tracker that skipped them measured 16 B a block less than CUDA's allocator holds)
+#: tracker that skipped them measured 16 B a block less than the profile's saved tensors)
 _FRESH = (torch.ops.aten.lift_fresh.default,)
 
 

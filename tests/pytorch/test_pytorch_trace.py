@@ -239,8 +239,9 @@ def test_tracker_temporary_and_peak():
 
 def test_tracker_sees_tensors_made_from_python_data():
     """`torch.tensor`, and the index tensor of `x[..., [-2], :]` (which the indexing's backward
-    saves), are built below the dispatcher: CUDA's allocator holds them, so the tracker counts
-    them (Falcon's attention: 16 B a block the profile counted and the tracker did not)."""
+    saves), are built below the dispatcher and enter it through `aten.lift_fresh`: memory like
+    any other, so the tracker counts them (Falcon's attention: 16 B a block the profile
+    counted and the tracker did not)."""
     x = torch.randn(2, 3, 4, requires_grad=True)  # 96 B
     with MemoryTracker(resident=[x], existing=False) as mt:
         z = torch.tensor([1.0, 2.0, 3.0, 4.0])
