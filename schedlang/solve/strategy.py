@@ -284,17 +284,22 @@ def _in_its_order(problem: Problem, result: Result, chosen: str, route: Route, t
     route.steps.append(Step("bound", None, time.perf_counter() - t0, "bound",
                             bound=windows.bound, note="memory windows"))
     route.order = named
-    objective = float(result.objective)
-    at_bound = objective <= windows.bound * (1 + 1e-9) + 1e-12
+    status, gap = _against(float(result.objective), windows.bound)
     above = "" if result.bound is None else f", above the order-free {result.bound:.6g}"
     said = (f"window bound {windows.bound:.6g} ({windows.describe()}){above}; status, gap and "
             f"bound are for {describe(named)}")
-    return replace(result, status=Status.OPTIMAL if at_bound else result.status,
-                   bound=windows.bound,
-                   gap=0.0 if at_bound else max(0.0, objective - windows.bound) / max(
-                       abs(objective), 1e-12),
+    return replace(result, status=status, bound=windows.bound, gap=gap,
                    message=f"{result.message}; {said}",
                    timings={**result.timings, "bound": time.perf_counter() - t0})
+
+
+def _against(objective: float, bound: float | None) -> tuple[Status, float | None]:
+    """(status, gap) of a replayed heuristic plan of time `objective` against a proven lower
+    `bound`: optimal when it meets the bound, else feasible with the relative gap."""
+    if bound is not None and objective <= bound * (1 + 1e-9) + 1e-12:
+        return Status.OPTIMAL, 0.0
+    gap = None if bound is None else max(0.0, objective - bound) / max(abs(objective), 1e-12)
+    return Status.FEASIBLE, gap
 
 
 def _replayed(problem: Problem, plan, sim, chosen: str, timings: dict) -> Result:
@@ -302,10 +307,7 @@ def _replayed(problem: Problem, plan, sim, chosen: str, timings: dict) -> Result
     (every node computed once, in any order): optimal when its time meets it."""
     bound = order_free_bound(problem.graph)
     objective = float(sim.time)
-    at_bound = bound is not None and objective <= bound * (1 + 1e-9) + 1e-12
-    status = Status.OPTIMAL if at_bound else Status.FEASIBLE
-    gap = 0.0 if at_bound else (None if bound is None else
-                                max(0.0, objective - bound) / max(abs(objective), 1e-12))
+    status, gap = _against(objective, bound)
     message = (f"the plan of planner {chosen}; bound: the sum of the node times (every node "
                f"computed once)")
     return Result(status, objective, bound, gap, "none", "none", {},
