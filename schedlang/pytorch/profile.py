@@ -306,7 +306,7 @@ class _Runner:
                 else selective_context
             return _outputs(checkpoint(m, *xs, use_reentrant=False, context_fn=ctx))
         if option == "rerun":
-            return _outputs(rerun_call(m, tuple(xs), {}))
+            return _outputs(rerun_call(m, tuple(xs), {}, getattr(m, "rerun_apart", ())))
         if option == "offload":
 
             self.copied[0] = 0

@@ -24,10 +24,11 @@ runs a forward twice goes through here:
   given (torch's reentrant checkpoint, with every tensor positional and the recomputed outputs
   freed before that backward unless the recomputation saved them). On the CPU that costs
   3-11% less of a step than `checkpoint_call` at the same memory (bench/README.md, issue 28).
-  The gradients are eager PyTorch's where each tensor argument that needs a gradient is read
-  by the block alone (its gradient is summed inside the block, then handed on whole: a
-  tensor several blocks read would be summed in another order) — `hooked` offers the option
-  only there.
+  The gradients are eager PyTorch's: an argument the block alone reads has its gradient
+  summed inside the block, in eager's order, and handed on whole; one that other code reads
+  too (the encoder's output, read by every decoder block's cross-attention), named in
+  `apart` by the hook front end (`frontends.blocks.rerun`), has each use's gradient handed
+  on by itself, for eager adds them to the others one by one.
 * `FirstRun`: for the plan executor (fx, `runtime.PlanExecutor`), which runs a layer's
   forward again itself: the CPU generator's state and that of each device the layer's inputs
   and parameters live on, taken before the first run and restored, inside `fork_rng`, for
@@ -114,20 +115,57 @@ def open_checkpoint(fn, tensors: list):
     return gen
 
 
+#: the node inputs a tensor argument of a ``rerun`` call that other code reads too (`apart`)
+#: takes: one per use of it inside the block (BART's and Whisper's decoder blocks read the
+#: encoder's output twice, keys and values), so that each use's gradient reaches the engine
+#: apart, added to the argument's other gradients in the order eager PyTorch adds them
+USE_SLOTS = 8
+
+
 class _RerunCall:
     """One call of `rerun_call`: the function, the arguments' non-tensor leaves and tree, what
     the first run returned (its tree, its non-tensor leaves) and the state to replay. It holds
     no tensor: the tensor arguments are the autograd node's saved tensors."""
 
-    def __init__(self, fn, flat: list, spec):
+    def __init__(self, fn, flat: list, spec, apart=()):
         self.spec = spec
         self.where = [isinstance(x, torch.Tensor) for x in flat]
         self.consts = [None if t else x for x, t in zip(flat, self.where)]
         self.fn = fn
-        self.first = FirstRun(rng_devices([x for x, t in zip(flat, self.where) if t]))
+        tensors = [x for x, t in zip(flat, self.where) if t]
+        self.first = FirstRun(rng_devices(tensors))
+        self.apart = [k in set(apart) and x.requires_grad for k, x in enumerate(tensors)]
+        self.slots = [USE_SLOTS if a else 1 for a in self.apart]
         self.out_spec = None
         self.out_where: list[bool] = []
         self.out_consts: list = []
+
+    def inputs(self, tensors) -> list[torch.Tensor]:
+        """The node's inputs: each tensor argument once per slot."""
+        return [x for x, n in zip(tensors, self.slots) for _ in range(n)]
+
+    def arguments(self, inputs) -> list[torch.Tensor]:
+        """The tensor arguments of the node's `inputs` (the first of each one's slots)."""
+        out, at = [], 0
+        for n in self.slots:
+            out.append(inputs[at])
+            at += n
+        return out
+
+    def slot_grads(self, uses: list[list[torch.Tensor]]) -> list[torch.Tensor | None]:
+        """The gradients the node returns: each argument's, one use in each of its slots in
+        the order the uses' gradients came (an argument not `apart`: its gradient summed by
+        the engine, one slot); with more uses than slots, all of them summed in that order in
+        the first (eager's bits only where no other code reads the argument)."""
+        out: list[torch.Tensor | None] = []
+        for got, n in zip(uses, self.slots):
+            if len(got) > n:
+                total = got[0]
+                for g in got[1:]:
+                    total = total + g
+                got = [total]
+            out += [*got, *[None] * (n - len(got))]
+        return out
 
     def call(self, tensors) -> list[torch.Tensor]:
         """The function on `tensors` (the tensor arguments, in order): its output's tensors."""
@@ -146,14 +184,54 @@ class _RerunCall:
                                for x, t in zip(self.out_consts, self.out_where)], self.out_spec)
 
 
+def _record_uses(outs: list[torch.Tensor], grads, leaves: list[torch.Tensor],
+                 apart: list[bool], uses: list[list[torch.Tensor]]) -> None:
+    """Hooks that record, in `uses` by argument, each gradient the recomputed graph of `outs`
+    sends into an `apart` argument's leaf, one per graph edge, when its node computes it: the
+    order in which eager PyTorch adds them to the argument's gradient. (An op that returns its
+    input as it is, `.to()` to the same dtype, makes no node: its readers' edges count; an
+    argument the block returns as it is gets that output's gradient first, from `grads`.)
+    (A function: its loop variables must not outlive it, holding a tensor through the
+    backward.)"""
+    for o, g in zip(outs, grads):
+        for k, x in enumerate(leaves):
+            if apart[k] and o is x and g is not None:
+                uses[k].append(g)
+    accumulators = {}
+    for k, x in enumerate(leaves):
+        if apart[k]:
+            accumulators[get_gradient_edge(x).node] = k
+    seen: set = set()
+    todo = [o.grad_fn for o in outs if o.grad_fn is not None]
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        mine = [(i, accumulators[nxt]) for i, (nxt, _) in enumerate(node.next_functions)
+                if nxt is not None and nxt in accumulators]
+        if mine:
+            node.register_hook(_recorder(mine, uses))
+        todo += [nxt for nxt, _ in node.next_functions if nxt is not None]
+
+
+def _recorder(mine: list[tuple[int, int]], uses: list[list[torch.Tensor]]):
+    def record(grads_in, _grads_out):
+        for i, k in mine:
+            if grads_in[i] is not None:
+                uses[k].append(grads_in[i])
+    return record
+
+
 class _Rerun(torch.autograd.Function):
     """`rerun_call`'s node: forward without autograd, backward = the forward again with
     autograd (the first run's RNG and autocast state), then its backward from the gradients
     given."""
 
     @staticmethod
-    def forward(ctx, run: _RerunCall, *tensors):
+    def forward(ctx, run: _RerunCall, *inputs):
         ctx.run = run
+        tensors = run.arguments(inputs)
         ctx.save_for_backward(*tensors)
         outs = run.call(tensors)  # (autograd is off inside a Function's forward)
         ctx.mark_non_differentiable(*(o for o in outs if not o.is_floating_point()
@@ -164,25 +242,34 @@ class _Rerun(torch.autograd.Function):
     def backward(ctx, *grads):
         run: _RerunCall = ctx.run
         leaves = [x.detach().requires_grad_(x.requires_grad) for x in ctx.saved_tensors]
-        # each argument's gradient as the engine summed it, caught before the leaf's
+        # an argument's gradient as the engine summed it, caught before the leaf's
         # accumulation, which would give it the argument's strides: eager hands it on in the
         # strides its ops made (ConvNeXt: a layer-scale gradient reduced over another layout
-        # was 1 ulp off eager's)
-        summed: dict[int, torch.Tensor] = {}
+        # was 1 ulp off eager's). An argument other code reads too (`apart`): each use's
+        # gradient, caught as its node makes it, for eager adds them to the argument's other
+        # gradients one by one (a block's own sum of two uses, added after, is not eager's);
+        # holding them costs memory where uses come far apart, so only those arguments
+        uses: list[list[torch.Tensor]] = [[] for _ in leaves]
         for k, x in enumerate(leaves):
-            if x.requires_grad:
-                x.register_hook(lambda g, k=k: summed.__setitem__(k, g))
+            if x.requires_grad and not run.apart[k]:
+                x.register_hook(lambda g, k=k: uses[k].append(g))
         with run.first.again(), torch.enable_grad():
             outs = run.call(leaves)
+        if any(run.apart):
+            _record_uses(outs, grads, leaves, run.apart, uses)
         # the backward starts from the outputs' graph edges, not the outputs: a recomputed
         # output that no node saved is freed now, not held through the whole backward
-        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad
+                 and not any(o is x for k, x in enumerate(leaves) if run.apart[k])]
         edges = [get_gradient_edge(o) for o, _ in pairs]
         feed = [g for _, g in pairs]
         del outs, grads, pairs
         if edges:
             torch.autograd.backward(edges, feed)
-        return (None, *(summed.get(k) for k in range(len(leaves))))
+        out = run.slot_grads(uses)
+        for got in uses:  # (the node's result alone holds them: the engine may add in place)
+            got.clear()
+        return (None, *out)
 
 
 def nested_backward_allowed() -> bool:
@@ -195,12 +282,14 @@ def nested_backward_allowed() -> bool:
     return not (dist.is_available() and dist.is_initialized())
 
 
-def rerun_call(fn, args: tuple, kwargs: dict):
+def rerun_call(fn, args: tuple, kwargs: dict, apart=()):
     """``fn(*args, **kwargs)`` run without autograd now and again, with it, in its backward
     (see the module docstring); every tensor of (args, kwargs) is an input of the node, its
-    gradient returned (none accumulated outside it but the parameters'). Under
-    torch.distributed (`nested_backward_allowed`), torch's checkpoint instead: the same
-    memory, a little slower."""
+    gradient returned (none accumulated outside it but the parameters'); `apart`: the
+    positions, among the tensors of (args, kwargs), of those other code reads too, whose
+    gradient is handed on one use at a time (`USE_SLOTS`). Under torch.distributed
+    (`nested_backward_allowed`), torch's checkpoint instead: the same memory, a little
+    slower."""
     flat, spec = tree_flatten((args, kwargs))
     # with no input of the node needing a gradient its backward, where the parameters get
     # theirs, would never run (`hooked` offers no ``rerun`` there): torch's checkpoint, which
@@ -208,8 +297,9 @@ def rerun_call(fn, args: tuple, kwargs: dict):
     if not nested_backward_allowed() or \
             not any(isinstance(x, torch.Tensor) and x.requires_grad for x in flat):
         return checkpoint_call(fn, args, kwargs)
-    run = _RerunCall(fn, flat, spec)
-    return run.output(_Rerun.apply(run, *(x for x in flat if isinstance(x, torch.Tensor))))
+    run = _RerunCall(fn, flat, spec, apart)
+    return run.output(_Rerun.apply(run, *run.inputs([x for x in flat
+                                                      if isinstance(x, torch.Tensor)])))
 
 
 class FirstRun:

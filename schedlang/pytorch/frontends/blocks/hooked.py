@@ -60,7 +60,7 @@ from .block_ops import add_block_op_options, is_op_option, run_op_option
 from .find import BlockCall, BlockError, FoundBlocks, GlueSegment, find_blocks, training_call
 from .in_context import glue_times, timed_in_context
 from .offload import OFFLOAD, module_storages, offloading
-from .rerun import RERUN, drop_inexact_reruns
+from .rerun import RERUN, drop_inexact_reruns, shared_arguments
 
 __all__ = ["trace_blocks", "BlockWrappers", "plan_choices", "BlockTrace", "PER_BLOCK",
            "BLOCK_GROUPS"]
@@ -76,10 +76,13 @@ class _BlockFn:
     """A block as `profile` runs layers: ``fn(*input tensors) -> tuple of new outputs``, with
     the recorded call's other arguments (keyword arguments, non-tensor values) as constants."""
 
-    def __init__(self, call: BlockCall):
+    def __init__(self, call: BlockCall, shared=()):
         self.call = call
         self.flat, self.spec = tree_flatten((call.args, call.kwargs))
         self.module = call.module
+        #: positions among its inputs of the data other code reads too, for ``rerun``
+        #: (`rerun.shared_arguments`: the profile measures what the wrappers run)
+        self.rerun_apart = tuple(k for k, d in enumerate(call.inputs) if d in shared)
 
     def __call__(self, *xs):
         env = dict(zip(self.call.inputs, xs))
@@ -140,8 +143,9 @@ def block_partition(found: FoundBlocks) -> Partitioned:
     later = set(found.outputs)
     for s in found.segments:
         later.update(s.reads)
-    layers = [LayerPart(b.name, _BlockFn(b), list(b.inputs), list(b.outputs), b.signature,
-                        list(b.params), [b.name]) for b in found.blocks]
+    shared = shared_arguments(found)
+    layers = [LayerPart(b.name, _BlockFn(b, shared[b.name]), list(b.inputs), list(b.outputs),
+                        b.signature, list(b.params), [b.name]) for b in found.blocks]
     outs = [d for d in produced if d in later]
     part = Partitioned(found.model, layers, feeds, outs, dict(found.data), "blocks",
                        tuple(found.values[d] for d in feeds))
@@ -473,7 +477,8 @@ class BlockMixin:
             if is_op_option(choice):  # generated: a policy, or segments (block_ops.py)
                 return run_op_option(self, choice, fwd, args, kwargs, once_stats(self, fwd))
             if choice == RERUN:  # the forward without autograd, again in the backward
-                return rerun_call(once_stats(self, fwd), args, kwargs)
+                return rerun_call(once_stats(self, fwd), args, kwargs,
+                                  self.__dict__.get("_schedlang_apart", ()))
             if choice == FAST_FORWARD:  # a block no gradient reaches (its layer has no
                 with torch.no_grad():  # backward): nothing saved, as profiled
                     return fwd(*args, **kwargs)
@@ -634,6 +639,11 @@ class BlockWrappers:
                 cls = cls.__mro__[2]
             self._classes[name] = cls
         self._choices: dict[str, tuple | None] = {name: None for name in self.blocks}
+        # a ``rerun`` block's arguments other code reads too, by position among its call's
+        # tensors: their gradients go on use by use (`rerun.shared_arguments`)
+        shared = shared_arguments(found)
+        self._apart = {b.name: tuple(k for k, d in enumerate(b.leaves) if d in shared[b.name])
+                       for b in found.blocks}
         self._groups: list[_Group] = []
         # a forward that skips a group's last blocks must not leave its checkpoint open (a
         # function, not a bound method: a deepcopy of the model must not copy these wrappers)
@@ -664,6 +674,7 @@ class BlockWrappers:
         for name, m in self.blocks.items():
             m.__class__ = _wrapped_class(self._classes[name])
             m.__dict__["_schedlang_choice"] = self._choices[name]
+            m.__dict__["_schedlang_apart"] = self._apart[name]
         _OWNER[self.found.model] = weakref.ref(self)
 
     def set(self, choices: dict[str, str] | None) -> None:
@@ -722,6 +733,7 @@ class BlockWrappers:
         for name, m in self.blocks.items():
             m.__class__ = self._classes[name]
             m.__dict__.pop("_schedlang_choice", None)
+            m.__dict__.pop("_schedlang_apart", None)
         for m in self.own_checkpointing:
             m.gradient_checkpointing = True
         _OWNER.pop(self.found.model, None)
