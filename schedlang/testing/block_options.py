@@ -29,6 +29,16 @@ def keyword_step(module, model, args, kwargs, loss_fn, seed=7):
                       torch.get_rng_state()))
 
 
+def assert_same_step(got, ref, what: str = "") -> None:
+    """Two `keyword_step` results: gradients, loss and RNG stream equal, bit for bit."""
+    for a, b in zip(ref[0], got[0]):
+        assert (a is None) == (b is None), what
+        if a is not None:
+            torch.testing.assert_close(b, a, rtol=0, atol=0, msg=what or None)
+    torch.testing.assert_close(got[1], ref[1], rtol=0, atol=0)
+    assert (got[2] == ref[2]).all(), f"{what}: the RNG stream differs from eager"
+
+
 def draws_random_numbers(model, args, kwargs) -> bool:
     """Whether a training forward of `model` advances the generator (dropout on: modules,
     or functional as Llama's attention dropout)."""
@@ -59,12 +69,6 @@ def assert_every_option_eager(model, args, kwargs, loss_fn, prep, some=True) -> 
     try:
         for opt in names:
             wrappers.set({b: opt for b, opts in options.items() if opt in opts})
-            got = keyword_step(model, model, args, kwargs, loss_fn)
-            for a, b in zip(ref[0], got[0]):
-                assert (a is None) == (b is None)
-                if a is not None:
-                    torch.testing.assert_close(b, a, rtol=0, atol=0, msg=opt)
-            torch.testing.assert_close(got[1], ref[1], rtol=0, atol=0)
-            assert (got[2] == ref[2]).all(), f"{opt}: the RNG stream differs from eager"
+            assert_same_step(keyword_step(model, model, args, kwargs, loss_fn), ref, opt)
     finally:
         wrappers.unwrap()

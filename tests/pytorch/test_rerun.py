@@ -120,7 +120,7 @@ def test_encoder_decoder_blocks_rerun_with_eager_gradients(name):
     """T5 and Whisper: every block that has ``rerun`` (their decoder blocks read the
     encoder's output twice; T5's blocks share the first one's position bias) runs it, dropout
     on: the gradients are eager's bit for bit."""
-    from schedlang.testing.block_options import keyword_step
+    from schedlang.testing.block_options import assert_same_step, keyword_step
     from schedlang.testing.hf_architectures import ARCHITECTURES
 
     model, args, kwargs, loss_fn = ARCHITECTURES[name](batch=2, seq=32, layers=2, dim=32)
@@ -132,12 +132,7 @@ def test_encoder_decoder_blocks_rerun_with_eager_gradients(name):
     plan = plan_checkpoint_groups(prep.graph, [], dict.fromkeys(reruns, RERUN))
     pinned = fit(model, args, prep.plain_peak, loss_fn=loss_fn, sample_kwargs=kwargs,
                  prepared=prep, plan=plan)
-    got = keyword_step(pinned, model, args, kwargs, loss_fn)
-    for a, b in zip(ref[0], got[0]):
-        assert (a is None) == (b is None)
-        if a is not None:
-            torch.testing.assert_close(b, a, rtol=0, atol=0)
-    torch.testing.assert_close(got[1], ref[1], rtol=0, atol=0)
+    assert_same_step(keyword_step(pinned, model, args, kwargs, loss_fn), ref, name)
     pinned.unwrap()
 
 
