@@ -134,7 +134,8 @@ class _RerunCall:
         self.fn = fn
         tensors = [x for x, t in zip(flat, self.where) if t]
         self.first = FirstRun(rng_devices(tensors))
-        self.apart = [k in set(apart) and x.requires_grad for k, x in enumerate(tensors)]
+        shared = set(apart)
+        self.apart = [k in shared and x.requires_grad for k, x in enumerate(tensors)]
         self.slots = [USE_SLOTS if a else 1 for a in self.apart]
         self.out_spec = None
         self.out_where: list[bool] = []
@@ -248,7 +249,8 @@ class _Rerun(torch.autograd.Function):
         # was 1 ulp off eager's). An argument other code reads too (`apart`): each use's
         # gradient, caught as its node makes it, for eager adds them to the argument's other
         # gradients one by one (a block's own sum of two uses, added after, is not eager's);
-        # holding them costs memory where uses come far apart, so only those arguments
+        # only those: for an argument the block alone reads, the sum inside is eager's, and
+        # one gradient is held, not one per use
         uses: list[list[torch.Tensor]] = [[] for _ in leaves]
         for k, x in enumerate(leaves):
             if x.requires_grad and not run.apart[k]:
@@ -267,7 +269,7 @@ class _Rerun(torch.autograd.Function):
         if edges:
             torch.autograd.backward(edges, feed)
         out = run.slot_grads(uses)
-        for got in uses:  # (the node's result alone holds them: the engine may add in place)
+        for got in uses:  # (from here the node's result alone holds them)
             got.clear()
         return (None, *out)
 
