@@ -247,9 +247,11 @@ def _large_graph(problem: Problem, route: Route, time_limit: float | None, since
         if result.status != Status.OPTIMAL:
             result = _in_its_order(problem, result, chosen, route, time_limit, since)
         return result
+    over = "" if not peak else f", {100 * (sim.peak_bytes - peak) / peak:.1f}% over"
     message = (f"no heuristic plan fits the budget (the lowest peak, planner {chosen}: "
-               f"{sim.peak_bytes} B); the stage model of {len(problem.graph.nodes)} nodes "
-               f"is not built (`--model checkmate` builds it)")
+               f"{sim.peak_bytes} B{over}); the stage model of {len(problem.graph.nodes)} "
+               f"nodes is not built (n^2 columns: `--model checkmate` builds it where "
+               f"`--max-elements` allows)")
     bound = order_free_bound(problem.graph)
     route.steps.append(Step("planner", None, time.perf_counter() - t0,
                             Status.NO_SOLUTION.value, None, bound, chosen))

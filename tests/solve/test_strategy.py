@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 
@@ -207,6 +208,17 @@ def test_large_graph_route_interrupted_while_bounding_keeps_its_plan(monkeypatch
     assert result.status.has_solution and "interrupted while bounding" in result.message
     assert simulate(result.plan, prob.graph, budget=prob.budgets["peak"]).valid
     assert result.bound == pytest.approx(sum(n.time for n in prob.graph.nodes))
+
+
+def test_large_graph_route_without_a_plan_says_by_how_much_it_is_over(monkeypatch):
+    monkeypatch.setattr(strategy, "LARGE_NODES", 40)
+    prob = schedlang.load(OPGRAPHS / "gpt1.sched", budget="20%")
+    result = strategy.solve(prob, time_limit=30)
+    assert result.status == Status.NO_SOLUTION and result.plan is None
+    lowest = int(re.search(r"the lowest peak, planner [\w ]+: (\d+) B", result.message)[1])
+    over = float(re.search(r"B, ([\d.]+)% over", result.message)[1])
+    budget = prob.budgets["peak"]
+    assert lowest > budget and over == pytest.approx(100 * (lowest - budget) / budget, abs=0.05)
 
 
 def _training_graph(seed: int, depth: int):
