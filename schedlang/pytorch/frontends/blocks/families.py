@@ -38,7 +38,6 @@ def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
     models/extensions/block_groups.sched: the solve's warm start and fallback."""
     from torch.utils import checkpoint as torch_checkpoint
 
-
     if not hasattr(torch_checkpoint, "_checkpoint_without_reentrant_generator"):
         return  # a torch without the checkpoint `_Group` opens across calls: no group plans
     chains = block_chains(graph, blocks)
