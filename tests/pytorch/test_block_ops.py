@@ -173,6 +173,42 @@ def test_a_policy_keeps_exactly_the_calls_of_the_kept_segments():
     assert policy.matches()
 
 
+def test_a_policy_keeping_a_dropout_runs_and_replays_eager():
+    """CPU dropout writes its noise in place (``empty_like``, ``bernoulli_``, ``div_``). A
+    kept segment with a dropout in it keeps no in-place result (a selective checkpoint caches
+    it with a stale version and refuses it in the backward as mutated: GPT-J's and CodeGen's
+    blocks had no generated option); the step gives eager PyTorch's gradients, dropout on."""
+    from schedlang.pytorch.frontends.blocks.block_ops import OpPolicy, _calls, saved_calls
+    from schedlang.pytorch.opgraph import record_ops
+    from schedlang.pytorch.recompute import checkpoint_call
+
+    lin = torch.nn.Linear(8, 8)
+
+    def fn(x):
+        return (torch.nn.functional.dropout(lin(x).sin(), 0.3, True).exp(),)
+
+    x = torch.randn(4, 8)
+    og = record_ops(_Wrap(lin, fn), (x,), [True], repeats=1)
+    units = [u.name for u in og.units]
+    every = saved_calls(og, [(units[0], units[-1], False)])
+    assert not any(c.split(".")[1].endswith("_") for c, _ in every)  # no in-place result
+    assert any(c == "aten.mul.Tensor" for c, _ in every)  # the dropout's product is kept
+    grads = []
+    for run in ("eager", "policy"):
+        lin.zero_grad()
+        xs = x.clone().requires_grad_(True)
+        torch.manual_seed(5)
+        if run == "eager":
+            out = fn(xs)
+        else:
+            policy = OpPolicy(every, Counter(_calls(og.gm)))
+            out = checkpoint_call(fn, (xs,), {}, policy.context)
+        out[0].sum().backward()
+        grads.append([xs.grad, lin.weight.grad, lin.bias.grad])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(b, a, rtol=0, atol=0)
+
+
 class _Wrap(torch.nn.Module):
     def __init__(self, lin, fn):
         super().__init__()

@@ -122,7 +122,7 @@ def saved_calls(og, spans) -> frozenset:
         name = _counted(n.target) if n.op == "call_function" else None
         if name is None:
             continue
-        if n.name in kept_nodes and n.name not in mutated:
+        if n.name in kept_nodes and n.name not in mutated and not _in_place(n):
             out.add((name, seen[name]))
         seen[name] += 1
     return frozenset(out)
@@ -146,6 +146,16 @@ def _mutated(gm) -> set[str]:
         elif schema is not None and schema.returns and schema.returns[0].alias_info is not None:
             base[n.name] = base.get(first.name, first.name)  # a view of its first input
     return out
+
+
+def _in_place(n) -> bool:
+    """An op that writes into its input (CPU dropout's ``bernoulli_`` and ``div_`` on its
+    noise): a selective checkpoint cannot keep its result, which it caches with the version
+    the tensor had before the op bumped it, and then refuses in the backward as "mutated"
+    (GPT-J's and CodeGen's blocks had no generated option). Its input is kept or recomputed
+    as the policy says, and the op runs again in the recomputation."""
+    schema = getattr(n.target, "_schema", None)
+    return schema is not None and schema.is_mutable
 
 
 class OpPolicy:
