@@ -5,9 +5,10 @@ would build them: the survey of `bench/bench_architectures.py` and the parametri
 Each entry of `ARCHITECTURES` is a factory ``make(batch=..., seq=..., layers=..., dim=...,
 seed=0)`` returning ``(model, args, kwargs, loss_fn)`` as `hf_models`' factories do: the model
 in training mode, dropout on wherever the config has a rate, the loss a cross-entropy on the
-output's logits. They cover decoder-only LMs (OPT, GPT-Neo, GPTBigCode, Falcon, Bloom,
-Mistral, Qwen2, Phi, Gemma), encoder-decoders (T5, Whisper), encoders (RoBERTa, DistilBERT,
-ALBERT — one layer module called for every layer —, ELECTRA, DeBERTa-v2) and vision models
+output's logits. They cover decoder-only LMs (OPT, GPT-Neo, GPTBigCode, Falcon, Bloom, GPT-J,
+Mistral, Mixtral: a mixture of experts, Qwen2, Phi, Gemma), encoder-decoders (T5, Whisper),
+encoders (RoBERTa, DistilBERT, ALBERT — one layer module called for every layer —, ELECTRA,
+DeBERTa-v2) and vision models
 (Swin, DeiT, CLIP's and SigLIP's vision towers) and Wav2Vec2 (LayerDrop, and SpecAugment's masks
 drawn from NumPy: steps compared with eager seed NumPy too).
 """
@@ -87,6 +88,15 @@ def bloom(batch=2, seq=16, layers=2, dim=32, seed=0):
                    use_cache=False)
 
 
+def gptj(batch=2, seq=16, layers=2, dim=32, seed=0):
+    """GPT-J: attention and MLP side by side on one layer norm; CPU dropout writes its noise in
+    place, which a selective checkpoint must not keep (`block_ops._in_place`)."""
+    return _causal("GPTJForCausalLM", "GPTJConfig", batch, seq, seed, n_embd=dim,
+                   n_layer=layers, n_head=4, rotary_dim=4, n_positions=max(64, seq),
+                   resid_pdrop=P, embd_pdrop=P, attn_pdrop=P, bos_token_id=0, eos_token_id=0,
+                   use_cache=False)
+
+
 def _llama_like(cls_name, cfg_name, batch, seq, layers, dim, seed, **extra):
     return _causal(cls_name, cfg_name, batch, seq, seed, hidden_size=dim,
                    intermediate_size=2 * dim, num_hidden_layers=layers, num_attention_heads=4,
@@ -97,6 +107,13 @@ def _llama_like(cls_name, cfg_name, batch, seq, layers, dim, seed, **extra):
 def mistral(batch=2, seq=16, layers=2, dim=32, seed=0):
     return _llama_like("MistralForCausalLM", "MistralConfig", batch, seq, layers, dim, seed,
                        sliding_window=8)
+
+
+def mixtral(batch=2, seq=16, layers=2, dim=32, seed=0):
+    """Mixtral: a sparse mixture of experts in every block (routing by the data: each expert
+    runs on the tokens routed to it)."""
+    return _llama_like("MixtralForCausalLM", "MixtralConfig", batch, seq, layers, dim, seed,
+                       num_local_experts=4, num_experts_per_tok=2)
 
 
 def qwen2(batch=2, seq=16, layers=2, dim=32, seed=0):
@@ -252,7 +269,8 @@ def wav2vec2(batch=2, seq=16, layers=2, dim=32, seed=0):
 
 
 ARCHITECTURES = {"opt": opt, "gpt_neo": gpt_neo, "gpt_bigcode": gpt_bigcode, "falcon": falcon,
-                 "bloom": bloom, "mistral": mistral, "qwen2": qwen2, "phi": phi,
+                 "bloom": bloom, "gptj": gptj, "mistral": mistral, "mixtral": mixtral,
+                 "qwen2": qwen2, "phi": phi,
                  "gemma": gemma, "t5": t5, "whisper": whisper, "roberta": roberta,
                  "distilbert": distilbert, "albert": albert, "electra": electra,
                  "deberta_v2": deberta_v2, "swin": swin, "deit": deit,
