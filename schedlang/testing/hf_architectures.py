@@ -6,7 +6,7 @@ Each entry of `ARCHITECTURES` is a factory ``make(batch=..., seq=..., layers=...
 seed=0)`` returning ``(model, args, kwargs, loss_fn)`` as `hf_models`' factories do: the model
 in training mode, dropout on wherever the config has a rate, the loss a cross-entropy on the
 output's logits. They cover decoder-only LMs (OPT, GPT-Neo, GPTBigCode, Falcon, Bloom, GPT-J,
-Mistral, Mixtral: a mixture of experts, Qwen2, Phi, Gemma), encoder-decoders (T5, Whisper),
+Mistral, Mixtral: a mixture of experts, Qwen2, Phi, Gemma, Gemma 2), encoder-decoders (T5, Whisper),
 encoders (RoBERTa, DistilBERT, ALBERT — one layer module called for every layer —, ELECTRA,
 DeBERTa-v2) and vision models
 (Swin, DeiT, CLIP's and SigLIP's vision towers) and Wav2Vec2 (LayerDrop, and SpecAugment's masks
@@ -123,6 +123,14 @@ def qwen2(batch=2, seq=16, layers=2, dim=32, seed=0):
 def gemma(batch=2, seq=16, layers=2, dim=32, seed=0):
     return _llama_like("GemmaForCausalLM", "GemmaConfig", batch, seq, layers, dim, seed,
                        head_dim=dim // 4)
+
+
+def gemma2(batch=2, seq=16, layers=2, dim=32, seed=0):
+    """Gemma 2: sliding-window layers, soft-capped attention logits and a soft-capped head
+    (the logits divided, squashed by tanh and scaled back: a glue whose backward its forward
+    does not show, `glue_memory`)."""
+    return _llama_like("Gemma2ForCausalLM", "Gemma2Config", batch, seq, layers, dim, seed,
+                       head_dim=dim // 4, sliding_window=8)
 
 
 def phi(batch=2, seq=16, layers=2, dim=32, seed=0):
@@ -270,8 +278,8 @@ def wav2vec2(batch=2, seq=16, layers=2, dim=32, seed=0):
 
 ARCHITECTURES = {"opt": opt, "gpt_neo": gpt_neo, "gpt_bigcode": gpt_bigcode, "falcon": falcon,
                  "bloom": bloom, "gptj": gptj, "mistral": mistral, "mixtral": mixtral,
-                 "qwen2": qwen2, "phi": phi,
-                 "gemma": gemma, "t5": t5, "whisper": whisper, "roberta": roberta,
+                 "qwen2": qwen2, "phi": phi, "gemma": gemma, "gemma2": gemma2, "t5": t5,
+                 "whisper": whisper, "roberta": roberta,
                  "distilbert": distilbert, "albert": albert, "electra": electra,
                  "deberta_v2": deberta_v2, "swin": swin, "deit": deit,
                  "clip_vision": clip_vision, "siglip_vision": siglip_vision,

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import weakref
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -58,6 +59,7 @@ from ...recompute import checkpoint_call, open_checkpoint, rerun_call
 from ..fx.partition import LayerPart, Partitioned
 from .block_ops import add_block_op_options, is_op_option, run_op_option
 from .find import BlockCall, BlockError, FoundBlocks, GlueSegment, find_blocks, training_call
+from .glue_memory import glue_backward_peaks
 from .in_context import glue_times, timed_in_context
 from .offload import OFFLOAD, module_storages, offloading
 from .rerun import RERUN, drop_inexact_reruns, shared_arguments
@@ -190,7 +192,8 @@ def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats:
                                               else {}))
     timed = timed_in_context(found, profiled, BlockWrappers(found), tuple(args), kwargs or {}) \
         if in_context else None
-    graph, glue = _to_graph(found, profiled, name or type(model).__name__, timed)
+    glue_peaks = glue_backward_peaks(found, tuple(args), kwargs or {})
+    graph, glue = _to_graph(found, profiled, name or type(model).__name__, timed, glue_peaks)
     tr = BlockTrace(found, graph, profiled, glue, timing=timed.summary() if timed else
                     {"threads": torch.get_num_threads(), "in_context": False})
     if offload:
@@ -201,7 +204,12 @@ def trace_blocks(model: nn.Module, args=(), kwargs=None, names=None, *, repeats:
     return tr
 
 
-def _to_graph(found: FoundBlocks, profiled, name: str, timed=None) -> tuple[Graph, list[str]]:
+def _to_graph(found: FoundBlocks, profiled, name: str, timed=None,
+              glue_peaks: dict[str, int] | None = None) -> tuple[Graph, list[str]]:
+    """The layered graph data of `found` and its `profiled` blocks (`timed`: times measured in
+    context; `glue_peaks`: each glue segment's backward peak measured in a step,
+    `glue_memory.glue_backward_peaks`, else estimated from its forward), and the glue layers'
+    names."""
     import re
 
     meta = found.data
@@ -283,6 +291,7 @@ def _to_graph(found: FoundBlocks, profiled, name: str, timed=None) -> tuple[Grap
         if grad_in[n] and owned:
             data(f"{n}.params.grad", sum(named[p].numel() * named[p].element_size()
                                          for p in owned), "output")
+    makers = Counter(d for x in order for d in grad_out[lname(x)])
     for x in order:
         n = lname(x)
         owned = [p for p in params(x) if owner.get(p) == n]
@@ -294,8 +303,17 @@ def _to_graph(found: FoundBlocks, profiled, name: str, timed=None) -> tuple[Grap
             io = set(ins(x)) | set(outs(x))
             needs = [d for d in x.needs if d in io]
             fwd, bwd = glue_t[n]
-            opts = [Option("autograd", _t(fwd), int(x.overhead), _t(bwd),
-                           int(x.overhead + x.saved) if grad_in[n] else 0, int(x.saved),
+            back = 0
+            if grad_in[n] and n in (glue_peaks or {}):
+                # the graph adds the gradients the backward creates to its overhead: those
+                # of data no other layer's backward adds to, and its parameters'
+                created = sum(size(d) for d in grad_out[n] if makers[d] == 1)
+                if owned:
+                    created += sum(named[p].numel() * named[p].element_size() for p in owned)
+                back = max(0, glue_peaks[n] - created)
+            elif grad_in[n]:  # estimated from the recorded forward
+                back = int(x.overhead + x.saved)
+            opts = [Option("autograd", _t(fwd), int(x.overhead), _t(bwd), back, int(x.saved),
                            needs)]
         else:
             lp = blocks[n]
