@@ -533,9 +533,15 @@ def main() -> int:
              f"cpu, {torch.get_num_threads()} thread")
     print(f"device {where}, torch {torch.__version__}, median of {args_ns.steps} steps "
           f"after {args_ns.warmup} warm-up, methods interleaved; load average {load[0]:.2f}")
-    results = []
+    results, failed = [], []
     for name in args_ns.models:
-        res = run_model(name, args_ns)
+        try:
+            res = run_model(name, args_ns)
+        except Exception as exc:  # noqa: BLE001 - one model's failure must not lose the others'
+            first = (str(exc).strip().splitlines() or [""])[0]
+            print(f"\n{name}: not benched: {type(exc).__name__}: {first}", flush=True)
+            failed.append(name)
+            continue
         results.append(res)
         print("\n".join(report(res)), flush=True)
         if args_ns.json:  # each model's rows kept as soon as it is done
@@ -545,7 +551,7 @@ def main() -> int:
     load = os.getloadavg()
     print(f"\nload average at end {load[0]:.2f}" + ("" if DEVICE.type == "cuda" else
                                                    "; CUDA rows: not measured (CPU run)"))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
