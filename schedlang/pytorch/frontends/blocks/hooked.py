@@ -303,18 +303,13 @@ def _to_graph(found: FoundBlocks, profiled, name: str, timed=None,
             io = set(ins(x)) | set(outs(x))
             needs = [d for d in x.needs if d in io]
             fwd, bwd = glue_t[n]
-            back = 0
-            if grad_in[n] and n in (glue_peaks or {}):
-                # the graph adds the gradients the backward creates to its overhead: those
-                # of data no other layer's backward adds to, and its parameters'
-                created = sum(size(d) for d in grad_out[n] if makers[d] == 1)
-                if owned:
-                    created += sum(named[p].numel() * named[p].element_size() for p in owned)
-                back = max(0, glue_peaks[n] - created)
-            elif grad_in[n]:  # estimated from the recorded forward
-                back = int(x.overhead + x.saved)
-            opts = [Option("autograd", _t(fwd), int(x.overhead), _t(bwd), back, int(x.saved),
-                           needs)]
+            # the graph adds the gradients the backward creates to its overhead: those of data
+            # no other layer's backward adds to, and its parameters'
+            created = sum(size(d) for d in grad_out[n] if makers[d] == 1) + \
+                sum(named[p].numel() * named[p].element_size() for p in owned)
+            opts = [Option("autograd", _t(fwd), int(x.overhead), _t(bwd),
+                           _glue_backward(x, bool(grad_in[n]), glue_peaks, created),
+                           int(x.saved), needs)]
         else:
             lp = blocks[n]
             opts = [Option(o.name, _t(o.fwd_time), int(o.fwd_overhead), _t(o.bwd_time),
@@ -327,6 +322,19 @@ def _to_graph(found: FoundBlocks, profiled, name: str, timed=None,
                               opts, fast_forward=ff))
     g.loss = Loss(list(found.outputs), loss_outputs, LOSS_TIME)
     return g, glue
+
+
+def _glue_backward(seg: GlueSegment, has_backward: bool, glue_peaks: dict[str, int] | None,
+                   created: int) -> int:
+    """A glue segment's backward overhead: its peak measured in a step (`glue_memory`) less
+    the `created` gradients, else estimated from the recorded forward (its transient peak
+    plus what autograd saved for it)."""
+    peaks = glue_peaks or {}
+    if not has_backward:
+        return 0
+    if seg.name in peaks:
+        return max(0, peaks[seg.name] - created)
+    return int(seg.overhead + seg.saved)
 
 
 def _t(s: float) -> float:
