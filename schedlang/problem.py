@@ -17,6 +17,7 @@ from . import budgets
 from . import progress as reporting
 from .compile.ir import IRModel
 from .compile.lower import lower_program
+from .graphs.checkmate_nx import load_checkmate_nx
 from .graphs.graph import Graph
 from .language.check import check_program
 from .language.errors import CheckError, Loc, SchedError, did_you_mean
@@ -456,10 +457,20 @@ def load(*paths, model=None, budget=None, text: str | None = None, graph: Graph 
     `params`: values for scalar params declared with `default` (name -> number);
     `max_elements`: the size guard's limit on one declaration's elements (`schedlang.compile.sizes`,
     default `DEFAULT_MAX_ELEMENTS`), checked before anything that large is built. Node/edge
-    graph data without a formulation is solved with `checkmate`."""
+    graph data without a formulation is solved with `checkmate`. A ``.json`` path is
+    Checkmate's or Moccasin's graph data (networkx node-link JSON, `load_checkmate_nx`), read
+    as `graph` is."""
     started = time.monotonic()
     t0 = time.perf_counter()
     files = [Path(p) for p in paths]
+    graphs = [f for f in files if f.suffix.lower() == ".json"]
+    if graphs:
+        if graph is not None or len(graphs) > 1:
+            raise SchedError("one source of graph data at a time: a .json graph file cannot "
+                             "be combined with another one or with a Graph object",
+                             Loc(str(graphs[-1])))
+        graph = load_checkmate_nx(graphs[0])
+        files = [f for f in files if f not in graphs]
     models = [model] if isinstance(model, (str, Path)) else list(model or [])
     program = _load_program(files, [str(m) for m in models], text, graph)
     if not program.has_formulation and program.graph is not None and not program.graph.layers:

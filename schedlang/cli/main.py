@@ -456,8 +456,6 @@ def _print_result(prob, r) -> None:
 
 def load_problem(path: str):
     """A `Problem` on the graph data of a .sched file or of a checkmate-nx JSON file."""
-    if path.endswith(".json"):
-        return load(graph=load_checkmate_nx(path))
     prob = load(path)
     if prob.graph is None:
         raise DataError("this file has no graph data", Loc(path))

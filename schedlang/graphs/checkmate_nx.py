@@ -26,8 +26,6 @@ import networkx as nx
 from ..language.errors import DataError, Loc
 from ..language.paths import read_text
 from .elements import Node
-
-# convention name -> (node key, size attribute, time attribute, backward attribute or None)
 from .graph import Graph
 
 # convention name -> (node key, size attribute, time attribute, backward attribute or None)

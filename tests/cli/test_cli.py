@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+import schedlang
 from schedlang.cli.main import main
+from schedlang.language.errors import SchedError
 from schedlang.plans.plan import Plan
 
 from ..paths import GRAPHS, ROOT
@@ -99,6 +101,38 @@ def test_import_then_solve_matches_the_json_graph(capsys, tmp_path):
     # the plan replays on the original JSON graph too
     code, _, _ = run(capsys, "simulate", str(plan_path), "--graph", str(GRAPHS / "vgg16_test.json"))
     assert code == 0
+
+
+def _training_chain_json(path: Path) -> Path:
+    """A 3-layer training chain in Checkmate's networkx node-link JSON: f1 f2 f3 loss g3 g2 g1,
+    each gradient node reading its forward node's output."""
+    names = ["f1", "f2", "f3", "loss", "g3", "g2", "g1"]
+    nodes = [{"id": i, "name": n, "backward": i > 3, "cost_cpu": 1 + i % 3,
+              "cost_ram": (4 + i % 2) * 2**20} for i, n in enumerate(names)]
+    links = [[i, i + 1] for i in range(6)] + [[2, 4], [1, 5], [0, 6]]
+    path.write_text(json.dumps({"directed": True, "multigraph": False, "graph": {},
+                                "nodes": nodes,
+                                "links": [{"source": a, "target": b} for a, b in links]}))
+    return path
+
+
+def test_solve_and_sweep_read_checkmate_json_as_its_import(capsys, tmp_path):
+    """`solve` and `sweep` take a Checkmate/Moccasin JSON graph as `plan` and `simulate` do:
+    the same optimum as the .sched file `import` writes from it; `schedlang.load` given two
+    JSON graphs says it takes one."""
+    graph = str(_training_chain_json(tmp_path / "chain.json"))
+    sched = tmp_path / "chain.sched"
+    assert run(capsys, "import", graph, "--format", "checkmate-nx", "-o", str(sched))[0] == 0
+    objectives = []
+    for source in (graph, str(sched)):
+        code, out, _ = run(capsys, "solve", source, "--budget", "80%", "--json")
+        assert code == 0
+        objectives.append(json.loads(out)["objective"])
+    assert objectives[0] == pytest.approx(objectives[1])
+    code, out, _ = run(capsys, "sweep", graph, "--budgets", "100%,80%")
+    assert code == 0 and "80%" in out
+    with pytest.raises(SchedError, match="one source of graph data at a time"):
+        schedlang.load(graph, graph)
 
 
 def test_bad_input_gives_no_traceback_through_the_script(tmp_path):
