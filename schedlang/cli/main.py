@@ -22,7 +22,7 @@ from ..language.check import check_program
 from ..language.errors import DataError, Loc, SchedError, did_you_mean
 from ..language.files import write_file
 from ..language.paths import writable_file
-from ..language.program import load_program, set_params
+from ..language.program import attach_graph, load_program, set_params
 from ..language.units import format_size
 from ..parallel import default_jobs, import_ray
 from ..plans import planners as registry
@@ -295,7 +295,11 @@ def cmd_check(args) -> int:
     params = _params(args)
     for f in args.files:
         try:
-            program = load_program([Path(f)], [args.model] if args.model else None)
+            if Path(f).suffix.lower() == ".json":  # a Checkmate/Moccasin graph, as solve reads it
+                program = attach_graph(load_program([], [args.model] if args.model else None,
+                                                    text=""), load_checkmate_nx(f))
+            else:
+                program = load_program([Path(f)], [args.model] if args.model else None)
             if params:
                 set_params(program, params, Loc("--param"))
             check_program(program)

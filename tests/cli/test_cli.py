@@ -117,7 +117,7 @@ def _training_chain_json(path: Path) -> Path:
 
 
 def test_solve_and_sweep_read_checkmate_json_as_its_import(capsys, tmp_path):
-    """`solve` and `sweep` take a Checkmate/Moccasin JSON graph as `plan` and `simulate` do:
+    """`solve`, `sweep` and `check` take a Checkmate/Moccasin JSON graph as `plan` and `simulate` do:
     the same optimum as the .sched file `import` writes from it; `schedlang.load` given two
     JSON graphs says it takes one."""
     graph = str(_training_chain_json(tmp_path / "chain.json"))
@@ -131,6 +131,7 @@ def test_solve_and_sweep_read_checkmate_json_as_its_import(capsys, tmp_path):
     assert objectives[0] == pytest.approx(objectives[1])
     code, out, _ = run(capsys, "sweep", graph, "--budgets", "100%,80%")
     assert code == 0 and "80%" in out
+    assert run(capsys, "check", graph)[0] == 0
     with pytest.raises(SchedError, match="one source of graph data at a time"):
         schedlang.load(graph, graph)
 
