@@ -17,7 +17,7 @@ from . import budgets
 from . import progress as reporting
 from .compile.ir import IRModel
 from .compile.lower import lower_program
-from .graphs.checkmate_nx import load_checkmate_nx
+from .graphs.checkmate_nx import is_node_link_file, load_checkmate_nx
 from .graphs.graph import Graph
 from .language.check import check_program
 from .language.errors import CheckError, Loc, SchedError, did_you_mean
@@ -463,7 +463,7 @@ def load(*paths, model=None, budget=None, text: str | None = None, graph: Graph 
     started = time.monotonic()
     t0 = time.perf_counter()
     files = [Path(p) for p in paths]
-    graphs = [f for f in files if f.suffix.lower() == ".json"]
+    graphs = [f for f in files if is_node_link_file(f)]
     if graphs:
         if graph is not None or len(graphs) > 1:
             raise SchedError("one source of graph data at a time: a .json graph file cannot "

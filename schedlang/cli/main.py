@@ -16,7 +16,7 @@ from .. import progress
 from ..budgets import for_graph, peak_budget
 from ..compile.sizes import DEFAULT_MAX_ELEMENTS
 from ..compile.stats import declaration_sizes, format_sizes
-from ..graphs.checkmate_nx import load_checkmate_nx
+from ..graphs.checkmate_nx import is_node_link_file, load_checkmate_nx
 from ..graphs.writer import write_graph
 from ..language.check import check_program
 from ..language.errors import DataError, Loc, SchedError, did_you_mean
@@ -295,7 +295,7 @@ def cmd_check(args) -> int:
     params = _params(args)
     for f in args.files:
         try:
-            if Path(f).suffix.lower() == ".json":  # a Checkmate/Moccasin graph, as solve reads it
+            if is_node_link_file(f):  # a Checkmate/Moccasin graph, as solve reads it
                 program = attach_graph(load_program([], [args.model] if args.model else None,
                                                     text=""), load_checkmate_nx(f))
             else:

@@ -35,6 +35,12 @@ _CONVENTIONS = {
 }
 
 
+def is_node_link_file(path: str | Path) -> bool:
+    """Whether `schedlang.load` and the CLI read `path` as node-link JSON graph data (a
+    ``.json`` file) rather than as a `.sched` file."""
+    return Path(path).suffix.lower() == ".json"
+
+
 def load_checkmate_nx(path: str | Path) -> Graph:
     """Read a networkx node-link JSON graph; problems raise `DataError` located at `path`."""
     source = str(path)

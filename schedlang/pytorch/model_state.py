@@ -14,7 +14,30 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from .recompute import rng_devices
 
-__all__ = ["preserved", "Preserved", "own_checkpointing", "running_stats_kept", "once_stats"]
+__all__ = ["preserved", "Preserved", "own_checkpointing", "running_stats_kept", "once_stats",
+           "gradients_set_aside"]
+
+
+@contextlib.contextmanager
+def gradients_set_aside(model: nn.Module, args=(), kwargs=None):
+    """Within: the gradients of `model`'s parameters and of the leaf tensors of (`args`,
+    `kwargs`) that need one are None (as `zero_grad` leaves them), and those tensors are
+    yielded, for steps run inside to clear again; on exit each gets back the gradient it had.
+    (A gradient a measuring step left on an input would be memory the plan does not count,
+    and the next step would accumulate into it.)"""
+    from torch.utils._pytree import tree_flatten
+
+    leaves = [x for x in tree_flatten((args, kwargs or {}))[0]
+              if isinstance(x, torch.Tensor) and x.is_leaf and x.requires_grad]
+    tensors = [p for p in model.parameters() if p.requires_grad] + leaves
+    held = [(t, t.grad) for t in tensors]
+    for t in tensors:
+        t.grad = None
+    try:
+        yield tensors
+    finally:
+        for t, g in held:
+            t.grad = g
 
 
 def own_checkpointing(model: nn.Module) -> list[nn.Module]:

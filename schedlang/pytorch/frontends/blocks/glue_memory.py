@@ -30,7 +30,7 @@ import torch
 
 from ...inputs import tensor_leaves
 from ...memory import MemoryTracker
-from ...model_state import preserved
+from ...model_state import gradients_set_aside, preserved
 from ...options import release_when_consumed
 from ...tensors import flat
 from .find import FoundBlocks
@@ -60,17 +60,9 @@ def glue_backward_peaks(found: FoundBlocks, args: tuple, kwargs: dict) -> dict[s
     for k, m in enumerate(blocks):
         handles.append(m.register_full_backward_pre_hook(marker("pre", k)))
         handles.append(m.register_full_backward_hook(marker("post", k)))
-    # the step sets the gradients of the parameters and of the inputs that need one: set
-    # aside before it and put back after (a gradient left on an input is memory the plan
-    # does not count)
-    params = [p for p in model.parameters() if p.requires_grad] + [
-        x for x in flat((args, kwargs)) if isinstance(x, torch.Tensor) and x.is_leaf
-        and x.requires_grad]
-    held = [(p, p.grad) for p in params]
     try:
-        for p in params:
-            p.grad = None
-        with preserved(model), torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        with gradients_set_aside(model, args, kwargs), preserved(model), \
+                torch.random.fork_rng(devices=[]), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
             resident = [model, *(t for _, t in tensor_leaves(args, kwargs))]
             with MemoryTracker(resident=resident, existing=False) as mt:
@@ -92,8 +84,6 @@ def glue_backward_peaks(found: FoundBlocks, args: tuple, kwargs: dict) -> dict[s
     finally:
         for h in handles:
             h.remove()
-        for p, g in held:
-            p.grad = g
     return _windows(found, events, start, end_peak)
 
 

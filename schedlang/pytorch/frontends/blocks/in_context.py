@@ -47,7 +47,7 @@ import torch
 from torch import nn
 
 from .... import progress
-from ...model_state import preserved
+from ...model_state import gradients_set_aside, preserved
 from ...profile import host_clock
 from ...tensors import flat
 from .find import FoundBlocks
@@ -256,16 +256,11 @@ def time_in_context(found: FoundBlocks, wrappers, options: dict[str, list[str]],
     if _ranks() > 1:  # a DDP model's steps are collectives: as many on every rank
         min_rounds = max_rounds
     configs = configurations(options)
-    # the steps set the gradients of the parameters and of inputs that require one: cleared
-    # before each step, as `zero_grad` does, and restored after (a gradient left on an input
-    # would make the next step accumulate into it, a temporary the plan does not count)
-    params = [p for p in model.parameters() if p.requires_grad] + [
-        x for x in flat((args, kwargs)) if isinstance(x, torch.Tensor) and x.is_leaf
-        and x.requires_grad]
-    held = [(p, p.grad) for p in params]
     stamps = _Stamps({b.name: b.module for b in found.blocks}, clock)
     # samples: (config, block, "fwd"/"bwd") -> seconds; (config, "glue", side) -> seconds
     samples: dict[tuple, list[float]] = {}
+
+    params: list[torch.Tensor] = []  # their gradients, cleared before each step
 
     def one_round(warm_up: bool = False) -> None:
         for k, config in enumerate(configs):
@@ -277,8 +272,9 @@ def time_in_context(found: FoundBlocks, wrappers, options: dict[str, list[str]],
         progress.step(None, "a round of steps")
 
     try:
-        with preserved(model), torch.random.fork_rng(devices=[]), \
-                progress.phase("timing blocks in context"):
+        with gradients_set_aside(model, args, kwargs) as cleared, preserved(model), \
+                torch.random.fork_rng(devices=[]), progress.phase("timing blocks in context"):
+            params += cleared
             one_round(warm_up=True)
             rounds = sample_until_settled(one_round, samples, min_rounds=min_rounds,
                                           max_rounds=max_rounds, tol=tol, of_step=GLUE_KEYS)
@@ -295,8 +291,6 @@ def time_in_context(found: FoundBlocks, wrappers, options: dict[str, list[str]],
     finally:
         wrappers.set(None)
         stamps.remove()
-        for p, g in held:
-            p.grad = g
     return _medians(samples, configs, options, pooled, rounds, tol)
 
 
