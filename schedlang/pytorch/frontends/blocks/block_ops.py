@@ -55,6 +55,7 @@ from ...options import (
     layer_inputs,
     measure,
     solve_spans,
+    spread_on_front,
 )
 from ...profile import OptionProfile, draws_random_numbers
 from ...recompute import checkpoint_call
@@ -243,10 +244,7 @@ def _generate(fn, values, requires, out_grads, owned, resident, fixed, key, name
     measures = CACHE[cache_key]
     pool = [m for _, _, m in measures] + list(fixed)
     kept = [r for r in measures if not dominated(r[2], pool)]
-    if len(kept) > max_options:  # spread along the front: phantom + backward overhead
-        kept.sort(key=lambda r: r[2].phantom + r[2].bwd_overhead)
-        step = (len(kept) - 1) / (max_options - 1) if max_options > 1 else 0
-        kept = [kept[round(i * step)] for i in range(max_options)]
+    kept = spread_on_front(kept, max_options, lambda r: r[2])
     return [(f"{OPS_PREFIX}{k}", policy, m) for k, (_, policy, m) in enumerate(kept, 1)]
 
 
