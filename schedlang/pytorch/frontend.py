@@ -5,7 +5,8 @@ implement (`frontends/fx`: a whole-model torch.fx trace, run by the plan executo
 A `Frontend` prepares a model into layered graph data and its profile (`prepare`), says what
 the plan executor keeps alive (`executor_bytes`), which .sched extensions its runtime needs
 (`extensions`), how a host link enters its graph (`with_link`), what its runtime frees on its
-own (`runtime_frees`), what a plan's time misses (`time_correction`), and gives the `Runner`
+own (`runtime_frees`), what a plan's time misses (`time_correction`) and its memory
+(`priced_graph`), and gives the `Runner`
 that executes a plan inside a `FitModule`. What a front end cannot do is a flag `fit` reads,
 never a comparison of names.
 """
@@ -95,6 +96,11 @@ class Frontend(ABC):
     def time_correction(self, plan, graph) -> float:
         """Seconds a plan's simulated time misses on this runtime."""
         return 0.0
+
+    def priced_graph(self, plan, graph):
+        """The graph data `plan` runs on in this runtime, to simulate it with: `graph`
+        itself, or a variant with what the runtime does differently for this plan."""
+        return graph
 
     def group_plans(self, prep) -> list:
         """The front end's heuristic plans, the solve's start and fallback (the hook front

@@ -267,13 +267,11 @@ def solve_at(prep: Prepared, activation: int, solver, time_limit, backend, extra
 
 def priced_solve(prep: Prepared, activation: int, solver, time_limit, backend, extra: dict,
                  warm_start: Plan | None, must_beat: float | None) -> Plan | None:
-    """`solve_plan` on `prep`'s graph, its plan's time with what the front end adds (a
-    group's reruns: `Frontend.time_correction`)."""
+    """`solve_plan` on `prep`'s graph, its plan `priced` as the front end runs it (a group's
+    reruns and its last block's early stop)."""
     found = solve_plan(prep.graph, activation, solver, time_limit, backend,
                        warm_start=warm_start, must_beat=must_beat, **extra)
-    if found is not None and prep.front is not None:
-        found.predicted_time += prep.front.time_correction(found, prep.graph)
-    return found
+    return None if found is None else priced(found, prep)
 
 
 def as_runtime_frees(plan: Plan, prep: Prepared) -> Plan:
@@ -286,12 +284,14 @@ def as_runtime_frees(plan: Plan, prep: Prepared) -> Plan:
 
 def priced(plan: Plan, prep: Prepared) -> Plan:
     """`plan` with its predicted peak (the loss's memory included) and time on `prep`'s
-    graph."""
-    sim = simulate(plan, prep.graph)
-    plan.predicted_peak = max(sim.peak_bytes,
-                              loss_moment(plan, prep.graph) + prep.loss_overhead)
+    graph, as the front end's runtime runs it (`Frontend.priced_graph`, `time_correction`:
+    e.g. a group's reruns, priced as recomputations, its last block as the checkpoint's early
+    stop leaves it)."""
+    graph = prep.graph if prep.front is None else prep.front.priced_graph(plan, prep.graph)
+    sim = simulate(plan, graph)
+    plan.predicted_peak = max(sim.peak_bytes, loss_moment(plan, graph) + prep.loss_overhead)
     plan.predicted_time = sim.time
-    if prep.front is not None:  # e.g. a group's reruns, priced as recomputations
+    if prep.front is not None:
         plan.predicted_time += prep.front.time_correction(plan, prep.graph)
     return plan
 
@@ -366,10 +366,11 @@ def group_plans_priced(prep: Prepared) -> list[tuple[int, Plan]]:
         uncounted = uncounted_outputs(prep.graph, prep.output_bytes)
         priced = []
         for plan in prep.front.group_plans(prep):
-            sim = simulate(plan, prep.graph)
+            graph = prep.front.priced_graph(plan, prep.graph)
+            sim = simulate(plan, graph)
             if not sim.valid:
                 continue
-            at_loss = loss_moment(plan, prep.graph) + prep.loss_overhead
+            at_loss = loss_moment(plan, graph) + prep.loss_overhead
             plan.predicted_peak = max(sim.peak_bytes, at_loss)
             plan.predicted_time = sim.time + prep.front.time_correction(plan, prep.graph)
             plan.meta["status"] = "feasible"

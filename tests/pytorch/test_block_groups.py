@@ -192,6 +192,34 @@ def test_group_layers_must_be_consecutive():
         plan_checkpoint_groups(prep.graph, [[blocks[0], blocks[2]]])
 
 
+def test_a_groups_last_block_is_priced_as_the_checkpoints_early_stop_leaves_it():
+    """torch's checkpoint stops recomputing a group once every tensor the backward saved is
+    back, so the group's last block holds less in its backward than its option autograd
+    measured alone (ViT's layers: 128 B here, 256 B at the bench's size, where fit at
+    checkpoint_sequential(2)'s measured peak could not take that schedule and ran one 5%
+    slower). Group plans are predicted to the byte of their measured peak, and fit at
+    checkpoint_sequential(2)'s measured peak is predicted at least as fast as it."""
+    model, args, kwargs, loss_fn = HF["vit"](batch=4, size=64)
+    state = _saved_state(model)
+    prep = _prepared(model, args, kwargs, loss_fn)
+    layers = [b for b in _blocks(prep) if ".layers." in b]
+    half = [layers[:len(layers) // 2]]
+    for groups in ([layers], half):
+        _restore(model, state)
+        _, rep = _run_plan(model, args, kwargs, loss_fn, prep,
+                           plan_checkpoint_groups(prep.graph, groups))
+        assert rep.measured_peak_bytes == rep.predicted_peak_bytes, (groups, rep)
+    seq = next(p for _, p in group_plans_priced(prep)
+               if p.meta["groups"] == half and "then" not in p.meta["planner"])
+    budget = rep.measured_peak_bytes
+    _restore(model, state)
+    fm = fit(model, args, budget, loss_fn=loss_fn, prepared=prep, sample_kwargs=kwargs)
+    assert fm.plan.predicted_time <= seq.predicted_time * (1 + 1e-9)
+    _step(fm, model, args, kwargs, loss_fn)
+    assert fm.memory_report().measured_peak_bytes <= budget
+    fm.unwrap()
+
+
 @pytest.mark.parametrize("name", ["gpt2", *[pytest.param(n, marks=pytest.mark.slow)
                                             for n in HF if n != "gpt2"]])
 def test_every_transformers_model_runs_its_lowest_group_plan(name):

@@ -30,7 +30,8 @@ MAX_GROUP_PLANS = 1000
 def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
     """Plans with checkpointed groups of blocks (`planners.baselines.plan_checkpoint_groups`),
     the family `checkpoint_sequential` belongs to: in each chain (`block_chains`), c groups of
-    L >= 2 consecutive blocks from its start; the r blocks after them recompute
+    L >= 2 consecutive blocks from its start, or from the start of a stack in it
+    (`_from_stacks`); the r blocks after them recompute
     (``recompute``), the s after those keep selectively (``selective``), the rest keep all
     (the last blocks' backward comes first, so keeping them costs the least), for every r, s
     (on a coarser grid when there are more than `limit` plans); and, with several chains, the
@@ -40,7 +41,8 @@ def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
 
     if not hasattr(torch_checkpoint, "_checkpoint_without_reentrant_generator"):
         return  # a torch without the checkpoint `_Group` opens across calls: no group plans
-    chains = block_chains(graph, blocks)
+    whole = block_chains(graph, blocks)
+    chains = [part for chain in whole for part in _from_stacks(chain)]
     has = {lay.name: {o.name for o in lay.options} for lay in graph.layers}
     arrangements = [(chain, size, count) for chain in chains
                     for size in range(2, len(chain) + 1)  # a group of one: `recompute`
@@ -61,12 +63,22 @@ def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
                 if r or s:
                     name += f", then {r} recompute, {s} selective"
                 yield plan_checkpoint_groups(graph, groups, options, name=name)
-    if len(chains) > 1:
-        for size in range(2, max(map(len, chains)) + 1):
-            groups = [c[k * size:(k + 1) * size] for c in chains for k in range(len(c) // size)]
+    if len(whole) > 1:
+        for size in range(2, max(map(len, whole)) + 1):
+            groups = [c[k * size:(k + 1) * size] for c in whole for k in range(len(c) // size)]
             if groups:
                 yield plan_checkpoint_groups(graph, groups,
                                              name=f"groups of {size} block(s) in every chain")
+
+
+def _from_stacks(chain: list[str]) -> list[list[str]]:
+    """`chain`, and its tail from the first block of each stack in it after its start (a run
+    of two blocks or more of one container: ``vit.layers.*`` after ``vit.embeddings``): the
+    groups of `group_plans` start there too, as checkpoint_sequential over the stack does."""
+    parents = [b.rpartition(".")[0] for b in chain]
+    starts = [k for k in range(1, len(chain) - 1)
+              if parents[k] != parents[k - 1] and parents[k] == parents[k + 1]]
+    return [chain] + [chain[k:] for k in starts]
 
 
 #: passes of `least_memory_plans`' descent over the blocks' options (each pass tries every

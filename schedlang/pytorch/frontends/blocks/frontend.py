@@ -15,6 +15,7 @@ from .hooked import (
     PER_BLOCK,
     BlockWrappers,
     block_partition,
+    early_stops,
     offload_profiles,
     plan_choices,
     rerun_correction,
@@ -111,6 +112,9 @@ class BlocksFrontend(Frontend):
 
     def time_correction(self, plan, graph) -> float:
         return rerun_correction(plan, graph)  # a group's reruns, priced as recomputations
+
+    def priced_graph(self, plan, graph):
+        return early_stops(plan, graph)  # a group's last block, as torch's checkpoint stops
 
     def group_plans(self, prep) -> list:
         blocks = [b.name for b in prep.partitioned.found.blocks]

@@ -36,6 +36,7 @@ profiles
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import weakref
 from collections import Counter
@@ -388,6 +389,46 @@ def rerun_correction(plan: Plan, graph: Graph) -> float:
             if auto is not None and rec is not None:
                 extra += max(auto.fwd_time, rec.bwd_time - auto.bwd_time) - auto.fwd_time
     return extra
+
+
+def early_stops(plan: Plan, graph: Graph) -> Graph:
+    """`graph` as `plan`'s checkpointed groups run on it. torch's checkpoint stops
+    recomputing once every tensor the backward saved is back (its early stop), so a group's
+    last block holds less in its backward than its option ``autograd``, which a group's
+    rerun is priced with, measured alone: what its option ``recompute`` (the same checkpoint
+    around the block alone) measured. That block's ``autograd`` backward overhead is lowered
+    by the difference (never below nothing). Without it the plan of checkpoint_sequential(2)
+    on ViT was predicted 256 B over its own measured peak, and `fit` at that peak took a plan
+    5% slower; T5's blocks differ by 96-288 KB. `graph` itself where nothing changes."""
+    reading = _PlanReading()
+    try:
+        reading.run(plan.ops)
+    except BlockError:  # not a plan the wrappers run: priced as it is
+        return graph
+    layers = {lay.name: lay for lay in graph.layers}
+    savings = {}
+    for run in reading.reruns:
+        last = layers.get(run[-1])
+        opts = {} if last is None else {o.name: o for o in last.options}
+        auto, rec = opts.get("autograd"), opts.get("recompute")
+        if auto is not None and rec is not None:
+            saving = min(auto.phantom + auto.bwd_overhead - rec.bwd_overhead, auto.bwd_overhead)
+            if saving > 0:
+                savings[last.name] = saving
+    if not savings:
+        return graph
+
+    def lowered() -> Graph:
+        out = []
+        for lay in graph.layers:
+            if lay.name in savings:
+                lay = dataclasses.replace(lay, options=[
+                    dataclasses.replace(o, bwd_overhead=o.bwd_overhead - savings[lay.name])
+                    if o.name == "autograd" else o for o in lay.options])
+            out.append(lay)
+        return dataclasses.replace(graph, layers=out)
+
+    return graph.derived(f"early stops {sorted(savings.items())}", lowered)
 
 
 class _PlanReading(PlanInterpreter):
