@@ -93,7 +93,8 @@ from torch import nn
 from schedlang.plans.planners.baselines import plan_checkpoint_groups
 from schedlang.pytorch.fit import FitError, fit, prepare
 from schedlang.pytorch.frontends.blocks.find import find_blocks
-from schedlang.pytorch.frontends.blocks.hooked import GROUP, BlockWrappers
+from schedlang.pytorch.frontends.blocks.hooked import BlockWrappers
+from schedlang.pytorch.frontends.blocks.plan_reading import GROUP
 from schedlang.pytorch.memory import MemoryTracker, storage_bytes, storage_key
 from schedlang.pytorch.prepare import loss_tensor_bytes
 from schedlang.testing import hf_architectures, hf_models

@@ -38,7 +38,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from schedlang.graphs.writer import write_graph  # noqa: E402
 from schedlang.problem import load  # noqa: E402
 from schedlang.pytorch.frontends.blocks.frontend import BLOCKS  # noqa: E402
-from schedlang.pytorch.frontends.blocks.hooked import GROUP, PER_BLOCK, plan_choices  # noqa: E402
+from schedlang.pytorch.frontends.blocks.hooked import PER_BLOCK  # noqa: E402
+from schedlang.pytorch.frontends.blocks.plan_reading import GROUP, plan_choices  # noqa: E402
 from schedlang.pytorch.planning import group_plans_priced, or_group_plan, solve_at, solve_extra, solve_plan  # noqa: E402
 from schedlang.pytorch.prepare import prepare  # noqa: E402
 from schedlang.testing import hf_models  # noqa: E402

@@ -25,7 +25,7 @@ from schedlang.graphs.graph import Graph  # noqa: E402
 from schedlang.language.resources import extension_path  # noqa: E402
 from schedlang.plans.planners.baselines import plan_checkpoint_groups  # noqa: E402
 from schedlang.plans.simulate import simulate  # noqa: E402
-from schedlang.pytorch.frontends.blocks.hooked import GROUP, plan_choices, rerun_correction  # noqa: E402
+from schedlang.pytorch.frontends.blocks.plan_reading import GROUP, plan_choices, rerun_correction  # noqa: E402
 from schedlang.pytorch.lifetimes import earliest_deletes  # noqa: E402
 from schedlang.solve.solution import Status  # noqa: E402
 from schedlang.testing.layered_instances import MiB, chain, opt  # noqa: E402

@@ -16,7 +16,8 @@ from schedlang.plans.simulate import simulate  # noqa: E402
 from schedlang.pytorch.fit import fit, prepare  # noqa: E402
 from schedlang.pytorch.frontends.blocks.families import group_plans, least_memory_plans  # noqa: E402
 from schedlang.pytorch.frontends.blocks.find import BlockError  # noqa: E402
-from schedlang.pytorch.frontends.blocks.hooked import GROUP, PER_BLOCK, block_chains, plan_choices, rerun_correction  # noqa: E402
+from schedlang.pytorch.frontends.blocks.hooked import PER_BLOCK  # noqa: E402
+from schedlang.pytorch.frontends.blocks.plan_reading import GROUP, block_chains, plan_choices, rerun_correction  # noqa: E402
 from schedlang.pytorch.planning import frontend_extensions, group_plans_priced, solve_plan  # noqa: E402
 from schedlang.solve.solvers import requested_gap  # noqa: E402
 from schedlang.testing.hf_models import HF  # noqa: E402
@@ -282,7 +283,6 @@ def test_a_group_of_one_block_is_priced_as_the_option_recompute():
     """A group's rerun of a block in the backward is the recomputation a `recompute` block runs
     inside its backward: priced alike (`rerun_correction`), the two plans differ only by the
     forwards that keep nothing (`fast_forward` against `recompute`'s forward)."""
-    from schedlang.pytorch.frontends.blocks.hooked import rerun_correction
 
     model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)
     prep = _prepared(model, args, kwargs, loss_fn)

@@ -73,7 +73,7 @@ def _step(row: dict, fitted, run, make_ref, model, loss_fn, inputs) -> None:
         finally:
             dist.all_gather_single = orig
     if fitted.plan is not None and fitted.frontend == "blocks":
-        from schedlang.pytorch.frontends.blocks.hooked import plan_choices
+        from schedlang.pytorch.frontends.blocks.plan_reading import plan_choices
 
         blocks = [b.name for b in fitted._prep.partitioned.found.blocks]
         row["recomputed"] = sorted(b for b, c in plan_choices(fitted.plan, fitted.graph,

@@ -238,7 +238,7 @@ def test_offload_plan_first_step_hook_front_end():
     measured memory and the link's time, its first step measures the prediction."""
     pytest.importorskip("transformers")
     from schedlang.pytorch.fit import fit
-    from schedlang.pytorch.frontends.blocks.hooked import plan_choices
+    from schedlang.pytorch.frontends.blocks.plan_reading import plan_choices
     from schedlang.testing.hf_models import HF
 
     model, args, kwargs, loss_fn = HF["llama"](batch=4, seq=64)
@@ -257,7 +257,7 @@ def test_per_block_plans_have_no_transfer_ops():
     from schedlang.plans.plan import Op
     from schedlang.pytorch.fit import fit
     from schedlang.pytorch.frontends.blocks.find import BlockError
-    from schedlang.pytorch.frontends.blocks.hooked import plan_choices
+    from schedlang.pytorch.frontends.blocks.plan_reading import plan_choices
     from schedlang.testing.hf_models import HF
 
     model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)

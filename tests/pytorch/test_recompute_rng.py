@@ -11,7 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from schedlang.pytorch.frontends.blocks.find import find_blocks  # noqa: E402
-from schedlang.pytorch.frontends.blocks.hooked import GROUP, BlockWrappers  # noqa: E402
+from schedlang.pytorch.frontends.blocks.hooked import BlockWrappers  # noqa: E402
+from schedlang.pytorch.frontends.blocks.plan_reading import GROUP  # noqa: E402
 from schedlang.testing.torch_models import make_gpt, make_keyword_blocks  # noqa: E402
 
 OPTIONS = ["autograd", "recompute", "selective", "autograd+offload", "rerun"]

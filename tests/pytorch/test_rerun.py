@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 from schedlang.plans.planners.baselines import plan_checkpoint_groups  # noqa: E402
 from schedlang.pytorch.fit import fit, prepare  # noqa: E402
 from schedlang.pytorch.frontends.blocks.find import find_blocks  # noqa: E402
-from schedlang.pytorch.frontends.blocks.hooked import plan_choices  # noqa: E402
+from schedlang.pytorch.frontends.blocks.plan_reading import plan_choices  # noqa: E402
 from schedlang.pytorch.frontends.blocks.rerun import RERUN, rerun_blocks  # noqa: E402
 from schedlang.pytorch.recompute import rerun_call  # noqa: E402
 from schedlang.testing.hf_models import HF  # noqa: E402

@@ -3,7 +3,7 @@ the smallest feasible budget `fit` names (`planning.group_plans_priced` prices t
 
 * `least_memory_plans`: plans without groups at the low end of memory (every block
   recomputed, every block at its least-memory option, a descent over the blocks' options);
-* `group_plans`: checkpointed groups of consecutive blocks (`hooked.block_chains`),
+* `group_plans`: checkpointed groups of consecutive blocks (`plan_reading.block_chains`),
   checkpoint_sequential's schedule among them.
 
 Every plan is `planners.baselines.plan_checkpoint_groups`' (torch's own order, step for step)
@@ -17,7 +17,7 @@ from ....graphs.graph import Graph
 from ....graphs.hgraph import FAST_FORWARD
 from ....plans.planners.baselines import plan_checkpoint_groups
 from ....plans.simulate import simulate
-from .hooked import block_chains
+from .plan_reading import block_chains
 
 __all__ = ["group_plans", "least_memory_plans"]
 

@@ -10,18 +10,9 @@ from ...frontend import Frontend, Runner
 from ...lifetimes import earliest_deletes
 from ...model_state import own_checkpointing
 from .families import group_plans, least_memory_plans
-from .hooked import (
-    BLOCK_GROUPS,
-    PER_BLOCK,
-    BlockWrappers,
-    block_partition,
-    early_stops,
-    offload_profiles,
-    plan_choices,
-    rerun_correction,
-    trace_blocks,
-)
+from .hooked import BLOCK_GROUPS, PER_BLOCK, BlockWrappers, block_partition, offload_profiles, trace_blocks
 from .offload import with_offload_options
+from .plan_reading import early_stops, plan_choices, rerun_correction
 
 __all__ = ["BlocksFrontend", "BlockRunner", "BLOCKS"]
 
