@@ -105,12 +105,6 @@ class Graph:
         """The H-graph indexed by position (cached; `schedlang.graphs.hgraph.HIndex`)."""
         return self._cached("layered", self._layered_key(), lambda: index_hgraph(self, self.hgraph()))
 
-    def derived(self, view: str, build: Callable[[], Any]) -> Any:
-        """What another module derives from the layered view (`build()`, e.g. a variant of
-        this graph), cached as the graph's own views are: built again once the layers
-        change."""
-        return self._cached(view, self._layered_key(), build)
-
     def _cached(self, view: str, key: Any, build: Callable[[], Any]) -> Any:
         hit = self._views.get(view)
         if hit is not None and hit[0] == key:
