@@ -48,14 +48,14 @@ from .... import progress
 from ....graphs.elements import DataNode, Layer, Loss, Option
 from ....graphs.graph import Graph
 from ....graphs.hgraph import FAST_FORWARD
-from ....language.errors import Loc, SchedError
+from ....language.errors import SchedError
 from ...loss_node import LOSS_TIME, LOSS_VALUE_BYTES
 from ...model_state import once_stats, own_checkpointing, preserved, running_stats_kept
 from ...profile import OPTIONS, profile, selective_context
 from ...recompute import checkpoint_call, open_checkpoint, rerun_call
 from ..fx.partition import LayerPart, Partitioned
 from .block_ops import add_block_op_options, is_op_option, run_op_option
-from .find import BlockCall, BlockError, FoundBlocks, GlueSegment, find_blocks, training_call
+from .find import WHERE, BlockCall, BlockError, FoundBlocks, GlueSegment, find_blocks, training_call
 from .glue_memory import glue_backward_peaks
 from .in_context import glue_times, timed_in_context
 from .offload import OFFLOAD, module_storages, offloading
@@ -65,7 +65,6 @@ from .rerun import RERUN, drop_inexact_reruns, shared_arguments
 __all__ = ["trace_blocks", "BlockWrappers", "BlockTrace", "PER_BLOCK",
            "BLOCK_GROUPS"]
 
-WHERE = Loc("blocks")
 #: the extension that restricts plans to what per-block wrappers run
 PER_BLOCK = "per_block"
 #: ... and checkpointed groups of blocks (`_Group`), which it extends

@@ -10,15 +10,13 @@ import itertools
 
 from ....graphs.graph import Graph
 from ....graphs.hgraph import FAST_FORWARD
-from ....language.errors import Loc
 from ....plans.interpreter import PlanInterpreter
 from ....plans.plan import Op, Plan
-from .find import BlockError
+from .find import WHERE, BlockError
 from .offload import OFFLOAD
 
 __all__ = ["GROUP", "block_chains", "plan_choices", "rerun_correction", "early_stops"]
 
-WHERE = Loc("blocks")
 #: the choice of a block in a checkpointed group: GROUP + the members' names, joined by "|"
 GROUP = "group:"
 
