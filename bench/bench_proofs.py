@@ -182,7 +182,7 @@ def first_plan_seconds(steps: list[dict]) -> float | None:
     for s in steps:
         spent += s["seconds"]
         if s["status"] in ("optimal", "feasible") and s["objective"] is not None \
-                and not (s["what"] == "highs" and (s["model"] or "").endswith(".sched")
+                and not ((s["model"] or "").endswith(".sched")
                          and s["objective"] > 0):  # phase one's excess above zero: no plan
             return round(spent, 1)
     return None

@@ -26,9 +26,10 @@
   model is built in shift's
   node order instead (`schedlang.solve.orders`; `Route.order` and the message say which order
   the status, gap and bounds are for: the stage model's optimum holds for its order only);
-  when none fits, phase one (HiGHS on `models/extensions/soft_budget.sched`, the budget as a
-  goal, from the lowest-peak heuristic plan, up to `PHASE_ONE_SHARE` of the time) finds one or
-  proves the budget infeasible. The window bound (`schedlang.solve.window_bound`: the least
+  when none fits, phase one (`models/extensions/soft_budget.sched`, the budget as a goal,
+  from the lowest-peak heuristic plan, up to `PHASE_ONE_SHARE` of the time: HiGHS, then
+  CP-SAT from HiGHS's least excess, `PHASE_ONE_SOLVERS`) finds one or proves the budget
+  infeasible. The window bound (`schedlang.solve.window_bound`: the least
   recomputation that the memory at a chain of computations forces, up to `BOUND_SHARE` of the
   time left) is computed next; on op graphs it is far above the solvers' bounds. Then the
   linked windows (`schedlang.solve.linked_windows`: one MILP over the memory at a dozen
@@ -97,6 +98,13 @@ TIGHT_MODEL = "checkmate_tight"
 #: phase one's extension (the budget as a goal) and its share of the time left
 SOFT_BUDGET = "soft_budget.sched"
 PHASE_ONE_SHARE = 0.8
+#: phase one's solvers in turn, each with its share of what phase one has left; the next one
+#: starts from the least excess the last one reached. Neither wins everywhere (60 s, from the
+#: same start): HiGHS fits gpt1 at 65% in 5 s and `stages` at 60% in 15 s, where CP-SAT takes
+#: 30 s and finds none; CP-SAT fits bert1 at 60% in 7 s, where HiGHS ends 3.3 KB over after
+#: 42 s and after 236 s (bench/README.md, issue 29)
+PHASE_ONE_SOLVERS = (("highs", 0.4), ("cpsat", 1.0))
+SOLVER_WORDS = {"highs": "HiGHS", "cpsat": "CP-SAT"}
 #: the share of the time left (and the most seconds) the op-graph route's window bound may take
 BOUND_SHARE = 0.1
 BOUND_SECONDS = 30.0
@@ -339,7 +347,8 @@ def _op_graph(problem: Problem, route: Route, time_limit, gap, threads, presolve
     route.order, tight, start, start_note = main.order, main.tight, main.start, main.note
     kept = [reordered, *(_as_candidate(problem, s) for s in (main, other) if s is not None)]
     if start is None:
-        start, start_note, proof = _phase_one(problem, route, lowest, time_limit, since, kw)
+        start, start_note, proof = _phase_one(problem, route, lowest, time_limit, since, kw,
+                                                  threads)
         if proof is not None:
             return _faster(proof, kept, route)
     try:
@@ -629,35 +638,48 @@ def _start_plan(tight: Problem, route: Route):
     return best.plan, f"from {best.planner}'s plan", lowest, best.objective
 
 
-def _phase_one(problem: Problem, route: Route, lowest, time_limit, since, kw):
-    """(start, note, proof): HiGHS lowers the excess memory of the lowest-peak heuristic plan
-    (`models/extensions/soft_budget.sched`) until a plan fits (the start), for `PHASE_ONE_SHARE`
-    of the time left; `proof` is an infeasible `Result` when it proves the least excess above
-    zero. Without a fitting plan the start is "auto" (the solvers start cold)."""
+def _phase_one(problem: Problem, route: Route, lowest, time_limit, since, kw, threads=None):
+    """(start, note, proof): the solvers of `PHASE_ONE_SOLVERS` in turn lower the excess memory
+    of the lowest-peak heuristic plan (`models/extensions/soft_budget.sched`) until a plan fits
+    (the start), for `PHASE_ONE_SHARE` of the time left (without a time limit, HiGHS alone,
+    to the end); `proof` is an infeasible `Result` when one proves the least excess above zero.
+    Without a fitting plan the start is "auto" (the solvers start cold)."""
     soft = _load_like(problem, [TIGHT_MODEL, str(models_dir() / "extensions" / SOFT_BUDGET)])
     left = _left(time_limit, since)
-    t0 = time.perf_counter()
-    res = soft.solve(solver="highs", time_limit=None if left is None else PHASE_ONE_SHARE * left,
-                     warm_start=lowest if lowest is not None else AUTO, **kw)
-    fits = (res.plan is not None and res.simulated is not None and res.simulated.valid
-            and res.objective is not None and res.objective <= 0)
+    until = None if left is None else time.monotonic() + PHASE_ONE_SHARE * left
+    solvers = [(s, part) for s, part in PHASE_ONE_SOLVERS if is_available(s, "pyomo")]
+    if left is None:
+        solvers = [("highs", 1.0)]
+    start = lowest if lowest is not None else AUTO
     note = "excess memory, from the lowest-peak heuristic plan" if lowest is not None else \
         "excess memory, cold"
-    route.steps.append(_step("highs", SOFT_BUDGET, t0, res, note))
-    if res.status == Status.OPTIMAL and not fits and res.objective is not None:
-        res.status = Status.INFEASIBLE
-        res.message = (f"infeasible: no plan fits the budget (the least excess over it is "
-                       f"{res.objective:.6g} MiB, proven optimal with "
-                       f"models/extensions/{SOFT_BUDGET}); " + res.message)
-        res.plan = res.simulated = None
-        res.objective = res.bound = res.gap = None
-        return None, "", res
-    if res.status == Status.INFEASIBLE:  # (its rows hold for every plan: the graph's own)
-        return None, "", res
-    if fits:
-        plan = prune_recomputations(problem.graph, res.plan, problem.budgets.get("peak"))
-        plan.meta["planner"] = "phase one"
-        return plan, "from phase one's plan", None
+    for solver, part in solvers:
+        limit = None if until is None else part * max(0.0, until - time.monotonic())
+        if limit is not None and limit < 1.0:  # (a share too short to build the model in)
+            continue
+        t0 = time.perf_counter()
+        res = soft.solve(solver=solver, time_limit=limit, warm_start=start,
+                         **({"threads": _cpsat_workers(threads)} if solver == "cpsat" else {}),
+                         **kw)
+        route.steps.append(_step(solver, SOFT_BUDGET, t0, res, note))
+        fits = (res.plan is not None and res.simulated is not None and res.simulated.valid
+                and res.objective is not None and res.objective <= 0)
+        if res.status == Status.OPTIMAL and not fits and res.objective is not None:
+            res.status = Status.INFEASIBLE
+            res.message = (f"infeasible: no plan fits the budget (the least excess over it is "
+                           f"{res.objective:.6g} MiB, proven optimal with "
+                           f"models/extensions/{SOFT_BUDGET}); " + res.message)
+            res.plan = res.simulated = None
+            res.objective = res.bound = res.gap = None
+            return None, "", res
+        if res.status == Status.INFEASIBLE:  # (its rows hold for every plan: the graph's own)
+            return None, "", res
+        if fits:
+            plan = prune_recomputations(problem.graph, res.plan, problem.budgets.get("peak"))
+            plan.meta["planner"] = "phase one"
+            return plan, "from phase one's plan", None
+        if res.plan is not None and res.status.has_solution:
+            start, note = res.plan, f"excess memory, from {SOLVER_WORDS[solver]}'s least"
     return AUTO, "cold", None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import time
 
 import pytest
 
@@ -66,6 +67,49 @@ def test_op_graph_route_matches_brute_force(graph, frac, monkeypatch):
         return
     sim = simulate(result.plan, graph, budget=budget)
     assert sim.valid and sim.time == pytest.approx(expected)
+
+
+# budgets at which no plan fits the tiny graphs in their own order (brute force): the route's
+# phase one proves it, whichever of its solvers does
+INFEASIBLE = [(g, frac) for g in tiny_graphs() for frac in (0.5, 0.6)
+              if best_checkmate_schedule(g, int(no_recompute_peak(g) * frac))[0] is None]
+
+
+@pytest.mark.parametrize("solvers", [(("cpsat", 1.0),), (("highs", 0.0), ("cpsat", 1.0))],
+                         ids=["cpsat", "highs-skipped"])
+@pytest.mark.parametrize("graph,frac", INFEASIBLE[:4], ids=[f"{g.name}-{f}" for g, f in INFEASIBLE[:4]])
+def test_phase_one_by_cpsat_proves_what_brute_force_proves(graph, frac, solvers, monkeypatch):
+    """Phase one's solvers take turns (`PHASE_ONE_SOLVERS`); CP-SAT's least excess above zero,
+    proven, is a proof of infeasibility as HiGHS's is, and a solver whose share is too short
+    to build the model in is skipped, not the end of phase one."""
+    monkeypatch.setattr(strategy, "PHASE_ONE_SOLVERS", solvers)
+    budget, expected, result = _on_the_op_graph_route(graph, frac, monkeypatch)
+    assert expected is None and result.status == Status.INFEASIBLE
+    phase_one = [s for s in result.strategy.steps if s.model == strategy.SOFT_BUDGET]
+    assert [s.what for s in phase_one] == ["cpsat"]
+    assert phase_one[0].objective > 0
+
+
+@pytest.mark.slow
+def test_phase_one_goes_on_by_cpsat_from_highs_least_excess(monkeypatch):
+    """bert1's op graph at 60%: no heuristic plan fits, and HiGHS on the soft budget ends over
+    it (3.7 KB after 16 s, 3.3 KB after 236 s); CP-SAT, started from HiGHS's least excess,
+    finds a plan that fits (7 s). Here HiGHS gets a tenth of phase one, so that it ends over."""
+    monkeypatch.setattr(strategy, "PHASE_ONE_SOLVERS", (("highs", 0.1), ("cpsat", 1.0)))
+    prob = schedlang.load(OPGRAPHS / "bert1.sched", budget="60%")
+    prob.check()
+    route = strategy.Route("op graph", "")
+    tight = strategy._load_like(prob, [strategy.TIGHT_MODEL])
+    start, _, lowest, _ = strategy._start_plan(tight, route)
+    assert start is None and lowest is not None
+    plan, note, proof = strategy._phase_one(prob, route, lowest, 60, time.monotonic(), {})
+    assert proof is None and note == "from phase one's plan"
+    phase_one = [s for s in route.steps if s.model == strategy.SOFT_BUDGET]
+    assert [s.what for s in phase_one] == ["highs", "cpsat"]
+    assert phase_one[0].objective > 0 and phase_one[1].note.endswith("from HiGHS's least")
+    assert phase_one[1].objective == 0
+    sim = simulate(plan, prob.graph, budget=prob.budgets["peak"])
+    assert sim.valid and sim.fits_budget
 
 
 M = 2**20
