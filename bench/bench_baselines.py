@@ -328,6 +328,17 @@ def floor_bytes(prep, model) -> tuple[int, str]:
 
 
 # --- the bench -----------------------------------------------------------------------------------
+def _raced_note(raced: dict | None) -> str:
+    """`fit`'s race between near plans, if it ran (`probing.faster_of_near_plans`)."""
+    if not raced:
+        return ""
+    if raced["rival_measured"] is None:
+        return f", raced {raced['rival']!r}: out (" + (
+            "over the budget)" if raced["over_budget"] else "not timed)")
+    return (f", raced {raced['rival']!r} {100 * raced['rival_measured']:+.1f}% vs "
+            f"{100 * raced['plan_measured']:+.1f}%: " + ("taken" if raced["taken"] else "not taken"))
+
+
 def run_model(name: str, args_ns) -> dict:
     size = size_of(name, {"batch": args_ns.batch, "seq": args_ns.seq, "layers": args_ns.layers,
                           "dim": args_ns.dim})
@@ -373,7 +384,8 @@ def run_model(name: str, args_ns) -> dict:
         notes[label] = (f"budget {int(rep.budget_bytes or 0) / MiB:.2f}, predicted "
                         f"{rep.predicted_peak_bytes / MiB:.2f} MiB "
                         f"{100 * rep.plan_time_overhead:+.1f}%, solve "
-                        f"{time.perf_counter() - t1:.1f}s" + (" (plain)" if fm.plain else ""))
+                        f"{time.perf_counter() - t1:.1f}s" + (" (plain)" if fm.plain else "")
+                        + _raced_note(rep.extra.get("raced")))
 
     for b in [k for k in peaks if k != "plain"]:
         add_fit(f"fit @{b}", peaks[b])

@@ -57,6 +57,7 @@ class FitModule(nn.Module):
         self._fallback: str | None = None
         self._timed: TimedOverhead | None = None  # what `fit` measured of its plan (steptime)
         self._timing: tuple | None = None  # (loss_fn,): time each new plan (fit's time_plan)
+        self._raced: dict | None = None  # the race between near plans (`faster_of_near_plans`)
         # the front end's executor of the plan (None: fallback, plain PyTorch)
         self._run = None if prepared.front is None else prepared.front.runner(prepared)
         self._set_plan(plan)
@@ -127,6 +128,7 @@ class FitModule(nn.Module):
                                    **({"generated": dict(self._prep.generated)}
                                       if self._prep.generated else {}),
                                    **({"fallback": self._fallback} if self._fallback else {}),
+                                   **({"raced": dict(self._raced)} if self._raced else {}),
                                    **({"host_link": dict(self._prep.host_link)}
                                       if self._prep.host_link else {}),
                                    "outputs_held": self._prep.outputs_held})

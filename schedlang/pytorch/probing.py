@@ -245,21 +245,32 @@ def faster_of_near_plans(fm: FitModule, args, kwargs, loss_fn, want: int, probe:
         fm._probes.append({"measured": measured, "predicted": predicted, "plan": True,
                            "rival": True})
         if measured > want:
+            fm._raced = _race(rival, None, timed, False, over_budget=True)
             fm._set_plan(plan)
             return fm
         fm._margin = max(0, measured - predicted)  # as `probe_until_within` keeps it
     other = time_plan(fm)
     noise = 2 * (timed.error ** 2 + other.error ** 2) ** 0.5 if other is not None else 0.0
-    if other is None or not other.usable or \
-            other.measured > timed.measured - max(noise, NEAR_MIN_GAIN):
+    taken = other is not None and other.usable and \
+        other.measured <= timed.measured - max(noise, NEAR_MIN_GAIN)
+    fm._raced = _race(rival, other, timed, taken)
+    if not taken:
         log.info("schedlang fit: %s measured %s a step, the plan %+.1f%%: the plan stays",
                  rival.meta.get("planner"), "nothing" if other is None else
                  f"{100 * other.measured:+.1f}%", 100 * timed.measured)
         fm._set_plan(plan)
         fm._margin = margin
         return fm
+    assert other is not None
     log.info("schedlang fit: %s measured %+.1f%% a step, the solver's plan %+.1f%% (both "
              "predicted within %.0f%%): the faster is kept", rival.meta.get("planner"),
              100 * other.measured, 100 * timed.measured, 100 * NEAR_SHARE)
     fm._timed = other
     return fm
+
+
+def _race(rival, other, timed, taken: bool, over_budget: bool = False) -> dict:
+    """What `memory_report()` says of a race between near plans."""
+    return {"rival": rival.meta.get("planner", "a group plan"), "near": NEAR_SHARE,
+            "rival_measured": None if other is None else other.measured,
+            "plan_measured": timed.measured, "taken": taken, "over_budget": over_budget}

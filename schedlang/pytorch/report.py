@@ -69,6 +69,18 @@ class MemoryReport:
         if self.extra.get("outputs_held") is False:
             lines.append("outputs         released once the loss is computed (the plan is for "
                          "loss_fn(model(x)).backward())")
+        raced = self.extra.get("raced")
+        if raced:
+            if raced["over_budget"]:
+                how = "measured over the budget in its probe step"
+            elif raced["rival_measured"] is None:
+                how = "could not be timed"
+            else:
+                how = (f"measured {100 * raced['rival_measured']:+.1f}% against the plan's "
+                       f"{100 * raced['plan_measured']:+.1f}%")
+            lines.append(f"raced           {raced['rival']} (predicted within "
+                         f"{100 * raced['near']:.0f}% of the plan) {how}: "
+                         + ("taken" if raced["taken"] else "not taken"))
         if self.extra.get("fallback"):
             lines.append(f"fallback        plain PyTorch: {self.extra['fallback']}")
         if self.calibrated:

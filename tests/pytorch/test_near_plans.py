@@ -61,7 +61,10 @@ def test_the_rival_that_measures_faster_is_kept_and_trains_like_eager(gpt2):
     kept, timed = _race(gpt2, fm, SOLVERS - 0.05)
     assert kept is fm and fm.plan is rival and timed == [rival]
     assert fm._timed.plan is rival and fm._timed.measured == pytest.approx(SOLVERS - 0.05)
-    assert fm.memory_report().plan_time_overhead == pytest.approx(SOLVERS - 0.05)
+    report = fm.memory_report()
+    assert report.plan_time_overhead == pytest.approx(SOLVERS - 0.05)
+    assert f"raced           {rival.meta['planner']} (predicted within 5% of the plan) " \
+        f"measured +25.0% against the plan's +30.0%: taken" in str(report)
     probe = fm._probes[-1]
     assert probe["rival"] and probe["measured"] <= want
     got = _step(fm, model, args, kwargs, loss_fn)
@@ -77,6 +80,7 @@ def test_a_rival_not_clearly_faster_leaves_the_plan(gpt2, measured):
     kept, timed = _race(gpt2, fm, measured)
     assert kept is fm and fm.plan is plan and timed == [rival]
     assert fm._timed is timed_before and fm._margin == margin
+    assert str(fm.memory_report()).splitlines()[-1].endswith(": not taken")
     fm.unwrap()
 
 
@@ -87,6 +91,7 @@ def test_a_rival_over_the_budget_in_its_probe_is_out_of_the_race(gpt2, monkeypat
     monkeypatch.setattr(probing, "probe_step", lambda *a, **k: want + 1)
     kept, timed = _race(gpt2, fm, SOLVERS - 0.2)
     assert kept is fm and fm.plan is plan and timed == []
+    assert "measured over the budget in its probe step: not taken" in str(fm.memory_report())
     fm.unwrap()
 
 
@@ -95,7 +100,7 @@ def test_no_race_where_the_plan_is_the_familys_own_or_was_not_timed(gpt2):
     fm._set_plan(rival)
     fm._timed = TimedOverhead(rival, SOLVERS, fm.modelled_overhead(), 7, 0.001)
     kept, timed = _race(gpt2, fm, SOLVERS - 0.2)
-    assert kept.plan is rival and timed == []
+    assert kept.plan is rival and timed == [] and "raced" not in str(fm.memory_report())
     fm._timed = None
     kept, timed = _race(gpt2, fm, SOLVERS - 0.2)
     assert kept.plan is rival and timed == []
