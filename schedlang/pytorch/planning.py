@@ -287,9 +287,19 @@ def priced(plan: Plan, prep: Prepared) -> Plan:
     graph, as the front end's runtime runs it (`Frontend.priced_graph`, `time_correction`:
     e.g. a group's reruns, priced as recomputations, its last block as the checkpoint's early
     stop leaves it)."""
+    return _predicted(plan, prep, *_as_run(plan, prep))
+
+
+def _as_run(plan: Plan, prep: Prepared):
+    """(`plan` simulated on the graph data the front end runs it on, the memory of its loss
+    phase with the loss function's own)."""
     graph = prep.graph if prep.front is None else prep.front.priced_graph(plan, prep.graph)
-    sim = simulate(plan, graph)
-    plan.predicted_peak = max(sim.peak_bytes, loss_moment(plan, graph) + prep.loss_overhead)
+    return simulate(plan, graph), loss_moment(plan, graph) + prep.loss_overhead
+
+
+def _predicted(plan: Plan, prep: Prepared, sim, at_loss: int) -> Plan:
+    """`plan` with the predicted peak and time of its simulation `sim` (`_as_run`)."""
+    plan.predicted_peak = max(sim.peak_bytes, at_loss)
     plan.predicted_time = sim.time
     if prep.front is not None:
         plan.predicted_time += prep.front.time_correction(plan, prep.graph)
@@ -366,13 +376,10 @@ def group_plans_priced(prep: Prepared) -> list[tuple[int, Plan]]:
         uncounted = uncounted_outputs(prep.graph, prep.output_bytes)
         priced = []
         for plan in prep.front.group_plans(prep):
-            graph = prep.front.priced_graph(plan, prep.graph)
-            sim = simulate(plan, graph)
+            sim, at_loss = _as_run(plan, prep)
             if not sim.valid:
                 continue
-            at_loss = loss_moment(plan, graph) + prep.loss_overhead
-            plan.predicted_peak = max(sim.peak_bytes, at_loss)
-            plan.predicted_time = sim.time + prep.front.time_correction(plan, prep.graph)
+            _predicted(plan, prep, sim, at_loss)
             plan.meta["status"] = "feasible"
             priced.append((max(sim.peak_bytes, at_loss + uncounted), plan))
         prep.grouped = (key, prep.graph, priced)

@@ -122,14 +122,11 @@ def _cuda_step_seconds(fm: FitModule, args, kwargs, loss_fn) -> float:
     """The median time of `TIMED_STEPS` probe steps of `fm` (after a warm-up), on CUDA."""
     import statistics
 
-    prep = fm._prep
     times = []
     for k in range(TIMED_STEPS + 1):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        probe_step(fm.module, args, kwargs, loss_fn,
-                   prep.loss_overhead if prep.loss_assumed else 0, prep.output_bytes,
-                   run=fm._call, outputs_held=prep.outputs_held)
+        _probe(fm, args, kwargs, loss_fn)
         torch.cuda.synchronize()
         if k:
             times.append(time.perf_counter() - t0)
@@ -175,6 +172,14 @@ def probe_step(model: nn.Module, args: tuple, kwargs: dict, loss_fn, loss_reserv
     return peak
 
 
+def _probe(fm: FitModule, args, kwargs, loss_fn) -> int:
+    """One probe step of `fm`'s plan (`probe_step`): its measured peak."""
+    prep = fm._prep
+    return probe_step(fm.module, args, kwargs, loss_fn,
+                      prep.loss_overhead if prep.loss_assumed else 0, prep.output_bytes,
+                      run=fm._call, outputs_held=prep.outputs_held)
+
+
 def probe_until_within(fm: FitModule, args, kwargs, loss_fn, want: int, solver, time_limit,
                         backend, extra: dict) -> None:
     """Run probe steps; while one measures over the budget, plan again with the excess over
@@ -182,9 +187,7 @@ def probe_until_within(fm: FitModule, args, kwargs, loss_fn, want: int, solver, 
     prep = fm._prep
     measured = None
     for _ in range(PROBES):
-        measured = probe_step(fm.module, args, kwargs, loss_fn,
-                              prep.loss_overhead if prep.loss_assumed else 0, prep.output_bytes,
-                              run=fm._call, outputs_held=prep.outputs_held)
+        measured = _probe(fm, args, kwargs, loss_fn)
         predicted = fm.predicted_peak()
         fm._probes.append({"measured": measured, "predicted": predicted,
                            "plan": fm.plan is not None})
@@ -238,9 +241,7 @@ def faster_of_near_plans(fm: FitModule, args, kwargs, loss_fn, want: int, probe:
     margin = fm._margin
     fm._set_plan(rival)
     if probe:
-        measured = probe_step(fm.module, args, kwargs, loss_fn,
-                              prep.loss_overhead if prep.loss_assumed else 0, prep.output_bytes,
-                              run=fm._call, outputs_held=prep.outputs_held)
+        measured = _probe(fm, args, kwargs, loss_fn)
         predicted = int(rival.predicted_peak) + prep.resident_bytes
         fm._probes.append({"measured": measured, "predicted": predicted, "plan": True,
                            "rival": True})

@@ -647,9 +647,8 @@ def _phase_one(problem: Problem, route: Route, lowest, time_limit, since, kw, th
     soft = _load_like(problem, [TIGHT_MODEL, str(models_dir() / "extensions" / SOFT_BUDGET)])
     left = _left(time_limit, since)
     until = None if left is None else time.monotonic() + PHASE_ONE_SHARE * left
-    solvers = [(s, part) for s, part in PHASE_ONE_SOLVERS if is_available(s, "pyomo")]
-    if left is None:
-        solvers = [("highs", 1.0)]
+    solvers = [("highs", 1.0)] if left is None else \
+        [(s, part) for s, part in PHASE_ONE_SOLVERS if is_available(s, "pyomo")]
     start = lowest if lowest is not None else AUTO
     note = "excess memory, from the lowest-peak heuristic plan" if lowest is not None else \
         "excess memory, cold"
