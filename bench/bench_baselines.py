@@ -328,6 +328,12 @@ def floor_bytes(prep, model) -> tuple[int, str]:
 
 
 # --- the bench -----------------------------------------------------------------------------------
+def _probed_note(probes: list | None) -> str:
+    """How many probe steps `fit` took (more than one: a plan measured over the budget was
+    re-planned)."""
+    return f", {len(probes)} probe steps (re-planned)" if probes and len(probes) > 1 else ""
+
+
 def _raced_note(raced: dict | None) -> str:
     """`fit`'s race between near plans, if it ran (`probing.faster_of_near_plans`)."""
     if not raced:
@@ -371,11 +377,14 @@ def run_model(name: str, args_ns) -> dict:
     def add_fit(label, budget, plan=None):
         t1 = time.perf_counter()
         try:
+            # as a user's fit runs: its probe steps check the plan's peak and re-plan where one
+            # is over the budget; the steps measured here are then run without the tracker
             fm = fit(model, args, budget, loss_fn=loss_fn, sample_kwargs=kwargs, prepared=prep,
-                     measure=False, calibrate=False, plan=plan)
+                     calibrate=False, plan=plan)
         except FitError as exc:
             notes[label] = "infeasible: " + str(exc).split(": ", 1)[-1][:120]
             return
+        fm.measure = False
         fits[label] = fm
         peaks[label] = peak_of(call(fm), model, inputs, loss_fn, held)
         errors[label] = grad_error(grads_of(call(fm), model, loss_fn), want)
@@ -385,7 +394,7 @@ def run_model(name: str, args_ns) -> dict:
                         f"{rep.predicted_peak_bytes / MiB:.2f} MiB "
                         f"{100 * rep.plan_time_overhead:+.1f}%, solve "
                         f"{time.perf_counter() - t1:.1f}s" + (" (plain)" if fm.plain else "")
-                        + _raced_note(rep.extra.get("raced")))
+                        + _probed_note(rep.extra.get("probes")) + _raced_note(rep.extra.get("raced")))
 
     for b in [k for k in peaks if k != "plain"]:
         add_fit(f"fit @{b}", peaks[b])

@@ -1,7 +1,7 @@
 """Is fit's time model one to trust? The README's `transformers` example, fitted N times.
 
     python bench/bench_time_model.py [--runs 5] [--budget 60%] [--steps 61] [--max-steps 244]
-                                     [--threads 1] [--fixed-malloc]
+                                     [--threads 1] [--fixed-malloc] [--model readme|NAME]
 
 Each run is a fresh process that runs the README's "PyTorch" example as written (the Llama
 config, `input_ids` 8 x 128, next-token cross-entropy, `fit(model, batch, budget="60%",
@@ -28,7 +28,9 @@ back to the system and the next step faults the pages in again, counted in the t
 time; how much depends on the process's allocation history, and the same plan's overhead then
 measures from +20% to +31% from one process to the next (bench/README.md). Target (issue
 28): the same plan every run, predicted overheads within +-15% of each other and of the
-measured one, and never a negative overhead for a plan that recomputes.
+measured one, and never a negative overhead for a plan that recomputes. `--model NAME` runs the
+same on a model of `bench_baselines.py` (its `FACTORIES`: gpt2, bert, qwen2, ...) at its bench
+size instead of the README's example: the target holds for models nobody tuned on.
 """
 from __future__ import annotations
 
@@ -48,21 +50,32 @@ import torch, transformers
 torch.set_num_threads(int(sys.argv[1]))
 import schedlang.pytorch as sp
 
-config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
-                                  num_hidden_layers=4, num_attention_heads=4, use_cache=False)
-model = transformers.LlamaForCausalLM(config)
-batch = {"input_ids": torch.randint(0, 128, (8, 128))}
+name, size = sys.argv[5], json.loads(sys.argv[6])
+if name == "readme":
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=4, num_attention_heads=4,
+                                      use_cache=False)
+    model = transformers.LlamaForCausalLM(config)
+    args, batch = (), {"input_ids": torch.randint(0, 128, (8, 128))}
 
-def loss_fn(out):
-    return torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, 128),
-                                             batch["input_ids"][:, 1:].reshape(-1))
+    def loss_fn(out):
+        return torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, 128),
+                                                 batch["input_ids"][:, 1:].reshape(-1))
+else:  # a bench model (bench_baselines.FACTORIES) at its bench size
+    sys.path.insert(0, "bench")
+    from bench_baselines import FACTORIES
+    model, args, batch, loss_fn = FACTORIES[name](**size)
 
 t_fit = time.perf_counter()
-wrapped = sp.fit(model, batch, budget=sys.argv[2], loss_fn=loss_fn, progress=False)
+if args:
+    wrapped = sp.fit(model, args, budget=sys.argv[2], loss_fn=loss_fn, sample_kwargs=batch,
+                     progress=False)
+else:
+    wrapped = sp.fit(model, batch, budget=sys.argv[2], loss_fn=loss_fn, progress=False)
 t_fit = time.perf_counter() - t_fit
 optimizer = torch.optim.AdamW(model.parameters())
 for _ in range(3):  # the README's loop: measured steps (a re-plan with the optimizer's state)
-    loss = loss_fn(wrapped(**batch)); loss.backward(); optimizer.step(); optimizer.zero_grad()
+    loss = loss_fn(wrapped(*args, **batch)); loss.backward(); optimizer.step(); optimizer.zero_grad()
 rep = wrapped.memory_report()
 wrapped.measure = False  # timed without the tracker (a dispatch mode on the CPU)
 plan = wrapped.plan
@@ -73,7 +86,7 @@ recomputes = len([o for o in ops if o[0] == "compute"]) > len({(o[0], o[1]) for 
 
 def step(m):
     model.zero_grad(set_to_none=True)
-    out = m(**batch)
+    out = m(*args, **batch)
     loss_fn(out).backward()
     del out
 
@@ -131,7 +144,7 @@ wall = {k: statistics.median(v) for k, v in walls.items()}
 # ratios cancels the load's drift from round to round
 paired = statistics.median(paired_ratios()) - 1
 halves = halves()
-print(json.dumps({"digest": digest, "predicted_peak": rep.predicted_peak_bytes,
+print(json.dumps({"digest": digest, "ops": ops, "predicted_peak": rep.predicted_peak_bytes,
                   "measured_peak": rep.measured_peak_bytes,
                   "predicted": rep.plan_time_overhead, "source": rep.overhead_source,
                   "modelled": rep.modelled_time_overhead, "timed": rep.timed,
@@ -153,6 +166,9 @@ def main() -> int:
     ap.add_argument("--max-steps", type=int, default=244,
                     help="timed rounds at most: more while the measurement is unsettled")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--model", default="readme",
+                    help="'readme' (the README's Llama example) or a model of "
+                         "bench_baselines.py at its bench size (gpt2, bert, qwen2, ...)")
     ap.add_argument("--json", help="write the runs here")
     ap.add_argument("--fixed-malloc", action="store_true",
                     help="run each process with glibc's mmap and trim thresholds fixed (no "
@@ -161,13 +177,23 @@ def main() -> int:
     env = dict(os.environ, SCHEDLANG_PROGRESS="off", PYTHONPATH=str(ROOT))
     if args.fixed_malloc:
         env.update(MALLOC_MMAP_THRESHOLD_=str(2 ** 31), MALLOC_TRIM_THRESHOLD_=str(2 ** 31))
-    print(f"the README's Llama example, budget {args.budget}, {args.threads} thread(s), "
+    if args.model != "readme":
+        sys.path.insert(0, str(ROOT / "bench"))
+        from bench_baselines import FACTORIES, size_of
+        if args.model not in FACTORIES:
+            ap.error(f"--model {args.model}: not a bench model ({', '.join(sorted(FACTORIES))})")
+        size = size_of(args.model, {})
+    else:
+        size = {}
+    what = "the README's Llama example" if args.model == "readme" else \
+        f"{args.model} at {size}"
+    print(f"{what}, budget {args.budget}, {args.threads} thread(s), "
           f"{args.runs} fresh processes; load average {os.getloadavg()[0]:.2f}")
     runs = []
     for k in range(args.runs):
         done = subprocess.run([sys.executable, "-W", "ignore", "-c", ONE_RUN,
                                str(args.threads), args.budget, str(args.steps),
-                               str(args.max_steps)],
+                               str(args.max_steps), args.model, json.dumps(size)],
                               capture_output=True, text=True, env=env, cwd=ROOT, check=False)
         if done.returncode:
             print(f"run {k + 1} failed:\n{done.stderr[-2000:]}")

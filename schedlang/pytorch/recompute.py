@@ -21,9 +21,11 @@ runs a forward twice goes through here:
   hooks: torch's non-reentrant checkpoint builds the whole graph in the first forward and
   packs every saved tensor through Python), and the block's backward runs it again with
   autograd, from the `FirstRun` state, then its backward, nested, from the gradients it was
-  given (torch's reentrant checkpoint, with every tensor positional and the recomputed outputs
-  freed before that backward unless the recomputation saved them). On the CPU that costs
-  3-11% less of a step than `checkpoint_call` at the same memory (bench/README.md, issue 28).
+  given (torch's reentrant checkpoint, with every tensor positional, the recomputed outputs
+  freed before that backward unless the recomputation saved them, and the gradients given
+  freed once the nested backward's first node has read them: `_RerunCall.catch_gradients`,
+  `_Seed`). On the CPU that costs 3-11% less of a step than `checkpoint_call` at the same
+  memory, 4 bytes more (bench/README.md, issue 28).
   The gradients are eager PyTorch's: an argument the block alone reads has its gradient
   summed inside the block, in eager's order, and handed on whole; one that other code reads
   too (the encoder's output, read by every decoder block's cross-attention), named in
@@ -43,6 +45,7 @@ tensor leaf that is neither the CPU (always restored) nor meta.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 
 import torch
@@ -140,6 +143,7 @@ class _RerunCall:
         self.out_spec = None
         self.out_where: list[bool] = []
         self.out_consts: list = []
+        self.caught: dict[int, torch.Tensor] = {}  # output -> its gradient (`catch_gradients`)
 
     def inputs(self, tensors) -> list[torch.Tensor]:
         """The node's inputs: each tensor argument once per slot."""
@@ -178,6 +182,31 @@ class _RerunCall:
             self.out_spec, self.out_where = spec, [isinstance(x, torch.Tensor) for x in flat]
             self.out_consts = [None if t else x for x, t in zip(flat, self.out_where)]
         return [x for x in flat if isinstance(x, torch.Tensor)]
+
+    def catch_gradients(self, outs) -> None:
+        """Hooks on the node's outputs that take each one's gradient as it reaches the node
+        and hand the engine a one-element stand-in (zeros expanded to its shape). The engine
+        holds a node's incoming gradients until the node returns, which is the whole nested
+        backward here; the gradient taken instead is fed to that backward and freed as soon as
+        its first node has read it, as under torch's checkpoint (BERT: 29,440 B less in each
+        block's backward, where ``rerun`` measured that much over ``recompute``). A hook
+        registered on a block's output after this one sees the stand-in."""
+        for k, o in enumerate(outs):
+            if o.requires_grad:
+                o.register_hook(functools.partial(self._catch, k))
+
+    def _catch(self, k: int, grad: torch.Tensor | None) -> torch.Tensor | None:
+        if grad is None:  # (an output whose gradient is undefined: T5's position bias)
+            return None
+        self.caught[k] = grad
+        return grad.new_zeros(()).expand_as(grad)
+
+    def taken(self, grads) -> list:
+        """The outputs' gradients: each one caught by `catch_gradients`, else as given; none
+        held here any longer."""
+        out = [self.caught.pop(k, g) for k, g in enumerate(grads)]
+        self.caught.clear()
+        return out
 
     def output(self, tensors):
         it = iter(tensors)
@@ -224,6 +253,25 @@ def _recorder(mine: list[tuple[int, int]], uses: list[list[torch.Tensor]]):
     return record
 
 
+class _Seed(torch.autograd.Function):
+    """The root of a ``rerun`` block's nested backward: an empty tensor made from the
+    recomputed outputs, whose backward hands on the gradients it was given for them and keeps
+    none. Given to `torch.autograd.backward` as the outputs' gradients instead, they would
+    stay alive until the nested backward ends (the caller's frame and the engine's root hold
+    them). Empty, the root and its gradient hold no memory."""
+
+    @staticmethod
+    def forward(ctx, grads: list, *outs):
+        ctx.grads = grads
+        return outs[0].new_empty(0)
+
+    @staticmethod
+    def backward(ctx, _):
+        grads = tuple(ctx.grads)
+        ctx.grads.clear()
+        return (None, *grads)
+
+
 class _Rerun(torch.autograd.Function):
     """`rerun_call`'s node: forward without autograd, backward = the forward again with
     autograd (the first run's RNG and autocast state), then its backward from the gradients
@@ -242,6 +290,7 @@ class _Rerun(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         run: _RerunCall = ctx.run
+        grads = run.taken(grads)
         leaves = [x.detach().requires_grad_(x.requires_grad) for x in ctx.saved_tensors]
         # an argument's gradient as the engine summed it, caught before the leaf's
         # accumulation, which would give it the argument's strides: eager hands it on in the
@@ -259,15 +308,18 @@ class _Rerun(torch.autograd.Function):
             outs = run.call(leaves)
         if any(run.apart):
             _record_uses(outs, grads, leaves, run.apart, uses)
-        # the backward starts from the outputs' graph edges, not the outputs: a recomputed
-        # output that no node saved is freed now, not held through the whole backward
+        # the nested backward starts from a node that hands the gradients on and lets go of
+        # them (`_Seed`): a recomputed output that no node saved is freed now, and each
+        # gradient once its first reader has run, not held through the whole backward
         pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad
                  and not any(o is x for k, x in enumerate(leaves) if run.apart[k])]
-        edges = [get_gradient_edge(o) for o, _ in pairs]
-        feed = [g for _, g in pairs]
+        root = None
+        if pairs:
+            with torch.enable_grad():
+                root = _Seed.apply([g for _, g in pairs], *(o for o, _ in pairs))
         del outs, grads, pairs
-        if edges:
-            torch.autograd.backward(edges, feed)
+        if root is not None:
+            torch.autograd.backward(root, root.new_empty(0))
         out = run.slot_grads(uses)
         for got in uses:  # (from here the node's result alone holds them)
             got.clear()
@@ -300,8 +352,9 @@ def rerun_call(fn, args: tuple, kwargs: dict, apart=()):
             not any(isinstance(x, torch.Tensor) and x.requires_grad for x in flat):
         return checkpoint_call(fn, args, kwargs)
     run = _RerunCall(fn, flat, spec, apart)
-    return run.output(_Rerun.apply(run, *run.inputs([x for x in flat
-                                                      if isinstance(x, torch.Tensor)])))
+    outs = _Rerun.apply(run, *run.inputs([x for x in flat if isinstance(x, torch.Tensor)]))
+    run.catch_gradients(outs)
+    return run.output(outs)
 
 
 class FirstRun:
