@@ -69,7 +69,7 @@ from ..language.errors import Loc, SchedError
 from .frontends.blocks.offload import offloading
 from .frontends.fx.partition import LayerPart, Partitioned
 from .memory import MemoryTracker, storage_bytes, storage_key
-from .recompute import rerun_call
+from .recompute import GradFeed, rerun_call
 
 __all__ = ["OptionProfile", "LayerProfile", "ProfiledGraph", "profile", "SAVE_OPS",
            "selective_policy", "selective_context", "OPTIONS"]
@@ -337,27 +337,8 @@ class _Runner:
         _, feed = self.grads_for(outs, given)
         given.clear()
         del gs
-        root = _GradFeed.apply(feed, *os)
+        root = GradFeed.apply(feed, *os)
         torch.autograd.backward(root, root.new_empty(0))
-
-
-class _GradFeed(torch.autograd.Function):
-    """An empty tensor whose backward hands `given` (emptied) to the layer's outputs as their
-    gradients: the engine is then their only holder. Empty, and so is the gradient it is
-    given: a scalar and its seed gradient would be bytes of the measuring harness that no
-    step of the model holds (8 B in every measured backward peak on float32)."""
-
-    @staticmethod
-    def forward(ctx, given, *outs):
-        ctx.given = given
-        return outs[0].new_empty(0)
-
-    @staticmethod
-    def backward(ctx, _grad):
-        grads = tuple(ctx.given)
-        ctx.given.clear()
-        ctx.given = None
-        return (None, *grads)
 
 
 def _median_times(runner: _Runner, option: str, repeats: int, timer: Timer) -> tuple[float, float]:
