@@ -25,8 +25,10 @@ own blocks in place):
 * `ckpt-block`: every block of the model's stack under `torch.utils.checkpoint`;
 * `ckpt-seq(s)`: `checkpoint_sequential`'s schedule over the stack in s segments (each segment
   but the last one checkpointed as a whole; s = 2 and round(sqrt(blocks))), run on the model's
-  own forward by the hook front end's group wrappers (`hooked._Group`: the model calls its
-  blocks one by one, so `checkpoint_sequential` itself cannot take it);
+  own forward by the hook front end's group wrappers (`groups.Group`: the model calls its
+  blocks one by one, so `checkpoint_sequential` itself cannot take it), each group under
+  torch's non-reentrant checkpoint as `checkpoint_sequential` runs it (`rerun_groups=False`;
+  `fit`'s groups run the ``rerun`` way where they can);
 * `sac-op`: a uniform selective activation checkpoint per block that keeps matmul, convolution
   and attention outputs and recomputes the rest, as torchtitan's `op` mode does
   (`profile.selective_policy`, the one home of that policy);
@@ -249,7 +251,7 @@ class Wrapped(nn.Module):
     def __init__(self, model, found, choices: dict[str, str]):
         super().__init__()
         self.model = model
-        self.wrappers = BlockWrappers(found)
+        self.wrappers = BlockWrappers(found, rerun_groups=False)  # torch's checkpoint, as users run it
         self.wrappers.set(choices)
 
     def forward(self, *args, **kwargs):

@@ -13,7 +13,7 @@ runs a forward twice goes through here:
   (args, kwargs) is handed to the checkpoint positionally, and `fn` is called with them put
   back in place.
 * `open_checkpoint(fn, tensors)`: the generator torch's checkpoint runs, opened and closed by
-  the caller (a checkpointed group of blocks, `hooked._Group`), with the group's tensors
+  the caller (a checkpointed group of blocks, `groups.Group`), with the group's tensors
   positional; its private signature is bound by name, so that another torch release's
   parameter list does not shift the tensors into its flags.
 * `rerun_call(fn, args, kwargs)`: the hook front end's ``rerun`` blocks. The forward runs
@@ -25,7 +25,7 @@ runs a forward twice goes through here:
   freed before that backward unless the recomputation saved them, and the gradients given
   freed once the nested backward's first node has read them: `_RerunCall.catch_gradients`,
   `GradFeed`). On the CPU that costs 3-11% less of a step than `checkpoint_call` at the same
-  memory, 4 bytes more (bench/README.md, issue 28).
+  memory (bench/README.md, issue 28).
   The gradients are eager PyTorch's: an argument the block alone reads has its gradient
   summed inside the block, in eager's order, and handed on whole; one that other code reads
   too (the encoder's output, read by every decoder block's cross-attention), named in
@@ -45,14 +45,14 @@ tensor leaf that is neither the CPU (always restored) nor meta.
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 
 import torch
 from torch.autograd.graph import get_gradient_edge
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-__all__ = ["rng_devices", "checkpoint_call", "open_checkpoint", "rerun_call", "FirstRun",
+__all__ = ["rng_devices", "checkpoint_call", "open_checkpoint", "rerun_call",
+           "rerun_group_call", "FirstRun",
            "nested_backward_allowed", "GradFeed"]
 
 
@@ -143,7 +143,10 @@ class _RerunCall:
         self.out_spec = None
         self.out_where: list[bool] = []
         self.out_consts: list = []
-        self.caught: dict[int, torch.Tensor] = {}  # output -> its gradient (`catch_gradients`)
+        self.caught: list | None = None  # the outputs' gradients (`catch_gradients`)
+        #: the first run, where it is not `fn` on the arguments (`rerun_group_call`): called
+        #: once, then dropped with what it holds
+        self.once = None
 
     def inputs(self, tensors) -> list[torch.Tensor]:
         """The node's inputs: each tensor argument once per slot."""
@@ -174,38 +177,40 @@ class _RerunCall:
 
     def call(self, tensors) -> list[torch.Tensor]:
         """The function on `tensors` (the tensor arguments, in order): its output's tensors."""
-        it = iter(tensors)
-        a, kw = tree_unflatten([next(it) if t else x for x, t in zip(self.consts, self.where)],
-                               self.spec)
-        flat, spec = tree_flatten(self.fn(*a, **kw))
+        if self.once is not None:
+            first, self.once = self.once, None
+            flat, spec = tree_flatten(first())
+        else:
+            it = iter(tensors)
+            a, kw = tree_unflatten([next(it) if t else x
+                                    for x, t in zip(self.consts, self.where)], self.spec)
+            flat, spec = tree_flatten(self.fn(*a, **kw))
         if self.out_spec is None:
             self.out_spec, self.out_where = spec, [isinstance(x, torch.Tensor) for x in flat]
             self.out_consts = [None if t else x for x, t in zip(flat, self.out_where)]
         return [x for x in flat if isinstance(x, torch.Tensor)]
 
     def catch_gradients(self, outs) -> None:
-        """Hooks on the node's outputs that take each one's gradient as it reaches the node
-        and hand the engine a one-element stand-in (zeros expanded to its shape). The engine
-        holds a node's incoming gradients until the node returns, which is the whole nested
-        backward here; the gradient taken instead is fed to that backward and freed as soon as
-        its first node has read it, as under torch's checkpoint (BERT: 29,440 B less in each
-        block's backward, where ``rerun`` measured that much over ``recompute``). A hook
-        registered on a block's output after this one sees the stand-in."""
-        for k, o in enumerate(outs):
-            if o.requires_grad:
-                o.register_hook(functools.partial(self._catch, k))
+        """A pre-hook on the node that takes the gradients of its outputs as they reach it and
+        hands the engine none in their place (the node's backward then sees None: its
+        gradients are not materialized). The engine holds a node's incoming gradients until
+        the node returns, which is the whole nested backward here; taken instead, each is fed
+        to that backward and freed as soon as its first node has read it, as under torch's
+        checkpoint (BERT: 29,440 B less in each block's backward, where ``rerun`` measured
+        that much over ``recompute``). Hooks on the block's outputs run before it and see the
+        gradients as they are."""
+        node = next((o.grad_fn for o in outs if o.grad_fn is not None), None)
+        if node is not None:
+            node.register_prehook(self._catch)
 
-    def _catch(self, k: int, grad: torch.Tensor | None) -> torch.Tensor | None:
-        if grad is None:  # (an output whose gradient is undefined: T5's position bias)
-            return None
-        self.caught[k] = grad
-        return grad.new_zeros(()).expand_as(grad)
+    def _catch(self, grads: tuple) -> tuple:
+        self.caught = list(grads)
+        return (None,) * len(grads)
 
     def taken(self, grads) -> list:
-        """The outputs' gradients: each one caught by `catch_gradients`, else as given; none
-        held here any longer."""
-        out = [self.caught.pop(k, g) for k, g in enumerate(grads)]
-        self.caught.clear()
+        """The outputs' gradients: as `catch_gradients` caught them, else as given; none held
+        here any longer."""
+        out, self.caught = (list(grads) if self.caught is None else self.caught), None
         return out
 
     def output(self, tensors):
@@ -285,6 +290,7 @@ class _Rerun(torch.autograd.Function):
     @staticmethod
     def forward(ctx, run: _RerunCall, *inputs):
         ctx.run = run
+        ctx.set_materialize_grads(False)  # (an output no gradient reaches: None, not zeros)
         tensors = run.arguments(inputs)
         ctx.save_for_backward(*tensors)
         outs = run.call(tensors)  # (autograd is off inside a Function's forward)
@@ -356,8 +362,26 @@ def rerun_call(fn, args: tuple, kwargs: dict, apart=()):
     if not nested_backward_allowed() or \
             not any(isinstance(x, torch.Tensor) and x.requires_grad for x in flat):
         return checkpoint_call(fn, args, kwargs)
-    run = _RerunCall(fn, flat, spec, apart)
-    outs = _Rerun.apply(run, *run.inputs([x for x in flat if isinstance(x, torch.Tensor)]))
+    return _rerun(_RerunCall(fn, flat, spec, apart), [x for x in flat if isinstance(x, torch.Tensor)])
+
+
+def rerun_group_call(replay, tensors: list, last, first: FirstRun, apart=()):
+    """A checkpointed group of blocks run the ``rerun`` way, at its last block: `last()` (that
+    block on its arguments, which the members before it made without autograd) now, without
+    autograd; in the backward, ``replay(*tensors)`` (every member again, in order, from the
+    tensors the group reads from outside it: its first block's, and those a later member
+    reads besides the output of the one before) with autograd, from `first` (taken before
+    the first member ran), then its backward, nested, as `rerun_call`'s. The caller checks
+    `nested_backward_allowed()` and that one of `tensors` needs a gradient before the first
+    member runs."""
+    flat, spec = tree_flatten((tuple(tensors), {}))
+    run = _RerunCall(replay, flat, spec, apart)
+    run.first, run.once = first, last
+    return _rerun(run, list(tensors))
+
+
+def _rerun(run: _RerunCall, tensors: list):
+    outs = _Rerun.apply(run, *run.inputs(tensors))
     run.catch_gradients(outs)
     return run.output(outs)
 

@@ -1,5 +1,5 @@
 """Checkpointed groups of blocks on the hook front end: checkpoint_sequential's schedule run
-over a model's own blocks, called by the model's own code (`hooked._Group`), planned as
+over a model's own blocks, called by the model's own code (`groups.Group`), planned as
 `planners.baselines.plan_checkpoint_groups` and chosen by `fit` where faster than every
 per-block plan."""
 from __future__ import annotations
@@ -63,10 +63,28 @@ def _within_prediction(rep) -> None:
     assert rep.measured_peak_bytes >= 0.95 * rep.predicted_peak_bytes, rep
 
 
-def test_a_group_of_gpt2_blocks_runs_checkpoint_sequentials_schedule():
-    """The first half of GPT2LMHeadModel's blocks as one group (checkpoint_sequential(2)): the
-    gradients and the RNG stream are eager PyTorch's bit for bit (dropout on), and the measured
-    peak is the plan's prediction."""
+def _first_member_output_needs_grad(model, block: str) -> list[bool]:
+    """Per forward of `block` from now on, whether its output needs a gradient: a group run
+    the ``rerun`` way runs its members without autograd (but its last), torch's checkpoint
+    with it."""
+    seen: list[bool] = []
+    module = model.get_submodule(block)
+    module.register_forward_hook(lambda m, a, out: seen.append(
+        next(t for t in (out if isinstance(out, tuple) else (out,))
+             if isinstance(t, torch.Tensor)).requires_grad))
+    return seen
+
+
+@pytest.mark.parametrize("way", ["rerun", "checkpoint"])
+def test_a_group_of_gpt2_blocks_runs_checkpoint_sequentials_schedule(way, monkeypatch):
+    """The first half of GPT2LMHeadModel's blocks as one group (checkpoint_sequential(2)), run
+    the ``rerun`` way (every member offers ``rerun``) or, where a member does not, by torch's
+    checkpoint: the gradients and the RNG stream are eager PyTorch's bit for bit (dropout on),
+    and the measured peak is the plan's prediction."""
+    from schedlang.pytorch.frontends.blocks import hooked
+
+    if way == "checkpoint":
+        monkeypatch.setattr(hooked, "rerun_blocks", lambda found: set())
     model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)
     ref = _step(model, model, args, kwargs, loss_fn)
     prep = _prepared(model, args, kwargs, loss_fn)
@@ -77,7 +95,9 @@ def test_a_group_of_gpt2_blocks_runs_checkpoint_sequentials_schedule():
     half = GROUP + "|".join(blocks[:len(blocks) // 2])
     assert [choices[b] for b in blocks] == [half] * (len(blocks) // 2) + \
         ["autograd"] * (len(blocks) - len(blocks) // 2)
+    seen = _first_member_output_needs_grad(model, blocks[0])
     got, rep = _run_plan(model, args, kwargs, loss_fn, prep, plan)
+    assert seen[-1] is (way == "checkpoint")
     _assert_same(ref, got)
     assert rep.measured_peak_bytes <= rep.predicted_peak_bytes
     assert rep.measured_peak_bytes >= 0.98 * rep.predicted_peak_bytes
@@ -279,22 +299,30 @@ def test_the_solver_groups_gpt2_blocks_where_only_groups_fit():
     _assert_same(ref, got)
 
 
-def test_a_group_of_one_block_is_priced_as_the_option_recompute():
-    """A group's rerun of a block in the backward is the recomputation a `recompute` block runs
-    inside its backward: priced alike (`rerun_correction`), the two plans differ only by the
-    forwards that keep nothing (`fast_forward` against `recompute`'s forward)."""
-
+@pytest.mark.parametrize("drop_rerun", [False, True])
+def test_a_group_of_one_block_is_priced_as_the_option_it_runs_as(drop_rerun):
+    """A group's rerun of a block in the backward is what a ``rerun`` block runs inside its
+    backward (a group of blocks with that option runs that way), else the recomputation a
+    ``recompute`` block runs there: priced alike (`rerun_correction`), the two plans differ
+    only by the forwards that keep nothing (`fast_forward` against that option's forward)."""
     model, args, kwargs, loss_fn = HF["gpt2"](batch=4, seq=64)
     prep = _prepared(model, args, kwargs, loss_fn)
     block = _blocks(prep)[1]
-    layer = next(lay for lay in prep.graph.layers if lay.name == block)
-    group = plan_checkpoint_groups(prep.graph, [[block]])
-    recompute = plan_checkpoint_groups(prep.graph, [], options={block: "recompute"})
-    t_group = simulate(group, prep.graph).time + rerun_correction(group, prep.graph)
-    t_recompute = simulate(recompute, prep.graph).time + rerun_correction(recompute, prep.graph)
-    rec = next(o for o in layer.options if o.name == "recompute")
-    assert t_group - t_recompute == pytest.approx(layer.fast_forward.fwd_time - rec.fwd_time,
-                                                  abs=1e-12)
+    graph = prep.graph
+    if drop_rerun:
+        graph = dataclasses.replace(graph, layers=[
+            dataclasses.replace(lay, options=[o for o in lay.options if o.name != "rerun"])
+            for lay in graph.layers])
+    layer = next(lay for lay in graph.layers if lay.name == block)
+    option = "recompute" if drop_rerun else "rerun"
+    assert option in [o.name for o in layer.options]
+    group = plan_checkpoint_groups(graph, [[block]])
+    alone = plan_checkpoint_groups(graph, [], options={block: option})
+    t_group = simulate(group, graph).time + rerun_correction(group, graph)
+    t_alone = simulate(alone, graph).time + rerun_correction(alone, graph)
+    opt = next(o for o in layer.options if o.name == option)
+    assert t_group - t_alone == pytest.approx(layer.fast_forward.fwd_time - opt.fwd_time,
+                                              abs=1e-12)
 
 
 class _Shortcut(nn.Module):

@@ -40,7 +40,7 @@ def group_plans(graph: Graph, blocks: list[str], limit: int = MAX_GROUP_PLANS):
     from torch.utils import checkpoint as torch_checkpoint
 
     if not hasattr(torch_checkpoint, "_checkpoint_without_reentrant_generator"):
-        return  # a torch without the checkpoint `_Group` opens across calls: no group plans
+        return  # a torch without the checkpoint `groups.Group` opens across calls: no group plans
     whole = block_chains(graph, blocks)
     chains = [part for chain in whole for part in _from_stacks(chain)]
     has = {lay.name: {o.name for o in lay.options} for lay in graph.layers}

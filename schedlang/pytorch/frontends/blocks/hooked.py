@@ -28,8 +28,9 @@ profiles
   on every device of a tensor argument: `schedlang.pytorch.recompute`), ``selective`` (the
   same with the profiler's selective policy), ``rerun`` (`recompute.rerun_call`, where
   `rerun.rerun_blocks` offers it); ``offload`` of a block's saved tensors to host memory
-  (saved-tensor hooks, `offload.py`); a group (`_Group`: torch's non-reentrant checkpoint
-  opened by the first block's call and closed by the last's). A recomputed forward leaves
+  (saved-tensor hooks, `offload.py`); a checkpointed group (`groups.Group`: run the ``rerun``
+  way, or by torch's non-reentrant checkpoint opened by the first block's call and closed by
+  the last's). A recomputed forward leaves
   BatchNorm running statistics as the first forward left them (updated once, as in eager).
   `unwrap()` restores the original classes.
 """
@@ -50,24 +51,25 @@ from ....graphs.graph import Graph
 from ....graphs.hgraph import FAST_FORWARD
 from ....language.errors import SchedError
 from ...loss_node import LOSS_TIME, LOSS_VALUE_BYTES
-from ...model_state import once_stats, own_checkpointing, preserved, running_stats_kept
+from ...model_state import once_stats, own_checkpointing, preserved
 from ...profile import OPTIONS, profile, selective_context
-from ...recompute import checkpoint_call, open_checkpoint, rerun_call
+from ...recompute import checkpoint_call, rerun_call
 from ..fx.partition import LayerPart, Partitioned
 from .block_ops import add_block_op_options, is_op_option, run_op_option
 from .find import WHERE, BlockCall, BlockError, FoundBlocks, GlueSegment, find_blocks, training_call
 from .glue_memory import glue_backward_peaks
+from .groups import Group
 from .in_context import glue_times, timed_in_context
 from .offload import OFFLOAD, module_storages, offloading
 from .plan_reading import GROUP
-from .rerun import RERUN, drop_inexact_reruns, shared_arguments
+from .rerun import RERUN, drop_inexact_reruns, rerun_blocks, shared_arguments
 
 __all__ = ["trace_blocks", "BlockWrappers", "BlockTrace", "PER_BLOCK",
            "BLOCK_GROUPS"]
 
 #: the extension that restricts plans to what per-block wrappers run
 PER_BLOCK = "per_block"
-#: ... and checkpointed groups of blocks (`_Group`), which it extends
+#: ... and checkpointed groups of blocks (`groups.Group`), which it extends
 BLOCK_GROUPS = "block_groups"
 
 
@@ -353,7 +355,7 @@ class BlockMixin:
         args, kwargs, _ = training_call(args, kwargs)  # as recorded and profiled
         if state is None:
             return fwd(*args, **kwargs)
-        choice, extra = state  # extra: offload (a bool), or the block's `_Group`
+        choice, extra = state  # extra: offload (a bool), or the block's `groups.Group`
         if choice == "group":
             return extra.forward(self, fwd, args, kwargs)
         offload = extra
@@ -375,119 +377,6 @@ class BlockMixin:
                 return checkpoint_call(once_stats(self, fwd), args, kwargs,
                                        selective_context if choice == "selective" else None)
             return fwd(*args, **kwargs)
-
-
-class _Chained:
-    """In a group's recorded call of a block: "output `index` of the block before" (the first
-    block's call: -1, "the next of the checkpoint's inputs")."""
-
-    __slots__ = ("index",)
-
-    def __init__(self, index: int):
-        self.index = index
-
-
-def _tensor_leaves(out) -> list:
-    return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-
-
-@dataclass
-class _OpenGroup:
-    """A group between its first block's call and its last block's return."""
-
-    checkpoint: object  # torch's checkpoint generator, suspended inside its saved-tensor hooks
-    calls: list  # per block called so far: (forward, argument spec, leaves)
-    last_outputs: list = field(default_factory=list)  # the tensors the last block returned
-
-
-class _Group:
-    """Consecutive blocks under one non-reentrant `torch.utils.checkpoint`, as
-    `checkpoint_sequential` runs a segment, though the model's own code calls each block: the
-    first block's call opens the checkpoint (its inputs are what the group keeps), the last
-    one's return closes it, and nothing the blocks between save is kept. Each later block's
-    call is recorded with the tensors that come from the block before as references to its
-    outputs, so the backward's recomputation replays the blocks in order from the group's
-    input, RNG state restored (the glue between them runs no op: `block_chains`). BatchNorm
-    running statistics are left as the first forward left them."""
-
-    def __init__(self, names: list[str], modules: list[nn.Module]):
-        self.names = names
-        self.position = {id(m): k for k, m in enumerate(modules)}
-        # weak: each block holds its group (its choice), and a group holding its blocks would
-        # make the model a reference cycle, kept after `del` until a garbage collection
-        self.modules = [weakref.ref(m) for m in modules]
-        self._open: _OpenGroup | None = None
-
-    def close(self) -> None:
-        """End a group a failed forward left open (its saved-tensor hooks off the stack)."""
-        if self._open is not None:
-            gen, self._open = self._open.checkpoint, None
-            gen.close()
-
-    def forward(self, module: nn.Module, fwd, args: tuple, kwargs: dict):
-
-        k = self.position[id(module)]
-        if k == 0:
-            self.close()
-            # the group's input: the first call's tensors (keyword ones too), passed to the
-            # checkpoint as its positional inputs (it saves those, and their devices' RNG)
-            flat, spec = tree_flatten((args, kwargs))
-            tensors = [x for x in flat if isinstance(x, torch.Tensor)]
-            calls: list = [(fwd, spec, [_Chained(-1) if isinstance(x, torch.Tensor) else x
-                                        for x in flat])]
-            # torch's own non-reentrant checkpoint, opened here and closed by the last block
-            # (`checkpoint` itself runs one function between the two)
-            self._open = _OpenGroup(open_checkpoint(self._replay(calls), tensors), calls)
-        else:
-            if self._open is None or len(self._open.calls) != k:
-                self.close()
-                raise BlockError(f"block '{self.names[k]}' ran without the blocks before it in "
-                                 f"its checkpointed group ({', '.join(self.names)}): the model "
-                                 "called its blocks in another order than the recorded run",
-                                 WHERE)
-            before = {id(t): i for i, t in enumerate(self._open.last_outputs)}
-            flat, spec = tree_flatten((args, kwargs))
-            leaves = [_Chained(before[id(x)]) if isinstance(x, torch.Tensor) and id(x) in before
-                      else x for x in flat]
-            if not any(isinstance(x, _Chained) for x in leaves):
-                self.close()
-                raise BlockError(f"block '{self.names[k]}' does not take the outputs of "
-                                 f"'{self.names[k - 1]}': they cannot run as a group", WHERE)
-            self._open.calls.append((fwd, spec, leaves))
-        try:
-            out = fwd(*args, **kwargs)
-        except BaseException:
-            self.close()
-            raise
-        if k < len(self.modules) - 1:
-            self._open.last_outputs = _tensor_leaves(out)  # until the next block takes them
-            return out
-        gen, self._open = self._open.checkpoint, None
-        try:
-            next(gen)
-        except StopIteration:
-            return out
-        raise RuntimeError("torch.utils.checkpoint's generator did not end")  # pragma: no cover
-
-    def _replay(self, calls: list):
-        modules = self.modules
-
-        def replay(*tensors):
-            with contextlib.ExitStack() as stack:
-                for ref in modules:
-                    stack.enter_context(running_stats_kept(ref()))
-                fwd, spec, leaves = calls[0]
-                given = iter(tensors)
-                a, kw = tree_unflatten([next(given) if isinstance(x, _Chained) else x
-                                        for x in leaves], spec)
-                out = fwd(*a, **kw)
-                for fwd, spec, leaves in calls[1:]:
-                    prev = _tensor_leaves(out)
-                    a, kw = tree_unflatten([prev[x.index] if isinstance(x, _Chained) else x
-                                            for x in leaves], spec)
-                    out = fwd(*a, **kw)
-
-        return replay
 
 
 def _wrapped_class(cls: type) -> type:
@@ -514,9 +403,10 @@ class BlockWrappers:
     Several fits of one model share its blocks: the wrappers that last applied their choices
     own them (a mark on the model), and `ensure()`, before each call, applies this set's again
     where another fit (or `unwrap()` of another) changed them, so each fitted module runs its
-    own plan."""
+    own plan. `rerun_groups`: whether checkpointed groups of blocks that offer ``rerun`` run
+    that way (`groups.Group`); off, every group runs by torch's checkpoint."""
 
-    def __init__(self, found: FoundBlocks):
+    def __init__(self, found: FoundBlocks, rerun_groups: bool = True):
         self.found = found
         self.blocks = {b.name: b.module for b in found.blocks}
         self.own_checkpointing = own_checkpointing(found.model)  # off while wrapped
@@ -532,7 +422,10 @@ class BlockWrappers:
         shared = shared_arguments(found)
         self._apart = {b.name: tuple(k for k, d in enumerate(b.leaves) if d in shared[b.name])
                        for b in found.blocks}
-        self._groups: list[_Group] = []
+        self._groups: list[Group] = []
+        # groups of these run the ``rerun`` way (`groups.Group`); with `rerun_groups` off,
+        # every group runs by torch's checkpoint, as `checkpoint_sequential` does (a baseline)
+        self._rerun_exact = rerun_blocks(found) if rerun_groups else set()
         # a forward that skips a group's last blocks must not leave its checkpoint open (a
         # function, not a bound method: a deepcopy of the model must not copy these wrappers)
         me = weakref.ref(self)
@@ -546,7 +439,7 @@ class BlockWrappers:
         self._apply()
 
     def _groups_closed(self, output) -> None:
-        left = [(g, g.names[len(g._open.calls)]) for g in self._groups if g._open is not None]
+        left = [(g, g.names[g.called]) for g in self._groups if g.called]
         for g, _ in left:
             g.close()
         if left and output is not None:  # (None: the forward raised; its error stands)
@@ -569,7 +462,7 @@ class BlockWrappers:
         for g in self._groups:
             g.close()
         self._groups = []
-        groups: dict[str, _Group] = {}
+        groups: dict[str, Group] = {}
         for name in self.blocks:
             c = (choices or {}).get(name, "autograd")
             if c.startswith(GROUP):
@@ -578,7 +471,9 @@ class BlockWrappers:
                     if any(m not in self.blocks for m in members):
                         raise BlockError(f"block '{name}': group {members} names a module "
                                          "that is not a block", WHERE)
-                    groups[c] = _Group(members, [self.blocks[m] for m in members])
+                    groups[c] = Group(members, [self.blocks[m] for m in members],
+                                      rerun=all(m in self._rerun_exact for m in members),
+                                      apart=[self._apart[m] for m in members])
                     self._groups.append(groups[c])
                 self._choices[name] = ("group", groups[c])
                 continue

@@ -52,6 +52,7 @@ from ...profile import host_clock
 from ...tensors import flat
 from .find import FoundBlocks
 from .offload import OFFLOAD
+from .rerun import RERUN
 
 __all__ = ["ContextTimes", "settled", "sample_until_settled", "all_settled", "time_in_context",
            "configurations", "timed_in_context", "apply_times", "glue_times", "DEFAULT_TOL"]
@@ -355,15 +356,17 @@ def timed_in_context(found: FoundBlocks, profiled, wrappers, args: tuple,
 def apply_times(profiled, times: ContextTimes) -> None:
     """Each block option's forward and backward seconds set to what `times` measured in
     context; a block's ``fast_forward`` (a forward that saves nothing, as a checkpointed
-    group's blocks run) to its ``recompute`` forward (a checkpoint's forward, which saves
-    nothing either)."""
+    group's blocks run) to its ``rerun`` forward (no autograd: a group of such blocks runs
+    so, `groups.Group`), else to its ``recompute`` forward (a checkpoint's forward, which
+    saves nothing either)."""
     for lp in profiled.layers:
         got = times.blocks.get(lp.name) or {}
         for o in lp.options:
             if o.name in got:
                 o.fwd_time, o.bwd_time = got[o.name]
-        if lp.fast_forward is not None and "recompute" in got:
-            lp.fast_forward.fwd_time = got["recompute"][0]
+        first = got.get(RERUN) or got.get("recompute")
+        if lp.fast_forward is not None and first is not None:
+            lp.fast_forward.fwd_time = first[0]
 
 
 def glue_times(segments: dict[str, tuple[float, bool]],

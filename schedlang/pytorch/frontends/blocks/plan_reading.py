@@ -14,6 +14,7 @@ from ....plans.interpreter import PlanInterpreter
 from ....plans.plan import Op, Plan
 from .find import WHERE, BlockError
 from .offload import OFFLOAD
+from .rerun import RERUN
 
 __all__ = ["GROUP", "block_chains", "plan_choices", "rerun_correction", "early_stops"]
 
@@ -22,7 +23,7 @@ GROUP = "group:"
 
 
 def block_chains(graph: Graph, blocks: list[str]) -> list[list[str]]:
-    """Runs of consecutive blocks that one checkpoint can hold as a group (`_Group`): each
+    """Runs of consecutive blocks that one checkpoint can hold as a group (`groups.Group`): each
     pair of neighbours chained in the graph data (`hgraph.chained_layers`, the set `chained`
     that models/extensions/block_groups.sched groups along: adjacent layers, the glue between
     them running no op, each block's outputs read by the next block alone, not returned)."""
@@ -42,14 +43,21 @@ def block_chains(graph: Graph, blocks: list[str]) -> list[list[str]]:
     return chains
 
 
+def _rerun_priced(options: dict):
+    """The option whose measured backward prices a group member's rerun: ``rerun`` where the
+    block has it (a group of such blocks runs that way: `groups.Group`), else ``recompute``
+    (torch's checkpoint); as `models/extensions/block_groups.sched` prices it."""
+    return options.get(RERUN) or options.get("recompute")
+
+
 def rerun_correction(plan: Plan, graph: Graph) -> float:
     """Seconds to add to the simulator's time of a group plan: it prices a block's forward run
-    again in the backward as the block's first ``autograd`` forward, but that rerun is the
-    recomputation a ``recompute`` block runs inside its backward, which the profile measured
-    apart (that backward's time over autograd's). They differ on the CPU, where a first
-    forward writes fresh memory (bench/README.md). Priced so, a group of one block costs what
-    the option ``recompute`` costs; and a rerun never less than the forward it runs again
-    (so a group plan never predicts a negative overhead)."""
+    again in the backward as the block's first ``autograd`` forward, but that rerun is what
+    a ``rerun`` block (else a ``recompute`` block) runs inside its backward, which the
+    profile measured apart (that backward's time over autograd's: `_rerun_priced`). They
+    differ on the CPU, where a first forward writes fresh memory (bench/README.md). Priced
+    so, a group of one block costs what that option costs; and a rerun never less than the
+    forward it runs again (so a group plan never predicts a negative overhead)."""
     layers = {lay.name: lay for lay in graph.layers}
     extra, backward = 0.0, False
     for op in plan.ops:
@@ -59,7 +67,7 @@ def rerun_correction(plan: Plan, graph: Graph) -> float:
         backward = backward or op.node == "loss"
         if backward and side == "fwd" and op.option == "autograd" and layer in layers:
             opts = {o.name: o for o in layers[layer].options}
-            auto, rec = opts.get("autograd"), opts.get("recompute")
+            auto, rec = opts.get("autograd"), _rerun_priced(opts)
             if auto is not None and rec is not None:
                 extra += max(auto.fwd_time, rec.bwd_time - auto.bwd_time) - auto.fwd_time
     return extra
@@ -69,8 +77,9 @@ def early_stops(plan: Plan, graph: Graph) -> Graph:
     """`graph` as `plan`'s checkpointed groups run on it. torch's checkpoint stops
     recomputing once every tensor the backward saved is back (its early stop), so a group's
     last block holds less in its backward than its option ``autograd``, which a group's
-    rerun is priced with, measured alone: what its option ``recompute`` (the same checkpoint
-    around the block alone) measured. That block's ``autograd`` backward overhead is lowered
+    rerun is priced with, measured alone: what its option ``rerun`` (the group's way around
+    the block alone; else ``recompute``, the same checkpoint) measured. That
+    block's ``autograd`` backward overhead is lowered
     by the difference (never below nothing). Without it the plan of checkpoint_sequential(2)
     on ViT was predicted 256 B over its own measured peak, and `fit` at that peak took a plan
     5% slower; T5's blocks differ by 96-288 KB. `graph` itself where nothing changes."""
@@ -84,7 +93,7 @@ def early_stops(plan: Plan, graph: Graph) -> Graph:
     for run in reading.reruns:
         last = layers.get(run[-1])
         opts = {} if last is None else {o.name: o for o in last.options}
-        auto, rec = opts.get("autograd"), opts.get("recompute")
+        auto, rec = opts.get("autograd"), _rerun_priced(opts)
         if auto is not None and rec is not None:
             saving = min(auto.phantom + auto.bwd_overhead - rec.bwd_overhead, auto.bwd_overhead)
             if saving > 0:
