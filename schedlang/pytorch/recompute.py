@@ -22,10 +22,11 @@ runs a forward twice goes through here:
   packs every saved tensor through Python), and the block's backward runs it again with
   autograd, from the `FirstRun` state, then its backward, nested, from the gradients it was
   given (torch's reentrant checkpoint, with every tensor positional, the recomputed outputs
-  freed before that backward unless the recomputation saved them, and the gradients given
+  freed before that backward unless the recomputation saved them, the gradients given
   freed once the nested backward's first node has read them: `_RerunCall.catch_gradients`,
-  `GradFeed`). On the CPU that costs 3-11% less of a step than `checkpoint_call` at the same
-  memory (bench/README.md, issue 28).
+  `GradFeed`, and each tensor the recomputation saved let go of once its node has unpacked
+  it, as torch's checkpoint does: `_Held`). On the CPU that costs 3-11% less of a step
+  than `checkpoint_call` at the same memory (bench/README.md, issue 28).
   The gradients are eager PyTorch's: an argument the block alone reads has its gradient
   summed inside the block, in eager's order, and handed on whole; one that other code reads
   too (the encoder's output, read by every decoder block's cross-attention), named in
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import weakref
 
 import torch
 from torch.autograd.graph import get_gradient_edge
@@ -282,6 +284,32 @@ class GradFeed(torch.autograd.Function):
         return (None, *grads)
 
 
+class _Held:
+    """A tensor the rerun's graph saved, let go of by the holder once a node has unpacked it
+    (as under torch's checkpoint, which frees an unpacked saved tensor inside its node, not
+    when the node returns: ViT's blocks held 128-256 B longer without it); unpacked again in
+    the same node (a custom Function reading ``ctx.saved_tensors`` twice), it is still that
+    node's."""
+
+    __slots__ = ("tensor", "ref")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor: torch.Tensor | None = tensor
+        self.ref = None
+
+    def unpack(self) -> torch.Tensor:
+        got, self.tensor = self.tensor, None
+        if got is not None:
+            self.ref = weakref.ref(got)
+            return got
+        got = None if self.ref is None else self.ref()
+        if got is None:
+            raise RuntimeError("schedlang: a tensor a rerun block's backward saved was "
+                               "unpacked again after its node let go of it (a backward run "
+                               "twice through a rerun block's graph?)")
+        return got
+
+
 class _Rerun(torch.autograd.Function):
     """`rerun_call`'s node: forward without autograd, backward = the forward again with
     autograd (the first run's RNG and autocast state), then its backward from the gradients
@@ -315,7 +343,8 @@ class _Rerun(torch.autograd.Function):
         for k, x in enumerate(leaves):
             if x.requires_grad and not run.apart[k]:
                 x.register_hook(lambda g, k=k: uses[k].append(g))
-        with run.first.again(), torch.enable_grad():
+        with run.first.again(), torch.enable_grad(), \
+                torch.autograd.graph.saved_tensors_hooks(_Held, _Held.unpack):
             outs = run.call(leaves)
         if any(run.apart):
             _record_uses(outs, grads, leaves, run.apart, uses)
@@ -362,7 +391,8 @@ def rerun_call(fn, args: tuple, kwargs: dict, apart=()):
     if not nested_backward_allowed() or \
             not any(isinstance(x, torch.Tensor) and x.requires_grad for x in flat):
         return checkpoint_call(fn, args, kwargs)
-    return _rerun(_RerunCall(fn, flat, spec, apart), [x for x in flat if isinstance(x, torch.Tensor)])
+    tensors = [x for x in flat if isinstance(x, torch.Tensor)]
+    return _rerun(_RerunCall(fn, flat, spec, apart), tensors)
 
 
 def rerun_group_call(replay, tensors: list, last, first: FirstRun, apart=()):

@@ -53,8 +53,8 @@ def test_every_block_rerun_gives_eager_gradients_and_its_predicted_peak(name):
 
 def test_a_rerun_block_lets_go_of_its_gradient_as_torchs_checkpoint_does():
     """The gradient a ``rerun`` node is given is freed once its nested backward's first node
-    has read it, as under torch's checkpoint: the engine holds a one-element stand-in (4 B)
-    for it. Held through the nested backward, it was one output more at a peak late in that
+    has read it, as under torch's checkpoint (a pre-hook on the node takes it from the
+    engine). Held through the nested backward, it was one output more at a peak late in that
     backward (here: 20 outputs' worth against the checkpoint's 19; BERT's blocks: 29,440 B
     more in each backward)."""
     from schedlang.pytorch.memory import MemoryTracker
@@ -73,7 +73,7 @@ def test_a_rerun_block_lets_go_of_its_gradient_as_torchs_checkpoint_does():
             y = call(block, (x * 1.0,), {})
             (y * w).sum().backward()  # y's gradient is made by the engine, held by no one else
         peaks[name] = mt.peak - mt.baseline
-    assert peaks["rerun"] <= peaks["checkpoint"] + 4, peaks
+    assert peaks["rerun"] <= peaks["checkpoint"], peaks
 
 
 def test_rerun_hands_on_gradients_in_the_layout_eager_does():
