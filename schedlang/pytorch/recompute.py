@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import weakref
+from collections import Counter
 
 import torch
 from torch.autograd.graph import get_gradient_edge
@@ -139,9 +140,9 @@ class _RerunCall:
         self.fn = fn
         tensors = [x for x, t in zip(flat, self.where) if t]
         self.first = FirstRun(rng_devices(tensors))
-        shared = set(apart)
-        self.apart = [k in shared and x.requires_grad for k, x in enumerate(tensors)]
-        self.slots = [USE_SLOTS if a else 1 for a in self.apart]
+        readers = Counter(apart)  # (a group's: a position once per member that reads it)
+        self.apart = [readers[k] > 0 and x.requires_grad for k, x in enumerate(tensors)]
+        self.slots = [USE_SLOTS * readers[k] if a else 1 for k, a in enumerate(self.apart)]
         self.out_spec = None
         self.out_where: list[bool] = []
         self.out_consts: list = []
@@ -401,9 +402,10 @@ def rerun_group_call(replay, tensors: list, last, first: FirstRun, apart=()):
     autograd; in the backward, ``replay(*tensors)`` (every member again, in order, from the
     tensors the group reads from outside it: its first block's, and those a later member
     reads besides the output of the one before) with autograd, from `first` (taken before
-    the first member ran), then its backward, nested, as `rerun_call`'s. The caller checks
-    `nested_backward_allowed()` and that one of `tensors` needs a gradient before the first
-    member runs."""
+    the first member ran), then its backward, nested, as `rerun_call`'s. `apart`: the
+    positions among `tensors` of those other code reads too, each once per member that reads
+    it (`USE_SLOTS` uses a member). The caller checks `nested_backward_allowed()` and that
+    one of `tensors` needs a gradient before the first member runs."""
     flat, spec = tree_flatten((tuple(tensors), {}))
     run = _RerunCall(replay, flat, spec, apart)
     run.first, run.once = first, last

@@ -470,3 +470,43 @@ def test_the_least_memory_descent_moves_a_chain_together():
     plans = list(least_memory_plans(graph, blocks))
     assert plans[0].meta["planner"] == "every block recomputed"
     assert min(simulate(p, graph).peak_bytes for p in plans) == least < peak(every)
+
+
+class _ThriceReader(nn.Module):
+    """A block that reads `shared` three times (as cross-attention reads the encoder's
+    output for keys and values)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = (nn.Linear(32, 32) for _ in range(3))
+
+    def forward(self, h, shared):
+        return torch.tanh(h + self.a(shared) * self.b(shared) - self.c(shared))
+
+
+@pytest.mark.parametrize("rerun", [True, False])
+def test_a_group_hands_on_each_use_of_a_shared_input_as_eager_adds_them(rerun):
+    """Four blocks in one group each read `shared` three times, and other code reads it too:
+    twelve uses, whose gradients eager adds to `shared`'s one by one. A group run the
+    ``rerun`` way hands each use on by itself (`recompute.USE_SLOTS` per member that reads
+    it), so `shared`'s producer gets eager's bits; by torch's checkpoint, the original graph
+    does. Dropout-free, so any difference is the order of the sums."""
+    from schedlang.pytorch.frontends.blocks.groups import Group
+
+    torch.manual_seed(0)
+    enc = nn.Linear(32, 32)
+    blocks = [_ThriceReader() for _ in range(4)]
+    x, h0 = torch.randn(16, 32), torch.randn(16, 32, requires_grad=True)
+    grads = []
+    for grouped in (False, True):
+        for m in (enc, *blocks):
+            m.zero_grad(set_to_none=True)
+        group = Group([str(k) for k in range(4)], blocks, rerun=rerun, apart=[(1,)] * 4)
+        shared = enc(x)
+        h = h0 * 1.0
+        for m in blocks:
+            h = group.forward(m, m.forward, (h, shared), {}) if grouped else m(h, shared)
+        (h.sum() + shared.square().sum()).backward()
+        grads.append([p.grad.clone() for m in (enc, *blocks) for p in m.parameters()])
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -67,7 +67,7 @@ class _OpenGroup:
     # started from; else torch's checkpoint generator, suspended inside its saved-tensor hooks
     given: list = field(default_factory=list)
     given_at: dict = field(default_factory=dict)
-    apart: set = field(default_factory=set)
+    apart: list = field(default_factory=list)  # (once per member that reads it)
     first: FirstRun | None = None
     checkpoint: object = None
     last_outputs: list = field(default_factory=list)  # the tensors the last block returned
@@ -119,7 +119,7 @@ class Group:
                 self._open = None
                 return rerun_group_call(self._replay(group.calls), group.given,
                                         lambda: fwd(*args, **kwargs), group.first,
-                                        sorted(group.apart))
+                                        group.apart)
         except BaseException:
             self.close()
             raise
@@ -171,7 +171,7 @@ class Group:
         other tensor as `_Given` (the first member's, and the ``rerun`` way's, are the group's
         inputs) or, under a checkpoint, as itself (its original graph gives it gradients)."""
         group = self._open
-        out, position = [], 0
+        out, position, apart = [], 0, set()
         for x in flat:
             if not isinstance(x, torch.Tensor):
                 out.append(x)
@@ -184,11 +184,12 @@ class Group:
                     at = group.given_at[id(x)] = len(group.given)
                     group.given.append(x)
                 if position in self.apart[k]:
-                    group.apart.add(at)
+                    apart.add(at)
                 out.append(_Given(at))
             else:
                 out.append(x)
             position += 1
+        group.apart += sorted(apart)
         return out
 
     def _replay(self, calls: list):
