@@ -35,6 +35,8 @@ own blocks in place):
 * `fit @B`: `fit` with the budget set to baseline B's measured peak (bytes);
 * `fit k/n`: `fit` at budgets between `hf-gc`'s measured peak and plain's (`--between` points);
 * `fit min`: `fit` at the smallest feasible budget its `FitError` names (a 1-byte budget asked);
+* `fit seq(2)`: `fit` given `ckpt-seq(2)`'s schedule (pinned), its groups run the ``rerun``
+  way where every member offers it: its peak and step against the baseline's;
 * `fit every-block`: `fit` given the plan that recomputes every block (pinned:
   `plan_checkpoint_groups` with every block ``recompute``), `ckpt-block`'s schedule run by a
   fitted module: its peak against `hf-gc`'s, its step against `hf-gc`'s and `ckpt-block`'s.
@@ -96,7 +98,7 @@ from schedlang.plans.planners.baselines import plan_checkpoint_groups
 from schedlang.pytorch.fit import FitError, fit, prepare
 from schedlang.pytorch.frontends.blocks.find import find_blocks
 from schedlang.pytorch.frontends.blocks.hooked import BlockWrappers
-from schedlang.pytorch.frontends.blocks.plan_reading import GROUP
+from schedlang.pytorch.frontends.blocks.plan_reading import GROUP, block_chains
 from schedlang.pytorch.memory import MemoryTracker, storage_bytes, storage_key
 from schedlang.pytorch.prepare import loss_tensor_bytes
 from schedlang.testing import hf_architectures, hf_models
@@ -282,6 +284,24 @@ def sequential_choices(stacks: list[list[str]], segments: int) -> dict[str, str]
     return out
 
 
+def _is_run_of(members: list[str], chain: list[str]) -> bool:
+    """Are `members` consecutive blocks of `chain`?"""
+    return members[0] in chain and \
+        chain[chain.index(members[0]):chain.index(members[0]) + len(members)] == members
+
+
+def sequential_plan_parts(stacks: list[list[str]], segments: int):
+    """`sequential_choices` as `plan_checkpoint_groups` takes it: (groups, per-block options)."""
+    groups: dict[str, list[str]] = {}
+    options = {}
+    for block, choice in sequential_choices(stacks, segments).items():
+        if choice.startswith(GROUP):
+            groups.setdefault(choice, choice[len(GROUP):].split("|"))
+        else:
+            options[block] = choice
+    return list(groups.values()), options
+
+
 def baselines(make, args, kwargs) -> dict:
     """{method: (module to call, the model whose parameters it trains)}, each on its copy
     (`make()`: a fresh model, the same weights). A model without transformers' checkpointing
@@ -417,6 +437,16 @@ def run_model(name: str, args_ns) -> dict:
     if every and ref is not None:
         add_fit("fit every-block", peaks[ref],
                 plan_checkpoint_groups(prep.graph, [], dict.fromkeys(every, "recompute")))
+    # fit running checkpoint_sequential(2)'s schedule (pinned): its groups the ``rerun`` way
+    # where they can, against the baseline's torch checkpoint, same peak
+    # (where its groups are chains in the graph data: T5's decoder blocks share the position
+    # bias, and fit groups none of them)
+    if "ckpt-seq(2)" in peaks:
+        groups, options = sequential_plan_parts(stacks_of(prep.partitioned.found), 2)
+        chains = block_chains(prep.graph, [b.name for b in prep.partitioned.found.blocks])
+        if all(any(_is_run_of(g, c) for c in chains) for g in groups):
+            add_fit("fit seq(2)", peaks["ckpt-seq(2)"],
+                    plan_checkpoint_groups(prep.graph, groups, options))
     if ref is not None:
         low, high = peaks[ref], peaks["plain"]
         n = args_ns.between
@@ -499,6 +529,12 @@ def targets(res) -> list[str]:
         out.append(f"  every block recomputed by fit: peak {p[e]:,} B vs {ref} {p[ref]:,} B "
                    f"(predicted {res['predicted'][e]:,} B); step {t[e] / t[ref]:.2f}x "
                    f"{ref}'s, {t[e] / t['ckpt-block']:.2f}x ckpt-block's")
+    q = "fit seq(2)"
+    if q in t:
+        out.append(f"  checkpoint_sequential(2)'s schedule run by fit (its groups the rerun way"
+                   f" where they can): peak {p[q]:,} B vs {p['ckpt-seq(2)']:,} B (predicted "
+                   f"{res['predicted'][q]:,} B); step {t[q] / t['ckpt-seq(2)']:.3f}x "
+                   "ckpt-seq(2)'s (torch's checkpoint)")
     # (c) at the points between and at every baseline's own peak above the reference's (a
     # budget between it and plain too: fit there against the baselines that fit it)
     above = [x for x in p if x.startswith("fit @") and ref is not None

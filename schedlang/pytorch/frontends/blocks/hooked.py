@@ -30,9 +30,8 @@ profiles
   `rerun.rerun_blocks` offers it); ``offload`` of a block's saved tensors to host memory
   (saved-tensor hooks, `offload.py`); a checkpointed group (`groups.Group`: run the ``rerun``
   way, or by torch's non-reentrant checkpoint opened by the first block's call and closed by
-  the last's). A recomputed forward leaves
-  BatchNorm running statistics as the first forward left them (updated once, as in eager).
-  `unwrap()` restores the original classes.
+  the last's). A recomputed forward leaves BatchNorm running statistics as the first forward
+  left them (updated once, as in eager). `unwrap()` restores the original classes.
 """
 from __future__ import annotations
 
