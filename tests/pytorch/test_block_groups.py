@@ -63,15 +63,20 @@ def _within_prediction(rep) -> None:
     assert rep.measured_peak_bytes >= 0.95 * rep.predicted_peak_bytes, rep
 
 
-def _first_member_output_needs_grad(model, block: str) -> list[bool]:
-    """Per forward of `block` from now on, whether its output needs a gradient: a group run
-    the ``rerun`` way runs its members without autograd (but its last), torch's checkpoint
-    with it."""
+def _ran_without_autograd(model, block: str) -> list[bool]:
+    """Per forward of `block` from now on, whether it ran without autograd: a group run the
+    ``rerun`` way runs its members so (but its last), and hands their outputs on as views
+    whose backward is an error (`groups._ReadOutside`); torch's checkpoint runs them with
+    autograd."""
     seen: list[bool] = []
     module = model.get_submodule(block)
-    module.register_forward_hook(lambda m, a, out: seen.append(
-        next(t for t in (out if isinstance(out, tuple) else (out,))
-             if isinstance(t, torch.Tensor)).requires_grad))
+
+    def record(m, a, out):
+        first = next(t for t in (out if isinstance(out, tuple) else (out,))
+                     if isinstance(t, torch.Tensor))
+        seen.append(type(first.grad_fn).__name__.startswith("_ReadOutside"))
+
+    module.register_forward_hook(record)
     return seen
 
 
@@ -95,9 +100,9 @@ def test_a_group_of_gpt2_blocks_runs_checkpoint_sequentials_schedule(way, monkey
     half = GROUP + "|".join(blocks[:len(blocks) // 2])
     assert [choices[b] for b in blocks] == [half] * (len(blocks) // 2) + \
         ["autograd"] * (len(blocks) - len(blocks) // 2)
-    seen = _first_member_output_needs_grad(model, blocks[0])
+    seen = _ran_without_autograd(model, blocks[0])
     got, rep = _run_plan(model, args, kwargs, loss_fn, prep, plan)
-    assert seen[-1] is (way == "checkpoint")
+    assert seen[-1] is (way == "rerun")
     _assert_same(ref, got)
     assert rep.measured_peak_bytes <= rep.predicted_peak_bytes
     assert rep.measured_peak_bytes >= 0.98 * rep.predicted_peak_bytes
@@ -127,9 +132,9 @@ def test_a_group_run_the_rerun_way_measures_torchs_checkpoint_peak(name, monkeyp
     for way in ("rerun", "checkpoint"):
         if way == "checkpoint":
             monkeypatch.setattr(hooked, "rerun_blocks", lambda found: set())
-        seen = _first_member_output_needs_grad(model, chain[0])
+        seen = _ran_without_autograd(model, chain[0])
         got, rep = _run_plan(model, args, kwargs, loss_fn, prep, plan)
-        assert seen[-1] is (way == "checkpoint")
+        assert seen[-1] is (way == "rerun")
         _assert_same(ref, got)
         peaks[way] = rep.measured_peak_bytes
     assert peaks["rerun"] == peaks["checkpoint"], peaks
@@ -510,3 +515,32 @@ def test_a_group_hands_on_each_use_of_a_shared_input_as_eager_adds_them(rerun):
         grads.append([p.grad.clone() for m in (enc, *blocks) for p in m.parameters()])
     for got, want in zip(grads[1], grads[0]):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_a_member_output_read_outside_a_rerun_way_group_is_an_error_in_the_backward():
+    """A group run the ``rerun`` way runs its members (but its last) without autograd: code
+    that reads a member's output besides the next member (a path the recorded run did not
+    take) gets a located error in the backward, not gradients that miss its part; by torch's
+    checkpoint, the same step gives eager's gradients."""
+    from schedlang.pytorch.frontends.blocks.groups import Group
+
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(3)]
+    h0 = torch.randn(4, 16, requires_grad=True)
+
+    def step(group):
+        h, seen = h0 * 1.0, []
+        for m in blocks:
+            h = group.forward(m, m.forward, (h,), {}) if group else m(h)
+            seen.append(h)
+        (h.sum() + seen[0].square().sum()).backward()  # reads the first member's output too
+        return [p.grad.clone() for m in blocks for p in m.parameters()]
+
+    want = step(None)
+    for m in blocks:
+        m.zero_grad(set_to_none=True)
+    got = step(Group(["0", "1", "2"], blocks, rerun=False))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with pytest.raises(BlockError, match="block '0' was read outside its checkpointed group"):
+        step(Group(["0", "1", "2"], blocks, rerun=True))

@@ -13,7 +13,9 @@ same gradients, eager PyTorch's bit for bit:
   torch.distributed) and the group's input needs a gradient: the members run without
   autograd, and the last one's call is a `recompute.rerun_group_call` node whose backward
   runs every member again with autograd, then their backwards, nested. No graph is built and
-  no saved tensor goes through Python hooks in the forward, as for a ``rerun`` block;
+  no saved tensor goes through Python hooks in the forward, as for a ``rerun`` block. The
+  members' outputs reach the model's code as views whose backward is a located error
+  (`_ReadOutside`): read by anything but the next member, they would give no gradient;
 * else torch's own non-reentrant checkpoint, opened by the first block's call and closed by
   the last one's (`recompute.open_checkpoint`).
 """
@@ -32,6 +34,41 @@ from ...recompute import FirstRun, nested_backward_allowed, open_checkpoint, rer
 from .find import WHERE, BlockError
 
 __all__ = ["Group"]
+
+
+#: what `_ReadOutside` nodes take as their input that needs a gradient (no bytes)
+_ANCHOR = torch.empty(0, requires_grad=True)
+
+
+class _ReadOutside(torch.autograd.Function):
+    """An output of a group's member (not its last) run the ``rerun`` way, as the model's code
+    gets it: the tensor itself (a view), whose backward is an error. The member ran without
+    autograd, so no gradient reaches its inputs from this tensor; the next member alone may
+    read it (`plan_reading.block_chains`), and it does so in the group's node. Code that reads
+    it besides (a path the recorded run did not take: the hidden states of every layer asked
+    for) gets a clear error in the backward, not gradients that miss its part."""
+
+    @staticmethod
+    def forward(ctx, anchor, x, block: str):
+        ctx.block = block
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise BlockError(f"an output of block '{ctx.block}' was read outside its checkpointed "
+                         "group, which runs it without autograd: the model took another path "
+                         "than the recorded run (e.g. every layer's hidden states asked for); "
+                         "fit it again on inputs that take this path", WHERE)
+
+
+def _guarded(out, block: str):
+    """`out` with each floating-point tensor as a `_ReadOutside` view (autograd on)."""
+    flat, spec = tree_flatten(out)
+    with torch.enable_grad():
+        flat = [_ReadOutside.apply(_ANCHOR, x, block)
+                if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex())
+                else x for x in flat]
+    return tree_unflatten(flat, spec)
 
 
 class _Chained:
@@ -114,7 +151,7 @@ class Group:
                 out = fwd(*args, **kwargs)
             elif not last:
                 with torch.no_grad():
-                    out = fwd(*args, **kwargs)
+                    out = _guarded(fwd(*args, **kwargs), self.names[k])
             else:
                 self._open = None
                 return rerun_group_call(self._replay(group.calls), group.given,
