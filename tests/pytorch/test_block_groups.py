@@ -544,3 +544,27 @@ def test_a_member_output_read_outside_a_rerun_way_group_is_an_error_in_the_backw
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     with pytest.raises(BlockError, match="block '0' was read outside its checkpointed group"):
         step(Group(["0", "1", "2"], blocks, rerun=True))
+
+
+def test_a_parameter_every_layer_reads_as_an_argument_keeps_eagers_bits_in_a_group():
+    """DeBERTa-v2 hands its relative embeddings (a parameter, not data the recorded run made)
+    to every layer as an argument: a group of two layers run the ``rerun`` way hands each
+    layer's gradient of it on by itself, as eager adds them (summed inside the group, the
+    parameter's gradient was 1 ulp off)."""
+    from schedlang.pytorch.fit import prepare
+    from schedlang.testing.block_options import assert_same_step, keyword_step
+    from schedlang.testing.hf_architectures import ARCHITECTURES
+
+    from .test_architectures import SMALL
+
+    model, args, kwargs, loss_fn = ARCHITECTURES["deberta_v2"](**SMALL)
+    ref = keyword_step(model, model, args, kwargs, loss_fn)
+    prep = prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, repeats=1,
+                   in_context=False)
+    blocks = _blocks(prep)
+    fm = fit(model, args, None, loss_fn=loss_fn, prepared=prep, sample_kwargs=kwargs,
+             plan=plan_checkpoint_groups(prep.graph, [blocks[:2]]))
+    seen = _ran_without_autograd(model, blocks[0])
+    assert_same_step(keyword_step(fm, model, args, kwargs, loss_fn), ref)
+    assert seen[-1]
+    fm.unwrap()

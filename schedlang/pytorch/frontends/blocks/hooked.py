@@ -417,9 +417,13 @@ class BlockWrappers:
             self._classes[name] = cls
         self._choices: dict[str, tuple | None] = {name: None for name in self.blocks}
         # a ``rerun`` block's arguments other code reads too, by position among its call's
-        # tensors: their gradients go on use by use (`rerun.shared_arguments`)
+        # tensors: their gradients go on use by use (`rerun.shared_arguments`); and those the
+        # recorded run did not make (`d` None: a parameter passed as an argument, DeBERTa-v2's
+        # relative embeddings, read by every layer), which any code may read (those that need
+        # no gradient take one slot: `recompute._RerunCall`)
         shared = shared_arguments(found)
-        self._apart = {b.name: tuple(k for k, d in enumerate(b.leaves) if d in shared[b.name])
+        self._apart = {b.name: tuple(k for k, d in enumerate(b.leaves)
+                                     if d is None or d in shared[b.name])
                        for b in found.blocks}
         self._groups: list[Group] = []
         # groups of these run the ``rerun`` way (`groups.Group`); with `rerun_groups` off,
