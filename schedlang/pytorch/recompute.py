@@ -133,13 +133,14 @@ class _RerunCall:
     the first run returned (its tree, its non-tensor leaves) and the state to replay. It holds
     no tensor: the tensor arguments are the autograd node's saved tensors."""
 
-    def __init__(self, fn, flat: list, spec, apart=()):
+    def __init__(self, fn, flat: list, spec, apart=(), first: FirstRun | None = None,
+                 once=None):
         self.spec = spec
         self.where = [isinstance(x, torch.Tensor) for x in flat]
         self.consts = [None if t else x for x, t in zip(flat, self.where)]
         self.fn = fn
         tensors = [x for x, t in zip(flat, self.where) if t]
-        self.first = FirstRun(rng_devices(tensors))
+        self.first = FirstRun(rng_devices(tensors)) if first is None else first
         readers = Counter(apart)  # (a group's: a position once per member that reads it)
         self.apart = [readers[k] > 0 and x.requires_grad for k, x in enumerate(tensors)]
         self.slots = [USE_SLOTS * readers[k] if a else 1 for k, a in enumerate(self.apart)]
@@ -149,7 +150,7 @@ class _RerunCall:
         self.caught: list | None = None  # the outputs' gradients (`catch_gradients`)
         #: the first run, where it is not `fn` on the arguments (`rerun_group_call`): called
         #: once, then dropped with what it holds
-        self.once = None
+        self.once = once
 
     def inputs(self, tensors) -> list[torch.Tensor]:
         """The node's inputs: each tensor argument once per slot."""
@@ -407,8 +408,7 @@ def rerun_group_call(replay, tensors: list, last, first: FirstRun, apart=()):
     it (`USE_SLOTS` uses a member). The caller checks `nested_backward_allowed()` and that
     one of `tensors` needs a gradient before the first member runs."""
     flat, spec = tree_flatten((tuple(tensors), {}))
-    run = _RerunCall(replay, flat, spec, apart)
-    run.first, run.once = first, last
+    run = _RerunCall(replay, flat, spec, apart, first=first, once=last)
     return _rerun(run, list(tensors))
 
 
