@@ -77,6 +77,23 @@ def test_a_layer_shared_by_every_layer_is_named():
     assert found.shared == [("albert.encoder.albert_layer_groups.0", 3)]
 
 
+def test_blocks_that_return_model_outputs_are_profiled_without_torchs_hook_warnings():
+    """ALBERT's blocks are its children, whose outputs are `ModelOutput`s: the profiling
+    runs' backward hooks cannot fire on them, which the timing and the glue's memory handle
+    (those steps are not recorded). torch's warning about it is for the developer of the
+    hooks, not the user, who once saw it six times in one `prepare`."""
+    import warnings
+
+    from schedlang.pytorch.fit import prepare
+
+    model, args, kwargs, loss_fn = ARCHITECTURES["albert"](**TINY)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prepare(model, args, loss_fn=loss_fn, sample_kwargs=kwargs, frontend="blocks",
+                repeats=1, block_options=False)
+    assert not [w for w in caught if "backward hooks" in str(w.message)]
+
+
 def test_runs_that_leave_no_trace_leave_the_host_generators_too():
     """`preserved` (profiling, probe steps): Python's and NumPy's global generators, which a
     model's own code may draw from, are as they were after it, as torch's is."""

@@ -34,6 +34,7 @@ from ...model_state import gradients_set_aside, preserved
 from ...options import release_when_consumed
 from ...tensors import flat
 from .find import FoundBlocks
+from .in_context import BACKWARD_HOOK_OUTPUT
 
 __all__ = ["glue_backward_peaks"]
 
@@ -64,6 +65,9 @@ def glue_backward_peaks(found: FoundBlocks, args: tuple, kwargs: dict) -> dict[s
         with gradients_set_aside(model, args, kwargs), preserved(model), \
                 torch.random.fork_rng(devices=[]), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            # (a block returning a `ModelOutput`: its hooks do not fire, the windows are not
+            # clean and the estimate stands, `_windows`)
+            warnings.filterwarnings("ignore", message=BACKWARD_HOOK_OUTPUT)
             resident = [model, *(t for _, t in tensor_leaves(args, kwargs))]
             with MemoryTracker(resident=resident, existing=False) as mt:
                 out = model(*args, **kwargs)

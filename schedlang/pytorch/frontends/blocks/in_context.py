@@ -139,6 +139,10 @@ def configurations(options: dict[str, list[str]]) -> list[dict[str, str]]:
             for k in range(max(width, 1))]
 
 
+#: torch's warning when a module with full backward hooks returns something other than tensors
+BACKWARD_HOOK_OUTPUT = "For backward hooks to be called"
+
+
 class _Stamps:
     """Per step: each block's forward and backward seconds (hooks), summed over its calls.
 
@@ -209,9 +213,13 @@ def _step(model, args, kwargs, params, stamps: _Stamps, clock) -> tuple[float, f
     for p in params:
         p.grad = None
     stamps.reset()
-    t0 = clock()
-    out = model(*args, **kwargs)
-    t1 = clock()
+    with warnings.catch_warnings():
+        # a block returning a `ModelOutput` gets no backward stamp: the step is not recorded
+        # (`_record`), which torch's warning about it would tell the user at every step
+        warnings.filterwarnings("ignore", message=BACKWARD_HOOK_OUTPUT)
+        t0 = clock()
+        out = model(*args, **kwargs)
+        t1 = clock()
     outs = [t for t in flat(out) if isinstance(t, torch.Tensor) and t.requires_grad]
     grads = [torch.ones_like(t) for t in outs]
     t2 = clock()
