@@ -31,14 +31,15 @@ GENERATE_SMALL = {"fractions": (0.4,), "time_limit": 20}
 GENERATE_FULL = {"fractions": (0.7, 0.4, 0.2), "time_limit": 20}
 #: the models of `hf_models` and `hf_architectures` (the latter: architectures whose blocks
 #: once broke the generation — GPT-Neo's and Falcon's attention makes a tensor constant;
-#: Bloom's custom GeLU backward: `test_architectures.py`)
+#: GPT-J's blocks take two views of one tensor; Bloom's custom GeLU backward:
+#: `test_architectures.py`)
 MODELS = {**HF, **ARCHITECTURES}
 CONFIGS = [pytest.param(name, SMALL, GENERATE_SMALL, id=f"{name}-small")
            for name in ("gpt2", "llama", "bert")] + [
     pytest.param(name, FULL, GENERATE_FULL, id=name, marks=pytest.mark.slow)
     for name in ("gpt2", "llama", "bert")] + [
     pytest.param(name, SMALL, GENERATE_SMALL, id=f"{name}-small", marks=pytest.mark.slow)
-    for name in ("gpt_neo", "falcon")]
+    for name in ("gpt_neo", "falcon", "gptj")]
 
 
 def _prepared(name, sizes=FULL, generate=GENERATE_FULL):
@@ -217,3 +218,55 @@ class _Wrap(torch.nn.Module):
 
     def forward(self, x):
         return self.fn(x)
+
+
+class _RotaryBlock(torch.nn.Module):
+    """A block that reads two views of one tensor, as GPT-J's blocks read the sine and cosine
+    halves of one rotary table."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.up = torch.nn.Linear(dim, 4 * dim)
+        self.down = torch.nn.Linear(4 * dim, dim)
+        self.drop = torch.nn.Dropout(0.1)
+
+    def forward(self, x, sin, cos):
+        turned = x * cos + x.flip(-1) * sin
+        return x + self.drop(self.down(torch.relu(self.up(turned))))
+
+
+class _Rotary(torch.nn.Module):
+    def __init__(self, dim: int = 16, layers: int = 2):
+        super().__init__()
+        self.inp = torch.nn.Linear(dim, dim)
+        self.layers = torch.nn.ModuleList(_RotaryBlock(dim) for _ in range(layers))
+        self.head = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        seq, dim = x.shape[1], x.shape[2]
+        table = (torch.arange(seq * 2 * dim, dtype=x.dtype) * 0.01).reshape(seq, 2 * dim).sin()
+        sin, cos = table.chunk(2, dim=-1)
+        h = self.inp(x)
+        for layer in self.layers:
+            h = layer(h, sin, cos)
+        return self.head(h)
+
+
+def test_a_block_given_two_views_of_one_tensor_gets_generated_options():
+    """GPT-J's blocks had no generated option: they take two views of one datum (the halves
+    of the rotary table), and the op-level options required each datum once. Now such a
+    block gets them, each with eager gradients (dropout on)."""
+    from schedlang.pytorch.fit import prepare
+
+    torch.manual_seed(0)
+    model = _Rotary()
+    args = (torch.randn(4, 8, 16),)
+
+    def loss_fn(out):
+        return out.pow(2).mean()
+
+    prep = prepare(model, args, loss_fn=loss_fn, frontend="blocks", repeats=1,
+                   block_options=GENERATE_SMALL)
+    options = generated_options(prep)
+    assert options["layers.0"] and options["layers.1"]
+    assert_every_option_eager(model, args, {}, loss_fn, prep)

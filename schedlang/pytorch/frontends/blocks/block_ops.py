@@ -289,10 +289,15 @@ class _Segmented:
 
 
 def _segmentable(call) -> bool:
-    """Whether each tensor argument of a block is one of its input data or a view of one,
-    each datum once: the segments then take the call's tensors as they come."""
+    """Whether each tensor argument of a block is one of its input data or a view of one:
+    the segments then take the call's tensors as they come. One datum may come as several
+    arguments (GPT-J hands its blocks the sine and cosine halves of one rotary table), but
+    not be returned as well: which of its views came back is not recorded."""
     leaves = list(call.leaves)
-    return None not in leaves and len(set(leaves)) == len(leaves)
+    if None in leaves:
+        return False
+    twice = {d for d, n in Counter(leaves).items() if n > 1}
+    return not twice.intersection(call.out_leaves)
 
 
 def _flat_args(call):
