@@ -143,9 +143,9 @@ class _LayerDrop(torch.nn.Module):
     """A stack whose forward skips a layer in training, as LayerDrop does at random
     (Wav2Vec2's default: 0.1): here always the second."""
 
-    def __init__(self):
+    def __init__(self, layers: int = 3):
         super().__init__()
-        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(layers))
 
     def forward(self, x):
         for i, layer in enumerate(self.layers):
@@ -154,14 +154,56 @@ class _LayerDrop(torch.nn.Module):
         return x
 
 
-def test_a_stack_block_the_recorded_forward_skips_is_named():
+@pytest.mark.parametrize("layers,called", [(3, ["layers.0", "layers.2"]), (2, ["layers.0"])])
+def test_a_stack_block_the_recorded_forward_skips_is_named(layers, called):
     """The plan covers the blocks the recorded forward ran; one it skipped is named (fit warns
-    that a step running it measures beyond the prediction)."""
+    that a step running it measures beyond the prediction). A stack of two with one skipped
+    is still run block by block: it once fell back to the model's children, the whole stack
+    one block with LayerDrop inside it (Wav2Vec2 at width 32, two layers, failed to fit)."""
     from schedlang.pytorch.frontends.blocks.find import find_blocks
 
-    found = find_blocks(_LayerDrop().train(), (torch.randn(4, 8),))
-    assert [b.name for b in found.blocks] == ["layers.0", "layers.2"]
+    found = find_blocks(_LayerDrop(layers).train(), (torch.randn(4, 8),))
+    assert found.mode == "blocks"
+    assert [b.name for b in found.blocks] == called
     assert found.not_called == ["layers.1"]
+
+
+class _ReturnsMoreLater(torch.nn.Module):
+    """A child that returns one tensor at its first call and two after: what randomness
+    inside a block (LayerDrop in a whole encoder) can do to its outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        h = torch.relu(self.lin(x))
+        return (h,) if self.calls == 1 else (h, h * 2)
+
+
+class _TwoChildren(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = _ReturnsMoreLater()
+        self.head = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.head(self.body(x)[0])
+
+
+def test_a_block_that_returns_other_tensors_than_recorded_is_a_located_error():
+    """Profiling runs a block again on its recorded inputs; when it returns other tensors than
+    the recorded call did, fit stops with an error that names the block and the likely cause,
+    not a KeyError of the profiler's."""
+    from schedlang.pytorch.fit import FitError, fit
+    from schedlang.pytorch.frontends.blocks.find import BlockError
+
+    with pytest.raises((BlockError, FitError)) as caught:
+        fit(_TwoChildren(), (torch.randn(4, 8),), "80%", frontend="blocks",
+            loss_fn=lambda out: out.sum(), op_options=False)
+    assert "block 'body'" in str(caught.value) and "LayerDrop" in str(caught.value)
 
 
 class _MaskedByConstant(torch.nn.Module):

@@ -666,8 +666,12 @@ def find_blocks(model: nn.Module, sample_inputs=(), sample_kwargs: dict | None =
     sample_kwargs = dict(sample_kwargs or {})
     mode, cands, optional = candidate_blocks(model, names, whole)
     run, out, blocks = _record(model, cands + optional, sample_inputs, sample_kwargs)
-    if mode in ("blocks", "sequential") and len([b for b in blocks if b.name in cands]) < 2:
+    called = [b for b in blocks if b.name in cands]
+    if mode in ("blocks", "sequential") and len(called) < 2 \
+            and not (called and len(cands) >= 2):
         # containers the forward does not run block by block: the direct children instead
+        # (a stack the forward ran one block of, LayerDrop having skipped the others in the
+        # recorded run, is run block by block: those are `not_called`)
         mode, optional = "children", []
         cands = _children(model, whole)
         run, out, blocks = _record(model, cands, sample_inputs, sample_kwargs)

@@ -104,6 +104,14 @@ class _BlockFn:
         for t, d in zip(tensors, self.call.out_leaves):
             if d is not None and d in self.call.outputs:
                 by_name.setdefault(d, t)
+        if len(tensors) != len(self.call.out_leaves) or len(by_name) < len(self.call.outputs):
+            raise BlockError(
+                f"block '{self.call.name}' ({type(self.module).__name__}) returned "
+                f"{len(tensors)} tensor(s) where the recorded run's call returned "
+                f"{len(self.call.out_leaves)}: something random inside it (LayerDrop skipping "
+                "layers?) changes what it returns from call to call; turn that off in "
+                "training (layerdrop=0 in the config), or name blocks below it with "
+                "layers=[...]", WHERE)
         return tuple(by_name[d] for d in self.call.outputs)
 
 
