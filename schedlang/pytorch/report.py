@@ -80,7 +80,9 @@ class MemoryReport:
                        f"{100 * raced['plan_measured']:+.1f}%")
             lines.append(f"raced           {raced['rival']} (predicted within "
                          f"{100 * raced['near']:.0f}% of the plan) {how}: "
-                         + ("taken" if raced["taken"] else "not taken"))
+                         + ("taken" if raced["taken"] else "not taken")
+                         + (" (as fast within the noise, at a lower peak)"
+                            if raced.get("leaner") else ""))
         if self.extra.get("fallback"):
             lines.append(f"fallback        plain PyTorch: {self.extra['fallback']}")
         if self.calibrated:
