@@ -258,7 +258,8 @@ def faster_of_near_plans(fm: FitModule, args, kwargs, loss_fn, want: int, probe:
     # of two plans the measurement cannot tell apart, the one with the lower peak: the same
     # step in less memory (GPT-2 and ViT at a budget above checkpoint_sequential(2)'s peak:
     # fit's plan, 1.5-4.9 MiB higher, measured as that schedule, within 0.4-1.3% of a step)
-    leaner = usable and rival.predicted_peak < plan.predicted_peak and \
+    peaks = (rival.predicted_peak, plan.predicted_peak)
+    leaner = usable and None not in peaks and peaks[0] < peaks[1] and \
         other.measured <= timed.measured + noise
     taken = faster or leaner
     fm._raced = _race(rival, other, timed, taken, leaner=leaner and not faster)
