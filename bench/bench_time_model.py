@@ -1,7 +1,7 @@
 """Is fit's time model one to trust? The README's `transformers` example, fitted N times.
 
     python bench/bench_time_model.py [--runs 5] [--budget 60%] [--steps 61] [--max-steps 244]
-                                     [--threads 1] [--fixed-malloc] [--model readme|NAME]
+                                     [--threads 1] [--adaptive-malloc] [--model readme|NAME]
 
 Each run is a fresh process that runs the README's "PyTorch" example as written (the Llama
 config, `input_ids` 8 x 128, next-token cross-entropy, `fit(model, batch, budget="60%",
@@ -21,12 +21,13 @@ spread of the predictions over the runs and each one against the measurement; be
 measured overhead, the same median over the even and over the odd pairs of rounds alone (how
 far the measurement itself moves). Where the halves disagree by more than 1.5% of the fitted
 step (a burst of load hit some rounds), `--steps` more rounds are timed, up to `--max-steps`,
-and the median is over all of them. `--fixed-malloc` runs each process with glibc's mmap and
-trim thresholds fixed (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`): by default glibc
-hands large freed blocks
-back to the system and the next step faults the pages in again, counted in the thread's CPU
-time; how much depends on the process's allocation history, and the same plan's overhead then
-measures from +20% to +31% from one process to the next (bench/README.md). Target (issue
+and the median is over all of them. `fit` holds glibc's malloc steady
+on the CPU (`schedlang/pytorch/host_malloc.py`): by default glibc hands large freed blocks back
+to the system and the next step faults the pages in again, counted in the thread's CPU time;
+how much depends on the process's allocation history, and the same plan's overhead then
+measured from +20% to +31% from one process to the next (bench/README.md).
+`--adaptive-malloc` runs each process with glibc left adaptive (`SCHEDLANG_HOST_MALLOC=adaptive`),
+as before. Target (issue
 28): the same plan every run, predicted overheads within +-15% of each other and of the
 measured one, and never a negative overhead for a plan that recomputes. `--model NAME` runs the
 same on a model of `bench_baselines.py` (its `FACTORIES`: gpt2, bert, qwen2, ...) at its bench
@@ -170,13 +171,13 @@ def main() -> int:
                     help="'readme' (the README's Llama example) or a model of "
                          "bench_baselines.py at its bench size (gpt2, bert, qwen2, ...)")
     ap.add_argument("--json", help="write the runs here")
-    ap.add_argument("--fixed-malloc", action="store_true",
-                    help="run each process with glibc's mmap and trim thresholds fixed (no "
-                         "memory handed back to the system between steps)")
+    ap.add_argument("--adaptive-malloc", action="store_true",
+                    help="leave glibc's mmap and trim thresholds adaptive (fit fixes them on "
+                         "the CPU by default)")
     args = ap.parse_args()
     env = dict(os.environ, SCHEDLANG_PROGRESS="off", PYTHONPATH=str(ROOT))
-    if args.fixed_malloc:
-        env.update(MALLOC_MMAP_THRESHOLD_=str(2 ** 31), MALLOC_TRIM_THRESHOLD_=str(2 ** 31))
+    if args.adaptive_malloc:
+        env["SCHEDLANG_HOST_MALLOC"] = "adaptive"
     if args.model != "readme":
         sys.path.insert(0, str(ROOT / "bench"))
         from bench_baselines import FACTORIES, size_of

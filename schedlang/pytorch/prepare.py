@@ -19,6 +19,8 @@ from .frontends.blocks.frontend import BLOCKS
 from .frontends.blocks.offload import OFFLOAD
 from .frontends.blocks.rerun import RERUN
 from .frontends.fx.frontend import FX
+from .host_malloc import held as malloc_held
+from .host_malloc import hold_freed_memory
 from .inputs import split_inputs
 from .live import read_before
 from .model_state import preserved
@@ -125,6 +127,8 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     end; True or a dict of arguments): generated block options, segments and
     selective-checkpoint policies (`schedlang.pytorch.frontends.blocks.block_ops`)."""
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
+    if next((p.device.type for p in model.parameters()), "cpu") == "cpu":
+        hold_freed_memory()  # steady step times from the profile on (`host_malloc`)
     if frontend not in FRONTENDS:
         raise SchedError(f"frontend must be one of {', '.join(FRONTENDS)}, got {frontend!r}")
     note = ""
@@ -179,6 +183,7 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     peak = max(sim.peak_bytes, loss_moment(base, graph) + loss_overhead)
     timing = dict(getattr(part, "timing", None) or {"threads": torch.get_num_threads(),
                                                      "in_context": False})
+    timing["malloc_held"] = malloc_held()
     return Prepared(part, graph, resident, peak + resident, sim.time, info, loss_overhead,
                     out_bytes, loss_fn is None, frontend, note, executor_bytes=executor_bytes,
                     outputs_held=outputs_held, timing=timing)

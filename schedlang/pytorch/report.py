@@ -120,6 +120,8 @@ def timing_line(timing: dict) -> str:
                f"{timing.get('rounds')} steps per option)")
     else:
         how = "layers timed alone (medians of repeats)"
+    if timing.get("malloc_held"):  # schedlang.pytorch.host_malloc
+        how += "; glibc's malloc keeps freed memory for the next step"
     return f"{threads}; {how}"
 
 

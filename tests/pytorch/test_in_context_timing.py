@@ -14,6 +14,7 @@ from torch import nn  # noqa: E402
 
 from schedlang.plans.planners.no_recompute import no_recompute_plan  # noqa: E402
 from schedlang.plans.simulate import simulate  # noqa: E402
+from schedlang.pytorch import host_malloc  # noqa: E402
 from schedlang.pytorch.fit import fit, prepare  # noqa: E402
 from schedlang.pytorch.frontends.blocks import in_context  # noqa: E402
 from schedlang.pytorch.frontends.blocks.in_context import (  # noqa: E402
@@ -137,7 +138,7 @@ def test_block_options_are_priced_at_what_was_measured_in_context(pinned_times):
     assert sum(lay.options[0].fwd_time for lay in glue) == pytest.approx(0.001, rel=1e-3)
     assert sum(lay.options[0].bwd_time for lay in glue) == pytest.approx(0.002, rel=1e-3)
     assert prep.timing == {"threads": torch.get_num_threads(), "in_context": True, "rounds": 7,
-                           "unsettled": 0}
+                           "unsettled": 0, "malloc_held": host_malloc.CAN_HOLD}
 
 
 def test_the_loss_is_priced_at_its_measured_time(pinned_times, monkeypatch):
@@ -187,6 +188,9 @@ def test_fit_states_the_thread_count_it_timed_with():
     assert rep.extra["timing"]["threads"] == torch.get_num_threads()
     assert rep.extra["timing"]["in_context"] is True
     assert f"{torch.get_num_threads()} intra-op thread" in str(rep)
+    # the process's malloc is held steady from the profile on, where it can be (glibc)
+    assert rep.extra["timing"]["malloc_held"] is host_malloc.held() is host_malloc.CAN_HOLD
+    assert ("keeps freed memory" in str(rep)) is host_malloc.held()
     fm.unwrap()
 
 
