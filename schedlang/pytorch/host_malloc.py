@@ -14,8 +14,9 @@ within one process before and after an optimizer allocated its state (bench/READ
 for the next step, as CUDA's caching allocator keeps it on a GPU. The process's resident size
 stays at the largest step's instead of shrinking between steps. `fit` calls it before it
 profiles a model on the CPU and states it in `memory_report()`; `SCHEDLANG_HOST_MALLOC=adaptive`
-in the environment leaves glibc as it is. Elsewhere (not glibc: musl, macOS, or another malloc
-preloaded) nothing is changed.
+in the environment leaves glibc as it is. Off glibc (musl, macOS) nothing is changed; where
+jemalloc or tcmalloc is preloaded, the calls reach glibc's unused heap or a no-op, and that
+allocator's own caching keeps step times steady.
 """
 from __future__ import annotations
 
