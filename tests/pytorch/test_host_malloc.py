@@ -41,9 +41,11 @@ print(json.dumps({"first": first, "again": again, "held": host_malloc.held(),
 
 
 def _round_trip(mode: str, **env) -> dict:
+    # glibc's own settings from the environment left out: each case starts from its defaults
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", host_malloc.ENV)}
     done = subprocess.run([sys.executable, "-c", _ROUND_TRIP, mode, host_malloc.__file__],
-                          capture_output=True,
-                          text=True, check=True, env={**os.environ, **env})
+                          capture_output=True, text=True, check=True, env={**base, **env})
     return json.loads(done.stdout)
 
 
