@@ -45,6 +45,7 @@ from .loss_node import LOSS_VALUE_BYTES
 from .memory import MemoryTracker
 from .model_state import preserved
 from .profile import Timer
+from .tensors import model_device
 
 __all__ = ["released_graph", "measure_released_loss", "measure_loss_overhead", "loss_moment",
            "uncounted_outputs", "released_bytes", "measure_loss_time", "LOSS_REPEATS"]
@@ -141,7 +142,7 @@ def measure_loss_overhead(model: nn.Module, sample_inputs: tuple, loss_fn,
     `outputs_held` False, in a loop that releases the outputs once the loss is computed
     (`measure_released_loss`)."""
 
-    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    dev = model_device(model)
 
     def produce():
         with preserved(model), torch.no_grad():
@@ -175,7 +176,7 @@ def measure_loss_time(model: nn.Module, sample_inputs: tuple, loss_fn,
     predicted overhead was a share of a step without it, too high by the loss's share (0.7% of
     a plain step of the README's Llama, 0.26 of 37 ms; more where the loss is heavier)."""
 
-    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    dev = model_device(model)
     with preserved(model), torch.no_grad():
         out = model(*sample_inputs, **(sample_kwargs or {}))
     out = tree_map(lambda t: t.detach().requires_grad_(True)

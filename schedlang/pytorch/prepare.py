@@ -15,17 +15,16 @@ from ..graphs.graph import Graph
 from ..language.errors import SchedError
 from ..plans.planners.no_recompute import no_recompute_plan
 from ..plans.simulate import simulate
+from . import host_malloc
 from .frontends.blocks.frontend import BLOCKS
 from .frontends.blocks.offload import OFFLOAD
 from .frontends.blocks.rerun import RERUN
 from .frontends.fx.frontend import FX
-from .host_malloc import held as malloc_held
-from .host_malloc import hold_freed_memory
 from .inputs import split_inputs
 from .live import read_before
 from .model_state import preserved
 from .outputs import loss_moment, measure_loss_overhead, measure_loss_time, released_graph
-from .tensors import flat
+from .tensors import flat, model_device
 
 __all__ = ["Prepared", "prepare", "loss_tensor_bytes", "LOSS_RESERVE", "LOSS_SCALAR_BYTES",
            "FRONTENDS"]
@@ -91,7 +90,7 @@ def loss_tensor_bytes(model: nn.Module, args: tuple, kwargs: dict, loss_fn, know
     weights: alive through every step, memory the device holds as it holds the inputs), not
     counting the model's outputs nor the `known` storages (parameters, buffers, inputs)."""
 
-    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    dev = model_device(model)
     with preserved(model), torch.no_grad():
         out = model(*args, **kwargs)
         outs = {t.untyped_storage().data_ptr() for t in flat(out) if isinstance(t, torch.Tensor)}
@@ -127,8 +126,8 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     end; True or a dict of arguments): generated block options, segments and
     selective-checkpoint policies (`schedlang.pytorch.frontends.blocks.block_ops`)."""
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
-    if next((p.device.type for p in model.parameters()), "cpu") == "cpu":
-        hold_freed_memory()  # steady step times from the profile on (`host_malloc`)
+    if model_device(model).type == "cpu":
+        host_malloc.hold_freed_memory()  # steady step times from the profile on (`host_malloc`)
     if frontend not in FRONTENDS:
         raise SchedError(f"frontend must be one of {', '.join(FRONTENDS)}, got {frontend!r}")
     note = ""
@@ -183,7 +182,7 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     peak = max(sim.peak_bytes, loss_moment(base, graph) + loss_overhead)
     timing = dict(getattr(part, "timing", None) or {"threads": torch.get_num_threads(),
                                                      "in_context": False})
-    timing["malloc_held"] = malloc_held()
+    timing["malloc_held"] = host_malloc.held()
     return Prepared(part, graph, resident, peak + resident, sim.time, info, loss_overhead,
                     out_bytes, loss_fn is None, frontend, note, executor_bytes=executor_bytes,
                     outputs_held=outputs_held, timing=timing)

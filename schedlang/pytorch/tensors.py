@@ -1,7 +1,7 @@
 """Tensor and autograd helpers shared by the front ends, the plan executor and the options:
 zero-byte placeholders, the executor's constant scalars, freeing a gradient the autograd
 engine handed over, the tensor leaves of a nested value, a step's fresh input leaves and its
-backward without a loss."""
+backward without a loss, the device a model's parameters are on."""
 from __future__ import annotations
 
 import weakref
@@ -11,7 +11,12 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
 __all__ = ["placeholder", "constant_bytes", "constant_dtypes", "scalar",
-           "release_engine_grad", "flat", "fresh_leaves", "backward_with_ones"]
+           "release_engine_grad", "flat", "fresh_leaves", "backward_with_ones", "model_device"]
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of `model`'s first parameter (the CPU for a model without parameters)."""
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
 #: weak: the executors that made them hold them (`PlanExecutor.constants`), so that nothing of

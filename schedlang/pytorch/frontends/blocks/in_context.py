@@ -49,7 +49,7 @@ from torch import nn
 from .... import progress
 from ...model_state import gradients_set_aside, preserved
 from ...profile import host_clock
-from ...tensors import flat
+from ...tensors import flat, model_device
 from .find import FoundBlocks
 from .offload import OFFLOAD
 from .rerun import RERUN
@@ -240,7 +240,7 @@ def _ranks() -> int:
 def _clock(model: nn.Module):
     """The profile's clock on the CPU (`host_clock`); on CUDA, wall time after the device
     has finished what was queued (a hook runs when its kernels are launched, not done)."""
-    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    dev = model_device(model)
     if dev.type != "cuda":
         return host_clock()
 
