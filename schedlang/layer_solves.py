@@ -41,6 +41,13 @@ __all__ = ["solve_series", "solve_segments", "segments_allowed", "cache_path", "
 
 CACHE_ENV = "SCHEDLANG_CACHE_DIR"
 
+#: the solver's own options for the option model's sub-solves: HiGHS without its presolve. On
+#: the op graphs of `transformers` blocks its presolve (probing thousands of binaries) took 6
+#: to 8 s of a 10 s sub-solve before the first cut: T5's 152-node decoder block got no cut at
+#: any budget, and so no generated option; without it, a cut at every budget that has one and
+#: the same optima, sooner, where both prove one (bench/README.md, eleventh session)
+SUB_SOLVE_OPTIONS = {"highs": {"presolve": "off"}}
+
 
 def solve_segments(budgets: dict, graph, model: str, solver: str, time_limit) -> list | None:
     """One sub-solve (a job): `model` on `graph` at `budgets`; the solution's segments
@@ -49,7 +56,8 @@ def solve_segments(budgets: dict, graph, model: str, solver: str, time_limit) ->
     g = copy.copy(graph)
     g.budgets = dict(budgets)
     prob = schedlang.load(model=model, graph=g)
-    res = prob.solve(solver=solver, time_limit=time_limit)
+    res = prob.solve(solver=solver, time_limit=time_limit,
+                     solver_options=SUB_SOLVE_OPTIONS.get(solver))
     if not res.status.has_solution:
         return None
     return sorted(tuple(s) for s in segments_of(prob.program, prob.ir, res.solution))
@@ -81,7 +89,8 @@ def segments_allowed(budgets: dict, graph, model: str, segments: list[tuple],
             if not fam.lb[k] <= v <= fam.ub[k]:
                 return False
             fam.lb[k] = fam.ub[k] = v
-    return prob.solve(solver=solver, time_limit=time_limit).status.has_solution
+    return prob.solve(solver=solver, time_limit=time_limit,
+                      solver_options=SUB_SOLVE_OPTIONS.get(solver)).status.has_solution
 
 
 def solve_series(graph, series: list[list[dict]], model: str, solver: str = "highs",

@@ -90,7 +90,7 @@ class Problem:
     def solve(self, backend: str = "pyomo", solver: str = "highs", time_limit: float | None = None,
               gap: float | None = None, threads: int | None = None, presolve: bool = True,
               warm_start=None, verbose: bool = False, progress=None,
-              since: float | None = None) -> Result:
+              since: float | None = None, solver_options: dict | None = None) -> Result:
         """Solve the lowered model. `warm_start`: a MIP start given as a planner name (run on
         the graph at the peak budget; "auto": the best of `AUTO_PLANNERS`), a `Plan`, or a
         full-length column vector; a plan is
@@ -98,7 +98,8 @@ class Problem:
         model is passed to the solver; otherwise the solve runs cold, and `Result.warm_start`
         and `Result.message` say why. `progress`: called with a
         `schedlang.solve.progress.Progress` while the solver runs, where it reports one
-        (default: into the active `schedlang.progress` session, if any).
+        (default: into the active `schedlang.progress` session, if any). `solver_options`:
+        the solver's own options, as its interface spells them (`backends.solve_ir`).
 
         `time_limit` bounds the whole call, from `since` (a `time.monotonic()` instant; by
         default this call's start; the CLI passes `started`, so that parsing and lowering
@@ -127,7 +128,8 @@ class Problem:
 
         args = dict(backend=backend, solver=solver, time_limit=time_limit, gap=gap,
                     threads=threads, presolve=presolve, verbose=verbose,
-                    progress=reporting.solver_callback(progress), deadline=deadline)
+                    progress=reporting.solver_callback(progress), deadline=deadline,
+                    solver_options=solver_options)
         with reporting.phase("solving"):  # the solver's incumbent and bound, where it has them
             reporting.step(None, f"{solver}, {ir.size_summary().get('variables', '?')} "
                                  "variables")

@@ -96,3 +96,31 @@ def test_an_option_model_without_a_decoder_is_a_located_error(tmp_path):
     with pytest.raises(CheckError, match="declares no decoder") as info:
         segments_allowed({"peak": 1 << 40}, graph, str(undecoded), [(0, 1, True)])
     assert info.value.loc is not None and str(undecoded) in str(info.value.loc)
+
+
+@pytest.mark.parametrize("fraction", [0.8, 0.4])
+def test_sub_solves_without_highs_presolve_prove_the_same_optima(fraction):
+    """The option model on a real block's op graph (BERT's, as `fit` records it at the bench's
+    size; `bench/data/blockgraphs`), with HiGHS's defaults and with the sub-solves' options
+    (`SUB_SOLVE_OPTIONS`: no presolve): both prove an optimum of the same recomputation time,
+    at a budget where a cut fits and where none does (the same status)."""
+    import copy
+    import json
+
+    from schedlang.layer_solves import SUB_SOLVE_OPTIONS
+
+    data = Path(__file__).resolve().parent.parent / "bench" / "data" / "blockgraphs"
+    name = "bert_bert_encoder_layer_0_51.sched"
+    total = json.loads((data / "index.json").read_text())[name]["saved_total"]
+    graph = schedlang.load(data / name).graph
+    graph = copy.copy(graph)
+    graph.budgets = {"peak": int(total * fraction) + 1024}
+    found = []
+    for options in (None, SUB_SOLVE_OPTIONS["highs"]):
+        res = schedlang.load(model="layer_options", graph=graph).solve(
+            time_limit=120, solver_options=options)
+        found.append((res.status.value, res.objective))
+    assert found[0][0] in ("optimal", "infeasible"), found
+    assert found[1][0] == found[0][0], found
+    if found[0][1] is not None:
+        assert found[1][1] == pytest.approx(found[0][1], rel=1e-6), found

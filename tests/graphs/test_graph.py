@@ -106,3 +106,18 @@ def test_the_shipped_layered_example_indexes_its_hgraph():
     g = load_program([ROOT / "examples" / "tiny_transformer.sched"]).graph
     h, idx = g.hgraph(), g.layered_index()
     assert idx.names == [k.name for k in h.compute] and idx.data == list(h.data)
+
+
+@pytest.mark.parametrize("name", ["decoder.block.0", "model", "node"])
+def test_a_written_graph_reads_back_whatever_its_name(tmp_path, name):
+    """A graph named as a module path (an op graph of `transformers`' decoder.block.0, as
+    the hook front end names a block's) or as a keyword is written quoted and read back."""
+    import schedlang
+
+    g = chain()
+    g.name = name
+    path = tmp_path / "g.sched"
+    path.write_text(write_graph(g))
+    back = schedlang.load(path).graph
+    assert back.name == name
+    assert [(n.name, n.size) for n in back.nodes] == [(n.name, n.size) for n in g.nodes]

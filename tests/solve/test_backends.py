@@ -154,6 +154,16 @@ def test_highs_gives_bounds_on_both_backends():
         assert sol.model_size == ASSIGNMENT.size_summary()
 
 
+def test_the_solvers_own_options_reach_it():
+    """`solver_options` go to the solver as it spells them: HiGHS without its presolve finds
+    the same optimum, and an option it does not know is its error, named, not a traceback."""
+    sol = solve_ir(KNAPSACK, solver="highs", solver_options={"presolve": "off"})
+    assert sol.status == Status.OPTIMAL and sol.objective == pytest.approx(KNAPSACK_OPT)
+    sol = solve_ir(KNAPSACK, solver="highs", solver_options={"presolve": "sideways"})
+    assert sol.status == Status.ERROR
+    assert "HiGHS rejected option presolve='sideways'" in sol.message
+
+
 @pytest.mark.parametrize("interface", ["stdform_highs", "appsi_highs", "highs"])
 def test_pyomo_highs_interfaces_agree(interface):
     from schedlang.solve.backends import pyomo_backend

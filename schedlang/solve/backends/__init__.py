@@ -142,8 +142,12 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
              threads: int | None = None, presolve: bool = True,
              warm_start: np.ndarray | None = None, verbose: bool = False,
              progress: Callable[[Progress], None] | None = None,
-             deadline: float | None = None) -> Solution:
+             deadline: float | None = None, solver_options: dict | None = None) -> Solution:
     """Presolve, build, solve and postsolve `ir`; one normalized `Solution`.
+
+    `solver_options`: options in the solver's own spelling for the interface `backend` drives
+    (HiGHS: ``{"presolve": "off"}``), set after the common ones (`native_options`), so they
+    may override them.
 
     `progress` is called with a `Progress` now and then while the solver runs, where the
     solver reports it (HiGHS through the Pyomo backend; `schedlang.solve.progress`).
@@ -162,6 +166,7 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
         opts = native_options(info.name, backend, time_limit, gap, threads)
     except ValueError as exc:
         raise SchedError(str(exc)) from None
+    opts.options.update(solver_options or {})
     notes = list(opts.notes)
     timings: dict[str, float] = {}
     base = dict(backend=backend, solver=info.name, timings=timings)
@@ -230,6 +235,7 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
         left = max(deadline - time.monotonic(), 0.0)
         limit = left if time_limit is None else min(float(time_limit), left)
         opts = native_options(info.name, backend, limit, gap, threads)
+        opts.options.update(solver_options or {})
         time_limit = limit
     run = SolveRun(info, opts, time_limit, ws, verbose, progress=progress, deadline=deadline)
     with info.session(threads, verbose):
