@@ -30,18 +30,18 @@ import time
 from pathlib import Path
 
 import schedlang
-from schedlang.layer_solves import SUB_SOLVE_OPTIONS
+from schedlang.layer_solves import SUB_SOLVE_OPTIONS, budget_series
 
 DATA = Path(__file__).resolve().parent / "data" / "blockgraphs"
 
 
 def budgets_of(graph, saved_total: int, fractions, save) -> list[tuple[str, dict]]:
-    """(label, budgets) of the series `solve_spans` solves: the peak at each fraction of what
-    autograd saves (1 KiB above), then the phantom alone with the peak left free."""
-    free = 2 * sum(n.size for n in graph.nodes if n.kind == "forward") + (1 << 20)
-    out = [(f"peak {f}", {"peak": int(saved_total * f) + 1024}) for f in fractions]
-    out += [(f"save {f}", {"peak": free, "save": int(saved_total * f) + 1024}) for f in save]
-    return out
+    """(label, budgets) of the series `solve_spans` solves (`layer_solves.budget_series`):
+    the backward's peak at `fractions`, then the phantom alone at `save`."""
+    peak = budget_series(graph, saved_total, fractions)[0]
+    phantom = budget_series(graph, saved_total, save)[1]
+    return [(f"peak {f}", b) for f, b in zip(fractions, peak)] + \
+        [(f"save {f}", b) for f, b in zip(save, phantom)]
 
 
 def solve_once(graph, budgets: dict, limit: float, options: dict | None) -> dict:

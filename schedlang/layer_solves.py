@@ -37,7 +37,8 @@ from .language.program import load_program, resolve_model
 from .parallel import run_jobs
 from .plans.decoders.segments import segments_of
 
-__all__ = ["solve_series", "solve_segments", "segments_allowed", "cache_path", "CACHE_ENV"]
+__all__ = ["budget_series", "free_peak", "solve_series", "solve_segments", "segments_allowed",
+           "cache_path", "CACHE_ENV", "SUB_SOLVE_OPTIONS"]
 
 CACHE_ENV = "SCHEDLANG_CACHE_DIR"
 
@@ -47,6 +48,24 @@ CACHE_ENV = "SCHEDLANG_CACHE_DIR"
 #: any budget, and so no generated option; without it, a cut at every budget that has one and
 #: the same optima, sooner, where both prove one (bench/README.md, eleventh session)
 SUB_SOLVE_OPTIONS = {"highs": {"presolve": "off"}}
+
+
+def budget_series(graph, saved_total: int, fractions) -> list[list[dict]]:
+    """The option model's two series of budgets on a layer's op graph (Checkmate view, no
+    loss node) that autograd saves `saved_total` bytes inside: `fractions` of it on the
+    backward's peak (`budget peak`), then on the phantom alone (`budget save`), each 1 KiB
+    above; the phantom series with the peak left free (`free_peak`)."""
+    free = free_peak(graph)
+    return [[{"peak": int(saved_total * f) + 1024} for f in fractions],
+            [{"peak": free, "save": int(saved_total * f) + 1024} for f in fractions]]
+
+
+def free_peak(graph) -> int:
+    """A peak budget that leaves a layer's op graph free: twice what all its forward's units
+    create never binds (the phantom and a round hold at most all of it), and unlike an
+    astronomical bound it keeps the `implies` rows' big-M, and so the tie-break on the peak, at
+    the layer's scale."""
+    return 2 * sum(n.size for n in graph.nodes if n.kind == "forward") + (1 << 20)
 
 
 def solve_segments(budgets: dict, graph, model: str, solver: str, time_limit) -> list | None:

@@ -38,7 +38,15 @@ import torch
 
 from .. import progress
 from ..language.errors import Loc
-from ..layer_solves import cache_path, read_cached, segments_allowed, solve_series, write_cached
+from ..layer_solves import (
+    budget_series,
+    cache_path,
+    free_peak,
+    read_cached,
+    segments_allowed,
+    solve_series,
+    write_cached,
+)
 from .memory import MemoryTracker, storage_key
 from .opgraph import OpGraph, record_ops
 from .profile import OptionProfile, Timer
@@ -353,13 +361,7 @@ def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRA
     piece_depth = PIECE_DEPTH if piece_depth is None else piece_depth
 
     g = og.checkmate(name, loss=False)
-    total = max(og.saved_total, 1024)
-    # the phantom series leaves the peak free: twice all the layer's units create never binds
-    # (the phantom and a round hold at most all of it), and unlike an astronomical bound it
-    # keeps the `implies` rows' big-M, and so the tie-break on the peak, at the layer's scale
-    free = 2 * sum(u.created for u in og.units) + (1 << 20)
-    series = [[{"peak": int(total * f) + 1024} for f in fractions],  # the backward's peak
-              [{"peak": free, "save": int(total * f) + 1024} for f in fractions]]  # phantom
+    series = budget_series(g, max(og.saved_total, 1024), fractions)
     out: list[list] = []
     for spans in solve_series(g, series, model, solver, time_limit, jobs=jobs, ray=ray):
         spans = normal_spans(og, spans)
@@ -385,7 +387,8 @@ def solve_spans(og: OpGraph, model: str = "layer_options", fractions=DEFAULT_FRA
     def admits(top: list[tuple]) -> bool:
         key = tuple(top)
         if key not in allowed:
-            allowed[key] = segments_allowed({"peak": free}, g, model, top, solver, time_limit)
+            allowed[key] = segments_allowed({"peak": free_peak(g)}, g, model, top, solver,
+                                            time_limit)
         return allowed[key]
 
     for spans in list(out):

@@ -163,10 +163,9 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
     check_backend(backend)
     info = resolve(solver, backend)
     try:
-        opts = native_options(info.name, backend, time_limit, gap, threads)
+        opts = native_options(info.name, backend, time_limit, gap, threads, solver_options)
     except ValueError as exc:
         raise SchedError(str(exc)) from None
-    opts.options.update(solver_options or {})
     notes = list(opts.notes)
     timings: dict[str, float] = {}
     base = dict(backend=backend, solver=info.name, timings=timings)
@@ -234,8 +233,7 @@ def solve_ir(ir: IRModel, backend: str = "pyomo", solver: str = "highs",
     if deadline is not None:  # the time left is the solver's limit (build included)
         left = max(deadline - time.monotonic(), 0.0)
         limit = left if time_limit is None else min(float(time_limit), left)
-        opts = native_options(info.name, backend, limit, gap, threads)
-        opts.options.update(solver_options or {})
+        opts = native_options(info.name, backend, limit, gap, threads, solver_options)
         time_limit = limit
     run = SolveRun(info, opts, time_limit, ws, verbose, progress=progress, deadline=deadline)
     with info.session(threads, verbose):

@@ -137,8 +137,10 @@ def resolve(solver: str, backend: str) -> SolverAdapter:
 # --------------------------------------------------------------------------- options
 
 def native_options(solver: str, backend: str, time_limit: float | None = None,
-                   gap: float | None = None, threads: int | None = None) -> NativeOptions:
-    """Map the common options to the native names of `solver` driven by `backend`.
+                   gap: float | None = None, threads: int | None = None,
+                   extra: dict | None = None) -> NativeOptions:
+    """Map the common options to the native names of `solver` driven by `backend`; `extra`:
+    options already in the solver's spelling, set after them (so they may override them).
 
     Pyomo interfaces get solver-native parameter names (passed as solver options); CVXPY gets
     the keyword arguments of its solver interface. Options a solver cannot honour are left
@@ -153,7 +155,9 @@ def native_options(solver: str, backend: str, time_limit: float | None = None,
         raise ValueError(f"threads must be non-negative, not {threads}")
     if solver not in SOLVERS:
         raise SolverUnavailable(f"unknown solver '{solver}'{did_you_mean(solver, SOLVER_NAMES)}")
-    return SOLVERS[solver].options(backend, time_limit, gap, threads)
+    opts = SOLVERS[solver].options(backend, time_limit, gap, threads)
+    opts.options.update(extra or {})
+    return opts
 
 
 def requested_gap(solver: str, gap: float | None) -> float:
