@@ -104,17 +104,15 @@ def test_sub_solves_without_highs_presolve_prove_the_same_optima(fraction):
     size; `bench/data/blockgraphs`), with HiGHS's defaults and with the sub-solves' options
     (`SUB_SOLVE_OPTIONS`: no presolve): both prove an optimum of the same recomputation time,
     at a budget where a cut fits and where none does (the same status)."""
-    import copy
     import json
 
-    from schedlang.layer_solves import SUB_SOLVE_OPTIONS
+    from schedlang.layer_solves import SUB_SOLVE_OPTIONS, budget_series
 
     data = Path(__file__).resolve().parent.parent / "bench" / "data" / "blockgraphs"
     name = "bert_bert_encoder_layer_0_51.sched"
     total = json.loads((data / "index.json").read_text())[name]["saved_total"]
     graph = schedlang.load(data / name).graph
-    graph = copy.copy(graph)
-    graph.budgets = {"peak": int(total * fraction) + 1024}
+    graph.budgets = budget_series(graph, total, [fraction])[0][0]  # the backward's peak
     found = []
     for options in (None, SUB_SOLVE_OPTIONS["highs"]):
         res = schedlang.load(model="layer_options", graph=graph).solve(
