@@ -27,6 +27,7 @@ from schedlang.graphs.elements import Option, Step
 from schedlang.graphs.graph import Graph
 from schedlang.graphs.hgraph import build_hgraph
 from schedlang.graphs.writer import write_graph
+from schedlang.language.resources import extension_path
 from schedlang.plans.planners.no_recompute import no_recompute_peak
 from schedlang.plans.simulate import simulate
 from schedlang.solve.solution import Status
@@ -77,6 +78,12 @@ def instances() -> dict[str, Graph]:
         [opt("keep", 1, 2, 4, fwd_steps=[(6, [], [])]),
          opt("sel", 2, 3, 1, ["out"], bwd_steps=[(2, ["gin", "out"], [])])],
     ])
+    # in-node frees: L2's backward lets its incoming gradient go before it writes its own
+    # (the U-Net decoder's case), so its peak is its steps', not the whole node's
+    steps = [(2, [], []), (1, ["gin"], ["gout"])]
+    freeing = [opt("keep", 2, 3, 4, bwd_steps=steps),
+               opt("recomp", 2, 5, 0, ["in"], bwd_steps=steps)]
+    out["freeing2x2"] = chain("freeing2x2", [2, 3, 2], [two, freeing], grad_mib=[2, 6, 4])
     # fast_forward stated by the graph data (measured), with a sub-step profile on layer 1 and
     # a flat overhead larger than the options' on layer 2
     ff = chain("ffstated2x2", [2, 3, 2], [two, two])
@@ -401,3 +408,43 @@ def test_forced_rerun_of_an_accumulated_gradient(case, backend):
     assert sim.valid and sim.fits_budget, (sim.errors, [str(op) for op in res.plan.ops])
     assert sim.time == pytest.approx(res.objective)
     assert res.objective >= brute("skip3x2", peak, None)[0]
+
+
+# ---------------------------------------------------------------------- the least peak
+def least_peak_of_the_fastest(name: str, time: float) -> int:
+    """The least whole-MiB budget at which the fastest plan still takes `time` (sizes here
+    are whole MiB, so the least peak among the plans that fast is one of these)."""
+    lo, hi = 0, no_recompute_peak(INSTANCES[name]) // MiB  # lo: slower or none; hi: as fast
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        best = brute(name, mid * MiB, None)[0]
+        if best is not None and best <= time * (1 + 1e-9):
+            hi = mid
+        else:
+            lo = mid
+    return hi * MiB
+
+
+@pytest.mark.parametrize("name,label", [(n, lab) for n in MAIN
+                                        for lab in ("tightest", "middle", "no_recompute")])
+def test_least_peak_among_the_fastest_equals_bruteforce(name, label):
+    """models/extensions/least_peak.sched (what `fit` solves second): among the plans as fast
+    as the optimum, the least peak, as the exhaustive search finds it, on every instance,
+    those whose plans run sub-step options (in-node frees) included: its peak rows are the
+    used model's, a stepped node's whole-node row lifted as there."""
+    graph = INSTANCES[name]
+    peak = dict(peak_budgets(name))[label]
+    fastest, _plan = brute(name, peak, None)
+    want = least_peak_of_the_fastest(name, fastest)
+    graph.budgets = {"peak": peak}
+    try:
+        prob = schedlang.load(model=["rockmate", str(extension_path("least_peak"))], graph=graph,
+                              params={"fastest_time": fastest * (1 + 1e-7)})
+        res = prob.solve()
+    finally:
+        graph.budgets = {}
+    assert res.status == Status.OPTIMAL, (name, label, res.status)
+    assert res.objective * MiB == pytest.approx(want, abs=1e-3 * MiB), (name, label)
+    sim = simulate(res.plan, graph, budget=want)
+    assert sim.valid and sim.fits_budget, (name, label, sim.errors)
+    assert sim.time <= fastest * (1 + 1e-6)
