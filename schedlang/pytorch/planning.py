@@ -59,6 +59,17 @@ LEAST_PEAK = "least_peak"
 HELD_OUTPUTS = "held_outputs"
 
 
+#: the least-peak solve's time, at least this many seconds (below, the first solve's)
+LEAST_PEAK_MIN_SECONDS = 5.0
+
+
+def least_peak_seconds(first_seconds: float, time_limit: float | None) -> float:
+    """The time limit of `solve_plan`'s second (least-peak) solve: the first solve's seconds,
+    at least `LEAST_PEAK_MIN_SECONDS`, at most the caller's limit."""
+    cap = max(LEAST_PEAK_MIN_SECONDS, first_seconds)
+    return cap if time_limit is None else min(cap, float(time_limit))
+
+
 def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
                time_limit: float | None = None, backend: str = "pyomo",
                loss_overhead: int = 0, output_bytes: int = 0,
@@ -99,8 +110,10 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     held = (HELD_OUTPUTS,) if outputs_held else ()
     exts = [str(extension_path(e)) for e in (*held, *extensions)]
     prob = load(model=[model, *exts], graph=g)
+    t0 = time.monotonic()
     res = prob.solve(backend=backend, solver=solver, time_limit=time_limit, gap=gap,
                      warm_start=warm_start)
+    first_seconds = time.monotonic() - t0
     if res.plan is None or res.status not in (Status.OPTIMAL, Status.FEASIBLE):
         return None
     if must_beat is not None and \
@@ -115,8 +128,12 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     second = None if not least_peak else load(
         model=[model, *exts, extension_path(LEAST_PEAK)], graph=g,
                             params={"fastest_time": fastest})
+    # It starts from the first plan (so it never ends with less) and gets at most the first
+    # solve's time: proving the least peak can cost more than the time optimum did, and the
+    # plan it starts from is most often that least peak already.
     least = None if second is None else \
-        second.solve(backend=backend, solver=solver, time_limit=time_limit)
+        second.solve(backend=backend, solver=solver, warm_start=res.plan,
+                     time_limit=least_peak_seconds(first_seconds, time_limit))
     if least is not None and least.plan is not None \
             and least.status in (Status.OPTIMAL, Status.FEASIBLE):
         res = least
