@@ -212,7 +212,10 @@ FIT_CASES = {
 TOLERANCE = 0.05  # |measured - predicted| / predicted
 
 
-@pytest.mark.parametrize("name", list(FIT_CASES))
+# the U-Net's case is the slowest (14 s) and its fits are checked in the default run by
+# test_real_models.py's skip-model and test_hierarchy.py's in-node-frees tests
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "unet" else n
+                                  for n in FIT_CASES])
 def test_fit_gradients_and_measured_peaks(name):
     """At five budgets: gradients equal eager PyTorch (dropout masks included), the measured
     peak (CPU tracker, forward + backward) is within the budget and within 5% of the

@@ -363,6 +363,7 @@ def test_small_graph_route_finds_a_plan_outside_the_graph_order():
     assert [s.model for s in result.strategy.steps if s.what == "cpsat"] == ["sequence"]
 
 
+@pytest.mark.slow  # 13 s: the ladder and shift on resnet's op graph
 def test_the_order_is_chosen_by_the_starts_times_in_the_model():
     """resnet's op graph at 60%: recompute_gaps's plan in the graph's order, as written, peaks
     871 B over the budget, but the model runs it with its own deletions and it fits there, at
