@@ -128,9 +128,9 @@ def solve_plan(graph: Graph, activation_budget: int, solver: str = "highs",
     second = None if not least_peak else load(
         model=[model, *exts, extension_path(LEAST_PEAK)], graph=g,
                             params={"fastest_time": fastest})
-    # It starts from the first plan (so it never ends with less) and gets at most the first
-    # solve's time: proving the least peak can cost more than the time optimum did, and the
-    # plan it starts from is most often that least peak already.
+    # It starts from the first plan (so it never ends with a higher peak than that plan's)
+    # and gets at most the first solve's time: proving the least peak can cost more than the
+    # time optimum did, and the plan it starts from is most often that least peak already.
     least = None if second is None else \
         second.solve(backend=backend, solver=solver, warm_start=res.plan,
                      time_limit=least_peak_seconds(first_seconds, time_limit))
