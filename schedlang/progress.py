@@ -307,16 +307,20 @@ def solver_callback(given=None):
     return report
 
 
-def reporting(name: str):
+def reporting(name: str, own_phase_when_nested: bool = True):
     """A decorator: the function gets a keyword argument ``progress`` (default True:
     ``"auto"``; False: off; or a mode) and runs in a `session` of that mode, as phase `name`
     (from its first moment: work before the first inner phase is shown too). A long library
-    call (`fit`) shows its progress as the CLI's commands do."""
+    call (`fit`, `prepare`) shows its progress as the CLI's commands do.
+    `own_phase_when_nested` False: called inside a session already (`prepare` by `fit`), the
+    function reports into that one's phases without a phase of its own."""
     import functools
 
     def decorate(fn):
         @functools.wraps(fn)
         def wrapper(*args, progress=True, **kwargs):
+            if not own_phase_when_nested and _active.get() is not None:
+                return fn(*args, **kwargs)
             with session(progress), phase(name):
                 return fn(*args, **kwargs)
         return wrapper

@@ -189,3 +189,35 @@ def test_fit_on_the_moe_example_reports_every_phase(mode, monkeypatch):
         assert any(p.startswith("fit > planning > solving") for p in phases)
         assert any(p.startswith("fit > probe step") for p in phases)
     assert (out.getvalue() == "") == (mode == "off")
+
+
+def test_prepare_reports_into_the_session_it_runs_in_and_takes_progress_false(capsys):
+    """`prepare` (the profile a user makes once and hands to several `fit` calls) takes
+    ``progress`` as `fit` does (it passed it to the hook front end's tracer: a TypeError from
+    deep inside); inside a session (`fit`'s, a caller's phase) it reports its phases there,
+    without a level of its own, so `fit`'s lines read as before."""
+    torch = pytest.importorskip("torch")
+    torch.set_num_threads(1)
+    import importlib.util
+
+    from schedlang.pytorch.fit import prepare
+
+    from .paths import EXAMPLES
+
+    spec = importlib.util.spec_from_file_location("mymodels", EXAMPLES / "mymodels.py")
+    mymodels = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mymodels)
+    model, inputs, loss_fn = mymodels.make_moe(batch=8, context=32, dim=32, layers=2)
+    ticks = iter(range(10**6))
+    s = progress.Session("lines", stream=io.StringIO(), clock=lambda: float(next(ticks)),
+                         thread=False)
+    with s, progress.phase("mine"):
+        prep = prepare(model, inputs, loss_fn=loss_fn, frontend="blocks")
+    phases = [line.split(" (")[0] for _, line in s.lines]
+    assert any(p.startswith("mine > profiling ") for p in phases), phases
+    assert not any(p.startswith("mine > prepare") for p in phases), phases
+    capsys.readouterr()
+    quiet = prepare(model, inputs, loss_fn=loss_fn, frontend="blocks", progress=False)
+    assert capsys.readouterr().err == ""
+    assert [b.name for b in quiet.partitioned.found.blocks] == \
+        [b.name for b in prep.partitioned.found.blocks]

@@ -15,6 +15,7 @@ from ..graphs.graph import Graph
 from ..language.errors import SchedError
 from ..plans.planners.no_recompute import no_recompute_plan
 from ..plans.simulate import simulate
+from ..progress import reporting
 from . import host_malloc
 from .frontends.blocks.frontend import BLOCKS
 from .frontends.blocks.offload import OFFLOAD
@@ -102,6 +103,7 @@ def loss_tensor_bytes(model: nn.Module, args: tuple, kwargs: dict, loss_fn, know
 FRONTENDS = {"auto": None, FX.name: FX, BLOCKS.name: BLOCKS}
 
 
+@reporting("prepare", own_phase_when_nested=False)
 def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = None,
             loss_fn=None, frontend: str = "auto", sample_kwargs: dict | None = None,
             outputs_held: bool = True, offload: bool = False, block_options=False,
@@ -124,7 +126,9 @@ def prepare(model: nn.Module, sample_inputs, layers=None, graph: Graph | None = 
     `offload`: the hook front end measures its blocks' option ``offload`` too (for
     `fit(bandwidth=...)`), while it holds the sample values. `block_options` (the hook front
     end; True or a dict of arguments): generated block options, segments and
-    selective-checkpoint policies (`schedlang.pytorch.frontends.blocks.block_ops`)."""
+    selective-checkpoint policies (`schedlang.pytorch.frontends.blocks.block_ops`).
+    `progress`: what it is doing (profiling block i of n, generating options) on stderr, as
+    `fit(progress=...)` shows it (called by `fit`: into fit's own lines)."""
     args, kwargs = split_inputs(sample_inputs, sample_kwargs)
     if model_device(model).type == "cpu":
         host_malloc.hold_freed_memory()  # steady step times from the profile on (`host_malloc`)
