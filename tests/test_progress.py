@@ -156,10 +156,8 @@ def test_cli_quiet_turns_progress_off():
     assert _progress_mode(argparse.Namespace(command="sweep")) == "off"  # its own lines
 
 
-@pytest.mark.parametrize("mode", ["lines", "off"])
-def test_fit_on_the_moe_example_reports_every_phase(mode, monkeypatch):
-    """fit on the top-k MoE example (a small one) reports its first phase at once and each
-    profiled layer, the solve and the probe step; progress=False shows nothing."""
+def _small_moe():
+    """The top-k MoE example (examples/mymodels.py), small; one intra-op thread."""
     torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
     import importlib.util
@@ -169,11 +167,23 @@ def test_fit_on_the_moe_example_reports_every_phase(mode, monkeypatch):
     spec = importlib.util.spec_from_file_location("mymodels", EXAMPLES / "mymodels.py")
     mymodels = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mymodels)
-    model, inputs, loss_fn = mymodels.make_moe(batch=8, context=32, dim=32, layers=2)
-    # a clock that moves 1 s per reading: every report is due, so the lines count reports
+    return mymodels.make_moe(batch=8, context=32, dim=32, layers=2)
+
+
+def _every_report_due(mode: str, out) -> progress.Session:
+    """A session whose clock moves 1 s per reading: every report is due, so the lines count
+    reports."""
     ticks = iter(range(10**6))
+    return progress.Session(mode, stream=out, clock=lambda: float(next(ticks)), thread=False)
+
+
+@pytest.mark.parametrize("mode", ["lines", "off"])
+def test_fit_on_the_moe_example_reports_every_phase(mode, monkeypatch):
+    """fit on the top-k MoE example (a small one) reports its first phase at once and each
+    profiled layer, the solve and the probe step; progress=False shows nothing."""
+    model, inputs, loss_fn = _small_moe()
     out = io.StringIO()
-    s = progress.Session(mode, stream=out, clock=lambda: float(next(ticks)), thread=False)
+    s = _every_report_due(mode, out)
     from schedlang.pytorch import fit
 
     with s:
@@ -196,21 +206,10 @@ def test_prepare_reports_into_the_session_it_runs_in_and_takes_progress_false(ca
     ``progress`` as `fit` does (it passed it to the hook front end's tracer: a TypeError from
     deep inside); inside a session (`fit`'s, a caller's phase) it reports its phases there,
     without a level of its own, so `fit`'s lines read as before."""
-    torch = pytest.importorskip("torch")
-    torch.set_num_threads(1)
-    import importlib.util
-
+    model, inputs, loss_fn = _small_moe()
     from schedlang.pytorch.fit import prepare
 
-    from .paths import EXAMPLES
-
-    spec = importlib.util.spec_from_file_location("mymodels", EXAMPLES / "mymodels.py")
-    mymodels = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mymodels)
-    model, inputs, loss_fn = mymodels.make_moe(batch=8, context=32, dim=32, layers=2)
-    ticks = iter(range(10**6))
-    s = progress.Session("lines", stream=io.StringIO(), clock=lambda: float(next(ticks)),
-                         thread=False)
+    s = _every_report_due("lines", io.StringIO())
     with s, progress.phase("mine"):
         prep = prepare(model, inputs, loss_fn=loss_fn, frontend="blocks")
     phases = [line.split(" (")[0] for _, line in s.lines]
